@@ -1,0 +1,175 @@
+//! What the engine needs from the outside world, injected as small traits so the composition
+//! root (the gateway) decides which model clients and tools a run gets.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use agentry_llm::{ChatModel, LlmError, ModelConfig, build_model};
+use agentry_mcp::tool::{ToolRegistry, ToolSpec};
+use agentry_schema::ids::{SessionId, UserId};
+use agentry_store::Role;
+use agentry_store::assistants::Assistant;
+use agentry_store::tenants::Tenant;
+use async_trait::async_trait;
+use sea_orm::DatabaseConnection;
+
+/// Engine knobs, from the server configuration.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// How long an approval waits before it counts as a reject.
+    pub hitl_timeout: Duration,
+    /// An idle session actor stops after this long.
+    pub session_timeout: Duration,
+    /// How many stored messages a run sends the model as history.
+    pub history_window: u64,
+    /// How many recent events each session keeps in memory for replay.
+    pub event_ring: usize,
+    /// Checkpoints kept per run once it ends.
+    pub checkpoint_keep: u64,
+    /// The data dir; workspaces live in `{data_dir}/workspaces/{tenant}/{user}`.
+    pub data_dir: PathBuf,
+    /// How many times a crashed run is restarted from its checkpoint before it fails.
+    pub max_restarts: u32,
+    /// After a cancel, how long the loop gets to stop by itself before it is aborted.
+    pub cancel_grace: Duration,
+    /// How often buffered events are written to the database.
+    pub event_flush_interval: Duration,
+    pub mcp_pool: crate::mcp_pool::McpPoolConfig,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            hitl_timeout: Duration::from_secs(300),
+            session_timeout: Duration::from_secs(3600),
+            history_window: 50,
+            event_ring: 1024,
+            checkpoint_keep: 3,
+            data_dir: PathBuf::from("./agentry-data"),
+            max_restarts: 2,
+            cancel_grace: Duration::from_millis(300),
+            event_flush_interval: Duration::from_millis(100),
+            mcp_pool: crate::mcp_pool::McpPoolConfig::default(),
+        }
+    }
+}
+
+/// Picks the model client for an assistant.
+pub trait ModelProvider: Send + Sync {
+    fn model_for(&self, assistant: &Assistant) -> Result<Arc<dyn ChatModel>, LlmError>;
+}
+
+/// (provider, model, base URL): what makes two model clients different.
+type ModelKey = (String, String, String);
+
+/// Model clients built from the server's `[llm]` config with each assistant's provider/model
+/// overrides, cached per distinct configuration and sharing one HTTP client.
+pub struct ConfiguredModels {
+    base: ModelConfig,
+    client: reqwest::Client,
+    cache: Mutex<HashMap<ModelKey, Arc<dyn ChatModel>>>,
+}
+
+impl ConfiguredModels {
+    pub fn new(base: ModelConfig, client: reqwest::Client) -> Self {
+        Self {
+            base,
+            client,
+            cache: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn base(&self) -> &ModelConfig {
+        &self.base
+    }
+}
+
+impl ModelProvider for ConfiguredModels {
+    fn model_for(&self, assistant: &Assistant) -> Result<Arc<dyn ChatModel>, LlmError> {
+        let cfg = self.base.with_overrides(
+            assistant.spec.provider.as_deref(),
+            assistant.spec.model.as_deref(),
+        )?;
+        let key = (
+            cfg.provider.as_str().to_string(),
+            cfg.effective_model().to_string(),
+            cfg.effective_base_url().unwrap_or_default().to_string(),
+        );
+        if let Some(m) = self.cache.lock().ok().and_then(|c| c.get(&key).cloned()) {
+            return Ok(m);
+        }
+        let model = build_model(&cfg, self.client.clone())?;
+        if let Ok(mut cache) = self.cache.lock() {
+            cache.insert(key, model.clone());
+        }
+        Ok(model)
+    }
+}
+
+/// Who a tool set is for.
+#[derive(Clone)]
+pub struct ToolRequest {
+    pub tenant: Arc<Tenant>,
+    pub user_id: UserId,
+    pub role: Role,
+    pub session_id: SessionId,
+    pub assistant: Assistant,
+    /// The tenant's MCP pool, for the user's MCP tools.
+    pub mcp: Option<actix::Addr<crate::mcp_pool::McpPoolActor>>,
+}
+
+/// Decides whether a role may call a tool (`service:tool`, `service:*`, `*:*`).
+pub trait ToolPolicy: Send + Sync {
+    /// `Err(reason)` when denied.
+    fn check(&self, spec: &ToolSpec) -> Result<(), String>;
+}
+
+/// Everything allowed.
+pub struct AllowAll;
+
+impl ToolPolicy for AllowAll {
+    fn check(&self, _spec: &ToolSpec) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+/// The tools of one run and the policy that guards them.
+pub struct ToolSet {
+    pub registry: ToolRegistry,
+    pub policy: Arc<dyn ToolPolicy>,
+    /// Problems to tell the user about without failing the run (an MCP server that did not
+    /// connect, say): each becomes a recoverable `error` event.
+    pub warnings: Vec<String>,
+}
+
+/// Builds the tool set for a run: built-ins the assistant allows plus the user's MCP tools.
+#[async_trait]
+pub trait ToolProvider: Send + Sync {
+    async fn tools_for(&self, request: &ToolRequest) -> ToolSet;
+}
+
+/// Everything a run and the actors share.
+pub struct EngineDeps {
+    pub db: DatabaseConnection,
+    pub models: Arc<dyn ModelProvider>,
+    pub tools: Arc<dyn ToolProvider>,
+    /// The MCP servers configured for each user; `None` runs without MCP.
+    pub mcp: Option<Arc<dyn crate::mcp_pool::McpConfigSource>>,
+    pub config: EngineConfig,
+    /// Where agent loops run: a multi-threaded runtime in the server, the test's runtime in
+    /// tests. Loops run outside the actors' arbiters so a slow or panicking loop never blocks
+    /// or kills an actor.
+    pub runtime: tokio::runtime::Handle,
+}
+
+impl EngineDeps {
+    pub fn workspace_root(&self, tenant: &Tenant, user: UserId) -> PathBuf {
+        self.config
+            .data_dir
+            .join("workspaces")
+            .join(tenant.id.to_string())
+            .join(user.to_string())
+    }
+}

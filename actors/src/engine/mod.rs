@@ -1,0 +1,1065 @@
+//! The agent loop (DESIGN §4): `reason -> (act | approve | respond)`, `act -> reason`,
+//! `approve -> reason`, `respond -> end`.
+//!
+//! It is plain async code. The session actor runs it as a task on the engine runtime, feeds it a
+//! [`RunSink`] for events and human decisions, and turns whatever it returns — or its panic, or
+//! its abort after a cancel — into exactly one `done` event. The loop never emits `done` itself.
+//! Every step is written to the store as it happens (messages, tool-call audit, approvals,
+//! execution status) and checkpointed, so a crashed run can resume.
+
+pub mod checkpoint;
+pub mod history;
+pub mod sink;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use agentry_llm::{
+    ChatMessage, ChatModel, ChatRequest, LlmError, StreamEvent, ToolCall, ToolSchema,
+};
+use agentry_mcp::tool::{
+    EventSink, InteractionError, Tool, ToolContext, ToolError, ToolOutput, UserInteraction,
+    WorkspaceInfo,
+};
+use agentry_schema::error::ErrorCode;
+use agentry_schema::events::{
+    ActionRequest, DoneStatus, EventPayload, HitlKind, HitlRequestData, Question, Todo, TokenUsage,
+    ToolCallData, ToolResultData, ToolStatus,
+};
+use agentry_schema::frames::Decision;
+use agentry_schema::ids::{ApprovalId, RunId, SessionId, UserId};
+use agentry_store::approvals::{self, ApprovalStatus, NewApproval};
+use agentry_store::assistants::Assistant;
+use agentry_store::checkpoints::{self, NewCheckpoint};
+use agentry_store::executions::{self, ExecutionStatus};
+use agentry_store::sessions::{self, SessionState};
+use agentry_store::tenants::Tenant;
+use agentry_store::tool_calls::{self, NewToolCallLog};
+use agentry_store::{Role, StoreError, TenantScope, messages};
+use async_trait::async_trait;
+use futures::StreamExt;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::deps::{EngineDeps, ToolRequest, ToolSet};
+pub use checkpoint::{CHECKPOINT_VERSION, Node, RunCheckpoint};
+use sink::{HumanOutcome, HumanRequest, RunSink};
+
+/// What a run is about.
+#[derive(Clone)]
+pub struct RunInput {
+    pub tenant: Arc<Tenant>,
+    /// The session's owner: whose workspace and MCP servers the tools use.
+    pub user_id: UserId,
+    /// The role of whoever started the run: it decides the tool permissions.
+    pub role: Role,
+    pub session_id: SessionId,
+    pub run_id: RunId,
+    pub assistant: Assistant,
+    /// The session (or the assistant) approves every tool call without asking.
+    pub auto_approve: bool,
+    /// Continue from this checkpoint instead of starting fresh.
+    pub resume: Option<RunCheckpoint>,
+    /// The tenant's MCP pool.
+    pub mcp: Option<actix::Addr<crate::mcp_pool::McpPoolActor>>,
+}
+
+/// How a run ended; the session turns it into the `done` event and the execution row.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunOutcome {
+    pub status: DoneStatus,
+    /// `user_cancelled`, `rejected`, `hitl_timeout`, `run_timeout`, an error code…
+    pub reason: Option<String>,
+    /// For failures: what went wrong (stored on the execution).
+    pub error: Option<String>,
+    pub usage: TokenUsage,
+    pub steps: u32,
+}
+
+impl RunOutcome {
+    pub fn new(status: DoneStatus, reason: Option<&str>, progress: &Progress) -> Self {
+        RunOutcome {
+            status,
+            reason: reason.map(str::to_string),
+            error: None,
+            usage: progress.usage,
+            steps: progress.steps,
+        }
+    }
+
+    fn failed(code: ErrorCode, message: String, progress: &Progress) -> Self {
+        RunOutcome {
+            status: DoneStatus::Failed,
+            reason: Some(code.as_str().to_string()),
+            error: Some(message),
+            usage: progress.usage,
+            steps: progress.steps,
+        }
+    }
+}
+
+/// Usage and steps so far, readable from outside the loop (a cancel or timeout drops the loop
+/// mid-way and still reports them).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Progress {
+    pub usage: TokenUsage,
+    pub steps: u32,
+}
+
+pub type SharedProgress = Arc<Mutex<Progress>>;
+
+fn read(progress: &SharedProgress) -> Progress {
+    progress.lock().map(|p| *p).unwrap_or_default()
+}
+
+/// Run the loop to its end: completion, rejection, failure, cancellation (`cancel`) or the
+/// assistant's run timeout.
+pub async fn run_agent(
+    deps: Arc<EngineDeps>,
+    input: RunInput,
+    sink: Arc<dyn RunSink>,
+    cancel: CancellationToken,
+    progress: SharedProgress,
+) -> RunOutcome {
+    let timeout = Duration::from_secs(u64::from(input.assistant.spec.timeout_secs.max(1)));
+    let mut agent = Agent {
+        deps,
+        scope: TenantScope::new(input.tenant.id),
+        input,
+        sink,
+        cancel: cancel.clone(),
+        progress: progress.clone(),
+        conversation: Vec::new(),
+        window_start: 0,
+        todos: Vec::new(),
+        memories: Vec::new(),
+    };
+    let result = tokio::select! {
+        biased;
+        _ = cancel.cancelled() => Err(RunOutcome::new(DoneStatus::Cancelled, Some("user_cancelled"), &read(&progress))),
+        r = tokio::time::timeout(timeout, agent.run()) => match r {
+            Ok(r) => r,
+            Err(_) => {
+                let p = read(&progress);
+                agent.sink.emit(EventPayload::error(
+                    ErrorCode::Timeout.as_str(),
+                    format!("the run took longer than the assistant's timeout of {} s", timeout.as_secs()),
+                    false,
+                ));
+                Err(RunOutcome::new(DoneStatus::Timeout, Some("run_timeout"), &p))
+            }
+        },
+    };
+    match result {
+        Ok(o) | Err(o) => o,
+    }
+}
+
+/// Early exit from a step with the run's outcome.
+type Step<T> = Result<T, RunOutcome>;
+
+struct Agent {
+    deps: Arc<EngineDeps>,
+    scope: TenantScope,
+    input: RunInput,
+    sink: Arc<dyn RunSink>,
+    cancel: CancellationToken,
+    progress: SharedProgress,
+    conversation: Vec<ChatMessage>,
+    window_start: i64,
+    todos: Vec<Todo>,
+    /// The user's most recent long-term memories, for the system prompt.
+    memories: Vec<String>,
+}
+
+struct ModelAnswer {
+    text: String,
+    calls: Vec<ToolCall>,
+}
+
+impl Agent {
+    fn progress(&self) -> Progress {
+        read(&self.progress)
+    }
+
+    fn update_progress(&self, f: impl FnOnce(&mut Progress)) {
+        if let Ok(mut p) = self.progress.lock() {
+            f(&mut p);
+        }
+    }
+
+    /// End the run as failed: a non-recoverable `error` event, then the outcome.
+    fn fail(&self, code: ErrorCode, msg: String) -> RunOutcome {
+        self.sink
+            .emit(EventPayload::error(code.as_str(), msg.clone(), false));
+        RunOutcome::failed(code, msg, &self.progress())
+    }
+
+    fn cancelled(&self) -> RunOutcome {
+        RunOutcome::new(
+            DoneStatus::Cancelled,
+            Some("user_cancelled"),
+            &self.progress(),
+        )
+    }
+
+    /// A store failure ends the run: its record would otherwise be incomplete.
+    fn store_failed(&self, what: &str, e: StoreError) -> RunOutcome {
+        tracing::error!(error = %e, run_id = %self.input.run_id, "{what}");
+        self.fail(
+            ErrorCode::InternalError,
+            format!(
+                "could not record the run ({what}); it was stopped to keep its history consistent"
+            ),
+        )
+    }
+
+    async fn run(&mut self) -> Step<RunOutcome> {
+        let model = match self.deps.models.model_for(&self.input.assistant) {
+            Ok(m) => m,
+            Err(e) => {
+                return Err(self.fail(
+                    ErrorCode::ModelError,
+                    format!("the assistant's model is not usable: {e}"),
+                ));
+            }
+        };
+        let tools = self
+            .deps
+            .tools
+            .tools_for(&ToolRequest {
+                tenant: self.input.tenant.clone(),
+                user_id: self.input.user_id,
+                role: self.input.role,
+                session_id: self.input.session_id,
+                assistant: self.input.assistant.clone(),
+                mcp: self.input.mcp.clone(),
+            })
+            .await;
+        for w in &tools.warnings {
+            self.sink.emit(EventPayload::error(
+                ErrorCode::McpError.as_str(),
+                w.clone(),
+                true,
+            ));
+        }
+        if tools.registry.contains("recall") {
+            // Memories are context, not a requirement: a failed read only leaves them out.
+            if let Ok((recent, _)) = agentry_store::memories::list(
+                &self.deps.db,
+                &self.scope,
+                self.input.user_id,
+                agentry_store::PageRequest::new(10, 0),
+            )
+            .await
+            {
+                self.memories = recent
+                    .into_iter()
+                    .map(|m| format!("[{}] {}", m.kind, m.content))
+                    .collect();
+            }
+        }
+
+        let (mut node, mut pending) = match self.input.resume.take() {
+            Some(cp) => {
+                self.window_start = cp.window_start;
+                self.todos = cp.todos.clone();
+                self.update_progress(|p| {
+                    p.usage = cp.usage;
+                    p.steps = cp.step;
+                });
+                self.load_conversation(Some(cp.window_start)).await?;
+                (cp.node, cp.pending)
+            }
+            None => {
+                self.load_conversation(None).await?;
+                (Node::Reason, Vec::new())
+            }
+        };
+
+        loop {
+            match node {
+                Node::Reason => {
+                    let limit = self.input.assistant.spec.recursion_limit.max(1);
+                    if self.progress().steps >= limit {
+                        return Err(self.fail(ErrorCode::RecursionLimit, format!(
+                            "the run reached the assistant's recursion_limit of {limit} model calls without a final answer"
+                        )));
+                    }
+                    self.checkpoint(Node::Reason, &[]).await?;
+                    let answer = self.reason(&model, &tools).await?;
+                    self.update_progress(|p| p.steps += 1);
+                    if !answer.text.is_empty() || !answer.calls.is_empty() {
+                        self.save(history::assistant_message(
+                            self.input.run_id,
+                            &answer.text,
+                            &answer.calls,
+                        ))
+                        .await?;
+                    }
+                    self.conversation.push(ChatMessage::Assistant {
+                        content: answer.text.clone(),
+                        tool_calls: answer.calls.clone(),
+                    });
+                    if answer.calls.is_empty() {
+                        // respond -> end
+                        self.sink.emit(EventPayload::text(answer.text, true));
+                        return Ok(RunOutcome::new(
+                            DoneStatus::Completed,
+                            None,
+                            &self.progress(),
+                        ));
+                    }
+                    pending = answer.calls;
+                    node = Node::Act;
+                    self.checkpoint(Node::Act, &pending).await?;
+                }
+                Node::Act | Node::Approve => {
+                    if pending.is_empty() {
+                        node = Node::Reason;
+                        continue;
+                    }
+                    let call = pending.remove(0);
+                    self.act(call, &tools).await?;
+                    self.checkpoint(Node::Act, &pending).await?;
+                }
+                Node::Respond | Node::End => {
+                    return Ok(RunOutcome::new(
+                        DoneStatus::Completed,
+                        None,
+                        &self.progress(),
+                    ));
+                }
+            }
+        }
+    }
+
+    async fn load_conversation(&mut self, from_id: Option<i64>) -> Step<()> {
+        let msgs = match from_id {
+            Some(_) => {
+                // Resume: everything from the window start (a run's own messages are bounded by
+                // its recursion limit, so this stays small).
+                let mut all = Vec::new();
+                let mut offset = 0;
+                loop {
+                    let page = messages::list(
+                        &self.deps.db,
+                        &self.scope,
+                        self.input.session_id,
+                        agentry_store::PageRequest::new(
+                            agentry_store::PageRequest::MAX_LIMIT,
+                            offset,
+                        ),
+                    )
+                    .await
+                    .map_err(|e| self.store_failed("loading the conversation", e))?;
+                    let n = page.len() as u64;
+                    all.extend(page);
+                    if n < agentry_store::PageRequest::MAX_LIMIT {
+                        break;
+                    }
+                    offset += n;
+                }
+                let start = from_id.unwrap_or(0);
+                all.retain(|m| m.id >= start);
+                all
+            }
+            None => messages::last_n(
+                &self.deps.db,
+                &self.scope,
+                self.input.session_id,
+                self.deps.config.history_window.max(1),
+            )
+            .await
+            .map_err(|e| self.store_failed("loading the conversation", e))?,
+        };
+        self.window_start = msgs.first().map(|m| m.id).unwrap_or(self.window_start);
+        self.conversation = history::to_chat(&msgs);
+        Ok(())
+    }
+
+    async fn save(&self, m: agentry_store::messages::NewMessage) -> Step<()> {
+        messages::save(&self.deps.db, &self.scope, self.input.session_id, m)
+            .await
+            .map(|_| ())
+            .map_err(|e| self.store_failed("saving a message", e))
+    }
+
+    async fn checkpoint(&self, node: Node, pending: &[ToolCall]) -> Step<()> {
+        let p = self.progress();
+        let cp = RunCheckpoint {
+            version: CHECKPOINT_VERSION,
+            step: p.steps,
+            node,
+            window_start: self.window_start,
+            pending: pending.to_vec(),
+            todos: self.todos.clone(),
+            usage: p.usage,
+        };
+        checkpoints::save(
+            &self.deps.db,
+            &self.scope,
+            NewCheckpoint {
+                session_id: self.input.session_id,
+                execution_id: self.input.run_id,
+                step: p.steps,
+                node: node.as_str().to_string(),
+                state: cp.to_json(),
+            },
+        )
+        .await
+        .map(|_| ())
+        .map_err(|e| self.store_failed("saving a checkpoint", e))?;
+        executions::update(
+            &self.deps.db,
+            &self.scope,
+            self.input.run_id,
+            ExecutionStatus::Running,
+            p.steps,
+            p.usage,
+            None,
+        )
+        .await
+        .map_err(|e| self.store_failed("updating the execution", e))
+    }
+
+    /// Call the model; stream its text as `text` events. A stream that breaks mid-way is
+    /// retried up to the assistant's `max_retries` with `base_delay * 2^n`.
+    async fn reason(&mut self, model: &Arc<dyn ChatModel>, tools: &ToolSet) -> Step<ModelAnswer> {
+        let request = ChatRequest {
+            system: Some(self.system_prompt()),
+            messages: self.conversation.clone(),
+            tools: tools
+                .registry
+                .specs()
+                .map(|s| ToolSchema {
+                    name: s.name.clone(),
+                    description: s.description.clone(),
+                    parameters: s.input_schema.clone(),
+                })
+                .collect(),
+            temperature: None,
+            max_tokens: None,
+        };
+        let max_retries = self.input.assistant.spec.max_retries;
+        let mut attempt = 0u32;
+        loop {
+            match self.call_model(model, request.clone()).await? {
+                Ok(answer) => return Ok(answer),
+                Err((err, mid_stream)) => {
+                    let retry = mid_stream && err.is_retryable() && attempt < max_retries;
+                    if !retry {
+                        return Err(self.fail(
+                            ErrorCode::ModelError,
+                            format!("the model call failed: {err}"),
+                        ));
+                    }
+                    let delay = agentry_llm::retry_delay(
+                        &agentry_llm::RetryPolicy::default(),
+                        attempt,
+                        None,
+                    );
+                    self.sink.emit(EventPayload::error(
+                        ErrorCode::ModelError.as_str(),
+                        format!(
+                            "the model's answer broke off ({err}); retrying in {} ms",
+                            delay.as_millis()
+                        ),
+                        true,
+                    ));
+                    tokio::select! {
+                        biased;
+                        _ = self.cancel.cancelled() => return Err(self.cancelled()),
+                        _ = tokio::time::sleep(delay) => {}
+                    }
+                    attempt += 1;
+                }
+            }
+        }
+    }
+
+    /// One model call. `Ok(Err((e, mid_stream)))` is a model failure, with whether the response
+    /// had already started (the client retries failures before that itself).
+    async fn call_model(
+        &mut self,
+        model: &Arc<dyn ChatModel>,
+        request: ChatRequest,
+    ) -> Step<Result<ModelAnswer, (LlmError, bool)>> {
+        let started = tokio::select! {
+            biased;
+            _ = self.cancel.cancelled() => return Err(self.cancelled()),
+            s = model.stream(request) => s,
+        };
+        let mut stream = match started {
+            Ok(s) => s,
+            Err(e) => return Ok(Err((e, false))),
+        };
+        let mut text = String::new();
+        let mut calls = Vec::new();
+        let mut usage = TokenUsage::default();
+        loop {
+            let item = tokio::select! {
+                biased;
+                _ = self.cancel.cancelled() => return Err(self.cancelled()),
+                item = stream.next() => item,
+            };
+            match item {
+                None | Some(Ok(StreamEvent::Done(_))) => break,
+                Some(Ok(StreamEvent::TextDelta(d))) => {
+                    if !d.is_empty() {
+                        text.push_str(&d);
+                        self.sink.emit(EventPayload::text(d, false));
+                    }
+                }
+                Some(Ok(StreamEvent::ToolCall(c))) => {
+                    calls.push(c);
+                }
+                Some(Ok(StreamEvent::Usage(u))) => usage = u,
+                Some(Err(e)) => {
+                    self.update_progress(|p| p.usage.add(usage));
+                    // The response had started: the client does not retry that, the loop may.
+                    return Ok(Err((e, true)));
+                }
+            }
+        }
+        self.update_progress(|p| p.usage.add(usage));
+        Ok(Ok(ModelAnswer { text, calls }))
+    }
+
+    fn system_prompt(&self) -> String {
+        let spec = &self.input.assistant.spec;
+        let mut prompt = spec.system_prompt.clone();
+        if !self.memories.is_empty() {
+            prompt.push_str("\n\nWhat you remember about this user (use `recall` for more):\n");
+            for m in &self.memories {
+                prompt.push_str(&format!("- {m}\n"));
+            }
+        }
+        if !self.todos.is_empty() {
+            prompt.push_str("\n\nCurrent todo list:\n");
+            for t in &self.todos {
+                prompt.push_str(&format!("- [{:?}] {}\n", t.status, t.content));
+            }
+        }
+        prompt
+    }
+
+    /// Run one tool call: policy, validation, approval, the call, its events, history and audit.
+    async fn act(&mut self, call: ToolCall, tools: &ToolSet) -> Step<()> {
+        self.sink.emit(EventPayload::ToolCall(ToolCallData {
+            tool_name: call.name.clone(),
+            tool_args: call.arguments.clone(),
+            tool_call_id: call.id.clone(),
+        }));
+        let started = Instant::now();
+        let Some(tool) = tools.registry.get(&call.name) else {
+            let err = ToolError::NotFound(format!(
+                "there is no tool named {:?}; available tools: {}",
+                call.name,
+                tools.registry.names().collect::<Vec<_>>().join(", ")
+            ));
+            return self
+                .finish_call(&call, &call.arguments, Err(err), started, None, None)
+                .await;
+        };
+        if let Err(reason) = tools.policy.check(tool.spec()) {
+            let err = ToolError::PermissionDenied(reason);
+            return self
+                .finish_call(&call, &call.arguments, Err(err), started, None, None)
+                .await;
+        }
+        let mut args = call.arguments.clone();
+        if let Some(raw) = args.get("__invalid_json__").and_then(Value::as_str) {
+            let err = ToolError::InvalidArguments {
+                message: "the arguments are not valid JSON".into(),
+                details: json!({"raw": raw}),
+            };
+            return self
+                .finish_call(&call, &args, Err(err), started, None, None)
+                .await;
+        }
+        if let Err(err) = tools.registry.validate(&call.name, &args) {
+            return self
+                .finish_call(&call, &args, Err(err), started, None, None)
+                .await;
+        }
+
+        let spec = &self.input.assistant.spec;
+        let needs_approval = !self.input.auto_approve
+            && (tool.needs_approval(&args) || spec.interrupt_on.iter().any(|n| n == &call.name));
+        let mut approved = None;
+        let mut approved_by = None;
+        if needs_approval {
+            let (decision, by) = self.approve(&call, tool.as_ref(), &args).await?;
+            approved = Some(true);
+            approved_by = by;
+            if let Some(new_args) = decision {
+                if let Err(err) = tools.registry.validate(&call.name, &new_args) {
+                    return self
+                        .finish_call(&call, &new_args, Err(err), started, approved, approved_by)
+                        .await;
+                }
+                args = new_args;
+            }
+        }
+        let result = self.invoke(tool, &call, args.clone(), tools).await?;
+        self.finish_call(&call, &args, result, started, approved, approved_by)
+            .await
+    }
+
+    /// Ask for approval. `Ok((Some(args), by))` for an edit, `Ok((None, by))` for an approve;
+    /// a reject, timeout or cancel ends the run.
+    async fn approve(
+        &mut self,
+        call: &ToolCall,
+        tool: &dyn Tool,
+        args: &Value,
+    ) -> Step<(Option<Value>, Option<UserId>)> {
+        let id = ApprovalId::new();
+        let data = HitlRequestData {
+            request_id: id.to_string(),
+            kind: HitlKind::Approval,
+            action_requests: vec![ActionRequest {
+                name: call.name.clone(),
+                args: args.clone(),
+                description: describe(tool, args),
+                tool_call_id: Some(call.id.clone()),
+            }],
+            question: None,
+        };
+        approvals::create(
+            &self.deps.db,
+            &self.scope,
+            NewApproval {
+                id,
+                session_id: self.input.session_id,
+                execution_id: self.input.run_id,
+                kind: "approval".into(),
+                tool_call_id: Some(call.id.clone()),
+                request: serde_json::to_value(&data).unwrap_or(Value::Null),
+            },
+        )
+        .await
+        .map_err(|e| self.store_failed("recording the approval request", e))?;
+        self.set_waiting(true).await?;
+        let outcome = self
+            .sink
+            .ask_human(HumanRequest {
+                id,
+                data,
+                timeout: self.deps.config.hitl_timeout,
+            })
+            .await;
+        let (status, decision_json, by) = match &outcome {
+            HumanOutcome::Decided { decision, by } => (
+                match decision {
+                    Decision::Approve { .. } => ApprovalStatus::Approved,
+                    Decision::Edit { .. } => ApprovalStatus::Edited,
+                    Decision::Reject { .. } => ApprovalStatus::Rejected,
+                    Decision::Answer { .. } => ApprovalStatus::Answered,
+                },
+                serde_json::to_value(decision).ok(),
+                *by,
+            ),
+            HumanOutcome::TimedOut => (ApprovalStatus::TimedOut, None, None),
+            HumanOutcome::Cancelled => (ApprovalStatus::Cancelled, None, None),
+        };
+        approvals::decide(&self.deps.db, &self.scope, id, status, decision_json, by)
+            .await
+            .map_err(|e| self.store_failed("recording the decision", e))?;
+        match outcome {
+            HumanOutcome::Decided {
+                decision: Decision::Approve { .. },
+                by,
+            } => {
+                self.set_waiting(false).await?;
+                Ok((None, by))
+            }
+            HumanOutcome::Decided {
+                decision: Decision::Edit { args, .. },
+                by,
+            } => {
+                self.set_waiting(false).await?;
+                Ok((Some(args), by))
+            }
+            HumanOutcome::Decided {
+                decision: Decision::Reject { message },
+                by,
+            } => {
+                let reason = message.clone().filter(|m| !m.trim().is_empty());
+                let content = json!({"error": {"code": "rejected", "message": match &reason {
+                    Some(m) => format!("the user rejected this call: {m}"),
+                    None => "the user rejected this call".to_string(),
+                }}});
+                self.record_refusal(call, args, content, Some(false), by, "rejected by the user")
+                    .await?;
+                Err(RunOutcome::new(
+                    DoneStatus::Rejected,
+                    Some("rejected"),
+                    &self.progress(),
+                ))
+            }
+            HumanOutcome::Decided {
+                decision: Decision::Answer { .. },
+                ..
+            } => {
+                // HitlApproval refuses answers to approvals; treat a stray one as a reject.
+                let content =
+                    json!({"error": {"code": "rejected", "message": "no approval was given"}});
+                self.record_refusal(call, args, content, Some(false), None, "no approval given")
+                    .await?;
+                Err(RunOutcome::new(
+                    DoneStatus::Rejected,
+                    Some("rejected"),
+                    &self.progress(),
+                ))
+            }
+            HumanOutcome::TimedOut => {
+                let secs = self.deps.config.hitl_timeout.as_secs();
+                let content = json!({"error": {"code": "hitl_timeout", "message": format!("no decision within {secs} s; the call was rejected")}});
+                self.record_refusal(call, args, content, Some(false), None, "approval timed out")
+                    .await?;
+                self.sink.emit(EventPayload::error(
+                    ErrorCode::Timeout.as_str(),
+                    format!("no decision on the approval within {secs} s; it counts as a reject"),
+                    false,
+                ));
+                Err(RunOutcome::new(
+                    DoneStatus::Rejected,
+                    Some("hitl_timeout"),
+                    &self.progress(),
+                ))
+            }
+            HumanOutcome::Cancelled => Err(self.cancelled()),
+        }
+    }
+
+    async fn set_waiting(&self, waiting: bool) -> Step<()> {
+        let p = self.progress();
+        let (exec, sess) = if waiting {
+            (
+                ExecutionStatus::WaitingApproval,
+                SessionState::WaitingApproval,
+            )
+        } else {
+            (ExecutionStatus::Running, SessionState::Running)
+        };
+        executions::update(
+            &self.deps.db,
+            &self.scope,
+            self.input.run_id,
+            exec,
+            p.steps,
+            p.usage,
+            None,
+        )
+        .await
+        .map_err(|e| self.store_failed("updating the execution", e))?;
+        sessions::touch(&self.deps.db, &self.scope, self.input.session_id, sess)
+            .await
+            .map_err(|e| self.store_failed("updating the session", e))
+    }
+
+    /// A call that ends the run without running (rejected, timed out): its result still goes into
+    /// the history, so the conversation stays valid for the next run, and into the audit.
+    async fn record_refusal(
+        &mut self,
+        call: &ToolCall,
+        args: &Value,
+        content: Value,
+        approved: Option<bool>,
+        by: Option<UserId>,
+        why: &str,
+    ) -> Step<()> {
+        self.sink.emit(EventPayload::ToolResult(ToolResultData {
+            tool_call_id: call.id.clone(),
+            result: content.clone(),
+            status: ToolStatus::Error,
+        }));
+        let text = content.to_string();
+        self.save(history::tool_message(self.input.run_id, call, &text, true))
+            .await?;
+        self.audit(call, args, None, Some(why.to_string()), 0, approved, by)
+            .await
+    }
+
+    /// Run the tool with its timeout, under the run's cancellation. Unavailable backends are
+    /// retried with `base_delay * 2^n`: the call never reached them, so retrying is safe.
+    async fn invoke(
+        &mut self,
+        tool: Arc<dyn Tool>,
+        call: &ToolCall,
+        args: Value,
+        _tools: &ToolSet,
+    ) -> Step<Result<ToolOutput, ToolError>> {
+        let ctx = ToolContext {
+            tenant_id: self.input.tenant.id,
+            user_id: self.input.user_id,
+            session_id: self.input.session_id,
+            run_id: self.input.run_id,
+            tool_call_id: call.id.clone(),
+            workspace: WorkspaceInfo {
+                root: self
+                    .deps
+                    .workspace_root(&self.input.tenant, self.input.user_id),
+                quota_bytes: self.input.tenant.quotas.workspace_quota_bytes,
+            },
+            cancel: self.cancel.child_token(),
+            interaction: Arc::new(LoopInteraction {
+                deps: self.deps.clone(),
+                scope: self.scope,
+                session_id: self.input.session_id,
+                run_id: self.input.run_id,
+                tool_call_id: call.id.clone(),
+                sink: self.sink.clone(),
+            }),
+            events: Arc::new(SinkEvents(self.sink.clone())),
+        };
+        let timeout = tool.spec().timeout;
+        let max_retries = self.input.assistant.spec.max_retries;
+        let mut attempt = 0;
+        loop {
+            let result = tokio::select! {
+                biased;
+                _ = self.cancel.cancelled() => {
+                    ctx.cancel.cancel();
+                    return Err(self.cancelled());
+                }
+                r = tokio::time::timeout(timeout, tool.call(args.clone(), &ctx)) => match r {
+                    Ok(r) => r,
+                    Err(_) => Err(ToolError::Timeout(timeout)),
+                },
+            };
+            match result {
+                Err(ToolError::Unavailable(msg)) if attempt < max_retries => {
+                    let delay = agentry_llm::retry_delay(
+                        &agentry_llm::RetryPolicy::default(),
+                        attempt,
+                        None,
+                    );
+                    tracing::warn!(tool = %call.name, attempt, "tool backend unavailable ({msg}); retrying in {delay:?}");
+                    tokio::select! {
+                        biased;
+                        _ = self.cancel.cancelled() => return Err(self.cancelled()),
+                        _ = tokio::time::sleep(delay) => {}
+                    }
+                    attempt += 1;
+                }
+                Err(ToolError::Cancelled) if self.cancel.is_cancelled() => {
+                    return Err(self.cancelled());
+                }
+                other => return Ok(other),
+            }
+        }
+    }
+
+    /// Emit the result (and the tool's follow-up events), store the tool message and the audit
+    /// row, and add the result to the conversation.
+    async fn finish_call(
+        &mut self,
+        call: &ToolCall,
+        args: &Value,
+        result: Result<ToolOutput, ToolError>,
+        started: Instant,
+        approved: Option<bool>,
+        approved_by: Option<UserId>,
+    ) -> Step<()> {
+        let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let (content, is_error, events, error_text) = match result {
+            Ok(out) => {
+                let err_text = out.is_error.then(|| out.content.to_string());
+                (out.content, out.is_error, out.events, err_text)
+            }
+            Err(e) => (e.to_model_json(), true, Vec::new(), Some(e.to_string())),
+        };
+        self.sink.emit(EventPayload::ToolResult(ToolResultData {
+            tool_call_id: call.id.clone(),
+            result: content.clone(),
+            status: if is_error {
+                ToolStatus::Error
+            } else {
+                ToolStatus::Success
+            },
+        }));
+        for ev in events {
+            if let EventPayload::TodoUpdate(t) = &ev {
+                self.todos = t.todos.clone();
+            }
+            self.sink.emit(ev);
+        }
+        let text = match &content {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        self.save(history::tool_message(
+            self.input.run_id,
+            call,
+            &text,
+            is_error,
+        ))
+        .await?;
+        self.conversation.push(ChatMessage::Tool {
+            tool_call_id: call.id.clone(),
+            name: call.name.clone(),
+            content: text,
+            is_error,
+        });
+        let output = (!is_error || error_text.is_none()).then_some(content);
+        self.audit(
+            call,
+            args,
+            output,
+            error_text,
+            duration_ms,
+            approved,
+            approved_by,
+        )
+        .await
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn audit(
+        &self,
+        call: &ToolCall,
+        args: &Value,
+        output: Option<Value>,
+        error: Option<String>,
+        duration_ms: u64,
+        approved: Option<bool>,
+        approved_by: Option<UserId>,
+    ) -> Step<()> {
+        tool_calls::insert(
+            &self.deps.db,
+            &self.scope,
+            NewToolCallLog {
+                session_id: self.input.session_id,
+                execution_id: self.input.run_id,
+                tool_call_id: call.id.clone(),
+                tool_name: call.name.clone(),
+                input: args.clone(),
+                output,
+                error,
+                duration_ms,
+                approved,
+                approved_by,
+            },
+        )
+        .await
+        .map(|_| ())
+        .map_err(|e| self.store_failed("writing the tool-call audit", e))
+    }
+}
+
+/// A one-line, human-readable summary of a call for the approval prompt.
+fn describe(tool: &dyn Tool, args: &Value) -> String {
+    let spec = tool.spec();
+    let first = spec.description.lines().next().unwrap_or_default().trim();
+    let mut preview = args.to_string();
+    if preview.len() > 300 {
+        let mut cut = 300;
+        while !preview.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        preview.truncate(cut);
+        preview.push('…');
+    }
+    if first.is_empty() {
+        format!("{} with {preview}", spec.name)
+    } else {
+        format!("{} ({first}) with {preview}", spec.name)
+    }
+}
+
+/// Tool events (progress) go straight to the session.
+struct SinkEvents(Arc<dyn RunSink>);
+
+impl EventSink for SinkEvents {
+    fn emit(&self, payload: EventPayload) {
+        self.0.emit(payload);
+    }
+}
+
+/// Questions from tools (the user-interaction tools, MCP elicitation) become `hitl_request`s of
+/// kind `question`.
+struct LoopInteraction {
+    deps: Arc<EngineDeps>,
+    scope: TenantScope,
+    session_id: SessionId,
+    run_id: RunId,
+    tool_call_id: String,
+    sink: Arc<dyn RunSink>,
+}
+
+#[async_trait]
+impl UserInteraction for LoopInteraction {
+    async fn ask(&self, question: Question) -> Result<Value, InteractionError> {
+        let id = ApprovalId::new();
+        let timeout = if question.timeout == 0 {
+            self.deps.config.hitl_timeout
+        } else {
+            Duration::from_secs(question.timeout)
+        };
+        let data = HitlRequestData {
+            request_id: id.to_string(),
+            kind: HitlKind::Question,
+            action_requests: Vec::new(),
+            question: Some(Question {
+                timeout: timeout.as_secs(),
+                ..question
+            }),
+        };
+        approvals::create(
+            &self.deps.db,
+            &self.scope,
+            NewApproval {
+                id,
+                session_id: self.session_id,
+                execution_id: self.run_id,
+                kind: "question".into(),
+                tool_call_id: Some(self.tool_call_id.clone()),
+                request: serde_json::to_value(&data).unwrap_or(Value::Null),
+            },
+        )
+        .await
+        .map_err(|e| InteractionError::Unavailable(e.to_string()))?;
+        let outcome = self
+            .sink
+            .ask_human(HumanRequest { id, data, timeout })
+            .await;
+        let (status, decision, by, result) = match outcome {
+            HumanOutcome::Decided {
+                decision: Decision::Answer { answer },
+                by,
+            } => (
+                ApprovalStatus::Answered,
+                Some(json!({"type": "answer", "answer": answer.clone()})),
+                by,
+                Ok(answer),
+            ),
+            HumanOutcome::Decided { decision, by } => (
+                ApprovalStatus::Rejected,
+                serde_json::to_value(&decision).ok(),
+                by,
+                Err(InteractionError::Declined),
+            ),
+            HumanOutcome::TimedOut => (
+                ApprovalStatus::TimedOut,
+                None,
+                None,
+                Err(InteractionError::TimedOut(timeout.as_secs())),
+            ),
+            HumanOutcome::Cancelled => (
+                ApprovalStatus::Cancelled,
+                None,
+                None,
+                Err(InteractionError::Cancelled),
+            ),
+        };
+        if let Err(e) =
+            approvals::decide(&self.deps.db, &self.scope, id, status, decision, by).await
+        {
+            tracing::warn!(error = %e, "recording an answer failed");
+        }
+        result
+    }
+}

@@ -1,0 +1,37 @@
+//! agentry-actors: the actor tree of DESIGN §3 and the agent loop of §4.
+//!
+//! ```text
+//! Registry (one per process)            tenant id -> TenantSupervisor
+//! └─ TenantSupervisor (one per tenant)  routes by session; restarts dead session actors
+//!    ├─ QuotaActor                      rate, concurrency, sessions per user, tokens per day
+//!    ├─ McpPoolActor                    per-user MCP connections: connect, health, backoff, idle
+//!    ├─ SessionActor (per live session) event log + replay, subscribers, the run, the queue
+//!    │  └─ (the agent loop, a task on the engine runtime)
+//!    └─ HitlApproval (per pending approval or question)
+//! ```
+//!
+//! [`Engine`] is the facade the gateway calls; nothing here knows HTTP.
+
+pub mod deps;
+pub mod engine;
+pub mod error;
+pub mod hitl;
+pub mod mcp_pool;
+pub mod memory_tools;
+pub mod metrics;
+pub mod quota;
+pub mod registry;
+pub mod service;
+pub mod session;
+pub mod tenant;
+pub mod tools;
+
+pub use deps::{
+    AllowAll, ConfiguredModels, EngineConfig, EngineDeps, ModelProvider, ToolPolicy, ToolProvider,
+    ToolRequest, ToolSet,
+};
+pub use error::EngineError;
+pub use service::{
+    ChatCommand, ChatStarted, CreateSession, Engine, SessionHandle, channel_subscriber,
+};
+pub use session::{ChatAccepted, SessionEvent, SessionStatus, SubscriptionId};

@@ -1,0 +1,237 @@
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use actix::prelude::*;
+use agentry_mcp::client::McpTransportConfig;
+use tokio::sync::oneshot;
+
+use super::messages::*;
+use super::{McpPoolActor, Origin, PoolServer, SlotState};
+
+/// Tenants whose users may configure stdio (local process) servers themselves.
+pub const STDIO_FEATURE: &str = "stdio_mcp";
+
+impl Handler<UserTools> for McpPoolActor {
+    type Result = ResponseActFuture<Self, UserToolsReply>;
+
+    fn handle(&mut self, msg: UserTools, _: &mut Self::Context) -> Self::Result {
+        let source = self.source.clone();
+        let tenant = self.tenant.clone();
+        let user = msg.user;
+        let load = async move { source.servers_for(&tenant, user).await };
+        Box::pin(load.into_actor(self).then(move |(servers, mut warnings), act, ctx| {
+            // The user's own server wins over a file server of the same name.
+            let mut by_name: BTreeMap<String, PoolServer> = BTreeMap::new();
+            for s in servers.into_iter().filter(|s| !s.config.disabled) {
+                let name = s.config.name.clone();
+                match by_name.get(&name) {
+                    Some(existing) if existing.origin == Origin::User && s.origin == Origin::File => {
+                        warnings.push(format!("your MCP server {name:?} replaces the platform's server of the same name"));
+                    }
+                    _ => {
+                        by_name.insert(name, s);
+                    }
+                }
+            }
+            let stdio_ok = act.tenant.has_feature(STDIO_FEATURE);
+            let limit = act.tenant.quotas.max_mcp_servers as usize;
+            let mut chosen = Vec::new();
+            for (name, s) in by_name {
+                if s.origin == Origin::User && matches!(s.config.transport, McpTransportConfig::Stdio(_)) && !stdio_ok {
+                    warnings.push(format!(
+                        "MCP server {name:?} is a local (stdio) server, which this tenant may not run; only HTTP servers are allowed"
+                    ));
+                    continue;
+                }
+                if limit > 0 && chosen.len() >= limit {
+                    warnings.push(format!("MCP server {name:?} was not connected: the tenant allows {limit} servers per user"));
+                    continue;
+                }
+                chosen.push(s);
+            }
+            let now = Instant::now();
+            let mut ready = Vec::new();
+            let mut waits = Vec::new();
+            for server in chosen {
+                let name = server.config.name.clone();
+                let key = (user, name.clone());
+                let current = act.slots.get_mut(&key);
+                match current {
+                    Some(slot) if slot.server == server => {
+                        slot.last_used = now;
+                        match &mut slot.state {
+                            SlotState::Connected { tools, .. } => ready.extend(tools.iter().cloned()),
+                            SlotState::Connecting { waiters } => {
+                                let (tx, rx) = oneshot::channel();
+                                waiters.push(tx);
+                                waits.push((name, rx));
+                            }
+                            SlotState::Failed { error, attempts, retry_at } => {
+                                if now >= *retry_at {
+                                    let attempts = *attempts;
+                                    let (tx, rx) = oneshot::channel();
+                                    act.connect(ctx, key, server, Some(tx), attempts);
+                                    waits.push((name, rx));
+                                } else {
+                                    warnings.push(format!(
+                                        "MCP server {name:?} is unavailable ({error}); retrying in {} s; its tools are left out of this run",
+                                        retry_at.duration_since(now).as_secs().max(1)
+                                    ));
+                                }
+                            }
+                        }
+                    }
+                    _ => {
+                        let (tx, rx) = oneshot::channel();
+                        act.connect(ctx, key, server, Some(tx), 0);
+                        waits.push((name, rx));
+                    }
+                }
+            }
+            let deadline = tokio::time::Instant::now() + act.cfg.connect_wait;
+            async move {
+                for (name, rx) in waits {
+                    match tokio::time::timeout_at(deadline, rx).await {
+                        Ok(Ok(Ok(tools))) => ready.extend(tools),
+                        Ok(Ok(Err(e))) => warnings.push(format!("MCP server {name:?} failed to connect: {e}; its tools are left out of this run")),
+                        Ok(Err(_)) => warnings.push(format!("MCP server {name:?} was closed while connecting")),
+                        Err(_) => warnings.push(format!(
+                            "MCP server {name:?} is still connecting; its tools will be available on a later message"
+                        )),
+                    }
+                }
+                UserToolsReply { tools: ready, warnings }
+            }
+            .into_actor(act)
+        }))
+    }
+}
+
+impl Handler<ServerStatuses> for McpPoolActor {
+    type Result = MessageResult<ServerStatuses>;
+    fn handle(&mut self, msg: ServerStatuses, _: &mut Self::Context) -> Self::Result {
+        let mut out: Vec<_> = self
+            .slots
+            .iter()
+            .filter(|((u, _), _)| *u == msg.user)
+            .map(|((_, name), slot)| {
+                let (status, message) = slot.status();
+                (name.clone(), status, message)
+            })
+            .collect();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        MessageResult(out)
+    }
+}
+
+impl Handler<UserConfigChanged> for McpPoolActor {
+    type Result = ();
+    fn handle(&mut self, msg: UserConfigChanged, _: &mut Self::Context) {
+        self.close_user(msg.user, msg.server.as_deref());
+    }
+}
+
+impl Handler<FileConfigChanged> for McpPoolActor {
+    type Result = ();
+    fn handle(&mut self, msg: FileConfigChanged, _: &mut Self::Context) {
+        let affected: Vec<String> = msg
+            .0
+            .removed
+            .iter()
+            .map(|e| e.config.name.clone())
+            .chain(msg.0.changed.iter().map(|c| c.name().to_string()))
+            .collect();
+        let keys: Vec<_> = self
+            .slots
+            .iter()
+            .filter(|(k, s)| s.server.origin == Origin::File && affected.contains(&k.1))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in keys {
+            if let Some(slot) = self.slots.remove(&key) {
+                super::close_slot(slot);
+            }
+        }
+    }
+}
+
+impl Handler<UserIdle> for McpPoolActor {
+    type Result = ();
+    fn handle(&mut self, msg: UserIdle, _: &mut Self::Context) {
+        self.close_user(msg.user, None);
+    }
+}
+
+impl Handler<OpenConnections> for McpPoolActor {
+    type Result = usize;
+    fn handle(&mut self, _: OpenConnections, _: &mut Self::Context) -> usize {
+        self.slots
+            .values()
+            .filter(|s| matches!(s.state, SlotState::Connected { .. }))
+            .count()
+    }
+}
+
+impl Handler<ToolsChanged> for McpPoolActor {
+    type Result = ();
+    fn handle(&mut self, msg: ToolsChanged, ctx: &mut Self::Context) {
+        let Some(slot) = self
+            .slots
+            .get(&msg.key)
+            .filter(|s| s.generation == msg.generation)
+        else {
+            return;
+        };
+        let SlotState::Connected { conn, .. } = &slot.state else {
+            return;
+        };
+        let conn = conn.clone();
+        let policy = slot.server.policy.clone();
+        let fut = async move { agentry_mcp::client::tools_for(&conn).await };
+        ctx.spawn(fut.into_actor(self).map(move |res, act, _| {
+            let Some(slot) = act
+                .slots
+                .get_mut(&msg.key)
+                .filter(|s| s.generation == msg.generation)
+            else {
+                return;
+            };
+            if let (Ok(tools), SlotState::Connected { tools: current, .. }) = (res, &mut slot.state)
+            {
+                *current = super::filter_tools(tools, &policy);
+            }
+        }));
+    }
+}
+
+impl Handler<ConnectionLost> for McpPoolActor {
+    type Result = ();
+    fn handle(&mut self, msg: ConnectionLost, ctx: &mut Self::Context) {
+        self.lost(ctx, msg.key, msg.generation, msg.error);
+    }
+}
+
+impl Handler<TenantUpdated> for McpPoolActor {
+    type Result = ();
+    fn handle(&mut self, msg: TenantUpdated, _: &mut Self::Context) {
+        self.tenant = msg.0;
+    }
+}
+
+impl Handler<ProcessGroups> for McpPoolActor {
+    type Result = MessageResult<ProcessGroups>;
+    fn handle(&mut self, msg: ProcessGroups, _: &mut Self::Context) -> Self::Result {
+        MessageResult(
+            self.slots
+                .iter()
+                .filter(|((u, _), _)| *u == msg.user)
+                .filter_map(|((_, name), slot)| match &slot.state {
+                    SlotState::Connected { conn, .. } => {
+                        conn.process_group().map(|pg| (name.clone(), pg))
+                    }
+                    _ => None,
+                })
+                .collect(),
+        )
+    }
+}

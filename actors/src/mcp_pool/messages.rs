@@ -1,0 +1,86 @@
+//! McpPoolActor's contract. Input: tools for a user, live statuses, configuration changes,
+//! user idle. Internal: connection hooks.
+
+use std::sync::Arc;
+
+use actix::Message;
+use agentry_mcp::config_file::ConfigDiff;
+use agentry_mcp::tool::Tool;
+use agentry_schema::ids::UserId;
+
+use super::Key;
+
+/// The user's MCP tools for a run. Never fails: servers that are down or slow are reported in
+/// `warnings` and left out.
+#[derive(Message)]
+#[rtype(result = "UserToolsReply")]
+pub struct UserTools {
+    pub user: UserId,
+}
+
+#[derive(Clone, Default)]
+pub struct UserToolsReply {
+    pub tools: Vec<Arc<dyn Tool>>,
+    pub warnings: Vec<String>,
+}
+
+/// Live status of each of the user's servers: `(name, connected|connecting|disconnected|error,
+/// message)`. Servers never used have no entry (they are `disconnected`).
+#[derive(Message)]
+#[rtype(result = "Vec<(String, &'static str, Option<String>)>")]
+pub struct ServerStatuses {
+    pub user: UserId,
+}
+
+/// The user's server configuration changed (REST): close the affected connections; the next
+/// run connects with the new configuration. `server: None` = all of the user's.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct UserConfigChanged {
+    pub user: UserId,
+    pub server: Option<String>,
+}
+
+/// The platform's MCP config file changed: close connections to servers it changed or removed.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct FileConfigChanged(pub Arc<ConfigDiff>);
+
+/// The user has no live session left: release their connections (seed property 50).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct UserIdle {
+    pub user: UserId,
+}
+
+/// How many connections are open (for tests and metrics).
+#[derive(Message)]
+#[rtype(result = "usize")]
+pub struct OpenConnections;
+
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct ToolsChanged {
+    pub key: Key,
+    pub generation: u64,
+}
+
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct ConnectionLost {
+    pub key: Key,
+    pub generation: u64,
+    pub error: String,
+}
+
+/// The tenant's row changed (quotas, features).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct TenantUpdated(pub Arc<agentry_store::tenants::Tenant>);
+
+/// The process groups of the user's stdio servers, by server name (operations and tests).
+#[derive(Message)]
+#[rtype(result = "Vec<(String, i32)>")]
+pub struct ProcessGroups {
+    pub user: UserId,
+}

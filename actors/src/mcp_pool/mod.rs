@@ -1,0 +1,503 @@
+//! McpPoolActor: one per tenant, under its supervisor. It owns the tenant's MCP connections,
+//! keyed by (user, server) and never shared across users (seed property 49).
+//!
+//! - connects on first use, bounded by the tenant's `max_mcp_servers` per user;
+//! - a server that fails or is slow to connect never blocks a run: the run gets the tools that
+//!   are ready plus a warning (seed property 48), and the connect goes on in the background;
+//! - health checks every `health_interval`; a dead connection is reconnected with exponential
+//!   backoff; `tools/list_changed` refreshes the tool list;
+//! - idle connections close after `idle_timeout`; a user's connections close when the user has
+//!   no live session left (seed property 50);
+//! - configuration changes (REST or the hot-reloaded file) close the connections they affect.
+
+mod handlers;
+pub mod messages;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+use agentry_mcp::client::{ClientHooks, ConnectionStatus, McpConnection, McpServerConfig};
+use agentry_mcp::config_file::ServerPolicy;
+use agentry_mcp::tool::Tool;
+use agentry_schema::ids::UserId;
+use agentry_store::tenants::Tenant;
+use async_trait::async_trait;
+use tokio::sync::oneshot;
+
+pub use handlers::STDIO_FEATURE;
+pub use messages::*;
+
+/// Where a server's configuration came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// The platform's MCP config file: offered to every user of every tenant.
+    File,
+    /// The user's own, from the REST API.
+    User,
+}
+
+/// One server a user may use.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PoolServer {
+    pub config: McpServerConfig,
+    pub policy: ServerPolicy,
+    pub origin: Origin,
+}
+
+/// The servers configured for a user (the file's plus their own), from outside the actor.
+#[async_trait]
+pub trait McpConfigSource: Send + Sync {
+    /// Servers for `user`, enabled or not. Problems with single entries (a secret that does not
+    /// decrypt) come back as warnings, not errors.
+    async fn servers_for(&self, tenant: &Tenant, user: UserId) -> (Vec<PoolServer>, Vec<String>);
+}
+
+#[derive(Debug, Clone)]
+pub struct McpPoolConfig {
+    pub health_interval: Duration,
+    pub idle_timeout: Duration,
+    /// How long a run waits for servers that are still connecting before it starts without them.
+    pub connect_wait: Duration,
+    pub backoff_base: Duration,
+    pub backoff_max: Duration,
+}
+
+impl Default for McpPoolConfig {
+    fn default() -> Self {
+        McpPoolConfig {
+            health_interval: Duration::from_secs(30),
+            idle_timeout: Duration::from_secs(600),
+            connect_wait: Duration::from_secs(10),
+            backoff_base: Duration::from_millis(500),
+            backoff_max: Duration::from_secs(60),
+        }
+    }
+}
+
+/// The delay before reconnect attempt `n` (0-based): `base * 2^n`, capped.
+pub fn backoff(cfg: &McpPoolConfig, attempt: u32) -> Duration {
+    let factor = 2u32.saturating_pow(attempt.min(20));
+    cfg.backoff_base.saturating_mul(factor).min(cfg.backoff_max)
+}
+
+pub type Key = (UserId, String);
+
+type ToolsResult = Result<Vec<Arc<dyn Tool>>, String>;
+
+pub(crate) enum SlotState {
+    Connecting {
+        waiters: Vec<oneshot::Sender<ToolsResult>>,
+    },
+    Connected {
+        conn: McpConnection,
+        tools: Vec<Arc<dyn Tool>>,
+    },
+    Failed {
+        error: String,
+        attempts: u32,
+        retry_at: Instant,
+    },
+}
+
+pub(crate) struct Slot {
+    pub server: PoolServer,
+    pub state: SlotState,
+    pub last_used: Instant,
+    /// Bumped on every (re)connect so late results of an older attempt are ignored.
+    pub generation: u64,
+    /// The slot was connected once; a failure after that is reconnected in the background.
+    pub was_connected: bool,
+}
+
+impl Slot {
+    pub fn status(&self) -> (&'static str, Option<String>) {
+        match &self.state {
+            SlotState::Connecting { .. } => ("connecting", None),
+            SlotState::Connected { conn, .. } => match conn.status() {
+                ConnectionStatus::Connected => ("connected", None),
+                ConnectionStatus::Error(m) => ("error", Some(m)),
+                other => (other.as_str(), None),
+            },
+            SlotState::Failed { error, .. } => ("error", Some(error.clone())),
+        }
+    }
+}
+
+pub struct McpPoolActor {
+    pub(crate) tenant: Arc<Tenant>,
+    pub(crate) source: Arc<dyn McpConfigSource>,
+    pub(crate) cfg: McpPoolConfig,
+    pub(crate) slots: HashMap<Key, Slot>,
+    pub(crate) next_generation: u64,
+}
+
+impl McpPoolActor {
+    pub fn new(tenant: Arc<Tenant>, source: Arc<dyn McpConfigSource>, cfg: McpPoolConfig) -> Self {
+        McpPoolActor {
+            tenant,
+            source,
+            cfg,
+            slots: HashMap::new(),
+            next_generation: 1,
+        }
+    }
+
+    /// Start connecting `key`; `waiter` (if any) hears the result.
+    pub(crate) fn connect(
+        &mut self,
+        ctx: &mut Context<Self>,
+        key: Key,
+        server: PoolServer,
+        waiter: Option<oneshot::Sender<ToolsResult>>,
+        attempts: u32,
+    ) {
+        let generation = self.next_generation;
+        self.next_generation += 1;
+        let was_connected = self.slots.get(&key).is_some_and(|s| s.was_connected);
+        if let Some(old) = self.slots.remove(&key) {
+            close_slot(old);
+        }
+        self.slots.insert(
+            key.clone(),
+            Slot {
+                server: server.clone(),
+                state: SlotState::Connecting {
+                    waiters: waiter.into_iter().collect(),
+                },
+                last_used: Instant::now(),
+                generation,
+                was_connected,
+            },
+        );
+        let me = ctx.address();
+        let hook_key = key.clone();
+        let hook_key2 = key.clone();
+        let me2 = me.clone();
+        let hooks = ClientHooks::default()
+            .on_tools_changed(move |_| {
+                me.do_send(ToolsChanged {
+                    key: hook_key.clone(),
+                    generation,
+                })
+            })
+            .on_status(move |_, status| {
+                if let ConnectionStatus::Error(msg) = status {
+                    me2.do_send(ConnectionLost {
+                        key: hook_key2.clone(),
+                        generation,
+                        error: msg.clone(),
+                    });
+                }
+            });
+        let config = server.config.clone();
+        let policy = server.policy.clone();
+        let fut = async move {
+            let conn = McpConnection::connect(&config, hooks)
+                .await
+                .map_err(|e| e.to_string())?;
+            match agentry_mcp::client::tools_for(&conn).await {
+                Ok(tools) => Ok((conn, filter_tools(tools, &policy))),
+                Err(e) => {
+                    conn.close().await;
+                    Err(e.to_string())
+                }
+            }
+        };
+        ctx.spawn(
+            fut.into_actor(self)
+                .map(move |res, act, ctx| act.connected(ctx, key, generation, attempts, res)),
+        );
+    }
+
+    fn connected(
+        &mut self,
+        ctx: &mut Context<Self>,
+        key: Key,
+        generation: u64,
+        attempts: u32,
+        res: Result<(McpConnection, Vec<Arc<dyn Tool>>), String>,
+    ) {
+        let Some(slot) = self
+            .slots
+            .get_mut(&key)
+            .filter(|s| s.generation == generation)
+        else {
+            // Superseded (config changed, user went idle): drop what we got.
+            if let Ok((conn, _)) = res {
+                actix::spawn(async move { conn.close().await });
+            }
+            return;
+        };
+        let waiters = match &mut slot.state {
+            SlotState::Connecting { waiters } => std::mem::take(waiters),
+            _ => Vec::new(),
+        };
+        match res {
+            Ok((conn, tools)) => {
+                tracing::info!(tenant = %self.tenant.id, user = %key.0, server = %key.1, tools = tools.len(), "MCP server connected");
+                for w in waiters {
+                    let _ = w.send(Ok(tools.clone()));
+                }
+                slot.state = SlotState::Connected { conn, tools };
+                slot.was_connected = true;
+            }
+            Err(error) => {
+                let delay = backoff(&self.cfg, attempts);
+                tracing::warn!(tenant = %self.tenant.id, user = %key.0, server = %key.1, attempt = attempts, "MCP server failed to connect: {error}; next try in {delay:?}");
+                for w in waiters {
+                    let _ = w.send(Err(error.clone()));
+                }
+                slot.state = SlotState::Failed {
+                    error,
+                    attempts: attempts + 1,
+                    retry_at: Instant::now() + delay,
+                };
+                if slot.was_connected {
+                    // A server that worked before is brought back without waiting for a run.
+                    let server = slot.server.clone();
+                    ctx.run_later(delay, move |act, ctx| {
+                        let due = act.slots.get(&key).is_some_and(|s| {
+                            s.generation == generation
+                                && matches!(s.state, SlotState::Failed { .. })
+                        });
+                        if due {
+                            act.connect(ctx, key, server, None, attempts + 1);
+                        }
+                    });
+                }
+            }
+        }
+    }
+
+    /// Health: ping every connected server; close idle ones.
+    fn sweep(&mut self, ctx: &mut Context<Self>) {
+        let now = Instant::now();
+        let idle: Vec<Key> = self
+            .slots
+            .iter()
+            .filter(|(_, s)| {
+                matches!(s.state, SlotState::Connected { .. })
+                    && now.duration_since(s.last_used) >= self.cfg.idle_timeout
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in idle {
+            if let Some(slot) = self.slots.remove(&key) {
+                tracing::debug!(server = %key.1, "closing an idle MCP connection");
+                close_slot(slot);
+            }
+        }
+        for (key, slot) in &self.slots {
+            if let SlotState::Connected { conn, .. } = &slot.state {
+                let conn = conn.clone();
+                let key = key.clone();
+                let generation = slot.generation;
+                let timeout = slot
+                    .server
+                    .policy
+                    .health_timeout
+                    .unwrap_or(Duration::from_secs(10));
+                let fut = async move { tokio::time::timeout(timeout, conn.ping()).await };
+                ctx.spawn(fut.into_actor(self).map(move |res, act, ctx| {
+                    let error = match res {
+                        Ok(Ok(_)) => return,
+                        Ok(Err(e)) => e.to_string(),
+                        Err(_) => "health check timed out".to_string(),
+                    };
+                    act.lost(ctx, key, generation, error);
+                }));
+            }
+        }
+    }
+
+    /// A connection died: mark it failed and reconnect with backoff.
+    pub(crate) fn lost(
+        &mut self,
+        ctx: &mut Context<Self>,
+        key: Key,
+        generation: u64,
+        error: String,
+    ) {
+        let Some(slot) = self
+            .slots
+            .get_mut(&key)
+            .filter(|s| s.generation == generation)
+        else {
+            return;
+        };
+        let SlotState::Connected { conn, .. } = &slot.state else {
+            return;
+        };
+        tracing::warn!(tenant = %self.tenant.id, server = %key.1, "MCP connection lost: {error}; reconnecting");
+        let conn = conn.clone();
+        actix::spawn(async move { conn.close().await });
+        let delay = backoff(&self.cfg, 0);
+        slot.state = SlotState::Failed {
+            error,
+            attempts: 1,
+            retry_at: Instant::now() + delay,
+        };
+        let server = slot.server.clone();
+        ctx.run_later(delay, move |act, ctx| {
+            let due = act.slots.get(&key).is_some_and(|s| {
+                s.generation == generation && matches!(s.state, SlotState::Failed { .. })
+            });
+            if due {
+                act.connect(ctx, key, server, None, 1);
+            }
+        });
+    }
+
+    /// Close every connection of `user` (or of the servers matching `only`).
+    pub(crate) fn close_user(&mut self, user: UserId, only: Option<&str>) {
+        let keys: Vec<Key> = self
+            .slots
+            .keys()
+            .filter(|(u, name)| *u == user && only.is_none_or(|o| o == name))
+            .cloned()
+            .collect();
+        for key in keys {
+            if let Some(slot) = self.slots.remove(&key) {
+                close_slot(slot);
+            }
+        }
+    }
+}
+
+fn close_slot(slot: Slot) {
+    match slot.state {
+        SlotState::Connected { conn, .. } => {
+            actix::spawn(async move { conn.close().await });
+        }
+        SlotState::Connecting { waiters } => {
+            for w in waiters {
+                let _ = w.send(Err("the connection was closed".into()));
+            }
+        }
+        SlotState::Failed { .. } => {}
+    }
+}
+
+/// Apply a file server's tool allow-list and its rate limit (shared by all of the server's
+/// tools on this connection).
+fn filter_tools(tools: Vec<Arc<dyn Tool>>, policy: &ServerPolicy) -> Vec<Arc<dyn Tool>> {
+    let limiter = policy
+        .rate_limit_per_minute
+        .filter(|n| *n > 0)
+        .map(|n| Arc::new(RateLimiter::new(n)));
+    tools
+        .into_iter()
+        .filter(|t| policy.allows_tool(&t.spec().service_tool))
+        .map(|t| match &limiter {
+            Some(l) => Arc::new(RateLimited {
+                inner: t,
+                limiter: l.clone(),
+            }) as Arc<dyn Tool>,
+            None => t,
+        })
+        .collect()
+}
+
+/// Calls per minute, sliding window.
+struct RateLimiter {
+    per_minute: u32,
+    calls: std::sync::Mutex<std::collections::VecDeque<Instant>>,
+}
+
+impl RateLimiter {
+    fn new(per_minute: u32) -> Self {
+        RateLimiter {
+            per_minute,
+            calls: std::sync::Mutex::new(std::collections::VecDeque::new()),
+        }
+    }
+
+    fn admit(&self) -> Result<(), Duration> {
+        let now = Instant::now();
+        let Ok(mut calls) = self.calls.lock() else {
+            return Ok(());
+        };
+        while calls
+            .front()
+            .is_some_and(|t| now.duration_since(*t) >= Duration::from_secs(60))
+        {
+            calls.pop_front();
+        }
+        if calls.len() >= self.per_minute as usize {
+            let oldest = calls.front().copied().unwrap_or(now);
+            return Err(Duration::from_secs(60).saturating_sub(now.duration_since(oldest)));
+        }
+        calls.push_back(now);
+        Ok(())
+    }
+}
+
+struct RateLimited {
+    inner: Arc<dyn Tool>,
+    limiter: Arc<RateLimiter>,
+}
+
+#[async_trait]
+impl Tool for RateLimited {
+    fn spec(&self) -> &agentry_mcp::tool::ToolSpec {
+        self.inner.spec()
+    }
+
+    fn needs_approval(&self, args: &serde_json::Value) -> bool {
+        self.inner.needs_approval(args)
+    }
+
+    async fn call(
+        &self,
+        args: serde_json::Value,
+        ctx: &agentry_mcp::tool::ToolContext,
+    ) -> Result<agentry_mcp::tool::ToolOutput, agentry_mcp::tool::ToolError> {
+        if let Err(wait) = self.limiter.admit() {
+            return Err(agentry_mcp::tool::ToolError::Failed {
+                message: format!(
+                    "the MCP server's rate limit of {} calls per minute is reached; try again in {} s",
+                    self.limiter.per_minute,
+                    wait.as_secs().max(1)
+                ),
+                retryable: false,
+            });
+        }
+        self.inner.call(args, ctx).await
+    }
+}
+
+impl Actor for McpPoolActor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        let every = self.cfg.health_interval.max(Duration::from_millis(50));
+        ctx.run_interval(every, |act, ctx| act.sweep(ctx));
+    }
+
+    fn stopped(&mut self, _: &mut Self::Context) {
+        for (_, slot) in self.slots.drain() {
+            close_slot(slot);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_and_caps() {
+        let cfg = McpPoolConfig {
+            backoff_base: Duration::from_millis(100),
+            backoff_max: Duration::from_secs(2),
+            ..McpPoolConfig::default()
+        };
+        assert_eq!(backoff(&cfg, 0), Duration::from_millis(100));
+        assert_eq!(backoff(&cfg, 1), Duration::from_millis(200));
+        assert_eq!(backoff(&cfg, 3), Duration::from_millis(800));
+        assert_eq!(backoff(&cfg, 10), Duration::from_secs(2));
+        assert_eq!(backoff(&cfg, 1000), Duration::from_secs(2));
+    }
+}

@@ -1,0 +1,57 @@
+//! QuotaActor's contract. Input: admission requests and releases; output: a decision naming
+//! the quota that refused and when to retry.
+
+use actix::Message;
+use agentry_schema::ids::UserId;
+use agentry_store::tenants::Quotas;
+
+use super::QuotaDecision;
+
+/// One API request of the tenant (requests_per_minute).
+#[derive(Message)]
+#[rtype(result = "QuotaDecision")]
+pub struct AdmitRequest;
+
+/// A run wants to start (max_concurrent_runs, tokens_per_day).
+#[derive(Message)]
+#[rtype(result = "QuotaDecision")]
+pub struct AcquireRun;
+
+/// A run ended after using `tokens`.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct ReleaseRun {
+    pub tokens: u64,
+}
+
+/// A user wants a new session; `stored` is their count in the database.
+#[derive(Message)]
+#[rtype(result = "QuotaDecision")]
+pub struct ReserveSession {
+    pub user: UserId,
+    pub stored: u64,
+}
+
+/// A session was deleted, or its creation failed after the reservation.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct ReleaseSession {
+    pub user: UserId,
+}
+
+/// The platform admin changed the tenant's quotas.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct UpdateQuotas(pub Quotas);
+
+/// Current usage, for metrics and the admin API.
+#[derive(Message)]
+#[rtype(result = "QuotaSnapshot")]
+pub struct GetUsage;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QuotaSnapshot {
+    pub running: u32,
+    pub tokens_used_today: u64,
+    pub quotas: Quotas,
+}

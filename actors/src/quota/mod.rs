@@ -1,0 +1,256 @@
+//! QuotaActor: one per tenant. Requests per minute, concurrent runs, sessions per user and
+//! tokens per day, with `>=` semantics (a limit of N admits exactly N; 0 means no limit).
+//!
+//! The logic is [`QuotaState`], plain methods tested without a mailbox; the actor serialises
+//! access so concurrent requests can never be admitted past a limit.
+
+mod handlers;
+pub mod messages;
+
+use std::collections::{HashMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use actix::{Actor, Context};
+use agentry_schema::ids::UserId;
+use agentry_store::tenants::Quotas;
+use chrono::{DateTime, NaiveDate, Utc};
+
+pub use messages::*;
+
+/// Which quota said no, and when to try again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QuotaRejection {
+    pub quota: &'static str,
+    pub limit: u64,
+    pub retry_after: Duration,
+}
+
+pub type QuotaDecision = Result<(), QuotaRejection>;
+
+#[derive(Debug, Clone)]
+pub struct QuotaState {
+    quotas: Quotas,
+    /// Admission times inside the last minute.
+    requests: VecDeque<Instant>,
+    running: u32,
+    sessions: HashMap<UserId, u64>,
+    tokens_day: NaiveDate,
+    tokens_used: u64,
+}
+
+const MINUTE: Duration = Duration::from_secs(60);
+
+impl QuotaState {
+    /// `tokens_used_today` comes from the store, so a restart does not reset the daily budget.
+    pub fn new(quotas: Quotas, tokens_used_today: u64, now: DateTime<Utc>) -> Self {
+        QuotaState {
+            quotas,
+            requests: VecDeque::new(),
+            running: 0,
+            sessions: HashMap::new(),
+            tokens_day: now.date_naive(),
+            tokens_used: tokens_used_today,
+        }
+    }
+
+    pub fn quotas(&self) -> Quotas {
+        self.quotas
+    }
+
+    pub fn set_quotas(&mut self, quotas: Quotas) {
+        self.quotas = quotas;
+    }
+
+    pub fn running(&self) -> u32 {
+        self.running
+    }
+
+    /// One API request.
+    pub fn admit_request(&mut self, now: Instant) -> QuotaDecision {
+        let limit = self.quotas.requests_per_minute;
+        while self
+            .requests
+            .front()
+            .is_some_and(|t| now.duration_since(*t) >= MINUTE)
+        {
+            self.requests.pop_front();
+        }
+        if limit > 0 && self.requests.len() >= limit as usize {
+            let oldest = self.requests.front().copied().unwrap_or(now);
+            let wait = MINUTE.saturating_sub(now.duration_since(oldest));
+            return Err(QuotaRejection {
+                quota: "requests_per_minute",
+                limit: u64::from(limit),
+                retry_after: wait.max(Duration::from_secs(1)),
+            });
+        }
+        self.requests.push_back(now);
+        Ok(())
+    }
+
+    fn roll_day(&mut self, now: DateTime<Utc>) {
+        if now.date_naive() != self.tokens_day {
+            self.tokens_day = now.date_naive();
+            self.tokens_used = 0;
+        }
+    }
+
+    fn until_midnight(now: DateTime<Utc>) -> Duration {
+        let tomorrow = now.date_naive().succ_opt().unwrap_or(now.date_naive());
+        let midnight = tomorrow
+            .and_hms_opt(0, 0, 0)
+            .map(|t| t.and_utc())
+            .unwrap_or(now);
+        (midnight - now)
+            .to_std()
+            .unwrap_or(Duration::from_secs(1))
+            .max(Duration::from_secs(1))
+    }
+
+    /// A run wants to start: concurrent runs and the daily token budget.
+    pub fn acquire_run(&mut self, now: DateTime<Utc>) -> QuotaDecision {
+        self.roll_day(now);
+        let budget = self.quotas.tokens_per_day;
+        if budget > 0 && self.tokens_used >= budget {
+            return Err(QuotaRejection {
+                quota: "tokens_per_day",
+                limit: budget,
+                retry_after: Self::until_midnight(now),
+            });
+        }
+        let limit = self.quotas.max_concurrent_runs;
+        if limit > 0 && self.running >= limit {
+            return Err(QuotaRejection {
+                quota: "max_concurrent_runs",
+                limit: u64::from(limit),
+                retry_after: Duration::from_secs(1),
+            });
+        }
+        self.running += 1;
+        Ok(())
+    }
+
+    /// A run ended, having used `tokens`.
+    pub fn release_run(&mut self, tokens: u64, now: DateTime<Utc>) {
+        self.running = self.running.saturating_sub(1);
+        self.add_tokens(tokens, now);
+    }
+
+    pub fn add_tokens(&mut self, tokens: u64, now: DateTime<Utc>) {
+        self.roll_day(now);
+        self.tokens_used = self.tokens_used.saturating_add(tokens);
+    }
+
+    pub fn tokens_used(&self) -> u64 {
+        self.tokens_used
+    }
+
+    /// A user wants a new session; `stored` is how many they have in the database (used the
+    /// first time this user is seen; afterwards the in-memory count, which includes sessions
+    /// being created right now, wins).
+    pub fn reserve_session(&mut self, user: UserId, stored: u64) -> QuotaDecision {
+        let current = *self.sessions.entry(user).or_insert(stored);
+        let limit = self.quotas.max_sessions_per_user;
+        if limit > 0 && current >= u64::from(limit) {
+            return Err(QuotaRejection {
+                quota: "max_sessions_per_user",
+                limit: u64::from(limit),
+                retry_after: Duration::from_secs(60),
+            });
+        }
+        self.sessions.insert(user, current + 1);
+        Ok(())
+    }
+
+    /// A session of `user` was deleted (or its creation failed).
+    pub fn release_session(&mut self, user: UserId) {
+        if let Some(n) = self.sessions.get_mut(&user) {
+            *n = n.saturating_sub(1);
+        }
+    }
+}
+
+pub struct QuotaActor {
+    pub(crate) state: QuotaState,
+}
+
+impl QuotaActor {
+    pub fn new(state: QuotaState) -> Self {
+        Self { state }
+    }
+}
+
+impl Actor for QuotaActor {
+    type Context = Context<Self>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn quotas(rpm: u32, runs: u32, sessions: u32, tokens: u64) -> Quotas {
+        Quotas {
+            requests_per_minute: rpm,
+            max_concurrent_runs: runs,
+            max_sessions_per_user: sessions,
+            tokens_per_day: tokens,
+            ..Quotas::default()
+        }
+    }
+
+    #[test]
+    fn a_limit_of_n_admits_exactly_n_requests_per_minute() {
+        let mut q = QuotaState::new(quotas(3, 0, 0, 0), 0, Utc::now());
+        let t0 = Instant::now();
+        for _ in 0..3 {
+            q.admit_request(t0).unwrap();
+        }
+        let r = q.admit_request(t0 + Duration::from_secs(10)).unwrap_err();
+        assert_eq!(r.quota, "requests_per_minute");
+        assert!(
+            r.retry_after <= Duration::from_secs(60) && r.retry_after >= Duration::from_secs(49)
+        );
+        q.admit_request(t0 + Duration::from_secs(60)).unwrap();
+    }
+
+    #[test]
+    fn concurrent_runs_and_tokens() {
+        let now = Utc::now();
+        let mut q = QuotaState::new(quotas(0, 2, 0, 100), 0, now);
+        q.acquire_run(now).unwrap();
+        q.acquire_run(now).unwrap();
+        assert_eq!(q.acquire_run(now).unwrap_err().quota, "max_concurrent_runs");
+        q.release_run(100, now);
+        let r = q.acquire_run(now).unwrap_err();
+        assert_eq!(r.quota, "tokens_per_day");
+        // A new day resets the budget.
+        q.acquire_run(now + chrono::Duration::days(1)).unwrap();
+    }
+
+    #[test]
+    fn sessions_per_user_count_from_the_store_then_in_memory() {
+        let mut q = QuotaState::new(quotas(0, 0, 2, 0), 0, Utc::now());
+        let (a, b) = (UserId::new(), UserId::new());
+        q.reserve_session(a, 1).unwrap();
+        assert_eq!(
+            q.reserve_session(a, 0).unwrap_err().quota,
+            "max_sessions_per_user"
+        );
+        q.release_session(a);
+        q.reserve_session(a, 0).unwrap();
+        q.reserve_session(b, 0).unwrap();
+        q.reserve_session(b, 0).unwrap();
+        assert!(q.reserve_session(b, 0).is_err());
+    }
+
+    #[test]
+    fn zero_means_no_limit() {
+        let now = Utc::now();
+        let mut q = QuotaState::new(quotas(0, 0, 0, 0), u64::MAX / 2, now);
+        for _ in 0..1000 {
+            q.admit_request(Instant::now()).unwrap();
+            q.acquire_run(now).unwrap();
+            q.reserve_session(UserId::default(), 0).unwrap();
+        }
+    }
+}

@@ -1,0 +1,85 @@
+use std::sync::Arc;
+
+use actix::prelude::*;
+use chrono::Utc;
+
+use super::Registry;
+use super::messages::*;
+use crate::quota::{QuotaActor, QuotaState};
+use crate::tenant::{StopSupervisor, TenantIdle, TenantSupervisor, UpdateTenant};
+
+impl Handler<GetTenant> for Registry {
+    type Result = MessageResult<GetTenant>;
+
+    fn handle(&mut self, msg: GetTenant, ctx: &mut Self::Context) -> Self::Result {
+        let id = msg.tenant.id;
+        if let Some(addr) = self.tenants.get(&id).filter(|a| a.connected()) {
+            addr.do_send(UpdateTenant(Arc::new(msg.tenant)));
+            return MessageResult(addr.clone());
+        }
+        let tenant = Arc::new(msg.tenant);
+        let quota = QuotaActor::new(QuotaState::new(
+            tenant.quotas,
+            msg.tokens_used_today,
+            Utc::now(),
+        ))
+        .start();
+        let sup = TenantSupervisor::new(
+            tenant,
+            self.deps.clone(),
+            quota,
+            self.arbiters.clone(),
+            ctx.address().recipient(),
+            self.tenant_idle_after,
+        )
+        .start();
+        self.tenants.insert(id, sup.clone());
+        MessageResult(sup)
+    }
+}
+
+impl Handler<LiveTenant> for Registry {
+    type Result = Option<Addr<TenantSupervisor>>;
+    fn handle(&mut self, msg: LiveTenant, _: &mut Self::Context) -> Self::Result {
+        self.tenants.get(&msg.0).filter(|a| a.connected()).cloned()
+    }
+}
+
+impl Handler<StopTenant> for Registry {
+    type Result = ();
+    fn handle(&mut self, msg: StopTenant, _: &mut Self::Context) {
+        if let Some(addr) = self.tenants.remove(&msg.0) {
+            addr.do_send(StopSupervisor);
+        }
+    }
+}
+
+impl Handler<TenantIdle> for Registry {
+    type Result = ();
+    fn handle(&mut self, msg: TenantIdle, _: &mut Self::Context) {
+        if let Some(addr) = self.tenants.remove(&msg.tenant_id) {
+            addr.do_send(StopSupervisor);
+        }
+    }
+}
+
+impl Handler<TenantCount> for Registry {
+    type Result = usize;
+    fn handle(&mut self, _: TenantCount, _: &mut Self::Context) -> usize {
+        self.tenants.len()
+    }
+}
+
+impl Handler<BroadcastFileChange> for Registry {
+    type Result = ResponseFuture<()>;
+    fn handle(&mut self, msg: BroadcastFileChange, _: &mut Self::Context) -> Self::Result {
+        let sups: Vec<_> = self.tenants.values().cloned().collect();
+        Box::pin(async move {
+            for sup in sups {
+                if let Ok(Some(pool)) = sup.send(crate::tenant::GetMcpPool).await {
+                    pool.do_send(crate::mcp_pool::FileConfigChanged(msg.0.clone()));
+                }
+            }
+        })
+    }
+}

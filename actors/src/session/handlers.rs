@@ -1,0 +1,245 @@
+//! Thin handlers: each forwards to a SessionActor method.
+
+use std::time::Instant;
+
+use actix::prelude::*;
+use agentry_schema::events::EventPayload;
+use agentry_schema::ids::RunId;
+use agentry_store::executions::{self, ExecutionStatus, NewExecution};
+use tokio::sync::oneshot;
+
+use super::messages::*;
+use super::{QueuedRun, RunStart, SessionActor};
+use crate::engine::sink::HumanOutcome;
+use crate::error::EngineError;
+use crate::hitl::{ApprovalClosed, HitlApproval, Resolve};
+
+impl Handler<Subscribe> for SessionActor {
+    type Result = AtomicResponse<Self, Result<SubscriptionId, EngineError>>;
+
+    fn handle(&mut self, msg: Subscribe, _ctx: &mut Self::Context) -> Self::Result {
+        let Some(after) = msg.after_seq else {
+            let id = self.add_subscriber(msg.subscriber);
+            return AtomicResponse::new(Box::pin(fut::ready(Ok(id))));
+        };
+        if after + 1 >= self.log.first_in_ring() {
+            self.replay_from_ring(after, &msg.subscriber);
+            let id = self.add_subscriber(msg.subscriber);
+            return AtomicResponse::new(Box::pin(fut::ready(Ok(id))));
+        }
+        // Older than memory: page through the store up to the ring, then the ring. The
+        // response is atomic, so no event is published in between.
+        let db = self.deps.db.clone();
+        let scope = self.scope;
+        let sid = self.session.id;
+        let upto = self.log.first_in_ring();
+        let fut = async move {
+            let mut out = Vec::new();
+            let mut cursor = after;
+            while cursor + 1 < upto {
+                let page =
+                    agentry_store::events::list_after(&db, &scope, sid, cursor, 1000).await?;
+                let Some(last) = page.last().map(|e| e.seq) else {
+                    break;
+                };
+                out.extend(page.into_iter().filter(|e| e.seq < upto));
+                cursor = last;
+            }
+            Ok::<_, agentry_store::StoreError>(out)
+        };
+        AtomicResponse::new(Box::pin(fut.into_actor(self).map(move |res, act, _ctx| {
+            let stored = res.map_err(EngineError::from)?;
+            let mut last = after;
+            for e in stored {
+                last = e.seq;
+                let json = e.to_json();
+                msg.subscriber.do_send(SessionEvent {
+                    event: std::sync::Arc::new(e),
+                    json: json.into(),
+                });
+            }
+            act.replay_from_ring(last, &msg.subscriber);
+            Ok(act.add_subscriber(msg.subscriber))
+        })))
+    }
+}
+
+impl Handler<Unsubscribe> for SessionActor {
+    type Result = ();
+    fn handle(&mut self, msg: Unsubscribe, _: &mut Self::Context) {
+        self.subscribers.remove(&msg.0);
+        self.last_activity = Instant::now();
+    }
+}
+
+impl Handler<StartChat> for SessionActor {
+    type Result = ResponseActFuture<Self, Result<ChatAccepted, EngineError>>;
+
+    fn handle(&mut self, msg: StartChat, ctx: &mut Self::Context) -> Self::Result {
+        if self.shutting_down {
+            return Box::pin(fut::ready(Err(EngineError::Unavailable)));
+        }
+        self.last_activity = Instant::now();
+        let run_id = RunId::new();
+        if self.busy() {
+            if !msg.enqueue {
+                return Box::pin(fut::ready(Err(EngineError::RunInProgress)));
+            }
+            // Queued: stored now (acknowledged means stored), started when its turn comes.
+            let db = self.deps.db.clone();
+            let scope = self.scope;
+            let new = NewExecution {
+                id: run_id,
+                user_id: msg.user.user_id,
+                session_id: self.session.id,
+                assistant_id: self.session.assistant_id.to_string(),
+                input: msg.message,
+                trace_id: None,
+                status: ExecutionStatus::Queued,
+            };
+            let user = msg.user;
+            let fut = async move { executions::create(&db, &scope, new).await };
+            return Box::pin(fut.into_actor(self).map(move |res, act, ctx| {
+                res.map_err(EngineError::from)?;
+                act.queue.push_back(QueuedRun { run_id, user });
+                // The active run may have ended while the row was written.
+                act.start_next(ctx);
+                Ok(ChatAccepted {
+                    run_id,
+                    queued: true,
+                })
+            }));
+        }
+        let (tx, rx) = oneshot::channel();
+        self.start_run(
+            ctx,
+            run_id,
+            msg.user,
+            RunStart::Fresh {
+                message: msg.message,
+            },
+            0,
+            Some(tx),
+        );
+        Box::pin(async move { rx.await.unwrap_or(Err(EngineError::Unavailable)) }.into_actor(self))
+    }
+}
+
+impl Handler<CancelRun> for SessionActor {
+    type Result = Result<RunId, EngineError>;
+    fn handle(&mut self, _: CancelRun, ctx: &mut Self::Context) -> Self::Result {
+        self.last_activity = Instant::now();
+        self.cancel_run(ctx)
+    }
+}
+
+impl Handler<Decide> for SessionActor {
+    type Result = ResponseFuture<Result<(), EngineError>>;
+
+    fn handle(&mut self, msg: Decide, _: &mut Self::Context) -> Self::Result {
+        self.last_activity = Instant::now();
+        let Some((_, addr)) = self.approvals.get(&msg.request_id) else {
+            let id = msg.request_id.to_string();
+            return Box::pin(async move { Err(EngineError::ApprovalNotPending(id)) });
+        };
+        let addr = addr.clone();
+        let id = msg.request_id.to_string();
+        Box::pin(async move {
+            addr.send(Resolve {
+                decision: msg.decision,
+                by: Some(msg.by),
+            })
+            .await
+            .map_err(|_| EngineError::ApprovalNotPending(id))?
+        })
+    }
+}
+
+impl Handler<GetStatus> for SessionActor {
+    type Result = MessageResult<GetStatus>;
+    fn handle(&mut self, _: GetStatus, _: &mut Self::Context) -> Self::Result {
+        MessageResult(SessionStatus {
+            active_run: self.run.as_ref().map(|r| r.run_id),
+            queued: self.queue.len(),
+            pending_approvals: self.approvals.keys().copied().collect(),
+            subscribers: self.subscribers.values().filter(|s| s.connected()).count(),
+            last_seq: self.log.last_seq(),
+        })
+    }
+}
+
+impl Handler<TenantChanged> for SessionActor {
+    type Result = ();
+    fn handle(&mut self, msg: TenantChanged, _: &mut Self::Context) {
+        self.tenant = msg.0;
+    }
+}
+
+impl Handler<Shutdown> for SessionActor {
+    type Result = ();
+    fn handle(&mut self, _: Shutdown, ctx: &mut Self::Context) {
+        self.shutting_down = true;
+        self.queue.clear();
+        if self.cancel_run(ctx).is_err() && self.run.is_none() {
+            ctx.stop();
+        }
+    }
+}
+
+impl Handler<Emit> for SessionActor {
+    type Result = ();
+    fn handle(&mut self, msg: Emit, _: &mut Self::Context) {
+        // Events of a run that already ended (aborted after a cancel) are dropped: `done` was
+        // its last word.
+        if self
+            .run
+            .as_ref()
+            .is_some_and(|r| r.run_id == msg.run_id && r.phase == super::Phase::Running)
+        {
+            self.publish(Some(msg.run_id), msg.payload);
+        }
+    }
+}
+
+impl Handler<OpenApproval> for SessionActor {
+    type Result = ();
+    fn handle(&mut self, msg: OpenApproval, ctx: &mut Self::Context) {
+        let live = self.run.as_ref().is_some_and(|r| {
+            r.run_id == msg.run_id && r.phase == super::Phase::Running && !r.cancel.is_cancelled()
+        });
+        if !live {
+            let _ = msg.reply.send(HumanOutcome::Cancelled);
+            return;
+        }
+        let id = msg.request.id;
+        let kind = msg.request.data.kind;
+        let addr = HitlApproval::new(
+            id,
+            kind,
+            msg.request.timeout,
+            msg.reply,
+            ctx.address().recipient(),
+        )
+        .start();
+        self.approvals.insert(id, (msg.run_id, addr));
+        self.publish(
+            Some(msg.run_id),
+            EventPayload::HitlRequest(msg.request.data),
+        );
+    }
+}
+
+impl Handler<ApprovalClosed> for SessionActor {
+    type Result = ();
+    fn handle(&mut self, msg: ApprovalClosed, _: &mut Self::Context) {
+        self.approvals.remove(&msg.id);
+        crate::metrics::record_hitl_wait(msg.waited, msg.decided);
+    }
+}
+
+impl Handler<RunFinished> for SessionActor {
+    type Result = ();
+    fn handle(&mut self, msg: RunFinished, ctx: &mut Self::Context) {
+        self.on_run_finished(ctx, msg.run_id, msg.result);
+    }
+}

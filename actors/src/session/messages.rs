@@ -1,0 +1,130 @@
+//! SessionActor's contract.
+//!
+//! Input (from the gateway, through the engine facade): subscribe, chat, cancel, decide, status,
+//! shutdown. Output (to subscribers): [`SessionEvent`]. Internal (from the session's own run
+//! task and approval actors): emit, open approval, run finished, approval closed.
+
+use std::sync::Arc;
+
+use actix::{Message, Recipient};
+use agentry_schema::events::{EventPayload, ExecutionEvent};
+use agentry_schema::frames::Decision;
+use agentry_schema::ids::{ApprovalId, RunId, UserId};
+use agentry_store::UserScope;
+use agentry_store::tenants::Tenant;
+use tokio::sync::oneshot;
+
+use crate::engine::RunOutcome;
+use crate::engine::sink::{HumanOutcome, HumanRequest};
+use crate::error::EngineError;
+
+// ---- output ----
+
+/// One event of the session's stream, with its wire JSON encoded once for every subscriber.
+#[derive(Message, Clone, Debug)]
+#[rtype(result = "()")]
+pub struct SessionEvent {
+    pub event: Arc<ExecutionEvent>,
+    pub json: Arc<str>,
+}
+
+// ---- input ----
+
+/// Start receiving the session's events. With `after_seq`, everything after that `seq` is
+/// replayed first (from memory, or from the store when it is older), with no gap and no
+/// duplicate; without it, only new events arrive.
+#[derive(Message)]
+#[rtype(result = "Result<SubscriptionId, EngineError>")]
+pub struct Subscribe {
+    pub after_seq: Option<u64>,
+    pub subscriber: Recipient<SessionEvent>,
+}
+
+pub type SubscriptionId = u64;
+
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Unsubscribe(pub SubscriptionId);
+
+/// A user message. Refused with `RunInProgress` while a run is active unless `enqueue`.
+#[derive(Message)]
+#[rtype(result = "Result<ChatAccepted, EngineError>")]
+pub struct StartChat {
+    pub user: UserScope,
+    pub message: String,
+    pub enqueue: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChatAccepted {
+    pub run_id: RunId,
+    /// True when the message waits behind the active run.
+    pub queued: bool,
+}
+
+/// Cancel the active run: `done{cancelled: true, reason: "user_cancelled"}` follows promptly.
+#[derive(Message)]
+#[rtype(result = "Result<RunId, EngineError>")]
+pub struct CancelRun;
+
+/// A decision on a pending `hitl_request`.
+#[derive(Message)]
+#[rtype(result = "Result<(), EngineError>")]
+pub struct Decide {
+    pub request_id: ApprovalId,
+    pub decision: Decision,
+    pub by: UserId,
+}
+
+/// The session's live state.
+#[derive(Message)]
+#[rtype(result = "SessionStatus")]
+pub struct GetStatus;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionStatus {
+    pub active_run: Option<RunId>,
+    pub queued: usize,
+    pub pending_approvals: Vec<ApprovalId>,
+    pub subscribers: usize,
+    pub last_seq: u64,
+}
+
+/// The tenant's settings changed (quotas, features).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct TenantChanged(pub Arc<Tenant>);
+
+/// Stop the session: cancel its run (its `done` is still sent) and stop the actor. Used when
+/// the session is deleted.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Shutdown;
+
+// ---- internal ----
+
+/// An event from the session's run task.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct Emit {
+    pub run_id: RunId,
+    pub payload: EventPayload,
+}
+
+/// The run task needs a human.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct OpenApproval {
+    pub run_id: RunId,
+    pub request: HumanRequest,
+    pub reply: oneshot::Sender<HumanOutcome>,
+}
+
+/// The run task ended (or panicked). Sent through the mailbox after all of the task's events,
+/// so `done` always comes last.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct RunFinished {
+    pub run_id: RunId,
+    pub result: Result<RunOutcome, String>,
+}

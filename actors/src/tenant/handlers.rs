@@ -1,0 +1,103 @@
+use std::sync::Arc;
+
+use actix::prelude::*;
+
+use super::TenantSupervisor;
+use super::messages::*;
+use crate::quota::UpdateQuotas;
+use crate::session::{SessionActor, TenantChanged};
+
+impl Handler<StartSession> for TenantSupervisor {
+    type Result = MessageResult<StartSession>;
+
+    fn handle(&mut self, msg: StartSession, ctx: &mut Self::Context) -> Self::Result {
+        let id = msg.session.id;
+        if let Some(addr) = self.live(id) {
+            return MessageResult(addr);
+        }
+        let user = msg.session.user_id;
+        let tenant = self.tenant.clone();
+        let deps = self.deps.clone();
+        let quota = self.quota.clone();
+        let mcp = self.mcp.clone();
+        let me = ctx.address().recipient();
+        let session = msg.session;
+        let instance = self.next_instance;
+        self.next_instance += 1;
+        let addr = SessionActor::start_in_arbiter(&self.arbiters.pick(), move |_| {
+            SessionActor::new(session, tenant, deps, quota, mcp, me, instance)
+        });
+        self.sessions.insert(id, (addr.clone(), user, instance));
+        self.idle_since = None;
+        crate::metrics::live_sessions(1.0);
+        MessageResult(addr)
+    }
+}
+
+impl Handler<LiveSession> for TenantSupervisor {
+    type Result = Option<Addr<SessionActor>>;
+    fn handle(&mut self, msg: LiveSession, _: &mut Self::Context) -> Self::Result {
+        self.live(msg.0)
+    }
+}
+
+impl Handler<GetQuota> for TenantSupervisor {
+    type Result = MessageResult<GetQuota>;
+    fn handle(&mut self, _: GetQuota, _: &mut Self::Context) -> Self::Result {
+        MessageResult(self.quota.clone())
+    }
+}
+
+impl Handler<UpdateTenant> for TenantSupervisor {
+    type Result = ();
+    fn handle(&mut self, msg: UpdateTenant, _: &mut Self::Context) {
+        self.quota.do_send(UpdateQuotas(msg.0.quotas));
+        if let Some(pool) = &self.mcp {
+            pool.do_send(crate::mcp_pool::TenantUpdated(msg.0.clone()));
+        }
+        for (addr, _, _) in self.sessions.values() {
+            addr.do_send(TenantChanged(Arc::clone(&msg.0)));
+        }
+        self.tenant = msg.0;
+    }
+}
+
+impl Handler<LiveCount> for TenantSupervisor {
+    type Result = usize;
+    fn handle(&mut self, _: LiveCount, _: &mut Self::Context) -> usize {
+        self.sessions
+            .values()
+            .filter(|(a, _, _)| a.connected())
+            .count()
+    }
+}
+
+impl Handler<SessionStopped> for TenantSupervisor {
+    type Result = ();
+    fn handle(&mut self, msg: SessionStopped, _: &mut Self::Context) {
+        // A newer actor of the same session may already be live: remove only this instance.
+        if self
+            .sessions
+            .get(&msg.session_id)
+            .is_some_and(|(_, _, i)| *i == msg.instance)
+        {
+            self.sessions.remove(&msg.session_id);
+            crate::metrics::live_sessions(-1.0);
+        }
+        self.user_maybe_idle(msg.user_id);
+    }
+}
+
+impl Handler<StopSupervisor> for TenantSupervisor {
+    type Result = ();
+    fn handle(&mut self, _: StopSupervisor, ctx: &mut Self::Context) {
+        ctx.stop();
+    }
+}
+
+impl Handler<GetMcpPool> for TenantSupervisor {
+    type Result = Option<Addr<crate::mcp_pool::McpPoolActor>>;
+    fn handle(&mut self, _: GetMcpPool, _: &mut Self::Context) -> Self::Result {
+        self.mcp.clone()
+    }
+}

@@ -1,0 +1,67 @@
+//! TenantSupervisor's contract. Input: get or start a session actor, the quota actor, tenant
+//! changes. Output (to the registry): idle.
+
+use std::sync::Arc;
+
+use actix::{Addr, Message};
+use agentry_schema::ids::{SessionId, TenantId, UserId};
+use agentry_store::sessions::Session;
+use agentry_store::tenants::Tenant;
+
+use crate::quota::QuotaActor;
+use crate::session::SessionActor;
+
+/// The live actor of a session, started if needed. The caller has already loaded and
+/// authorized the row.
+#[derive(Message)]
+#[rtype(result = "Addr<SessionActor>")]
+pub struct StartSession {
+    pub session: Session,
+}
+
+/// The live actor of a session, if there is one (no start).
+#[derive(Message)]
+#[rtype(result = "Option<Addr<SessionActor>>")]
+pub struct LiveSession(pub SessionId);
+
+#[derive(Message)]
+#[rtype(result = "Addr<QuotaActor>")]
+pub struct GetQuota;
+
+/// The tenant's row changed (quotas, features, status).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct UpdateTenant(pub Arc<Tenant>);
+
+/// How many session actors are live.
+#[derive(Message)]
+#[rtype(result = "usize")]
+pub struct LiveCount;
+
+/// Sent by a session actor when it stops.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct SessionStopped {
+    pub session_id: SessionId,
+    pub user_id: UserId,
+    /// Which start of the session actor stopped.
+    pub instance: u64,
+}
+
+/// Sent to the registry: no live sessions for a while; the supervisor stopped.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct TenantIdle {
+    pub tenant_id: TenantId,
+}
+
+/// Stop the supervisor and shut its sessions down (the tenant went idle, was suspended or
+/// deleted).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct StopSupervisor;
+
+/// The tenant's MCP pool, if MCP is configured.
+#[derive(Message)]
+#[rtype(result = "Option<Addr<crate::mcp_pool::McpPoolActor>>")]
+pub struct GetMcpPool;

@@ -1,0 +1,155 @@
+//! TenantSupervisor: one per tenant. It owns the tenant's quota actor and its live session
+//! actors (started on arbiters from the pool so sessions spread over the cores), routes to
+//! them, restarts a session actor that died, and tells the registry when the tenant is idle.
+//! The MCP pool actor joins it with the tools/MCP work; its seam is the `ToolProvider`.
+
+mod handlers;
+pub mod messages;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+use agentry_schema::ids::{SessionId, TenantId, UserId};
+use agentry_store::tenants::Tenant;
+
+use crate::deps::EngineDeps;
+use crate::mcp_pool::{McpPoolActor, UserIdle};
+use crate::quota::QuotaActor;
+use crate::session::SessionActor;
+pub use messages::*;
+
+/// Arbiters (threads with their own event loop) that session actors are spread over.
+pub struct ArbiterPool {
+    arbiters: Vec<ArbiterHandle>,
+    next: AtomicUsize,
+}
+
+impl ArbiterPool {
+    /// `n` new arbiters; 0 uses the caller's arbiter for everything (tests).
+    pub fn new(n: usize) -> Self {
+        ArbiterPool {
+            arbiters: (0..n).map(|_| Arbiter::new().handle()).collect(),
+            next: AtomicUsize::new(0),
+        }
+    }
+
+    pub fn pick(&self) -> ArbiterHandle {
+        if self.arbiters.is_empty() {
+            return Arbiter::current();
+        }
+        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.arbiters.len();
+        self.arbiters[i].clone()
+    }
+}
+
+pub struct TenantSupervisor {
+    pub(crate) tenant: Arc<Tenant>,
+    deps: Arc<EngineDeps>,
+    quota: Addr<QuotaActor>,
+    pub(crate) mcp: Option<Addr<McpPoolActor>>,
+    sessions: HashMap<SessionId, (Addr<SessionActor>, UserId, u64)>,
+    next_instance: u64,
+    arbiters: Arc<ArbiterPool>,
+    registry: Recipient<TenantIdle>,
+    idle_since: Option<Instant>,
+    idle_after: Duration,
+}
+
+impl TenantSupervisor {
+    pub fn new(
+        tenant: Arc<Tenant>,
+        deps: Arc<EngineDeps>,
+        quota: Addr<QuotaActor>,
+        arbiters: Arc<ArbiterPool>,
+        registry: Recipient<TenantIdle>,
+        idle_after: Duration,
+    ) -> Self {
+        TenantSupervisor {
+            tenant,
+            deps,
+            quota,
+            mcp: None,
+            sessions: HashMap::new(),
+            next_instance: 1,
+            arbiters,
+            registry,
+            idle_since: Some(Instant::now()),
+            idle_after,
+        }
+    }
+
+    pub fn tenant_id(&self) -> TenantId {
+        self.tenant.id
+    }
+
+    fn live(&mut self, id: SessionId) -> Option<Addr<SessionActor>> {
+        match self.sessions.get(&id) {
+            Some((addr, _, _)) if addr.connected() => Some(addr.clone()),
+            Some((_, user, _)) => {
+                // Died without saying so (its arbiter went down): forget it; the next use starts
+                // a fresh actor, which resumes any run it had from the checkpoint.
+                let user = *user;
+                self.sessions.remove(&id);
+                crate::metrics::live_sessions(-1.0);
+                self.user_maybe_idle(user);
+                None
+            }
+            None => None,
+        }
+    }
+
+    fn user_maybe_idle(&mut self, user: UserId) {
+        if !self.sessions.values().any(|(_, u, _)| *u == user)
+            && let Some(pool) = &self.mcp
+        {
+            pool.do_send(UserIdle { user });
+        }
+        if self.sessions.is_empty() {
+            self.idle_since = Some(Instant::now());
+        }
+    }
+}
+
+impl Actor for TenantSupervisor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        if let Some(source) = &self.deps.mcp {
+            self.mcp = Some(
+                McpPoolActor::new(
+                    self.tenant.clone(),
+                    source.clone(),
+                    self.deps.config.mcp_pool.clone(),
+                )
+                .start(),
+            );
+        }
+        let check = (self.idle_after / 4).clamp(Duration::from_millis(50), Duration::from_secs(60));
+        ctx.run_interval(check, |act, _ctx| {
+            let ids: Vec<SessionId> = act.sessions.keys().copied().collect();
+            for id in ids {
+                act.live(id);
+            }
+            if act.sessions.is_empty()
+                && act
+                    .idle_since
+                    .is_some_and(|t| t.elapsed() >= act.idle_after)
+            {
+                // The registry forgets us and replies with StopSupervisor.
+                act.idle_since = None;
+                act.registry.do_send(TenantIdle {
+                    tenant_id: act.tenant.id,
+                });
+            }
+        });
+    }
+
+    fn stopped(&mut self, _: &mut Self::Context) {
+        for (addr, _, _) in self.sessions.values() {
+            addr.do_send(crate::session::Shutdown);
+        }
+    }
+}

@@ -1,0 +1,145 @@
+//! The tool set of a run as the server composes it: the built-in tools the assistant allows,
+//! guarded by the tenant's role permissions, plus the user's MCP tools from the tenant's pool.
+
+use std::sync::Arc;
+
+use agentry_mcp::builtin::{BuiltinConfig, BuiltinService, builtin_registry};
+use agentry_mcp::rbac::{self, RolePermissions};
+use agentry_mcp::tool::{ToolRegistry, ToolSpec};
+use agentry_store::Role;
+use async_trait::async_trait;
+
+use crate::deps::{ToolPolicy, ToolProvider, ToolRequest, ToolSet};
+use crate::mcp_pool::UserTools;
+
+/// Whether an assistant's `tools` list admits a tool. `None` admits everything; entries are a
+/// tool name (`read_file`, `github__create_issue`), `service:tool`, `service:*` or `*`.
+pub fn assistant_allows(patterns: Option<&[String]>, spec: &ToolSpec) -> bool {
+    let Some(patterns) = patterns else {
+        return true;
+    };
+    patterns.iter().any(|p| {
+        let p = p.trim();
+        if p == "*" || p == "*:*" || p == spec.name {
+            return true;
+        }
+        match p.split_once(':') {
+            Some((service, tool)) => {
+                service == spec.service && (tool == "*" || tool == spec.service_tool)
+            }
+            None => false,
+        }
+    })
+}
+
+/// Role permissions as the loop's policy.
+pub struct RbacPolicy {
+    pub permissions: RolePermissions,
+    pub role: rbac::Role,
+}
+
+impl ToolPolicy for RbacPolicy {
+    fn check(&self, spec: &ToolSpec) -> Result<(), String> {
+        self.permissions
+            .check(self.role, &spec.service, &spec.service_tool)
+            .map_err(|d| d.to_string())
+    }
+}
+
+pub struct PlatformTools {
+    pub builtin: BuiltinConfig,
+    /// For the memory tools; `None` leaves them out.
+    pub db: Option<sea_orm::DatabaseConnection>,
+}
+
+impl PlatformTools {
+    pub fn new(builtin: BuiltinConfig) -> Self {
+        PlatformTools { builtin, db: None }
+    }
+
+    pub fn with_memory(mut self, db: sea_orm::DatabaseConnection) -> Self {
+        self.db = Some(db);
+        self
+    }
+}
+
+#[async_trait]
+impl ToolProvider for PlatformTools {
+    async fn tools_for(&self, req: &ToolRequest) -> ToolSet {
+        let patterns = req.assistant.spec.tools.as_deref();
+        let mut warnings = Vec::new();
+        let mut registry: ToolRegistry = builtin_registry(&self.builtin, &BuiltinService::ALL);
+        if let Some(db) = &self.db {
+            for t in crate::memory_tools::memory_tools(db.clone()) {
+                let _ = registry.register(t);
+            }
+        }
+        registry.retain(|s| assistant_allows(patterns, s));
+        if let Some(pool) = &req.mcp {
+            match pool.send(UserTools { user: req.user_id }).await {
+                Ok(reply) => {
+                    warnings.extend(reply.warnings);
+                    for tool in reply.tools {
+                        if !assistant_allows(patterns, tool.spec()) {
+                            continue;
+                        }
+                        let name = tool.spec().name.clone();
+                        if registry.contains(&name) {
+                            warnings.push(format!(
+                                "MCP tool {name:?} clashes with a built-in tool and was left out"
+                            ));
+                            continue;
+                        }
+                        if let Err(e) = registry.register(tool) {
+                            warnings.push(format!("MCP tool {name:?} was left out: {e}"));
+                        }
+                    }
+                }
+                Err(_) => warnings.push(
+                    "the MCP pool is not available; MCP tools are left out of this run".into(),
+                ),
+            }
+        }
+        let permissions = match req.tenant.tool_permissions.as_ref() {
+            None => RolePermissions::default(),
+            Some(v) => RolePermissions::from_json(v).unwrap_or_else(|e| {
+                tracing::warn!(tenant = %req.tenant.id, error = %e, "the tenant's tool permissions are invalid; using the defaults");
+                RolePermissions::default()
+            }),
+        };
+        let role = match req.role {
+            Role::Admin => rbac::Role::Admin,
+            Role::Member => rbac::Role::Member,
+        };
+        ToolSet {
+            registry,
+            policy: Arc::new(RbacPolicy { permissions, role }),
+            warnings,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn spec(service: &str, name: &str) -> ToolSpec {
+        ToolSpec::new(service, name, "", json!({}))
+    }
+
+    #[test]
+    fn assistant_patterns() {
+        let read = spec("files", "read_file");
+        let mut gh = spec("github", "create_issue");
+        gh.name = "github__create_issue".into();
+        assert!(assistant_allows(None, &read));
+        let p = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert!(assistant_allows(Some(&p(&["files:*"])), &read));
+        assert!(!assistant_allows(Some(&p(&["files:*"])), &gh));
+        assert!(assistant_allows(Some(&p(&["github__create_issue"])), &gh));
+        assert!(assistant_allows(Some(&p(&["github:create_issue"])), &gh));
+        assert!(assistant_allows(Some(&p(&["*"])), &gh));
+        assert!(!assistant_allows(Some(&[]), &read));
+    }
+}

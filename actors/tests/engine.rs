@@ -1,0 +1,1123 @@
+//! The actor tree and the agent loop, end to end through the real model clients against the fake
+//! model server (OpenAI and Anthropic wire formats), the real built-in tools and a real database.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use agentry_actors::EngineError;
+use agentry_fake_model::FakeReply;
+use agentry_schema::events::{DoneStatus, EventPayload, HitlKind, ToolStatus};
+use agentry_schema::frames::Decision;
+use agentry_store::PageRequest;
+use agentry_store::approvals::{self, ApprovalStatus};
+use agentry_store::checkpoints;
+use agentry_store::executions::{self, ExecutionStatus};
+use agentry_store::messages::{self, MessageRole};
+use agentry_store::testing::Backend;
+use agentry_store::tool_calls;
+use serde_json::json;
+use support::*;
+
+fn write_file(id: &str, path: &str, content: &str) -> FakeReply {
+    FakeReply::tool_call(
+        id,
+        "write_file",
+        json!({"file_path": path, "content": content}),
+    )
+}
+
+/// The issue's "done when": a tool needing approval, approved, the full ordered stream ending in
+/// one done, and every row in the database.
+async fn approval_flow(backend: Backend, wire: Wire) {
+    let Some(h) = Harness::new(backend, wire).await else {
+        return;
+    };
+    h.fake()
+        .push(write_file("call_1", "notes/hello.txt", "hello world\n"));
+    h.fake().push(FakeReply::text("I wrote the file."));
+    let s = h.new_session(false).await;
+    let (mut ev, run) = h.send(&s, "please write a file").await;
+
+    let upto = ev
+        .until(|e| matches!(e.payload, EventPayload::HitlRequest(_)))
+        .await;
+    assert_eq!(types(&upto), vec!["tool_call", "hitl_request"]);
+    let EventPayload::HitlRequest(req) = &upto[1].payload else {
+        unreachable!()
+    };
+    assert_eq!(req.kind, HitlKind::Approval);
+    assert_eq!(req.action_requests[0].name, "write_file");
+    assert_eq!(
+        req.action_requests[0].tool_call_id.as_deref(),
+        Some("call_1")
+    );
+    let request_id = hitl_request_id(&upto);
+    // The run waits: the file is not there yet.
+    let file = h
+        .data_dir
+        .path()
+        .join("workspaces")
+        .join(h.tenant.id.to_string())
+        .join(h.user.user_id.to_string())
+        .join("notes/hello.txt");
+    assert!(!file.exists());
+    let exec = executions::get(&h.db.db, &h.tenant.scope(), run)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(exec.status, ExecutionStatus::WaitingApproval);
+
+    h.decide(&s, request_id, Decision::Approve { message: None })
+        .await;
+    let rest = ev.until_done(run).await;
+    let all: Vec<_> = upto.into_iter().chain(rest).collect();
+    assert_well_formed(&all);
+    let t = types(&all);
+    assert_eq!(
+        &t[..4],
+        &["tool_call", "hitl_request", "tool_result", "file_operation"],
+        "{t:?}"
+    );
+    assert!(t.contains(&"text"));
+    let d = done(&all);
+    assert_eq!((d.status, d.cancelled), (DoneStatus::Completed, false));
+    assert!(d.token_usage.total > 0);
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "hello world\n");
+    let final_text = final_text(&all);
+    assert_eq!(final_text.as_deref(), Some("I wrote the file."));
+
+    // The database tells the same story.
+    let scope = h.tenant.scope();
+    let msgs = messages::list(&h.db.db, &scope, s.session.id, PageRequest::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        msgs.iter().map(|m| m.role).collect::<Vec<_>>(),
+        vec![
+            MessageRole::User,
+            MessageRole::Assistant,
+            MessageRole::Tool,
+            MessageRole::Assistant
+        ]
+    );
+    assert_eq!(msgs[0].content, "please write a file");
+    assert_eq!(msgs[2].tool_call_id.as_deref(), Some("call_1"));
+    let exec = executions::get(&h.db.db, &scope, run)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((exec.status, exec.steps), (ExecutionStatus::Completed, 2));
+    assert_eq!(exec.token_usage, d.token_usage);
+    let appr = approvals::get(&h.db.db, &scope, request_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (appr.status, appr.decided_by),
+        (ApprovalStatus::Approved, Some(h.user.user_id))
+    );
+    let audit = tool_calls::list_by_execution(&h.db.db, &scope, run)
+        .await
+        .unwrap();
+    assert_eq!(audit.len(), 1);
+    assert_eq!(
+        (
+            audit[0].tool_name.as_str(),
+            audit[0].approved,
+            audit[0].approved_by
+        ),
+        ("write_file", Some(true), Some(h.user.user_id))
+    );
+    assert!(
+        !checkpoints::list(&h.db.db, &scope, run)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    // The model received the tool result the second time round, on the right wire format.
+    let reqs = h.fake().requests();
+    assert_eq!(reqs.len(), 2);
+    let body = reqs[1].body.to_string();
+    assert!(body.contains("call_1"), "{body}");
+}
+
+#[actix_rt::test]
+async fn approval_flow_openai_sqlite() {
+    approval_flow(Backend::Sqlite, Wire::OpenAi).await;
+}
+
+#[actix_rt::test]
+async fn approval_flow_anthropic_sqlite() {
+    approval_flow(Backend::Sqlite, Wire::Anthropic).await;
+}
+
+#[actix_rt::test]
+async fn approval_flow_openai_postgres() {
+    approval_flow(Backend::Postgres, Wire::OpenAi).await;
+}
+
+#[actix_rt::test]
+async fn approval_flow_anthropic_postgres() {
+    approval_flow(Backend::Postgres, Wire::Anthropic).await;
+}
+
+#[actix_rt::test]
+async fn approval_flow_anthropic_mysql() {
+    approval_flow(Backend::MySql, Wire::Anthropic).await;
+}
+
+/// The same flow with the scripted default model and no network at all.
+#[actix_rt::test]
+async fn scripted_model_runs_the_same_flow_offline() {
+    let Some(h) = Harness::new(Backend::Sqlite, Wire::Scripted).await else {
+        return;
+    };
+    let s = h.new_session(false).await;
+    let (mut ev, run) = h
+        .send(
+            &s,
+            r#"/tool write_file {"file_path": "a.txt", "content": "x"}"#,
+        )
+        .await;
+    let upto = ev
+        .until(|e| matches!(e.payload, EventPayload::HitlRequest(_)))
+        .await;
+    h.decide(
+        &s,
+        hitl_request_id(&upto),
+        Decision::Approve { message: None },
+    )
+    .await;
+    let all: Vec<_> = upto.into_iter().chain(ev.until_done(run).await).collect();
+    assert_well_formed(&all);
+    assert_eq!(done(&all).status, DoneStatus::Completed);
+    let summary = final_text(&all);
+    assert!(
+        summary.unwrap().contains("write_file"),
+        "the scripted model summarises the tool result"
+    );
+}
+
+#[actix_rt::test]
+async fn reject_ends_the_run_cancelled_and_rejected() {
+    let Some(h) = Harness::new(Backend::Sqlite, Wire::OpenAi).await else {
+        return;
+    };
+    h.fake().push(write_file("c1", "x.txt", "nope"));
+    let s = h.new_session(false).await;
+    let (mut ev, run) = h.send(&s, "write it").await;
+    let upto = ev
+        .until(|e| matches!(e.payload, EventPayload::HitlRequest(_)))
+        .await;
+    let rid = hitl_request_id(&upto);
+    h.decide(
+        &s,
+        rid,
+        Decision::Reject {
+            message: Some("not now".into()),
+        },
+    )
+    .await;
+    let all: Vec<_> = upto.into_iter().chain(ev.until_done(run).await).collect();
+    assert_well_formed(&all);
+    let d = done(&all);
+    assert_eq!(
+        (d.status, d.cancelled, d.reason.as_deref()),
+        (DoneStatus::Rejected, true, Some("rejected"))
+    );
+    let scope = h.tenant.scope();
+    assert_eq!(
+        executions::get(&h.db.db, &scope, run)
+            .await
+            .unwrap()
+            .unwrap()
+            .status,
+        ExecutionStatus::Rejected
+    );
+    assert_eq!(
+        approvals::get(&h.db.db, &scope, rid)
+            .await
+            .unwrap()
+            .unwrap()
+            .status,
+        ApprovalStatus::Rejected
+    );
+    assert_eq!(h.fake().requests().len(), 1, "no model call after a reject");
+    // A second decision is refused: the first one won.
+    let again = h
+        .engine
+        .decide(
+            &h.tenant,
+            &h.user,
+            s.session.id,
+            rid,
+            Decision::Approve { message: None },
+        )
+        .await;
+    assert!(
+        matches!(again, Err(EngineError::ApprovalNotPending(_))),
+        "{again:?}"
+    );
+    // The conversation stays valid: the next run works and sees the rejection.
+    h.fake().push(FakeReply::text("ok"));
+    let (mut ev, run2) = h.send(&s, "fine").await;
+    assert_eq!(
+        done(&ev.until_done(run2).await).status,
+        DoneStatus::Completed
+    );
+}
+
+#[actix_rt::test]
+async fn edit_runs_the_tool_with_the_new_arguments() {
+    let Some(h) = Harness::new(Backend::Sqlite, Wire::OpenAi).await else {
+        return;
+    };
+    h.fake().push(write_file("c1", "a.txt", "original"));
+    h.fake().push(FakeReply::text("done"));
+    let s = h.new_session(false).await;
+    let (mut ev, run) = h.send(&s, "write").await;
+    let upto = ev
+        .until(|e| matches!(e.payload, EventPayload::HitlRequest(_)))
+        .await;
+    h.decide(
+        &s,
+        hitl_request_id(&upto),
+        Decision::Edit {
+            args: json!({"file_path": "b.txt", "content": "edited"}),
+            message: None,
+        },
+    )
+    .await;
+    let all = ev.until_done(run).await;
+    assert_eq!(done(&all).status, DoneStatus::Completed);
+    let ws = h
+        .data_dir
+        .path()
+        .join("workspaces")
+        .join(h.tenant.id.to_string())
+        .join(h.user.user_id.to_string());
+    assert_eq!(std::fs::read_to_string(ws.join("b.txt")).unwrap(), "edited");
+    assert!(!ws.join("a.txt").exists());
+    let audit = tool_calls::list_by_execution(&h.db.db, &h.tenant.scope(), run)
+        .await
+        .unwrap();
+    assert_eq!(audit[0].input["file_path"], "b.txt");
+}
+
+#[actix_rt::test]
+async fn an_approval_that_times_out_is_a_reject() {
+    let Some(h) = Harness::with(
+        Backend::Sqlite,
+        Wire::OpenAi,
+        Options {
+            hitl_timeout: Duration::from_millis(300),
+            ..Options::default()
+        },
+    )
+    .await
+    else {
+        return;
+    };
+    h.fake().push(write_file("c1", "a.txt", "x"));
+    let s = h.new_session(false).await;
+    let (mut ev, run) = h.send(&s, "write").await;
+    let all = ev.until_done(run).await;
+    assert_well_formed(&all);
+    let d = done(&all);
+    assert_eq!(
+        (d.status, d.cancelled, d.reason.as_deref()),
+        (DoneStatus::Rejected, true, Some("hitl_timeout"))
+    );
+    let rid = hitl_request_id(&all);
+    assert_eq!(
+        approvals::get(&h.db.db, &h.tenant.scope(), rid)
+            .await
+            .unwrap()
+            .unwrap()
+            .status,
+        ApprovalStatus::TimedOut
+    );
+}
+
+#[actix_rt::test]
+async fn auto_approve_runs_tools_without_asking() {
+    let Some(h) = Harness::new(Backend::Sqlite, Wire::Anthropic).await else {
+        return;
+    };
+    h.fake().push(write_file("c1", "a.txt", "x"));
+    h.fake().push(write_file("c2", "b.txt", "y"));
+    h.fake().push(FakeReply::text("both written"));
+    let s = h.new_session(true).await;
+    let (mut ev, run) = h.send(&s, "write two").await;
+    let all = ev.until_done(run).await;
+    assert_well_formed(&all);
+    assert!(!types(&all).contains(&"hitl_request"), "{:?}", types(&all));
+    assert_eq!(
+        types(&all).iter().filter(|t| **t == "tool_result").count(),
+        2
+    );
+    assert_eq!(done(&all).status, DoneStatus::Completed);
+    let audit = tool_calls::list_by_execution(&h.db.db, &h.tenant.scope(), run)
+        .await
+        .unwrap();
+    assert!(audit.iter().all(|a| a.approved.is_none()));
+}
+
+#[actix_rt::test]
+async fn model_errors_become_error_events_and_a_failed_done() {
+    let Some(h) = Harness::new(Backend::Sqlite, Wire::OpenAi).await else {
+        return;
+    };
+    h.fake()
+        .push(FakeReply::error(400, "the model does not exist"));
+    let s = h.new_session(false).await;
+    let (mut ev, run) = h.send(&s, "hi").await;
+    let all = ev.until_done(run).await;
+    assert_well_formed(&all);
+    let err = errors(&all).first().cloned();
+    let err = err.expect("an error event");
+    assert_eq!(err.error_code, "model_error");
+    assert!(!err.recoverable);
+    assert!(
+        err.error.contains("the model does not exist"),
+        "{}",
+        err.error
+    );
+    assert_eq!(done(&all).status, DoneStatus::Failed);
+    let exec = executions::get(&h.db.db, &h.tenant.scope(), run)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(exec.status, ExecutionStatus::Failed);
+    assert!(exec.error.unwrap().contains("does not exist"));
+}
+
+#[actix_rt::test]
+async fn a_broken_stream_is_retried_with_a_recoverable_error() {
+    let Some(h) = Harness::new(Backend::Sqlite, Wire::OpenAi).await else {
+        return;
+    };
+    h.fake()
+        .push(FakeReply::broken("this answer breaks off", 2));
+    h.fake().push(FakeReply::text("second try works"));
+    let s = h.new_session(false).await;
+    let (mut ev, run) = h.send(&s, "hi").await;
+    let all = ev.until_done(run).await;
+    assert_well_formed(&all);
+    let errs: Vec<_> = all
+        .iter()
+        .filter_map(|e| match &e.payload {
+            EventPayload::Error(x) => Some(x.recoverable),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(errs, vec![true]);
+    assert_eq!(done(&all).status, DoneStatus::Completed);
+}
+
+#[actix_rt::test]
+async fn tool_errors_go_back_to_the_model_not_the_run() {
+    let Some(h) = Harness::new(Backend::Sqlite, Wire::OpenAi).await else {
+        return;
+    };
+    // Unknown tool, invalid arguments, and a jail escape: all become error results.
+    h.fake()
+        .push(FakeReply::tool_call("c1", "no_such_tool", json!({})));
+    h.fake().push(FakeReply::tool_call(
+        "c2",
+        "read_file",
+        json!({"file_path": 42}),
+    ));
+    h.fake().push(FakeReply::tool_call(
+        "c3",
+        "read_file",
+        json!({"file_path": "../../etc/passwd"}),
+    ));
+    h.fake().push(FakeReply::text("I could not do it"));
+    let s = h.new_session(false).await;
+    let (mut ev, run) = h.send(&s, "try things").await;
+    let all = ev.until_done(run).await;
+    assert_well_formed(&all);
+    let results: Vec<_> = all
+        .iter()
+        .filter_map(|e| match &e.payload {
+            EventPayload::ToolResult(r) => Some(r.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(results.len(), 3);
+    assert!(results.iter().all(|r| r.status == ToolStatus::Error));
+    assert_eq!(results[0].result["error"]["code"], "not_found");
+    assert_eq!(results[1].result["error"]["code"], "validation_error");
+    assert_eq!(
+        results[1].result["error"]["details"]["violations"][0]["path"],
+        "/file_path"
+    );
+    assert_eq!(done(&all).status, DoneStatus::Completed);
+    let audit = tool_calls::list_by_execution(&h.db.db, &h.tenant.scope(), run)
+        .await
+        .unwrap();
+    assert_eq!(audit.len(), 3);
+    assert!(audit.iter().all(|a| a.error.is_some()));
+    // The model saw each error.
+    let last = h.fake().requests().last().unwrap().body.to_string();
+    assert!(
+        last.contains("validation_error") && last.contains("not_found"),
+        "{last}"
+    );
+}
+
+#[actix_rt::test]
+async fn cancel_lands_done_within_a_second() {
+    let Some(h) = Harness::new(Backend::Sqlite, Wire::OpenAi).await else {
+        return;
+    };
+    // A slow stream: 50 chunks, 100 ms apart.
+    h.fake().push(
+        FakeReply::text(&"word ".repeat(50))
+            .in_chunks(50)
+            .with_chunk_delay(Duration::from_millis(100)),
+    );
+    let s = h.new_session(false).await;
+    let (mut ev, run) = h.send(&s, "talk slowly").await;
+    ev.until(|e| matches!(e.payload, EventPayload::Text(_)))
+        .await;
+    let t0 = Instant::now();
+    let cancelled = h
+        .engine
+        .cancel(&h.tenant, &h.user, s.session.id)
+        .await
+        .unwrap();
+    assert_eq!(cancelled, run);
+    let rest = ev.until_done(run).await;
+    let elapsed = t0.elapsed();
+    assert!(elapsed < Duration::from_secs(1), "cancel took {elapsed:?}");
+    let d = done(&rest);
+    assert_eq!(
+        (d.status, d.cancelled, d.reason.as_deref()),
+        (DoneStatus::Cancelled, true, Some("user_cancelled"))
+    );
+    assert_eq!(
+        executions::get(&h.db.db, &h.tenant.scope(), run)
+            .await
+            .unwrap()
+            .unwrap()
+            .status,
+        ExecutionStatus::Cancelled
+    );
+    // Nothing more arrives for that run, and the session is free again.
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), ev.rx.recv())
+            .await
+            .is_err()
+    );
+    let again = h.engine.cancel(&h.tenant, &h.user, s.session.id).await;
+    assert!(matches!(again, Err(EngineError::NoActiveRun)));
+}
+
+#[actix_rt::test]
+async fn cancel_while_waiting_for_approval_or_in_a_tool() {
+    let Some(h) = Harness::with(
+        Backend::Sqlite,
+        Wire::OpenAi,
+        Options {
+            extra_tools: vec![Sleepy::new()],
+            ..Options::default()
+        },
+    )
+    .await
+    else {
+        return;
+    };
+    // Waiting for approval.
+    h.fake().push(write_file("c1", "a.txt", "x"));
+    let s = h.new_session(false).await;
+    let (mut ev, run) = h.send(&s, "write").await;
+    let upto = ev
+        .until(|e| matches!(e.payload, EventPayload::HitlRequest(_)))
+        .await;
+    let rid = hitl_request_id(&upto);
+    h.engine
+        .cancel(&h.tenant, &h.user, s.session.id)
+        .await
+        .unwrap();
+    let d = done(&ev.until_done(run).await);
+    assert_eq!(d.status, DoneStatus::Cancelled);
+    let appr = approvals::get(&h.db.db, &h.tenant.scope(), rid)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(appr.status, ApprovalStatus::Cancelled);
+    // Inside a slow tool.
+    h.fake()
+        .push(FakeReply::tool_call("c2", "sleepy", json!({"ms": 30_000})));
+    let (mut ev, run) = h.send(&s, "sleep").await;
+    ev.until(|e| matches!(e.payload, EventPayload::ToolCall(_)))
+        .await;
+    let t0 = Instant::now();
+    h.engine
+        .cancel(&h.tenant, &h.user, s.session.id)
+        .await
+        .unwrap();
+    let d = done(&ev.until_done(run).await);
+    assert!(t0.elapsed() < Duration::from_secs(1));
+    assert_eq!(d.status, DoneStatus::Cancelled);
+}
+
+#[actix_rt::test]
+async fn a_chat_during_a_run_is_refused_unless_enqueued() {
+    let Some(h) = Harness::new(Backend::Sqlite, Wire::OpenAi).await else {
+        return;
+    };
+    h.fake()
+        .push(FakeReply::text("slow answer").with_latency(Duration::from_millis(500)));
+    h.fake().push(FakeReply::text("queued answer"));
+    let s = h.new_session(false).await;
+    let (mut ev, run1) = h.send(&s, "first").await;
+    let refused = h
+        .engine
+        .start_chat(&s, &h.user, "second".into(), false)
+        .await;
+    assert!(
+        matches!(refused, Err(EngineError::RunInProgress)),
+        "{refused:?}"
+    );
+    let queued = h
+        .engine
+        .start_chat(&s, &h.user, "second".into(), true)
+        .await
+        .unwrap();
+    assert!(queued.queued);
+    assert_eq!(
+        done(&ev.until_done(run1).await).status,
+        DoneStatus::Completed
+    );
+    let second = ev.until_done(queued.run_id).await;
+    assert_eq!(done(&second).status, DoneStatus::Completed);
+    let msgs = messages::list(
+        &h.db.db,
+        &h.tenant.scope(),
+        s.session.id,
+        PageRequest::default(),
+    )
+    .await
+    .unwrap();
+    let contents: Vec<_> = msgs.iter().map(|m| m.content.as_str()).collect();
+    assert_eq!(
+        contents,
+        vec!["first", "slow answer", "second", "queued answer"]
+    );
+}
+
+#[actix_rt::test]
+async fn questions_from_tools_become_hitl_questions_answered_with_text() {
+    let Some(h) = Harness::new(Backend::Sqlite, Wire::OpenAi).await else {
+        return;
+    };
+    h.fake().push(FakeReply::tool_call(
+        "q1",
+        "ask_question",
+        json!({"question": "Which colour?", "question_type": "choice", "options": ["red", "blue"]}),
+    ));
+    h.fake().push(FakeReply::text("Blue it is."));
+    let s = h.new_session(false).await;
+    let (mut ev, run) = h.send(&s, "pick a colour with me").await;
+    let upto = ev
+        .until(|e| matches!(e.payload, EventPayload::HitlRequest(_)))
+        .await;
+    let EventPayload::HitlRequest(req) = &upto.last().unwrap().payload else {
+        unreachable!()
+    };
+    assert_eq!(req.kind, HitlKind::Question);
+    let q = req.question.clone().unwrap();
+    assert_eq!(q.text, "Which colour?");
+    assert_eq!(q.options, vec!["red", "blue"]);
+    // An approval-style decision is refused for a question; the answer works.
+    let rid = hitl_request_id(&upto);
+    let wrong = h
+        .engine
+        .decide(
+            &h.tenant,
+            &h.user,
+            s.session.id,
+            rid,
+            Decision::Approve { message: None },
+        )
+        .await;
+    assert!(
+        matches!(wrong, Err(EngineError::BadRequest(_))),
+        "{wrong:?}"
+    );
+    h.decide(
+        &s,
+        rid,
+        Decision::Answer {
+            answer: json!("blue"),
+        },
+    )
+    .await;
+    let all = ev.until_done(run).await;
+    let result = tool_results(&all).first().map(|r| r.result.clone());
+    assert!(result.unwrap().to_string().contains("blue"));
+    assert_eq!(done(&all).status, DoneStatus::Completed);
+    assert_eq!(
+        approvals::get(&h.db.db, &h.tenant.scope(), rid)
+            .await
+            .unwrap()
+            .unwrap()
+            .status,
+        ApprovalStatus::Answered
+    );
+}
+
+#[actix_rt::test]
+async fn write_todos_emits_todo_update() {
+    let Some(h) = Harness::new(Backend::Sqlite, Wire::Anthropic).await else {
+        return;
+    };
+    h.fake().push(FakeReply::tool_call("t1", "write_todos", json!({"todos": [{"content": "plan", "status": "completed"}, {"content": "build", "status": "in_progress"}]})));
+    h.fake().push(FakeReply::text("planned"));
+    let s = h.new_session(false).await;
+    let (mut ev, run) = h.send(&s, "plan it").await;
+    let all = ev.until_done(run).await;
+    let todos = all.iter().find_map(|e| match &e.payload {
+        EventPayload::TodoUpdate(t) => Some(t.todos.clone()),
+        _ => None,
+    });
+    let todos = todos.expect("todo_update");
+    assert_eq!(todos.len(), 2);
+    assert_eq!(todos[1].content, "build");
+    // The model sees the list in its system prompt on the next call.
+    let sys = h.fake().requests().last().unwrap().body["system"].to_string();
+    assert!(sys.contains("build"), "{sys}");
+}
+
+#[actix_rt::test]
+async fn recursion_limit_stops_a_looping_model() {
+    let Some(h) = Harness::new(Backend::Sqlite, Wire::OpenAi).await else {
+        return;
+    };
+    let scope = h.tenant.scope();
+    let spec = agentry_store::assistants::AssistantSpec {
+        recursion_limit: 3,
+        ..Default::default()
+    };
+    agentry_store::assistants::ensure_default(&h.db.db, &scope, spec.clone())
+        .await
+        .unwrap();
+    agentry_store::assistants::update(
+        &h.db.db,
+        &scope,
+        &agentry_schema::ids::AssistantId::default_assistant(),
+        spec,
+    )
+    .await
+    .unwrap();
+    for i in 0..5 {
+        h.fake().push(FakeReply::tool_call(
+            &format!("c{i}"),
+            "get_system_stats",
+            json!({}),
+        ));
+    }
+    let s = h.new_session(false).await;
+    let (mut ev, run) = h.send(&s, "loop").await;
+    let all = ev.until_done(run).await;
+    assert_well_formed(&all);
+    assert_eq!(types(&all).iter().filter(|t| **t == "tool_call").count(), 3);
+    let d = done(&all);
+    assert_eq!(
+        (d.status, d.reason.as_deref()),
+        (DoneStatus::Failed, Some("recursion_limit"))
+    );
+}
+
+#[actix_rt::test]
+async fn a_run_whose_loop_panics_resumes_from_its_checkpoint() {
+    let flaky = Flaky::new(1);
+    let Some(h) = Harness::with(
+        Backend::Sqlite,
+        Wire::OpenAi,
+        Options {
+            extra_tools: vec![flaky.clone()],
+            ..Options::default()
+        },
+    )
+    .await
+    else {
+        return;
+    };
+    h.fake()
+        .push(FakeReply::tool_call("f1", "flaky", json!({})));
+    h.fake().push(FakeReply::text("recovered"));
+    let s = h.new_session(false).await;
+    let (mut ev, run) = h.send(&s, "go").await;
+    let all = ev.until_done(run).await;
+    assert_well_formed(&all);
+    let errs: Vec<_> = all
+        .iter()
+        .filter_map(|e| match &e.payload {
+            EventPayload::Error(x) => Some((x.recoverable, x.error.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(errs.len(), 1, "{errs:?}");
+    assert!(errs[0].0 && errs[0].1.contains("resuming"));
+    assert_eq!(done(&all).status, DoneStatus::Completed);
+    assert_eq!(
+        flaky.calls.load(std::sync::atomic::Ordering::SeqCst),
+        2,
+        "the pending call ran again after the restart"
+    );
+    // The model was called only twice: the resume continued at the tool, not from scratch.
+    assert_eq!(h.fake().requests().len(), 2);
+}
+
+#[actix_rt::test]
+async fn a_loop_that_keeps_panicking_fails_with_one_done() {
+    let Some(h) = Harness::with(
+        Backend::Sqlite,
+        Wire::OpenAi,
+        Options {
+            extra_tools: vec![Flaky::new(100)],
+            ..Options::default()
+        },
+    )
+    .await
+    else {
+        return;
+    };
+    for _ in 0..5 {
+        h.fake()
+            .push(FakeReply::tool_call("f1", "flaky", json!({})));
+    }
+    let s = h.new_session(false).await;
+    let (mut ev, run) = h.send(&s, "go").await;
+    let all = ev.until_done(run).await;
+    assert_well_formed(&all);
+    assert_eq!(done(&all).status, DoneStatus::Failed);
+    let last_err = all.iter().rev().find_map(|e| match &e.payload {
+        EventPayload::Error(x) => Some(x.recoverable),
+        _ => None,
+    });
+    assert_eq!(last_err, Some(false));
+}
+
+#[actix_rt::test]
+async fn resume_replays_what_a_subscriber_missed() {
+    let Some(h) = Harness::new(Backend::Sqlite, Wire::OpenAi).await else {
+        return;
+    };
+    h.fake()
+        .push(FakeReply::text("one two three four five six").in_chunks(6));
+    let s = h.new_session(false).await;
+    let (mut ev, run) = h.send(&s, "count").await;
+    let all = ev.until_done(run).await;
+    // A late subscriber resuming after the 2nd event gets exactly the rest, in order.
+    let after = all[1].seq;
+    let (to, rx) = agentry_actors::channel_subscriber();
+    h.engine.subscribe(&s, Some(after), to).await.unwrap();
+    let mut late = Events { rx };
+    let replayed = late.until_done(run).await;
+    assert_eq!(replayed, all[2..].to_vec());
+}
+
+#[actix_rt::test]
+async fn replay_reaches_into_the_store_after_the_actor_restarts() {
+    let Some(h) = Harness::with(
+        Backend::Sqlite,
+        Wire::OpenAi,
+        Options {
+            session_timeout: Duration::from_millis(300),
+            ..Options::default()
+        },
+    )
+    .await
+    else {
+        return;
+    };
+    h.fake()
+        .push(FakeReply::text("alpha beta gamma").in_chunks(3));
+    let s = h.new_session(false).await;
+    let (mut ev, run) = {
+        let (to, rx) = agentry_actors::channel_subscriber();
+        h.engine.subscribe(&s, None, to).await.unwrap();
+        let acc = h
+            .engine
+            .start_chat(&s, &h.user, "hi".into(), false)
+            .await
+            .unwrap();
+        (Events { rx }, acc.run_id)
+    };
+    let all = ev.until_done(run).await;
+    drop(ev);
+    // The idle actor stops; a new one serves the replay from the store, seq continuing.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let reopened = h
+        .engine
+        .open_session(&h.tenant, &h.user, s.session.id)
+        .await
+        .unwrap();
+    assert!(!reopened.addr.eq(&s.addr), "a fresh actor");
+    let (to, rx) = agentry_actors::channel_subscriber();
+    h.engine.subscribe(&reopened, Some(0), to).await.unwrap();
+    let mut replay = Events { rx };
+    let got = replay.until_done(run).await;
+    assert_eq!(got, all);
+    h.fake().push(FakeReply::text("again"));
+    let acc = h
+        .engine
+        .start_chat(&reopened, &h.user, "more".into(), false)
+        .await
+        .unwrap();
+    let next = replay.until_done(acc.run_id).await;
+    assert_eq!(
+        next[0].seq,
+        all.last().unwrap().seq + 1,
+        "seq continues after a restart"
+    );
+}
+
+#[actix_rt::test]
+async fn members_cannot_reach_other_users_sessions() {
+    let Some(h) = Harness::new(Backend::Sqlite, Wire::OpenAi).await else {
+        return;
+    };
+    let s = h.new_session(false).await;
+    let bob = agentry_store::users::create(
+        &h.db.db,
+        &h.tenant.scope(),
+        "bob",
+        agentry_store::Role::Member,
+    )
+    .await
+    .unwrap();
+    let bob = agentry_store::UserScope {
+        tenant: h.tenant.scope(),
+        user_id: bob.id,
+        role: agentry_store::Role::Member,
+    };
+    let r = h.engine.open_session(&h.tenant, &bob, s.session.id).await;
+    assert!(matches!(r, Err(EngineError::NotFound(_))));
+    let admin = agentry_store::UserScope {
+        role: agentry_store::Role::Admin,
+        ..bob
+    };
+    assert!(
+        h.engine
+            .open_session(&h.tenant, &admin, s.session.id)
+            .await
+            .is_ok()
+    );
+}
+
+/// Crash recovery at start-up: a run left `running` with a checkpoint resumes; one without a
+/// checkpoint is marked interrupted with a `done` any subscriber can replay.
+#[actix_rt::test]
+async fn startup_recovery_resumes_or_interrupts_unfinished_runs() {
+    use agentry_actors::engine::{CHECKPOINT_VERSION, Node, RunCheckpoint};
+    use agentry_schema::ids::RunId;
+    use agentry_store::checkpoints::NewCheckpoint;
+    use agentry_store::executions::NewExecution;
+    use agentry_store::messages::NewMessage;
+    let Some(h) = Harness::new(Backend::Sqlite, Wire::OpenAi).await else {
+        return;
+    };
+    let scope = h.tenant.scope();
+    let mk = |auto| {
+        h.engine.create_session(
+            &h.tenant,
+            &h.user,
+            agentry_actors::CreateSession {
+                auto_approve: Some(auto),
+                ..Default::default()
+            },
+        )
+    };
+    let (with_cp, without_cp) = (mk(true).await.unwrap(), mk(true).await.unwrap());
+    // What a crashed process leaves behind: the user message, a running execution, and (for
+    // one of them) a checkpoint about to call the model.
+    let mut runs = Vec::new();
+    for s in [&with_cp, &without_cp] {
+        let run = RunId::new();
+        executions::create(
+            &h.db.db,
+            &scope,
+            NewExecution {
+                id: run,
+                user_id: h.user.user_id,
+                session_id: s.id,
+                assistant_id: "default".into(),
+                input: "hello".into(),
+                trace_id: None,
+                status: ExecutionStatus::Running,
+            },
+        )
+        .await
+        .unwrap();
+        let m = messages::save(&h.db.db, &scope, s.id, NewMessage::user("hello", Some(run)))
+            .await
+            .unwrap();
+        runs.push((run, m.id));
+    }
+    let cp = RunCheckpoint {
+        version: CHECKPOINT_VERSION,
+        step: 0,
+        node: Node::Reason,
+        window_start: runs[0].1,
+        pending: vec![],
+        todos: vec![],
+        usage: Default::default(),
+    };
+    checkpoints::save(
+        &h.db.db,
+        &scope,
+        NewCheckpoint {
+            session_id: with_cp.id,
+            execution_id: runs[0].0,
+            step: 0,
+            node: "reason".into(),
+            state: cp.to_json(),
+        },
+    )
+    .await
+    .unwrap();
+    h.fake().push(FakeReply::text("resumed answer"));
+
+    let picked = h.engine.recover().await.unwrap();
+    assert_eq!(picked, 2);
+    for (s, (run, _), status) in [
+        (&with_cp, runs[0], DoneStatus::Completed),
+        (&without_cp, runs[1], DoneStatus::Interrupted),
+    ] {
+        let handle = h
+            .engine
+            .open_session(&h.tenant, &h.user, s.id)
+            .await
+            .unwrap();
+        let (to, rx) = agentry_actors::channel_subscriber();
+        h.engine.subscribe(&handle, Some(0), to).await.unwrap();
+        let all = Events { rx }.until_done(run).await;
+        assert_well_formed(&all);
+        assert_eq!(done(&all).status, status);
+        let first_err = all.iter().find_map(|e| match &e.payload {
+            EventPayload::Error(x) => Some(x.recoverable),
+            _ => None,
+        });
+        assert_eq!(
+            first_err,
+            Some(status == DoneStatus::Completed),
+            "resume is announced as recoverable, interruption not"
+        );
+        let expected = if status == DoneStatus::Completed {
+            ExecutionStatus::Completed
+        } else {
+            ExecutionStatus::Interrupted
+        };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let st = executions::get(&h.db.db, &scope, run)
+                .await
+                .unwrap()
+                .unwrap()
+                .status;
+            if st == expected || Instant::now() > deadline {
+                assert_eq!(st, expected);
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// `remember` stores a memory of the user; the next run's system prompt carries it; `recall`
+/// finds it; another user of the same tenant never sees it (seed property 54).
+#[actix_rt::test]
+async fn memories_are_remembered_recalled_and_private_to_their_user() {
+    let Some(h) = Harness::with(
+        Backend::Sqlite,
+        Wire::OpenAi,
+        Options {
+            platform_tools: true,
+            ..Options::default()
+        },
+    )
+    .await
+    else {
+        return;
+    };
+    h.fake().push(FakeReply::tool_call(
+        "m1",
+        "remember",
+        json!({"content": "prefers answers in French", "kind": "preference"}),
+    ));
+    h.fake().push(FakeReply::text("noted"));
+    let s = h.new_session(true).await;
+    let (mut ev, run) = h.send(&s, "remember that I prefer French").await;
+    assert_eq!(
+        done(&ev.until_done(run).await).status,
+        DoneStatus::Completed
+    );
+
+    h.fake().push(FakeReply::tool_call(
+        "m2",
+        "recall",
+        json!({"query": "french"}),
+    ));
+    h.fake().push(FakeReply::text("you prefer French"));
+    let (mut ev, run) = h.send(&s, "what do I prefer?").await;
+    let all = ev.until_done(run).await;
+    let recalled = tool_results(&all).first().map(|r| r.result.clone());
+    let recalled = recalled.unwrap();
+    assert_eq!(recalled["count"], 1, "{recalled}");
+    let system = h.fake().requests().last().unwrap().body["messages"][0]["content"].to_string();
+    assert!(system.contains("prefers answers in French"), "{system}");
+
+    // Bob, same tenant, sees nothing of Alice's.
+    let bob = agentry_store::users::create(
+        &h.db.db,
+        &h.tenant.scope(),
+        "bob",
+        agentry_store::Role::Member,
+    )
+    .await
+    .unwrap();
+    let bob = agentry_store::UserScope {
+        tenant: h.tenant.scope(),
+        user_id: bob.id,
+        role: agentry_store::Role::Member,
+    };
+    let bs = h
+        .engine
+        .create_session(
+            &h.tenant,
+            &bob,
+            agentry_actors::CreateSession {
+                auto_approve: Some(true),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let bh = h.engine.open_session(&h.tenant, &bob, bs.id).await.unwrap();
+    h.fake().push(FakeReply::tool_call(
+        "m3",
+        "recall",
+        json!({"query": "french"}),
+    ));
+    h.fake().push(FakeReply::text("nothing"));
+    let (to, rx) = agentry_actors::channel_subscriber();
+    h.engine.subscribe(&bh, None, to).await.unwrap();
+    let acc = h
+        .engine
+        .start_chat(&bh, &bob, "what does alice prefer?".into(), false)
+        .await
+        .unwrap();
+    let all = Events { rx }.until_done(acc.run_id).await;
+    let recalled = tool_results(&all).first().map(|r| r.result.clone());
+    assert_eq!(recalled.unwrap()["count"], 0);
+    let system = h.fake().requests().last().unwrap().body["messages"][0]["content"].to_string();
+    assert!(!system.contains("French"), "{system}");
+}

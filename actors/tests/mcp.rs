@@ -1,0 +1,468 @@
+//! The MCP pool through full chat runs, against real MCP servers nobody here wrote
+//! (`@modelcontextprotocol/server-everything`, `@modelcontextprotocol/server-filesystem`),
+//! installed by `scripts/install-mcp-test-servers.sh`.
+
+mod support;
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+use agentry_actors::mcp_pool::{
+    McpConfigSource, McpPoolActor, McpPoolConfig, OpenConnections, Origin, PoolServer,
+    ProcessGroups, UserConfigChanged, UserTools,
+};
+use agentry_fake_model::FakeReply;
+use agentry_mcp::client::McpServerConfig;
+use agentry_mcp::config_file::ServerPolicy;
+use agentry_mcp::testing::{everything, filesystem};
+use agentry_schema::events::{DoneStatus, EventPayload, ToolStatus};
+use agentry_schema::frames::Decision;
+use agentry_schema::ids::UserId;
+use agentry_store::tenants::Tenant;
+use agentry_store::testing::Backend;
+use agentry_store::tool_calls;
+use async_trait::async_trait;
+use proptest::prelude::*;
+use proptest::strategy::ValueTree;
+use serde_json::json;
+use support::*;
+
+/// Servers per user, changeable while the engine runs (as the REST API would).
+#[derive(Default)]
+struct Configs(Mutex<HashMap<UserId, Vec<PoolServer>>>);
+
+impl Configs {
+    fn set(&self, user: UserId, servers: Vec<McpServerConfig>) {
+        let servers = servers
+            .into_iter()
+            .map(|config| PoolServer {
+                config,
+                policy: ServerPolicy::default(),
+                origin: Origin::User,
+            })
+            .collect();
+        self.0.lock().unwrap().insert(user, servers);
+    }
+}
+
+#[async_trait]
+impl McpConfigSource for Configs {
+    async fn servers_for(&self, _tenant: &Tenant, user: UserId) -> (Vec<PoolServer>, Vec<String>) {
+        (
+            self.0
+                .lock()
+                .unwrap()
+                .get(&user)
+                .cloned()
+                .unwrap_or_default(),
+            Vec::new(),
+        )
+    }
+}
+
+fn pool_cfg() -> McpPoolConfig {
+    McpPoolConfig {
+        health_interval: Duration::from_millis(500),
+        idle_timeout: Duration::from_secs(600),
+        connect_wait: Duration::from_secs(30),
+        backoff_base: Duration::from_millis(100),
+        backoff_max: Duration::from_secs(2),
+    }
+}
+
+async fn harness(configs: Arc<Configs>, session_timeout: Duration) -> Harness {
+    let quotas = agentry_store::tenants::Quotas {
+        max_mcp_servers: 5,
+        ..Default::default()
+    };
+    let h = Harness::with(
+        Backend::Sqlite,
+        Wire::OpenAi,
+        Options {
+            platform_tools: true,
+            mcp: Some(configs as Arc<dyn McpConfigSource>),
+            mcp_pool: pool_cfg(),
+            session_timeout,
+            quotas,
+            ..Options::default()
+        },
+    )
+    .await
+    .expect("sqlite is always available");
+    // Local stdio servers are a per-tenant feature.
+    let t = agentry_store::tenants::update(
+        &h.db.db,
+        &agentry_store::PlatformScope::new(),
+        h.tenant.id,
+        agentry_store::tenants::TenantUpdate {
+            features_enabled: Some(vec!["stdio_mcp".into()]),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    Harness { tenant: t, ..h }
+}
+
+async fn tool_names(h: &Harness, user: UserId) -> (BTreeSet<String>, Vec<String>) {
+    let pool = h.engine.mcp_pool(&h.tenant).await.unwrap().unwrap();
+    let reply = pool.send(UserTools { user }).await.unwrap();
+    (
+        reply.tools.iter().map(|t| t.spec().name.clone()).collect(),
+        reply.warnings,
+    )
+}
+
+/// server-everything announces some tools after the handshake; wait until they are listed.
+async fn wait_for_tool(h: &Harness, user: UserId, name: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (names, _) = tool_names(h, user).await;
+        if names.contains(name) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{name} never listed: {names:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[actix_rt::test]
+async fn a_chat_calls_an_mcp_tool_and_the_call_is_audited() {
+    let configs = Arc::new(Configs::default());
+    let h = harness(configs.clone(), Duration::from_secs(3600)).await;
+    configs.set(h.user.user_id, vec![everything("everything")]);
+    h.fake().push(FakeReply::tool_call(
+        "e1",
+        "everything__echo",
+        json!({"message": "hello from the pool"}),
+    ));
+    h.fake().push(FakeReply::text("it echoed"));
+    let s = h.new_session(false).await;
+    let (mut ev, run) = h.send(&s, "echo something").await;
+    let all = ev.until_done(run).await;
+    assert_well_formed(&all);
+    let result = tool_results(&all).first().cloned();
+    let result = result.expect("a tool result");
+    assert_eq!(result.status, ToolStatus::Success);
+    assert!(
+        result
+            .result
+            .to_string()
+            .contains("Echo: hello from the pool"),
+        "{}",
+        result.result
+    );
+    assert_eq!(done(&all).status, DoneStatus::Completed);
+    // The model was offered the MCP tools next to the built-ins.
+    let offered = h.fake().requests()[0].body["tools"].to_string();
+    assert!(offered.contains("everything__echo") && offered.contains("read_file"));
+    let audit = tool_calls::list_by_execution(&h.db.db, &h.tenant.scope(), run)
+        .await
+        .unwrap();
+    assert_eq!(audit[0].tool_name, "everything__echo");
+    assert!(audit[0].output.is_some());
+}
+
+#[actix_rt::test]
+async fn destructive_mcp_tools_need_approval() {
+    let configs = Arc::new(Configs::default());
+    let h = harness(configs.clone(), Duration::from_secs(3600)).await;
+    let root = tempfile::tempdir().unwrap();
+    let root_path = root.path().canonicalize().unwrap();
+    configs.set(h.user.user_id, vec![filesystem("fs", &root_path)]);
+    let target = root_path.join("from-mcp.txt");
+    h.fake().push(FakeReply::tool_call(
+        "w1",
+        "fs__write_file",
+        json!({"path": target.to_string_lossy(), "content": "written over MCP"}),
+    ));
+    h.fake().push(FakeReply::text("done"));
+    let s = h.new_session(false).await;
+    let (mut ev, run) = h.send(&s, "write through the filesystem server").await;
+    let upto = ev
+        .until(|e| matches!(e.payload, EventPayload::HitlRequest(_)))
+        .await;
+    assert!(!target.exists(), "nothing runs before the approval");
+    h.decide(
+        &s,
+        hitl_request_id(&upto),
+        Decision::Approve { message: None },
+    )
+    .await;
+    let all = ev.until_done(run).await;
+    assert_eq!(done(&all).status, DoneStatus::Completed);
+    assert_eq!(
+        std::fs::read_to_string(&target).unwrap(),
+        "written over MCP"
+    );
+    // A read-only tool of the same server runs without asking.
+    h.fake().push(FakeReply::tool_call(
+        "r1",
+        "fs__read_text_file",
+        json!({"path": target.to_string_lossy()}),
+    ));
+    h.fake().push(FakeReply::text("read it"));
+    let (mut ev, run) = h.send(&s, "read it back").await;
+    let all = ev.until_done(run).await;
+    assert!(!types(&all).contains(&"hitl_request"), "{:?}", types(&all));
+    assert!(all.iter().any(|e| matches!(&e.payload, EventPayload::ToolResult(r) if r.result.to_string().contains("written over MCP"))));
+}
+
+#[actix_rt::test]
+async fn a_server_that_fails_to_connect_never_blocks_the_run() {
+    let configs = Arc::new(Configs::default());
+    let h = harness(configs.clone(), Duration::from_secs(3600)).await;
+    configs.set(
+        h.user.user_id,
+        vec![
+            McpServerConfig::stdio("broken", "/nonexistent/mcp-server", &[]),
+            everything("everything"),
+        ],
+    );
+    h.fake().push(FakeReply::tool_call(
+        "e1",
+        "everything__echo",
+        json!({"message": "still works"}),
+    ));
+    h.fake().push(FakeReply::text("fine"));
+    let s = h.new_session(false).await;
+    let t0 = Instant::now();
+    let (mut ev, run) = h.send(&s, "go").await;
+    let all = ev.until_done(run).await;
+    assert!(t0.elapsed() < Duration::from_secs(20));
+    let warning = errors(&all).first().cloned();
+    let warning = warning.expect("a warning about the broken server");
+    assert!(warning.recoverable);
+    assert_eq!(warning.error_code, "mcp_error");
+    assert!(warning.error.contains("broken"), "{}", warning.error);
+    assert_eq!(done(&all).status, DoneStatus::Completed);
+    assert!(all.iter().any(
+        |e| matches!(&e.payload, EventPayload::ToolResult(r) if r.status == ToolStatus::Success)
+    ));
+}
+
+#[actix_rt::test]
+async fn a_killed_server_is_reconnected_by_the_pool() {
+    let configs = Arc::new(Configs::default());
+    let h = harness(configs.clone(), Duration::from_secs(3600)).await;
+    configs.set(h.user.user_id, vec![everything("everything")]);
+    let (names, _) = tool_names(&h, h.user.user_id).await;
+    assert!(names.contains("everything__echo"));
+    let pool = h.engine.mcp_pool(&h.tenant).await.unwrap().unwrap();
+    let groups = pool
+        .send(ProcessGroups {
+            user: h.user.user_id,
+        })
+        .await
+        .unwrap();
+    let (_, pg) = groups[0].clone();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(-pg),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    // The pool notices, reconnects with backoff, and the server is usable again.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let groups = pool
+            .send(ProcessGroups {
+                user: h.user.user_id,
+            })
+            .await
+            .unwrap();
+        if groups.first().is_some_and(|(_, new)| *new != pg) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the pool did not reconnect the killed server"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    h.fake().push(FakeReply::tool_call(
+        "e1",
+        "everything__echo",
+        json!({"message": "back again"}),
+    ));
+    h.fake().push(FakeReply::text("ok"));
+    let s = h.new_session(false).await;
+    let (mut ev, run) = h.send(&s, "echo").await;
+    let all = ev.until_done(run).await;
+    assert!(all.iter().any(|e| matches!(&e.payload, EventPayload::ToolResult(r) if r.result.to_string().contains("back again"))), "{:?}", types(&all));
+    assert_eq!(pool.send(OpenConnections).await.unwrap(), 1);
+}
+
+#[actix_rt::test]
+async fn elicitation_from_a_server_is_answered_by_the_user_over_the_session() {
+    let configs = Arc::new(Configs::default());
+    let h = harness(configs.clone(), Duration::from_secs(3600)).await;
+    configs.set(h.user.user_id, vec![everything("ev")]);
+    wait_for_tool(&h, h.user.user_id, "ev__trigger-elicitation-request").await;
+    h.fake().push(FakeReply::tool_call(
+        "q1",
+        "ev__trigger-elicitation-request",
+        json!({}),
+    ));
+    h.fake().push(FakeReply::text("thanks"));
+    let s = h.new_session(false).await;
+    let (mut ev, run) = h.send(&s, "ask me").await;
+    let upto = ev
+        .until(|e| matches!(e.payload, EventPayload::HitlRequest(_)))
+        .await;
+    let EventPayload::HitlRequest(req) = &upto.last().unwrap().payload else {
+        unreachable!()
+    };
+    let q = req.question.clone().expect("a question");
+    assert_eq!(q.question_type, "elicitation");
+    assert_eq!(
+        q.schema.as_ref().unwrap()["properties"]["name"]["type"],
+        "string"
+    );
+    h.decide(
+        &s,
+        hitl_request_id(&upto),
+        Decision::Answer {
+            answer: json!({"name": "Ada Lovelace", "check": true, "integer": 7}),
+        },
+    )
+    .await;
+    let all = ev.until_done(run).await;
+    let result = tool_results(&all).first().map(|r| r.result.to_string());
+    assert!(result.unwrap().contains("Ada Lovelace"));
+    assert_eq!(done(&all).status, DoneStatus::Completed);
+}
+
+#[actix_rt::test]
+async fn progress_from_a_server_surfaces_as_progress_events() {
+    let configs = Arc::new(Configs::default());
+    let h = harness(configs.clone(), Duration::from_secs(3600)).await;
+    configs.set(h.user.user_id, vec![everything("ev")]);
+    h.fake().push(FakeReply::tool_call(
+        "p1",
+        "ev__trigger-long-running-operation",
+        json!({"duration": 1, "steps": 3}),
+    ));
+    h.fake().push(FakeReply::text("done"));
+    let s = h.new_session(false).await;
+    let (mut ev, run) = h.send(&s, "long job").await;
+    let all = ev.until_done(run).await;
+    let progress: Vec<_> = all
+        .iter()
+        .filter_map(|e| match &e.payload {
+            EventPayload::Progress(p) => Some(p.clone()),
+            _ => None,
+        })
+        .collect();
+    assert!(progress.len() >= 2, "{:?}", types(&all));
+    assert!(progress.iter().all(|p| p.tool_call_id == "p1"));
+    assert!(progress.windows(2).all(|w| w[1].progress >= w[0].progress));
+}
+
+#[actix_rt::test]
+async fn a_users_connections_close_when_their_last_session_stops() {
+    let configs = Arc::new(Configs::default());
+    let h = harness(configs.clone(), Duration::from_millis(300)).await;
+    configs.set(h.user.user_id, vec![everything("everything")]);
+    h.fake().push(FakeReply::tool_call(
+        "e1",
+        "everything__echo",
+        json!({"message": "x"}),
+    ));
+    h.fake().push(FakeReply::text("ok"));
+    let s = h.new_session(false).await;
+    let (mut ev, run) = h.send(&s, "echo").await;
+    ev.until_done(run).await;
+    let pool = h.engine.mcp_pool(&h.tenant).await.unwrap().unwrap();
+    let groups = pool
+        .send(ProcessGroups {
+            user: h.user.user_id,
+        })
+        .await
+        .unwrap();
+    assert_eq!(groups.len(), 1);
+    drop(ev);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while pool.send(OpenConnections).await.unwrap() > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the connection outlived the user's last session"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // And the server process is gone.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while agentry_mcp::client::stdio::process_group_alive(groups[0].1) {
+        assert!(
+            Instant::now() < deadline,
+            "the server's processes outlived their connection"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Seed property 49: user A's MCP configuration change never changes user B's tools or
+/// connections. Servers here point at a closed port, so each connect fails fast; what matters is
+/// whose servers the pool touches.
+#[actix_rt::test]
+async fn one_users_mcp_config_never_changes_anothers() {
+    let configs = Arc::new(Configs::default());
+    let db = agentry_store::testing::TestDb::open(Backend::Sqlite)
+        .await
+        .unwrap();
+    let tenant = agentry_store::tenants::create(
+        &db.db,
+        &agentry_store::PlatformScope::new(),
+        agentry_store::tenants::NewTenant {
+            name: "iso".into(),
+            quotas: Default::default(),
+            features_enabled: vec![],
+            tool_permissions: None,
+        },
+    )
+    .await
+    .unwrap();
+    let pool = McpPoolActor::new(
+        Arc::new(tenant),
+        configs.clone(),
+        McpPoolConfig {
+            connect_wait: Duration::from_secs(5),
+            ..pool_cfg()
+        },
+    )
+    .start();
+    let closed_url = |name: &str| McpServerConfig::http(name, "http://127.0.0.1:9/mcp");
+    let names = prop::collection::btree_set("[a-z]{1,6}", 0..4);
+    let mut runner = proptest::test_runner::TestRunner::default();
+    for case in 0..100 {
+        let (a_before, a_after, b) = (names.clone(), names.clone(), names.clone())
+            .new_tree(&mut runner)
+            .unwrap()
+            .current();
+        let (ua, ub) = (UserId::new(), UserId::new());
+        configs.set(ua, a_before.iter().map(|n| closed_url(n)).collect());
+        configs.set(ub, b.iter().map(|n| closed_url(n)).collect());
+        let b_first = pool.send(UserTools { user: ub }).await.unwrap();
+        let _ = pool.send(UserTools { user: ua }).await.unwrap();
+        // A changes everything.
+        configs.set(ua, a_after.iter().map(|n| closed_url(n)).collect());
+        pool.send(UserConfigChanged {
+            user: ua,
+            server: None,
+        })
+        .await
+        .unwrap();
+        let _ = pool.send(UserTools { user: ua }).await.unwrap();
+        let b_second = pool.send(UserTools { user: ub }).await.unwrap();
+        // B's view only ever names B's servers, and did not change.
+        let named = |w: &[String]| -> BTreeSet<String> {
+            w.iter()
+                .filter_map(|m| m.split('"').nth(1).map(str::to_string))
+                .collect()
+        };
+        assert_eq!(named(&b_first.warnings), b, "case {case}");
+        assert_eq!(named(&b_second.warnings), b, "case {case}");
+        assert!(b_first.tools.is_empty() && b_second.tools.is_empty());
+    }
+}

@@ -1,0 +1,434 @@
+//! Properties of the engine (seed 000 properties 7, 8, 13, 14, 29; seed 002 properties 2, 4,
+//! 8, 15, 16), each over at least 100 generated cases, against the real engine.
+
+mod support;
+
+use std::time::Duration;
+
+use actix::prelude::*;
+use agentry_actors::engine::{CHECKPOINT_VERSION, Node, RunCheckpoint};
+use agentry_actors::quota::{AcquireRun, AdmitRequest, QuotaActor, QuotaState};
+use agentry_fake_model::FakeReply;
+use agentry_llm::ToolCall;
+use agentry_schema::events::{DoneStatus, EventPayload, Todo, TodoStatus, TokenUsage};
+use agentry_schema::frames::Decision;
+use agentry_store::PageRequest;
+use agentry_store::checkpoints::{self, NewCheckpoint};
+use agentry_store::messages::{self, MessageRole};
+use agentry_store::tenants::Quotas;
+use agentry_store::testing::Backend;
+use proptest::prelude::*;
+use proptest::strategy::ValueTree;
+use proptest::test_runner::{Config, TestRunner};
+use serde_json::json;
+use support::*;
+
+const CASES: usize = 100;
+
+fn cases<S: Strategy>(strategy: S) -> Vec<S::Value> {
+    let mut runner = TestRunner::new(Config {
+        cases: CASES as u32,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    (0..CASES)
+        .map(|_| strategy.new_tree(&mut runner).expect("strategy").current())
+        .collect()
+}
+
+/// One model answer in a generated script.
+#[derive(Debug, Clone)]
+enum Turn {
+    /// A tool that needs no approval and succeeds.
+    Stats,
+    /// A tool call the model gets wrong (an error result goes back to it).
+    BadArgs,
+    /// A tool that does not exist.
+    Unknown,
+    /// Plain text, ending the run.
+    Text,
+    /// The provider fails with this status (retried by the client up to its max, then fatal).
+    ModelError(u16),
+}
+
+fn turn() -> impl Strategy<Value = Turn> {
+    prop_oneof![
+        4 => Just(Turn::Stats),
+        2 => Just(Turn::BadArgs),
+        1 => Just(Turn::Unknown),
+        1 => Just(Turn::Text),
+        1 => prop_oneof![Just(400u16), Just(401), Just(500), Just(503)].prop_map(Turn::ModelError),
+    ]
+}
+
+/// Any script of tools, bad calls and errors: the stream is ordered and gap-free, ends in
+/// exactly one `done`; errors become `error` events (never a panic); a run that finishes
+/// normally has `done.cancelled == false`.
+#[actix_rt::test]
+async fn every_run_ends_in_one_done_with_a_gap_free_stream_and_errors_as_events() {
+    let Some(h) = Harness::new(Backend::Sqlite, Wire::OpenAi).await else {
+        return;
+    };
+    let s = h.new_session(true).await;
+    for (i, script) in cases(prop::collection::vec(turn(), 0..5))
+        .into_iter()
+        .enumerate()
+    {
+        let mut expect_failed = false;
+        for (j, t) in script.iter().enumerate() {
+            match t {
+                Turn::Stats => h.fake().push(FakeReply::tool_call(
+                    &format!("c{i}_{j}"),
+                    "write_todos",
+                    json!({"todos": [{"content": format!("step {j}"), "status": "pending"}]}),
+                )),
+                Turn::BadArgs => h.fake().push(FakeReply::tool_call(
+                    &format!("c{i}_{j}"),
+                    "read_file",
+                    json!({"file_path": [1]}),
+                )),
+                Turn::Unknown => h.fake().push(FakeReply::tool_call(
+                    &format!("c{i}_{j}"),
+                    "nope",
+                    json!({}),
+                )),
+                Turn::Text => h.fake().push(FakeReply::text("early answer")),
+                Turn::ModelError(code) => {
+                    // The client retries 5xx once (max_retries 1 in the harness): push enough.
+                    let n = if *code >= 500 { 2 } else { 1 };
+                    for _ in 0..n {
+                        h.fake().push(FakeReply::error(*code, "scripted failure"));
+                    }
+                }
+            }
+            if matches!(t, Turn::Text) {
+                break;
+            }
+            if matches!(t, Turn::ModelError(_)) {
+                expect_failed = true;
+                break;
+            }
+        }
+        if !expect_failed && !script.iter().any(|t| matches!(t, Turn::Text)) {
+            h.fake().push(FakeReply::text("final answer"));
+        }
+        let (mut ev, run) = h.send(&s, &format!("case {i}")).await;
+        let all = ev.until_done(run).await;
+        assert_well_formed(&all);
+        let d = done(&all);
+        if expect_failed {
+            assert_eq!(d.status, DoneStatus::Failed, "case {i}: {script:?}");
+            assert!(all.iter().any(
+                |e| matches!(&e.payload, EventPayload::Error(x) if x.error_code == "model_error")
+            ));
+        } else {
+            assert_eq!(
+                (d.status, d.cancelled),
+                (DoneStatus::Completed, false),
+                "case {i}: {script:?}"
+            );
+        }
+        assert_eq!(
+            h.fake().pending(),
+            0,
+            "case {i}: every scripted reply was consumed"
+        );
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Verdict {
+    Approve,
+    Edit,
+    Reject,
+}
+
+/// With approvals on, decisions decide: calls run until the first reject, which ends the run
+/// with `done{cancelled: true, status: rejected}`. With `auto_approve`, every call runs and no
+/// `hitl_request` is ever sent.
+#[actix_rt::test]
+async fn decisions_decide_and_auto_approve_approves_all() {
+    let Some(h) = Harness::new(Backend::Sqlite, Wire::Anthropic).await else {
+        return;
+    };
+    let verdict = prop_oneof![
+        Just(Verdict::Approve),
+        Just(Verdict::Edit),
+        Just(Verdict::Reject)
+    ];
+    let auto_s = h.new_session(true).await;
+    let manual_s = h.new_session(false).await;
+    for (i, (auto, verdicts)) in cases((any::<bool>(), prop::collection::vec(verdict, 1..4)))
+        .into_iter()
+        .enumerate()
+    {
+        let n = verdicts.len();
+        let call = |j: usize| {
+            FakeReply::tool_call(
+                &format!("w{i}_{j}"),
+                "write_file",
+                json!({"file_path": format!("p{i}/{j}.txt"), "content": "x"}),
+            )
+        };
+        let first_reject = verdicts.iter().position(|v| matches!(v, Verdict::Reject));
+        if auto {
+            for j in 0..n {
+                h.fake().push(call(j));
+            }
+            h.fake().push(FakeReply::text("all written"));
+        } else {
+            h.fake().push(call(0));
+        }
+        let s = if auto { &auto_s } else { &manual_s };
+        let (mut ev, run) = h.send(s, &format!("case {i}")).await;
+        let mut all = Vec::new();
+        if !auto {
+            for (j, v) in verdicts.iter().enumerate() {
+                let upto = ev
+                    .until(|e| matches!(e.payload, EventPayload::HitlRequest(_)))
+                    .await;
+                let rid = hitl_request_id(&upto);
+                all.extend(upto);
+                let decision = match v {
+                    Verdict::Approve => Decision::Approve { message: None },
+                    Verdict::Edit => Decision::Edit {
+                        args: json!({"file_path": format!("p{i}/edited.txt"), "content": "e"}),
+                        message: None,
+                    },
+                    Verdict::Reject => Decision::Reject { message: None },
+                };
+                // What the model answers after this call ran.
+                if !matches!(v, Verdict::Reject) {
+                    h.fake().push(if j + 1 < n {
+                        call(j + 1)
+                    } else {
+                        FakeReply::text("all written")
+                    });
+                }
+                h.decide(s, rid, decision).await;
+                if matches!(v, Verdict::Reject) {
+                    break;
+                }
+            }
+        }
+        all.extend(ev.until_done(run).await);
+        assert_well_formed(&all);
+        let d = done(&all);
+        let hitl = all
+            .iter()
+            .filter(|e| matches!(e.payload, EventPayload::HitlRequest(_)))
+            .count();
+        let ran = all.iter().filter(|e| matches!(&e.payload, EventPayload::ToolResult(r) if r.status == agentry_schema::events::ToolStatus::Success)).count();
+        if auto {
+            assert_eq!(hitl, 0, "case {i}");
+            assert_eq!(ran, n, "case {i}");
+            assert_eq!((d.status, d.cancelled), (DoneStatus::Completed, false));
+        } else if let Some(k) = first_reject {
+            assert_eq!(hitl, k + 1, "case {i}");
+            assert_eq!(ran, k, "case {i}: calls before the reject ran");
+            assert_eq!(
+                (d.status, d.cancelled),
+                (DoneStatus::Rejected, true),
+                "case {i}"
+            );
+            assert_eq!(h.fake().pending(), 0, "no model call after a reject");
+        } else {
+            assert_eq!((hitl, ran), (n, n), "case {i}");
+            assert_eq!((d.status, d.cancelled), (DoneStatus::Completed, false));
+        }
+    }
+}
+
+/// After N tool calls the stored history holds all N requests and their results, in order.
+#[actix_rt::test]
+async fn history_holds_every_call_and_result_in_order() {
+    let Some(h) = Harness::new(Backend::Sqlite, Wire::OpenAi).await else {
+        return;
+    };
+    for (i, n) in cases(0usize..6).into_iter().enumerate() {
+        let s = h.new_session(true).await;
+        for j in 0..n {
+            h.fake().push(FakeReply::tool_call(
+                &format!("h{i}_{j}"),
+                "write_todos",
+                json!({"todos": [{"content": format!("item {i}.{j}"), "status": "pending"}]}),
+            ));
+        }
+        h.fake().push(FakeReply::text("done"));
+        let (mut ev, run) = h.send(&s, "go").await;
+        ev.until_done(run).await;
+        let msgs = messages::list(
+            &h.db.db,
+            &h.tenant.scope(),
+            s.session.id,
+            PageRequest::default(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(msgs.len(), 2 + 2 * n, "case {i}");
+        assert_eq!(msgs[0].role, MessageRole::User);
+        for j in 0..n {
+            let call = &msgs[1 + 2 * j];
+            let result = &msgs[2 + 2 * j];
+            assert_eq!(call.role, MessageRole::Assistant);
+            assert_eq!(
+                call.tool_calls.as_ref().unwrap()[0]["id"],
+                format!("h{i}_{j}")
+            );
+            assert_eq!(result.role, MessageRole::Tool);
+            assert_eq!(
+                result.tool_call_id.as_deref(),
+                Some(format!("h{i}_{j}").as_str())
+            );
+            assert!(
+                result.content.contains(&format!("item {i}.{j}")),
+                "the result itself is stored: {}",
+                result.content
+            );
+        }
+        assert_eq!(msgs.last().unwrap().content, "done");
+    }
+}
+
+/// No decision within `hitl_timeout` is a reject.
+#[actix_rt::test]
+async fn a_hitl_timeout_always_rejects() {
+    let Some(h) = Harness::with(
+        Backend::Sqlite,
+        Wire::OpenAi,
+        Options {
+            hitl_timeout: Duration::from_millis(25),
+            ..Options::default()
+        },
+    )
+    .await
+    else {
+        return;
+    };
+    let s = h.new_session(false).await;
+    for (i, path) in cases("[a-z]{1,8}\\.txt").into_iter().enumerate() {
+        h.fake().push(FakeReply::tool_call(
+            &format!("t{i}"),
+            "write_file",
+            json!({"file_path": path, "content": "x"}),
+        ));
+        let (mut ev, run) = h.send(&s, "write").await;
+        let all = ev.until_done(run).await;
+        let d = done(&all);
+        assert_eq!(
+            (d.status, d.cancelled, d.reason.as_deref()),
+            (DoneStatus::Rejected, true, Some("hitl_timeout")),
+            "case {i}"
+        );
+    }
+}
+
+/// Checkpoints round-trip through JSON and through every backend unchanged.
+#[actix_rt::test]
+async fn checkpoints_round_trip_through_the_store() {
+    let todo_status = prop_oneof![
+        Just(TodoStatus::Pending),
+        Just(TodoStatus::InProgress),
+        Just(TodoStatus::Completed)
+    ];
+    let node = prop_oneof![Just(Node::Reason), Just(Node::Act)];
+    let strat = (
+        0u32..1000,
+        node,
+        any::<i64>(),
+        prop::collection::vec(("[a-z0-9_]{1,10}", "[a-z_]{1,12}", any::<i32>()), 0..4),
+        prop::collection::vec((".{0,20}", todo_status), 0..4),
+        (0u64..1 << 40, 0u64..1 << 40),
+    );
+    let all_cases = cases(strat);
+    for backend in Backend::ALL {
+        let Some(t) = agentry_store::testing::TestDb::open(backend).await else {
+            continue;
+        };
+        let scope = agentry_store::TenantScope::new(agentry_schema::ids::TenantId::new());
+        for (i, (step, node, window_start, pending, todos, (inp, out))) in
+            all_cases.iter().cloned().enumerate()
+        {
+            let cp = RunCheckpoint {
+                version: CHECKPOINT_VERSION,
+                step,
+                node,
+                window_start,
+                pending: pending
+                    .into_iter()
+                    .map(|(id, name, n)| ToolCall {
+                        id,
+                        name,
+                        arguments: json!({"n": n}),
+                    })
+                    .collect(),
+                todos: todos
+                    .into_iter()
+                    .map(|(content, status)| Todo {
+                        content: agentry_store::sanitize_text(content),
+                        status,
+                    })
+                    .collect(),
+                usage: TokenUsage::new(inp, out),
+            };
+            assert_eq!(RunCheckpoint::from_json(&cp.to_json()).unwrap(), cp);
+            let run = agentry_schema::ids::RunId::new();
+            checkpoints::save(
+                &t.db,
+                &scope,
+                NewCheckpoint {
+                    session_id: agentry_schema::ids::SessionId::new(),
+                    execution_id: run,
+                    step,
+                    node: node.as_str().into(),
+                    state: cp.to_json(),
+                },
+            )
+            .await
+            .unwrap();
+            let back = checkpoints::latest(&t.db, &scope, run)
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(
+                RunCheckpoint::from_json(&back.state).unwrap(),
+                cp,
+                "{} case {i}",
+                backend.name()
+            );
+        }
+    }
+}
+
+/// Under 100 concurrent requests, a quota never admits more than its limit (and admits
+/// exactly the limit: `>=` semantics).
+#[actix_rt::test]
+async fn quotas_never_admit_more_than_the_limit_under_concurrency() {
+    for (i, (runs, rpm)) in cases((1u32..40, 1u32..80)).into_iter().enumerate() {
+        let quotas = Quotas {
+            max_concurrent_runs: runs,
+            requests_per_minute: rpm,
+            tokens_per_day: 0,
+            ..Quotas::default()
+        };
+        let q = QuotaActor::new(QuotaState::new(quotas, 0, chrono::Utc::now())).start();
+        let acquired = futures::future::join_all((0..100).map(|_| q.send(AcquireRun))).await;
+        let admitted = acquired.iter().filter(|r| matches!(r, Ok(Ok(())))).count();
+        assert_eq!(
+            admitted, runs as usize,
+            "case {i}: max_concurrent_runs {runs}"
+        );
+        let rejected = acquired
+            .iter()
+            .find_map(|r| r.as_ref().ok().and_then(|r| r.err()))
+            .unwrap();
+        assert_eq!(rejected.quota, "max_concurrent_runs");
+        let requests = futures::future::join_all((0..100).map(|_| q.send(AdmitRequest))).await;
+        let admitted = requests.iter().filter(|r| matches!(r, Ok(Ok(())))).count();
+        assert_eq!(
+            admitted,
+            (rpm as usize).min(100),
+            "case {i}: requests_per_minute {rpm}"
+        );
+    }
+}

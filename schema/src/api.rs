@@ -1,0 +1,585 @@
+//! REST request and response bodies (DESIGN §6). Request DTOs are never bound straight to
+//! database entities; the gateway converts them into domain types first.
+
+use chrono::{DateTime, NaiveDate, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::events::{ExecutionEvent, TokenUsage};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ChatRequest {
+    pub message: String,
+    /// Continue this session; a new one is created when absent.
+    #[serde(default)]
+    pub session_id: Option<String>,
+    /// The assistant for a new session (default: `default`).
+    #[serde(default)]
+    pub assistant_id: Option<String>,
+    /// Queue behind an active run instead of failing with `run_in_progress`.
+    #[serde(default)]
+    pub enqueue: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ChatResponse {
+    pub session_id: String,
+    pub run_id: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = Vec<Object>))]
+    pub events: Vec<ExecutionEvent>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct CreateSessionRequest {
+    #[serde(default)]
+    pub assistant_id: Option<String>,
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
+    pub metadata: Option<Value>,
+    /// Skip approvals for this session's tool calls.
+    #[serde(default)]
+    pub auto_approve: Option<bool>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct SessionInfo {
+    pub session_id: String,
+    pub user_id: String,
+    pub assistant_id: String,
+    /// `idle`, `running`, `waiting_approval` or `closed`.
+    pub state: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    pub metadata: Value,
+    pub created_at: DateTime<Utc>,
+    pub last_active: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct MessageInfo {
+    pub id: i64,
+    pub session_id: String,
+    pub run_id: Option<String>,
+    /// `user`, `assistant`, `tool` or `system`.
+    pub role: String,
+    pub content: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
+    pub tool_calls: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    pub created_at: DateTime<Utc>,
+}
+
+/// A page of a list.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Page<T> {
+    pub items: Vec<T>,
+    pub total: u64,
+    pub limit: u64,
+    pub offset: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct HealthResponse {
+    /// `ok`, or `degraded` when a dependency is down.
+    pub status: String,
+    pub version: String,
+    /// Seconds since the process started.
+    pub uptime: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ReadinessResponse {
+    pub status: String,
+    /// Each dependency and whether it answered: `{"database": "ok", "redis": "ok"}`.
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    pub checks: Value,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tenancy, users, keys, assistants, executions: the gateway's REST surface beyond chat.
+// Request bodies refuse unknown fields so a misspelt field is a 422 naming it, not a silent
+// default.
+// ---------------------------------------------------------------------------------------------
+
+/// Absent → `None`, `null` → `Some(None)`, a value → `Some(Some(v))`: lets a PATCH tell "leave
+/// it" from "clear it".
+fn double_option<'de, D, T>(d: D) -> Result<Option<Option<T>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Option::<T>::deserialize(d).map(Some)
+}
+
+/// Who the key in use belongs to (`GET /api/v1/me`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct WhoAmI {
+    /// `platform_admin` or `tenant`.
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_id: Option<String>,
+    /// The effective role: admin only when both the user and the key are admin.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<UserRole>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_id: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum UserRole {
+    Admin,
+    Member,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum TenantStatus {
+    Active,
+    /// Every key of the tenant answers 403 `tenant_suspended`.
+    Suspended,
+}
+
+/// A tenant's limits; 0 means "no limit".
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct TenantQuotas {
+    pub max_users: u32,
+    pub max_sessions_per_user: u32,
+    pub max_mcp_servers: u32,
+    pub workspace_quota_bytes: u64,
+    pub requests_per_minute: u32,
+    pub tokens_per_day: u64,
+    pub max_concurrent_runs: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct TenantInfo {
+    pub id: String,
+    pub name: String,
+    pub status: TenantStatus,
+    #[serde(flatten)]
+    pub quotas: TenantQuotas,
+    pub features_enabled: Vec<String>,
+    /// Tool permissions per role (`{"member": ["files:*"], "admin": ["*:*"]}`); null = defaults.
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
+    pub tool_permissions: Option<Value>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// `POST /admin/tenants`. Quotas left out get the defaults.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct CreateTenantRequest {
+    pub name: String,
+    #[serde(default)]
+    pub max_users: Option<u32>,
+    #[serde(default)]
+    pub max_sessions_per_user: Option<u32>,
+    #[serde(default)]
+    pub max_mcp_servers: Option<u32>,
+    #[serde(default)]
+    pub workspace_quota_bytes: Option<u64>,
+    #[serde(default)]
+    pub requests_per_minute: Option<u32>,
+    #[serde(default)]
+    pub tokens_per_day: Option<u64>,
+    #[serde(default)]
+    pub max_concurrent_runs: Option<u32>,
+    #[serde(default)]
+    pub features_enabled: Option<Vec<String>>,
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
+    pub tool_permissions: Option<Value>,
+}
+
+/// `PUT /admin/tenants/{id}`: the whole tenant; what is left out returns to its default.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct ReplaceTenantRequest {
+    pub name: String,
+    /// Default `active`.
+    #[serde(default)]
+    pub status: Option<TenantStatus>,
+    #[serde(default)]
+    pub max_users: Option<u32>,
+    #[serde(default)]
+    pub max_sessions_per_user: Option<u32>,
+    #[serde(default)]
+    pub max_mcp_servers: Option<u32>,
+    #[serde(default)]
+    pub workspace_quota_bytes: Option<u64>,
+    #[serde(default)]
+    pub requests_per_minute: Option<u32>,
+    #[serde(default)]
+    pub tokens_per_day: Option<u64>,
+    #[serde(default)]
+    pub max_concurrent_runs: Option<u32>,
+    #[serde(default)]
+    pub features_enabled: Option<Vec<String>>,
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
+    pub tool_permissions: Option<Value>,
+}
+
+/// `PATCH /admin/tenants/{id}`: only the fields present change. `tool_permissions: null`
+/// returns to the defaults.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct UpdateTenantRequest {
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub status: Option<TenantStatus>,
+    #[serde(default)]
+    pub max_users: Option<u32>,
+    #[serde(default)]
+    pub max_sessions_per_user: Option<u32>,
+    #[serde(default)]
+    pub max_mcp_servers: Option<u32>,
+    #[serde(default)]
+    pub workspace_quota_bytes: Option<u64>,
+    #[serde(default)]
+    pub requests_per_minute: Option<u32>,
+    #[serde(default)]
+    pub tokens_per_day: Option<u64>,
+    #[serde(default)]
+    pub max_concurrent_runs: Option<u32>,
+    #[serde(default)]
+    pub features_enabled: Option<Vec<String>>,
+    #[serde(
+        default,
+        deserialize_with = "double_option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
+    pub tool_permissions: Option<Option<Value>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct UserInfo {
+    pub id: String,
+    pub tenant_id: String,
+    pub name: String,
+    pub role: UserRole,
+    pub disabled: bool,
+    pub created_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct CreateUserRequest {
+    pub name: String,
+    /// Default `member`.
+    #[serde(default)]
+    pub role: Option<UserRole>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct UpdateUserRequest {
+    #[serde(default)]
+    pub role: Option<UserRole>,
+    /// A disabled user's keys answer 401 until enabled again.
+    #[serde(default)]
+    pub disabled: Option<bool>,
+}
+
+/// An API key as listed: never the key itself.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ApiKeyInfo {
+    pub id: String,
+    pub tenant_id: String,
+    pub user_id: String,
+    pub name: String,
+    /// The visible start of the key (`agk_XXXXXXXX`).
+    pub prefix: String,
+    pub role: UserRole,
+    pub expires_at: Option<DateTime<Utc>>,
+    pub revoked_at: Option<DateTime<Utc>>,
+    pub last_used_at: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct CreateApiKeyRequest {
+    pub user_id: String,
+    pub name: String,
+    /// Default: the user's role. May not exceed it.
+    #[serde(default)]
+    pub role: Option<UserRole>,
+    /// RFC 3339; must be in the future.
+    #[serde(default)]
+    pub expires_at: Option<DateTime<Utc>>,
+}
+
+/// A new key: the only time the key itself is shown.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct CreatedApiKey {
+    #[serde(flatten)]
+    pub info: ApiKeyInfo,
+    /// The key. Store it now: it cannot be shown again.
+    pub key: String,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct UsageTotals {
+    pub runs: u64,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub total_tokens: u64,
+    pub tool_calls: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct DailyUsage {
+    pub day: NaiveDate,
+    #[serde(flatten)]
+    pub usage: UsageTotals,
+}
+
+/// `GET /admin/tenants/{id}/usage`: days with activity between `from` and `to` (both
+/// inclusive, UTC), oldest first.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct UsageReport {
+    pub tenant_id: String,
+    pub from: NaiveDate,
+    pub to: NaiveDate,
+    pub days: Vec<DailyUsage>,
+    pub totals: UsageTotals,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum AssistantProfile {
+    General,
+    Devops,
+    Sre,
+    Orchestrator,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct AssistantInfo {
+    pub id: String,
+    pub name: String,
+    pub description: String,
+    pub system_prompt: String,
+    /// `scripted`, `openai` or `anthropic`; null = the server's default model.
+    pub provider: Option<String>,
+    pub model: Option<String>,
+    /// Tool names or `service:tool` / `service:*` patterns; null = every built-in tool.
+    pub tools: Option<Vec<String>>,
+    /// Tools that always need approval, on top of the high-risk defaults.
+    pub interrupt_on: Vec<String>,
+    pub auto_approve: bool,
+    pub profile: AssistantProfile,
+    pub recursion_limit: u32,
+    pub timeout_secs: u32,
+    pub max_retries: u32,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// An assistant's settings. Fields left out get their defaults (a `PUT` replaces the whole
+/// assistant). Limits: `recursion_limit` 1–1000, `timeout_secs` 1–86400, `max_retries` 0–10.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct AssistantSpecRequest {
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub description: Option<String>,
+    #[serde(default)]
+    pub system_prompt: Option<String>,
+    #[serde(default)]
+    pub provider: Option<String>,
+    #[serde(default)]
+    pub model: Option<String>,
+    #[serde(default)]
+    pub tools: Option<Vec<String>>,
+    #[serde(default)]
+    pub interrupt_on: Option<Vec<String>>,
+    #[serde(default)]
+    pub auto_approve: Option<bool>,
+    #[serde(default)]
+    pub profile: Option<AssistantProfile>,
+    #[serde(default)]
+    pub recursion_limit: Option<u32>,
+    #[serde(default)]
+    pub timeout_secs: Option<u32>,
+    #[serde(default)]
+    pub max_retries: Option<u32>,
+}
+
+/// `POST /agents`: an id (a slug: lowercase letters, digits, `-`, `_`) and the settings.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct CreateAssistantRequest {
+    pub id: String,
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub description: Option<String>,
+    #[serde(default)]
+    pub system_prompt: Option<String>,
+    #[serde(default)]
+    pub provider: Option<String>,
+    #[serde(default)]
+    pub model: Option<String>,
+    #[serde(default)]
+    pub tools: Option<Vec<String>>,
+    #[serde(default)]
+    pub interrupt_on: Option<Vec<String>>,
+    #[serde(default)]
+    pub auto_approve: Option<bool>,
+    #[serde(default)]
+    pub profile: Option<AssistantProfile>,
+    #[serde(default)]
+    pub recursion_limit: Option<u32>,
+    #[serde(default)]
+    pub timeout_secs: Option<u32>,
+    #[serde(default)]
+    pub max_retries: Option<u32>,
+}
+
+impl CreateAssistantRequest {
+    /// The id and the settings.
+    pub fn split(self) -> (String, AssistantSpecRequest) {
+        (
+            self.id,
+            AssistantSpecRequest {
+                name: self.name,
+                description: self.description,
+                system_prompt: self.system_prompt,
+                provider: self.provider,
+                model: self.model,
+                tools: self.tools,
+                interrupt_on: self.interrupt_on,
+                auto_approve: self.auto_approve,
+                profile: self.profile,
+                recursion_limit: self.recursion_limit,
+                timeout_secs: self.timeout_secs,
+                max_retries: self.max_retries,
+            },
+        )
+    }
+}
+
+/// One run of the agent loop.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ExecutionInfo {
+    pub id: String,
+    pub session_id: String,
+    pub user_id: String,
+    pub assistant_id: String,
+    /// The user message that started the run.
+    pub input: String,
+    /// `running`, `waiting_approval`, `completed`, `failed`, `cancelled`, `rejected`,
+    /// `timeout` or `interrupted`.
+    pub status: String,
+    pub error: Option<String>,
+    pub token_usage: TokenUsage,
+    pub steps: u32,
+    pub trace_id: Option<String>,
+    pub started_at: DateTime<Utc>,
+    pub completed_at: Option<DateTime<Utc>>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// One row of the tool-call audit.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ToolCallInfo {
+    pub id: String,
+    pub tool_call_id: String,
+    pub tool_name: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    pub input: Value,
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
+    pub output: Option<Value>,
+    pub error: Option<String>,
+    pub duration_ms: u64,
+    /// null when the call needed no approval.
+    pub approved: Option<bool>,
+    pub approved_by: Option<String>,
+    pub created_at: DateTime<Utc>,
+}
+
+/// A `hitl_request` and the decision it got.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ApprovalInfo {
+    pub id: String,
+    /// `approval` or `question`.
+    pub kind: String,
+    pub tool_call_id: Option<String>,
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    pub request: Value,
+    /// `pending`, `approved`, `edited`, `rejected`, `answered`, `timed_out` or `cancelled`.
+    pub status: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
+    pub decision: Option<Value>,
+    pub decided_by: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub decided_at: Option<DateTime<Utc>>,
+}
+
+/// `GET /executions/{id}`: the run with its tool-call audit and approvals, oldest first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ExecutionDetail {
+    #[serde(flatten)]
+    pub execution: ExecutionInfo,
+    pub tool_calls: Vec<ToolCallInfo>,
+    pub approvals: Vec<ApprovalInfo>,
+}
+
+/// `GET /sessions/{id}/events?after_seq&limit`: stored events with `seq > after_seq`, in order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct EventsPage {
+    pub session_id: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = Vec<Object>))]
+    pub events: Vec<ExecutionEvent>,
+    /// Pass as `after_seq` to get the next page (the last returned `seq`, or the request's
+    /// `after_seq` when nothing was returned).
+    pub next_after_seq: u64,
+    /// More events are stored past this page.
+    pub has_more: bool,
+}

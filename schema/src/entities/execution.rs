@@ -1,0 +1,32 @@
+//! `executions` table.
+use sea_orm::entity::prelude::*;
+
+#[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
+#[sea_orm(table_name = "executions")]
+pub struct Model {
+    #[sea_orm(primary_key, auto_increment = false)]
+    pub id: Uuid,
+    pub tenant_id: Uuid,
+    pub user_id: Uuid,
+    pub session_id: Uuid,
+    pub assistant_id: String,
+    #[sea_orm(column_type = "Text")]
+    pub input: String,
+    /// `running`, `waiting_approval`, `completed`, `failed`, `cancelled`, `rejected`, `timeout`, `interrupted`.
+    pub status: String,
+    #[sea_orm(column_type = "Text", nullable)]
+    pub error: Option<String>,
+    pub input_tokens: i64,
+    pub output_tokens: i64,
+    pub total_tokens: i64,
+    pub steps: i32,
+    pub trace_id: Option<String>,
+    pub started_at: DateTimeUtc,
+    pub completed_at: Option<DateTimeUtc>,
+    pub updated_at: DateTimeUtc,
+}
+
+#[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+pub enum Relation {}
+
+impl ActiveModelBehavior for ActiveModel {}

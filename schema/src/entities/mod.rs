@@ -1,0 +1,17 @@
+//! sea-orm entities, one module per table (DESIGN §9). Every tenant-owned table has a
+//! `tenant_id` column; the store's repositories filter on it in every query.
+
+pub mod api_key;
+pub mod approval;
+pub mod assistant;
+pub mod checkpoint;
+pub mod execution;
+pub mod mcp_server;
+pub mod membership;
+pub mod memory;
+pub mod message;
+pub mod session;
+pub mod session_event;
+pub mod tenant;
+pub mod tool_call_log;
+pub mod user;

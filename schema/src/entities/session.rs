@@ -1,0 +1,23 @@
+//! `sessions` table.
+use sea_orm::entity::prelude::*;
+
+#[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
+#[sea_orm(table_name = "sessions")]
+pub struct Model {
+    #[sea_orm(primary_key, auto_increment = false)]
+    pub id: Uuid,
+    pub tenant_id: Uuid,
+    pub user_id: Uuid,
+    pub assistant_id: String,
+    /// `idle`, `running`, `waiting_approval` or `closed`.
+    pub state: String,
+    pub auto_approve: bool,
+    pub metadata: Json,
+    pub created_at: DateTimeUtc,
+    pub last_active: DateTimeUtc,
+}
+
+#[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+pub enum Relation {}
+
+impl ActiveModelBehavior for ActiveModel {}

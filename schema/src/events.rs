@@ -1,0 +1,351 @@
+//! The execution event stream: the only output of a run (DESIGN §5).
+//!
+//! Every event travels in one envelope, `{event_type, seq, session_id, run_id, timestamp, data}`,
+//! and round-trips through JSON unchanged. REST, WebSocket, SSE and the CLI are all views of a
+//! stream of these.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// One event of a session's stream, as sent on the wire.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExecutionEvent {
+    /// Increases by one per event within a session; clients resume from the last one they saw.
+    pub seq: u64,
+    pub session_id: String,
+    /// The run that produced the event. Events outside a run (a frame error, say) carry "".
+    pub run_id: String,
+    /// Seconds since the Unix epoch, with sub-second precision.
+    pub timestamp: f64,
+    #[serde(flatten)]
+    pub payload: EventPayload,
+}
+
+impl ExecutionEvent {
+    pub fn new(
+        seq: u64,
+        session_id: impl Into<String>,
+        run_id: impl Into<String>,
+        payload: EventPayload,
+    ) -> Self {
+        Self {
+            seq,
+            session_id: session_id.into(),
+            run_id: run_id.into(),
+            timestamp: now_timestamp(),
+            payload,
+        }
+    }
+
+    pub fn event_type(&self) -> &'static str {
+        self.payload.event_type()
+    }
+
+    pub fn is_done(&self) -> bool {
+        matches!(self.payload, EventPayload::Done(_))
+    }
+
+    /// The wire form. Serializing these types cannot fail (no maps with non-string keys, no
+    /// non-finite floats: timestamps come from the clock), so this never returns an error.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_else(|e| {
+            // Unreachable for well-formed events; still, never panic on the hot path.
+            format!(r#"{{"event_type":"error","seq":{},"session_id":"","run_id":"","timestamp":0.0,"data":{{"error":"event encoding failed: {e}","error_code":"internal_error","recoverable":false}}}}"#, self.seq)
+        })
+    }
+}
+
+/// Current wall-clock time as fractional seconds since the epoch.
+pub fn now_timestamp() -> f64 {
+    let now = chrono::Utc::now();
+    now.timestamp() as f64 + f64::from(now.timestamp_subsec_micros()) / 1_000_000.0
+}
+
+/// The typed body of an event; `event_type` is the tag, `data` the content.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event_type", content = "data", rename_all = "snake_case")]
+pub enum EventPayload {
+    Text(TextData),
+    ToolCall(ToolCallData),
+    ToolResult(ToolResultData),
+    HitlRequest(HitlRequestData),
+    TodoUpdate(TodoUpdateData),
+    FileOperation(FileOperationData),
+    Progress(ProgressData),
+    Error(ErrorData),
+    Done(DoneData),
+}
+
+impl EventPayload {
+    pub fn event_type(&self) -> &'static str {
+        match self {
+            EventPayload::Text(_) => "text",
+            EventPayload::ToolCall(_) => "tool_call",
+            EventPayload::ToolResult(_) => "tool_result",
+            EventPayload::HitlRequest(_) => "hitl_request",
+            EventPayload::TodoUpdate(_) => "todo_update",
+            EventPayload::FileOperation(_) => "file_operation",
+            EventPayload::Progress(_) => "progress",
+            EventPayload::Error(_) => "error",
+            EventPayload::Done(_) => "done",
+        }
+    }
+
+    pub fn text(content: impl Into<String>, is_final: bool) -> Self {
+        EventPayload::Text(TextData {
+            content: content.into(),
+            is_final,
+        })
+    }
+
+    pub fn error(
+        error_code: impl Into<String>,
+        error: impl Into<String>,
+        recoverable: bool,
+    ) -> Self {
+        EventPayload::Error(ErrorData {
+            error: error.into(),
+            error_code: error_code.into(),
+            recoverable,
+        })
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TextData {
+    pub content: String,
+    pub is_final: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCallData {
+    pub tool_name: String,
+    pub tool_args: Value,
+    pub tool_call_id: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolStatus {
+    Success,
+    Error,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolResultData {
+    pub tool_call_id: String,
+    pub result: Value,
+    pub status: ToolStatus,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HitlKind {
+    /// A tool call waits for approve / edit / reject.
+    Approval,
+    /// A tool (or an MCP server's elicitation) asks the user a question.
+    Question,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ActionRequest {
+    pub name: String,
+    pub args: Value,
+    pub description: String,
+    /// The tool call this request gates, so a client can match it to the `tool_call` event.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Question {
+    pub text: String,
+    /// `text`, `choice`, `confirm` or `preference`; free-form so MCP elicitation fits too.
+    pub question_type: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub options: Vec<String>,
+    /// Seconds the server waits for an answer.
+    pub timeout: u64,
+    /// For MCP elicitation: the JSON Schema the answer must satisfy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schema: Option<Value>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HitlRequestData {
+    pub request_id: String,
+    pub kind: HitlKind,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub action_requests: Vec<ActionRequest>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub question: Option<Question>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TodoStatus {
+    Pending,
+    InProgress,
+    Completed,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Todo {
+    pub content: String,
+    pub status: TodoStatus,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TodoUpdateData {
+    pub todos: Vec<Todo>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FileOperationKind {
+    Read,
+    Write,
+    Edit,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileMetrics {
+    pub lines_read: u64,
+    pub lines_written: u64,
+    pub lines_added: u64,
+    pub lines_removed: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FileOperationData {
+    pub operation: FileOperationKind,
+    pub file_path: String,
+    pub metrics: FileMetrics,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub diff: Option<String>,
+    pub status: ToolStatus,
+}
+
+/// Progress of a long tool call (MCP `notifications/progress`). Not one of the eight core types
+/// of DESIGN §5: clients that do not know it may ignore it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProgressData {
+    pub tool_call_id: String,
+    pub progress: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorData {
+    pub error: String,
+    pub error_code: String,
+    pub recoverable: bool,
+}
+
+/// How a run ended. Exactly one `done` per run carries one of these.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DoneStatus {
+    Completed,
+    Cancelled,
+    Rejected,
+    Failed,
+    Timeout,
+    Interrupted,
+}
+
+impl DoneStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DoneStatus::Completed => "completed",
+            DoneStatus::Cancelled => "cancelled",
+            DoneStatus::Rejected => "rejected",
+            DoneStatus::Failed => "failed",
+            DoneStatus::Timeout => "timeout",
+            DoneStatus::Interrupted => "interrupted",
+        }
+    }
+
+    /// `done.cancelled` is true when the run was stopped by someone rather than finishing.
+    pub fn is_cancelled(self) -> bool {
+        matches!(self, DoneStatus::Cancelled | DoneStatus::Rejected)
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct TokenUsage {
+    pub input: u64,
+    pub output: u64,
+    pub total: u64,
+}
+
+impl TokenUsage {
+    pub fn new(input: u64, output: u64) -> Self {
+        Self {
+            input,
+            output,
+            total: input + output,
+        }
+    }
+
+    pub fn add(&mut self, other: TokenUsage) {
+        self.input += other.input;
+        self.output += other.output;
+        self.total = self.input + self.output;
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DoneData {
+    pub status: DoneStatus,
+    pub cancelled: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    pub token_usage: TokenUsage,
+}
+
+impl DoneData {
+    pub fn new(status: DoneStatus, reason: Option<String>, token_usage: TokenUsage) -> Self {
+        Self {
+            status,
+            cancelled: status.is_cancelled(),
+            reason,
+            token_usage,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn text_event_has_the_documented_wire_shape() {
+        let ev = ExecutionEvent {
+            seq: 17,
+            session_id: "s".into(),
+            run_id: "r".into(),
+            timestamp: 1732240000.123,
+            payload: EventPayload::text("Hel", false),
+        };
+        let v: Value = serde_json::from_str(&ev.to_json()).unwrap();
+        assert_eq!(
+            v,
+            json!({"event_type":"text","seq":17,"session_id":"s","run_id":"r",
+                   "timestamp":1732240000.123,"data":{"content":"Hel","is_final":false}})
+        );
+    }
+
+    #[test]
+    fn done_marks_rejected_and_cancelled_as_cancelled() {
+        assert!(DoneData::new(DoneStatus::Rejected, None, TokenUsage::default()).cancelled);
+        assert!(DoneData::new(DoneStatus::Cancelled, None, TokenUsage::default()).cancelled);
+        assert!(!DoneData::new(DoneStatus::Completed, None, TokenUsage::default()).cancelled);
+        assert!(!DoneData::new(DoneStatus::Timeout, None, TokenUsage::default()).cancelled);
+    }
+}

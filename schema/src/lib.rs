@@ -1,0 +1,23 @@
+//! agentry-schema: the shapes of Agentry's data and nothing else (no I/O).
+//!
+//! - [`events`]: the execution event stream, the only output of a run.
+//! - [`frames`]: WebSocket client frames and their parser.
+//! - [`api`]: REST request and response bodies.
+//! - [`error`]: the one table of error codes and the error body.
+//! - [`ids`]: identifier newtypes.
+//! - `entities`, `migration` (feature `db`): sea-orm entities and migrations.
+
+pub mod api;
+pub mod error;
+pub mod events;
+pub mod frames;
+pub mod ids;
+pub mod secret;
+
+#[cfg(feature = "db")]
+pub mod entities;
+#[cfg(feature = "db")]
+pub mod migration;
+
+pub use error::{ErrorCode, ErrorResponse};
+pub use events::{EventPayload, ExecutionEvent};

@@ -1,0 +1,119 @@
+//! Database migrations for SQLite, PostgreSQL and MySQL/MariaDB (DESIGN §9).
+//!
+//! Run by `agentry serve` and `agentry migrate` through [`Migrator`].
+
+use sea_orm_migration::prelude::*;
+
+mod m20261122_000001_initial;
+
+pub struct Migrator;
+
+#[async_trait::async_trait]
+impl MigratorTrait for Migrator {
+    fn migrations() -> Vec<Box<dyn MigrationTrait>> {
+        vec![Box::new(m20261122_000001_initial::Migration)]
+    }
+}
+
+/// Column helpers that pick the right type per backend: MySQL needs `DATETIME(6)` for
+/// microsecond timestamps past 2038 and `LONGTEXT` for messages beyond 64 KiB.
+pub(crate) struct Cols {
+    backend: sea_orm::DatabaseBackend,
+}
+
+impl Cols {
+    pub(crate) fn new(manager: &SchemaManager<'_>) -> Self {
+        Self {
+            backend: manager.get_database_backend(),
+        }
+    }
+
+    fn is_mysql(&self) -> bool {
+        self.backend == sea_orm::DatabaseBackend::MySql
+    }
+
+    pub(crate) fn uuid(&self, name: impl IntoIden) -> ColumnDef {
+        ColumnDef::new(name).uuid().not_null().take()
+    }
+
+    pub(crate) fn uuid_null(&self, name: impl IntoIden) -> ColumnDef {
+        ColumnDef::new(name).uuid().null().take()
+    }
+
+    pub(crate) fn ts(&self, name: impl IntoIden) -> ColumnDef {
+        self.ts_base(name).not_null().take()
+    }
+
+    pub(crate) fn ts_null(&self, name: impl IntoIden) -> ColumnDef {
+        self.ts_base(name).null().take()
+    }
+
+    fn ts_base(&self, name: impl IntoIden) -> ColumnDef {
+        let mut c = ColumnDef::new(name);
+        if self.is_mysql() {
+            c.custom(Alias::new("DATETIME(6)"));
+        } else {
+            c.timestamp_with_time_zone();
+        }
+        c
+    }
+
+    pub(crate) fn string(&self, name: impl IntoIden, len: u32) -> ColumnDef {
+        ColumnDef::new(name).string_len(len).not_null().take()
+    }
+
+    pub(crate) fn string_null(&self, name: impl IntoIden, len: u32) -> ColumnDef {
+        ColumnDef::new(name).string_len(len).null().take()
+    }
+
+    pub(crate) fn text(&self, name: impl IntoIden) -> ColumnDef {
+        self.text_base(name).not_null().take()
+    }
+
+    pub(crate) fn text_null(&self, name: impl IntoIden) -> ColumnDef {
+        self.text_base(name).null().take()
+    }
+
+    fn text_base(&self, name: impl IntoIden) -> ColumnDef {
+        let mut c = ColumnDef::new(name);
+        if self.is_mysql() {
+            c.custom(Alias::new("LONGTEXT"));
+        } else {
+            c.text();
+        }
+        c
+    }
+
+    pub(crate) fn json(&self, name: impl IntoIden) -> ColumnDef {
+        ColumnDef::new(name).json().not_null().take()
+    }
+
+    pub(crate) fn json_null(&self, name: impl IntoIden) -> ColumnDef {
+        ColumnDef::new(name).json().null().take()
+    }
+
+    pub(crate) fn int(&self, name: impl IntoIden) -> ColumnDef {
+        ColumnDef::new(name).integer().not_null().take()
+    }
+
+    pub(crate) fn bigint(&self, name: impl IntoIden) -> ColumnDef {
+        ColumnDef::new(name).big_integer().not_null().take()
+    }
+
+    pub(crate) fn boolean(&self, name: impl IntoIden) -> ColumnDef {
+        ColumnDef::new(name).boolean().not_null().take()
+    }
+
+    pub(crate) fn boolean_null(&self, name: impl IntoIden) -> ColumnDef {
+        ColumnDef::new(name).boolean().null().take()
+    }
+
+    pub(crate) fn auto_id(&self, name: impl IntoIden) -> ColumnDef {
+        ColumnDef::new(name)
+            .big_integer()
+            .not_null()
+            .auto_increment()
+            .primary_key()
+            .take()
+    }
+}

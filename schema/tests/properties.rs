@@ -1,0 +1,281 @@
+//! Properties of the wire types (seed 000, properties 1–6 and 26).
+
+use agentry_schema::events::*;
+use agentry_schema::frames::{ClientFrame, FrameError, parse_client_frame};
+use proptest::prelude::*;
+use serde_json::{Value, json};
+
+fn json_leaf() -> impl Strategy<Value = Value> {
+    prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        any::<i64>().prop_map(|n| json!(n)),
+        any::<u64>().prop_map(|n| json!(n)),
+        (-1e12f64..1e12f64).prop_map(|f| json!(f)),
+        ".{0,20}".prop_map(Value::String),
+    ]
+}
+
+fn json_value() -> impl Strategy<Value = Value> {
+    json_leaf().prop_recursive(3, 24, 4, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+            prop::collection::btree_map("[a-z_]{1,8}", inner, 0..4)
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
+        ]
+    })
+}
+
+fn tool_status() -> impl Strategy<Value = ToolStatus> {
+    prop_oneof![Just(ToolStatus::Success), Just(ToolStatus::Error)]
+}
+
+fn done_status() -> impl Strategy<Value = DoneStatus> {
+    prop_oneof![
+        Just(DoneStatus::Completed),
+        Just(DoneStatus::Cancelled),
+        Just(DoneStatus::Rejected),
+        Just(DoneStatus::Failed),
+        Just(DoneStatus::Timeout),
+        Just(DoneStatus::Interrupted),
+    ]
+}
+
+fn payload() -> impl Strategy<Value = EventPayload> {
+    let text = (".{0,40}", any::<bool>()).prop_map(|(c, f)| EventPayload::text(c, f));
+    let call = ("[a-z_]{1,20}", json_value(), "[a-z0-9_]{1,12}").prop_map(|(n, a, id)| {
+        EventPayload::ToolCall(ToolCallData {
+            tool_name: n,
+            tool_args: a,
+            tool_call_id: id,
+        })
+    });
+    let result = ("[a-z0-9_]{1,12}", json_value(), tool_status()).prop_map(|(id, r, s)| {
+        EventPayload::ToolResult(ToolResultData {
+            tool_call_id: id,
+            result: r,
+            status: s,
+        })
+    });
+    let approval = (
+        "[a-z0-9-]{1,36}",
+        prop::collection::vec(
+            (
+                "[a-z_]{1,12}",
+                json_value(),
+                ".{0,20}",
+                proptest::option::of("[a-z0-9]{1,8}"),
+            ),
+            1..3,
+        ),
+    )
+        .prop_map(|(id, reqs)| {
+            EventPayload::HitlRequest(HitlRequestData {
+                request_id: id,
+                kind: HitlKind::Approval,
+                action_requests: reqs
+                    .into_iter()
+                    .map(|(name, args, description, tool_call_id)| ActionRequest {
+                        name,
+                        args,
+                        description,
+                        tool_call_id,
+                    })
+                    .collect(),
+                question: None,
+            })
+        });
+    let question = (
+        "[a-z0-9-]{1,36}",
+        ".{0,30}",
+        prop::collection::vec("[a-z]{1,6}", 0..4),
+        0u64..10_000,
+        proptest::option::of(json_value()),
+    )
+        .prop_map(|(id, text, options, timeout, schema)| {
+            EventPayload::HitlRequest(HitlRequestData {
+                request_id: id,
+                kind: HitlKind::Question,
+                action_requests: vec![],
+                question: Some(Question {
+                    text,
+                    question_type: "text".into(),
+                    options,
+                    timeout,
+                    schema,
+                }),
+            })
+        });
+    let todos = prop::collection::vec(
+        (
+            ".{0,20}",
+            prop_oneof![
+                Just(TodoStatus::Pending),
+                Just(TodoStatus::InProgress),
+                Just(TodoStatus::Completed)
+            ],
+        ),
+        0..5,
+    )
+    .prop_map(|items| {
+        EventPayload::TodoUpdate(TodoUpdateData {
+            todos: items
+                .into_iter()
+                .map(|(content, status)| Todo { content, status })
+                .collect(),
+        })
+    });
+    let file = (
+        prop_oneof![
+            Just(FileOperationKind::Read),
+            Just(FileOperationKind::Write),
+            Just(FileOperationKind::Edit)
+        ],
+        "[a-z/._]{1,30}",
+        (any::<u32>(), any::<u32>(), any::<u32>(), any::<u32>()),
+        proptest::option::of(".{0,60}"),
+        tool_status(),
+    )
+        .prop_map(|(operation, file_path, (r, w, a, d), diff, status)| {
+            EventPayload::FileOperation(FileOperationData {
+                operation,
+                file_path,
+                metrics: FileMetrics {
+                    lines_read: r.into(),
+                    lines_written: w.into(),
+                    lines_added: a.into(),
+                    lines_removed: d.into(),
+                },
+                diff,
+                status,
+            })
+        });
+    let progress = (
+        "[a-z0-9]{1,8}",
+        0f64..1e6,
+        proptest::option::of(0f64..1e6),
+        proptest::option::of(".{0,10}"),
+    )
+        .prop_map(|(id, p, t, m)| {
+            EventPayload::Progress(ProgressData {
+                tool_call_id: id,
+                progress: p,
+                total: t,
+                message: m,
+            })
+        });
+    let error = ("[a-z_]{1,20}", ".{0,40}", any::<bool>())
+        .prop_map(|(code, msg, rec)| EventPayload::error(code, msg, rec));
+    let done = (
+        done_status(),
+        proptest::option::of("[a-z_]{1,20}"),
+        0u64..1 << 40,
+        0u64..1 << 40,
+    )
+        .prop_map(|(s, r, i, o)| EventPayload::Done(DoneData::new(s, r, TokenUsage::new(i, o))));
+    prop_oneof![
+        text, call, result, approval, question, todos, file, progress, error, done
+    ]
+}
+
+fn event() -> impl Strategy<Value = ExecutionEvent> {
+    (
+        any::<u64>(),
+        "[a-f0-9-]{0,36}",
+        "[a-f0-9-]{0,36}",
+        0f64..4e9,
+        payload(),
+    )
+        .prop_map(
+            |(seq, session_id, run_id, timestamp, payload)| ExecutionEvent {
+                seq,
+                session_id,
+                run_id,
+                timestamp,
+                payload,
+            },
+        )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn every_event_round_trips_through_json_unchanged(ev in event()) {
+        let wire = ev.to_json();
+        let back: ExecutionEvent = serde_json::from_str(&wire).unwrap();
+        prop_assert_eq!(back, ev);
+    }
+
+    #[test]
+    fn every_serialized_event_is_valid_json_with_type_and_timestamp(ev in event()) {
+        let v: Value = serde_json::from_str(&ev.to_json()).unwrap();
+        let obj = v.as_object().unwrap();
+        prop_assert_eq!(obj.get("event_type").and_then(Value::as_str), Some(ev.event_type()));
+        prop_assert!(obj.get("timestamp").and_then(Value::as_f64).is_some());
+        prop_assert!(obj.get("seq").and_then(Value::as_u64).is_some());
+        prop_assert!(obj.get("data").map(Value::is_object).unwrap_or(false));
+    }
+
+    #[test]
+    fn required_fields_are_present_per_event_type(ev in event()) {
+        let v: Value = serde_json::from_str(&ev.to_json()).unwrap();
+        let data = &v["data"];
+        let required: &[&str] = match ev.event_type() {
+            "text" => &["content", "is_final"],
+            "tool_call" => &["tool_name", "tool_args", "tool_call_id"],
+            "tool_result" => &["tool_call_id", "result", "status"],
+            "hitl_request" => &["request_id", "kind"],
+            "todo_update" => &["todos"],
+            "file_operation" => &["operation", "file_path", "metrics", "status"],
+            "progress" => &["tool_call_id", "progress"],
+            "error" => &["error", "error_code", "recoverable"],
+            "done" => &["status", "cancelled", "token_usage"],
+            other => panic!("unexpected event type {other}"),
+        };
+        for field in required {
+            prop_assert!(data.get(field).is_some(), "{} lacks {}", ev.event_type(), field);
+        }
+    }
+
+    #[test]
+    fn a_bad_client_frame_gives_a_typed_error_never_a_panic(raw in ".{0,200}") {
+        // Anything goes: the parser either accepts a well-formed frame or says why not.
+        match parse_client_frame(&raw) {
+            Ok(frame) => { let _ = frame.type_name(); }
+            Err(e) => { let _ = (e.code(), e.to_string()); }
+        }
+    }
+
+    #[test]
+    fn frames_missing_type_or_payload_are_refused(
+        ty in proptest::option::of(prop_oneof![Just("chat".to_string()), "[a-z_]{0,10}"]),
+        payload in proptest::option::of(json_value()),
+        extra in json_value(),
+    ) {
+        let mut obj = serde_json::Map::new();
+        if let Some(t) = &ty { obj.insert("type".into(), json!(t)); }
+        if let Some(p) = &payload { obj.insert("payload".into(), p.clone()); }
+        obj.insert("extra".into(), extra);
+        let raw = Value::Object(obj).to_string();
+        let res = parse_client_frame(&raw);
+        if ty.is_none() {
+            prop_assert_eq!(res, Err(FrameError::MissingType));
+        } else if !payload.as_ref().map(Value::is_object).unwrap_or(false) {
+            prop_assert_eq!(res, Err(FrameError::MissingPayload));
+        } else if let Ok(frame) = res {
+            prop_assert_eq!(frame.type_name(), ty.unwrap());
+        }
+    }
+
+    #[test]
+    fn well_formed_frames_round_trip(message in ".{0,50}", enqueue in any::<bool>(), after in any::<u64>()) {
+        for frame in [
+            ClientFrame::Chat(agentry_schema::frames::ChatFrame { message: message.clone(), enqueue }),
+            ClientFrame::Resume(agentry_schema::frames::ResumeFrame { after_seq: after }),
+        ] {
+            let raw = serde_json::to_string(&frame).unwrap();
+            prop_assert_eq!(parse_client_frame(&raw).unwrap(), frame);
+        }
+    }
+}

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Installs the third-party MCP servers the agentry-mcp tests run against, into a project-local,
+# git-ignored directory (default: <repo>/.cache/mcp, override with AGENTRY_MCP_CACHE).
+#
+#   npm/   @modelcontextprotocol/server-everything, server-filesystem, conformance, node@22
+#   venv/  mcp-server-time (PyPI) in a Python virtualenv
+#
+# Idempotent: a stamp file records the pinned versions; when it matches, the script exits at once.
+# Pass --force to reinstall.
+set -euo pipefail
+
+SERVER_EVERYTHING_VERSION="2026.8.31"
+SERVER_FILESYSTEM_VERSION="2026.8.31"
+CONFORMANCE_VERSION="0.1.16"
+NODE22_VERSION="22.23.3"
+MCP_SERVER_TIME_VERSION="2026.10.19"
+
+repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cache="${AGENTRY_MCP_CACHE:-$repo_root/.cache/mcp}"
+stamp="$cache/.installed"
+want="everything=$SERVER_EVERYTHING_VERSION filesystem=$SERVER_FILESYSTEM_VERSION conformance=$CONFORMANCE_VERSION node=$NODE22_VERSION time=$MCP_SERVER_TIME_VERSION"
+
+if [[ "${1:-}" != "--force" && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
+    echo "MCP test servers already installed in $cache"
+    exit 0
+fi
+
+command -v npm >/dev/null || { echo "npm is required (apt-get install nodejs npm)" >&2; exit 1; }
+command -v python3 >/dev/null || { echo "python3 is required" >&2; exit 1; }
+
+mkdir -p "$cache/npm"
+rm -f "$stamp"
+
+echo "installing npm packages into $cache/npm"
+# A package.json of our own keeps npm from walking up into the repository.
+if [[ ! -f "$cache/npm/package.json" ]]; then
+    echo '{"name":"agentry-mcp-test-servers","private":true}' > "$cache/npm/package.json"
+fi
+npm install --prefix "$cache/npm" --no-audit --no-fund --loglevel=error --save-exact \
+    "@modelcontextprotocol/server-everything@$SERVER_EVERYTHING_VERSION" \
+    "@modelcontextprotocol/server-filesystem@$SERVER_FILESYSTEM_VERSION" \
+    "@modelcontextprotocol/conformance@$CONFORMANCE_VERSION" \
+    "node@$NODE22_VERSION"
+
+echo "installing mcp-server-time into $cache/venv"
+if [[ ! -x "$cache/venv/bin/python" ]]; then
+    python3 -m venv "$cache/venv"
+fi
+"$cache/venv/bin/pip" install --quiet --disable-pip-version-check \
+    "mcp-server-time==$MCP_SERVER_TIME_VERSION"
+
+# Entry points the tests use (see services/mcp/tests/support/mod.rs).
+test -f "$cache/npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js"
+test -f "$cache/npm/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js"
+test -x "$cache/venv/bin/mcp-server-time"
+test -x "$cache/npm/node_modules/node/bin/node"
+
+echo "$want" > "$stamp"
+echo "MCP test servers installed in $cache"

@@ -1,0 +1,72 @@
+//! `agentry-fake-model`: the fake model server as a process, for benchmarks and manual runs.
+//! It answers in auto mode (the scripted model's decisions) forever and prints its URL on the
+//! first line of stdout.
+
+use std::io::Write;
+use std::time::Duration;
+
+use agentry_fake_model::{FakeConfig, FakeModelServer};
+use clap::Parser;
+
+/// A fake language model server speaking the OpenAI chat completions and Anthropic messages
+/// wire formats on 127.0.0.1.
+#[derive(Debug, Parser)]
+#[command(name = "agentry-fake-model", version)]
+struct Args {
+    /// Port to listen on (0 = any free port).
+    #[arg(long, default_value_t = 0)]
+    port: u16,
+    /// Delay before each response head, in milliseconds.
+    #[arg(long, default_value_t = 0)]
+    latency_ms: u64,
+    /// Text chunks per streamed answer (0 = one per word).
+    #[arg(long, default_value_t = 0)]
+    chunks: usize,
+    /// Delay between streamed chunks, in milliseconds.
+    #[arg(long, default_value_t = 0)]
+    chunk_delay_ms: u64,
+    /// Require this API key (Authorization: Bearer / x-api-key).
+    #[arg(long)]
+    api_key: Option<String>,
+    /// Worker threads.
+    #[arg(long, default_value_t = 2)]
+    workers: usize,
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    let args = Args::parse();
+    let config = FakeConfig {
+        port: args.port,
+        latency: Duration::from_millis(args.latency_ms),
+        chunks: args.chunks,
+        chunk_delay: Duration::from_millis(args.chunk_delay_ms),
+        api_key: args.api_key,
+        workers: args.workers,
+        // A long benchmark must not grow without bound.
+        record_limit: 0,
+        ..FakeConfig::default()
+    };
+    let server = match FakeModelServer::try_start(config) {
+        Ok(server) => server,
+        Err(e) => {
+            eprintln!(
+                "agentry-fake-model: cannot listen on 127.0.0.1:{}: {e}",
+                args.port
+            );
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let mut out = std::io::stdout().lock();
+    // The first line is what scripts read; the rest is for people.
+    let _ = writeln!(out, "{}", server.url());
+    let _ = writeln!(out, "openai base url:    {}", server.base_url_openai());
+    let _ = writeln!(out, "anthropic base url: {}", server.base_url_anthropic());
+    let _ = out.flush();
+    drop(out);
+    if let Err(e) = tokio::signal::ctrl_c().await {
+        eprintln!("agentry-fake-model: cannot wait for Ctrl-C ({e}); stopping");
+    }
+    server.stop().await;
+    std::process::ExitCode::SUCCESS
+}

@@ -1,0 +1,304 @@
+//! [`KeyResolver`]: turns a presented key into a [`Resolution`], remembering tenant keys for
+//! `auth.cache_ttl_secs` so authentication is not a database round trip per request.
+//!
+//! Entries are keyed by the SHA-256 of the key (the key itself is not kept). A revocation, a
+//! suspension, a disabled or deleted user made through this replica's API forgets the affected
+//! entries at once ([`KeyResolver::forget_tenant`], [`KeyResolver::forget_key`]); one made through
+//! another replica takes effect here when the entry expires, so the TTL bounds it everywhere.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use agentry_schema::ids::{ApiKeyId, TenantId};
+use agentry_store::api_keys::{self, KeyCheck};
+use agentry_store::{PlatformScope, Role, UserScope, tenants, users};
+use chrono::{DateTime, Utc};
+use sea_orm::DatabaseConnection;
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use super::Resolution;
+use crate::error::ApiError;
+
+/// More distinct live keys than this and the cache starts over (it only saves round trips).
+const MAX_ENTRIES: usize = 10_000;
+
+type Digest32 = [u8; 32];
+
+fn digest(s: &str) -> Digest32 {
+    Sha256::digest(s.as_bytes()).into()
+}
+
+struct Entry {
+    resolution: Resolution,
+    tenant_id: TenantId,
+    key_id: ApiKeyId,
+    /// The key's own expiry: a cached key stops working on time, not up to a TTL late.
+    expires_at: Option<DateTime<Utc>>,
+    at: Instant,
+}
+
+impl Entry {
+    fn fresh(&self, ttl: Duration) -> bool {
+        self.at.elapsed() < ttl && self.expires_at.is_none_or(|t| Utc::now() < t)
+    }
+}
+
+pub struct KeyResolver {
+    ttl: Duration,
+    /// SHA-256 of the platform admin key; digests compare in constant time whatever the lengths.
+    admin_key: Option<Digest32>,
+    entries: Mutex<HashMap<Digest32, Entry>>,
+}
+
+impl KeyResolver {
+    pub fn new(admin_key: &str, ttl: Duration) -> Self {
+        Self {
+            ttl,
+            admin_key: (!admin_key.is_empty()).then(|| digest(admin_key)),
+            entries: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Digest32, Entry>> {
+        // A panic while holding the lock leaves only a cache behind: keep using it.
+        self.entries.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Resolve `key`. `Ok(Resolution::Invalid)` covers unknown, wrong, expired and revoked keys,
+    /// a user that is gone or disabled, and a tenant that is gone.
+    pub async fn resolve(
+        &self,
+        db: &DatabaseConnection,
+        key: &str,
+    ) -> Result<Resolution, ApiError> {
+        let d = digest(key);
+        if let Some(admin) = &self.admin_key
+            && bool::from(d.ct_eq(admin))
+        {
+            return Ok(Resolution::PlatformAdmin);
+        }
+        if !self.ttl.is_zero() {
+            let mut entries = self.lock();
+            match entries.get(&d) {
+                Some(e) if e.fresh(self.ttl) => return Ok(e.resolution.clone()),
+                Some(_) => {
+                    entries.remove(&d);
+                }
+                None => {}
+            }
+        }
+        let (resolution, expires_at) = Self::from_database(db, key).await?;
+        if let Resolution::Tenant { tenant, key_id, .. } = &resolution
+            && !self.ttl.is_zero()
+        {
+            let mut entries = self.lock();
+            if entries.len() >= MAX_ENTRIES {
+                let ttl = self.ttl;
+                entries.retain(|_, e| e.fresh(ttl));
+                if entries.len() >= MAX_ENTRIES {
+                    entries.clear();
+                }
+            }
+            entries.insert(
+                d,
+                Entry {
+                    resolution: resolution.clone(),
+                    tenant_id: tenant.id,
+                    key_id: *key_id,
+                    expires_at,
+                    at: Instant::now(),
+                },
+            );
+        }
+        Ok(resolution)
+    }
+
+    /// The resolution and the key's expiry.
+    async fn from_database(
+        db: &DatabaseConnection,
+        key: &str,
+    ) -> Result<(Resolution, Option<DateTime<Utc>>), ApiError> {
+        const INVALID: (Resolution, Option<DateTime<Utc>>) = (Resolution::Invalid, None);
+        let platform = PlatformScope::new();
+        let row = match api_keys::authenticate(db, &platform, key).await? {
+            KeyCheck::Valid(row) => row,
+            KeyCheck::Invalid | KeyCheck::Expired | KeyCheck::Revoked => return Ok(INVALID),
+        };
+        let Some(tenant) = tenants::get(db, &platform, row.tenant_id).await? else {
+            return Ok(INVALID);
+        };
+        let scope = tenant.scope();
+        let Some(user) = users::get(db, &scope, row.user_id).await? else {
+            return Ok(INVALID);
+        };
+        if user.disabled {
+            return Ok(INVALID);
+        }
+        // A key never gives more than its user has: admin only when both are admin.
+        let role = if row.role == Role::Admin && user.role == Role::Admin {
+            Role::Admin
+        } else {
+            Role::Member
+        };
+        // `last_used_at` is best effort and must not slow the request down; the store writes it
+        // at most once a minute per key.
+        let touch_db = db.clone();
+        let touch_row = row.clone();
+        tokio::spawn(async move {
+            if let Err(e) = api_keys::touch_last_used(&touch_db, &touch_row).await {
+                tracing::warn!(error = %e, key_id = %touch_row.id, "could not record the key's last use");
+            }
+        });
+        let resolution = Resolution::Tenant {
+            tenant: Arc::new(tenant),
+            user: UserScope {
+                tenant: scope,
+                user_id: user.id,
+                role,
+            },
+            key_id: row.id,
+        };
+        Ok((resolution, row.expires_at))
+    }
+
+    /// Forget every cached key of a tenant (after a suspension, a user change, a deletion).
+    pub fn forget_tenant(&self, tenant: TenantId) {
+        self.lock().retain(|_, e| e.tenant_id != tenant);
+    }
+
+    /// Forget one key (after its revocation).
+    pub fn forget_key(&self, key: ApiKeyId) {
+        self.lock().retain(|_, e| e.key_id != key);
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.lock().len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agentry_store::tenants::{NewTenant, Quotas};
+    use agentry_store::testing::{Backend, TestDb};
+
+    async fn tenant_key(db: &DatabaseConnection, role: Role) -> (TenantId, ApiKeyId, String) {
+        let t = tenants::create(
+            db,
+            &PlatformScope::new(),
+            NewTenant {
+                name: format!("t-{}", uuid::Uuid::new_v4()),
+                quotas: Quotas::default(),
+                features_enabled: vec![],
+                tool_permissions: None,
+            },
+        )
+        .await
+        .unwrap();
+        let u = users::create(db, &t.scope(), "u", role).await.unwrap();
+        let k = api_keys::create(db, &t.scope(), u.id, "k", role, None)
+            .await
+            .unwrap();
+        (t.id, k.key.id, k.secret)
+    }
+
+    #[actix_web::test]
+    async fn keys_resolve_cache_and_forget() {
+        let tdb = TestDb::open(Backend::Sqlite).await.unwrap();
+        let db = &tdb.db;
+        let resolver = KeyResolver::new("the-platform-admin-key", Duration::from_secs(60));
+        assert!(matches!(
+            resolver
+                .resolve(db, "the-platform-admin-key")
+                .await
+                .unwrap(),
+            Resolution::PlatformAdmin
+        ));
+        assert!(matches!(
+            resolver
+                .resolve(db, "the-platform-admin-kez")
+                .await
+                .unwrap(),
+            Resolution::Invalid
+        ));
+        assert!(matches!(
+            resolver.resolve(db, "").await.unwrap(),
+            Resolution::Invalid
+        ));
+
+        let (tenant, key_id, secret) = tenant_key(db, Role::Admin).await;
+        let Resolution::Tenant {
+            tenant: t, user, ..
+        } = resolver.resolve(db, &secret).await.unwrap()
+        else {
+            panic!("a fresh key resolves");
+        };
+        assert_eq!(t.id, tenant);
+        assert_eq!(user.role, Role::Admin);
+        assert_eq!(resolver.len(), 1);
+
+        // Revoked in the database: the cache still answers until told or expired…
+        api_keys::revoke(db, &t.scope(), key_id).await.unwrap();
+        assert!(matches!(
+            resolver.resolve(db, &secret).await.unwrap(),
+            Resolution::Tenant { .. }
+        ));
+        // …and forgets at once when told.
+        resolver.forget_key(key_id);
+        assert!(matches!(
+            resolver.resolve(db, &secret).await.unwrap(),
+            Resolution::Invalid
+        ));
+
+        let (tenant2, _, secret2) = tenant_key(db, Role::Member).await;
+        assert!(matches!(
+            resolver.resolve(db, &secret2).await.unwrap(),
+            Resolution::Tenant { .. }
+        ));
+        resolver.forget_tenant(tenant2);
+        assert_eq!(resolver.len(), 0);
+    }
+
+    #[actix_web::test]
+    async fn a_key_is_never_more_than_its_user_and_disabled_users_are_invalid() {
+        let tdb = TestDb::open(Backend::Sqlite).await.unwrap();
+        let db = &tdb.db;
+        let resolver = KeyResolver::new("", Duration::ZERO);
+        let (tenant, _, _) = tenant_key(db, Role::Member).await;
+        let scope = agentry_store::TenantScope::new(tenant);
+        let member = users::create(db, &scope, "m", Role::Member).await.unwrap();
+        // A stale admin key of a user who is now a member acts as a member.
+        let k = api_keys::create(db, &scope, member.id, "k", Role::Admin, None)
+            .await
+            .unwrap();
+        let Resolution::Tenant { user, .. } = resolver.resolve(db, &k.secret).await.unwrap() else {
+            panic!("resolves");
+        };
+        assert_eq!(user.role, Role::Member);
+        users::update(db, &scope, member.id, None, Some(true))
+            .await
+            .unwrap();
+        assert!(matches!(
+            resolver.resolve(db, &k.secret).await.unwrap(),
+            Resolution::Invalid
+        ));
+        // Expired keys are invalid.
+        let admin = users::create(db, &scope, "a", Role::Admin).await.unwrap();
+        let past = chrono::Utc::now() - chrono::Duration::seconds(1);
+        let k = api_keys::create(db, &scope, admin.id, "old", Role::Admin, Some(past))
+            .await
+            .unwrap();
+        assert!(matches!(
+            resolver.resolve(db, &k.secret).await.unwrap(),
+            Resolution::Invalid
+        ));
+        // With no admin key configured, nothing is the admin key.
+        assert!(matches!(
+            resolver.resolve(db, "").await.unwrap(),
+            Resolution::Invalid
+        ));
+    }
+}

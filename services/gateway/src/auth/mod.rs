@@ -1,0 +1,342 @@
+//! Authentication and tenancy (CONVENTIONS §10).
+//!
+//! A request's key is resolved once, by the [`authenticate`] middleware, before routing runs
+//! any extractor; the outcome waits in the request's extensions. Handlers then take one of the
+//! typed extractors, which only read that outcome and so answer at once — before a `Json` body
+//! extractor next to them has read a byte of the body:
+//!
+//! | extractor | who gets through | otherwise |
+//! |---|---|---|
+//! | [`Caller`] | the platform admin or any tenant key | 401 |
+//! | [`TenantCaller`] | a tenant key (member or tenant admin) | 401; 403 for the platform admin key |
+//! | [`TenantAdmin`] | a tenant key whose role is admin | 401; 403 |
+//! | [`PlatformAdmin`] | the platform admin key (`auth.admin_key`) | 404 while the admin API is off; 401; 403 |
+//!
+//! A missing, unknown, expired or revoked key and a disabled user all answer 401 with the same
+//! message, so a caller cannot tell which. A suspended tenant answers 403 `tenant_suspended`.
+//! None of these types can be built outside this module: holding one is proof of the check.
+
+mod cache;
+pub mod credentials;
+
+use std::future::Future;
+use std::ops::Deref;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use actix_web::body::{BoxBody, MessageBody};
+use actix_web::dev::{Payload, ServiceRequest, ServiceResponse};
+use actix_web::middleware::Next;
+use actix_web::{FromRequest, HttpMessage, HttpRequest, ResponseError, web};
+use agentry_schema::error::ErrorCode;
+use agentry_schema::ids::{ApiKeyId, TenantId, UserId};
+use agentry_store::tenants::{Tenant, TenantStatus};
+use agentry_store::{PlatformScope, Role, TenantScope, UserScope};
+
+pub use cache::KeyResolver;
+pub use credentials::{Presented, WS_KEY_PROTOCOL_PREFIX, WS_PROTOCOL};
+
+use crate::error::ApiError;
+use crate::state::AppState;
+
+/// The one answer to every unusable key.
+pub const INVALID_KEY: &str =
+    "the API key is invalid, expired or revoked; ask your tenant admin for a new key";
+pub const MISSING_KEY: &str =
+    "an API key is required: send `Authorization: Bearer <key>` or `X-API-Key: <key>`";
+
+pub(crate) fn invalid_key() -> ApiError {
+    ApiError::new(ErrorCode::Unauthorized, INVALID_KEY)
+}
+
+/// Who is calling. Built only by this module.
+#[derive(Debug, Clone)]
+pub enum Caller {
+    PlatformAdmin(PlatformAdmin),
+    Tenant(TenantCaller),
+}
+
+/// The holder of the platform admin key.
+#[derive(Debug, Clone)]
+pub struct PlatformAdmin {
+    _sealed: (),
+}
+
+impl PlatformAdmin {
+    /// The scope that may read and change across tenants.
+    pub fn scope(&self) -> PlatformScope {
+        PlatformScope::new()
+    }
+}
+
+/// A tenant's user, acting with an API key.
+#[derive(Debug, Clone)]
+pub struct TenantCaller {
+    tenant: Arc<Tenant>,
+    user: UserScope,
+    key_id: ApiKeyId,
+}
+
+impl TenantCaller {
+    /// The tenant as it was when the key was resolved (at most `auth.cache_ttl_secs` ago).
+    pub fn tenant(&self) -> &Tenant {
+        &self.tenant
+    }
+
+    pub fn tenant_arc(&self) -> Arc<Tenant> {
+        self.tenant.clone()
+    }
+
+    pub fn tenant_id(&self) -> TenantId {
+        self.tenant.id
+    }
+
+    /// The scope every repository call of this request takes.
+    pub fn scope(&self) -> TenantScope {
+        self.user.tenant
+    }
+
+    /// The user and their effective role: admin only when both the user and the key are admin.
+    pub fn user(&self) -> UserScope {
+        self.user
+    }
+
+    pub fn user_id(&self) -> UserId {
+        self.user.user_id
+    }
+
+    pub fn role(&self) -> Role {
+        self.user.role
+    }
+
+    pub fn is_admin(&self) -> bool {
+        self.user.is_admin()
+    }
+
+    pub fn key_id(&self) -> ApiKeyId {
+        self.key_id
+    }
+
+    /// May this caller see rows owned by `owner`? Admins see the tenant's, members their own.
+    pub fn can_see(&self, owner: UserId) -> bool {
+        self.is_admin() || owner == self.user.user_id
+    }
+}
+
+/// A tenant caller whose effective role is admin.
+#[derive(Debug, Clone)]
+pub struct TenantAdmin(TenantCaller);
+
+impl Deref for TenantAdmin {
+    type Target = TenantCaller;
+    fn deref(&self) -> &TenantCaller {
+        &self.0
+    }
+}
+
+impl TenantAdmin {
+    pub fn into_inner(self) -> TenantCaller {
+        self.0
+    }
+}
+
+/// The outcome of resolving a request's credentials, kept in the request's extensions.
+#[derive(Debug, Clone)]
+pub(crate) enum Authentication {
+    Anonymous,
+    Authenticated(Caller),
+    Rejected(ApiError),
+}
+
+impl Authentication {
+    fn into_caller(self) -> Result<Caller, ApiError> {
+        match self {
+            Authentication::Anonymous => Err(ApiError::new(ErrorCode::Unauthorized, MISSING_KEY)),
+            Authentication::Authenticated(c) => Ok(c),
+            Authentication::Rejected(e) => Err(e),
+        }
+    }
+}
+
+/// Resolve the credentials of a request (no caching of the request itself: the resolver caches
+/// keys).
+async fn resolve(state: &AppState, headers: &actix_web::http::header::HeaderMap) -> Authentication {
+    let key = match credentials::presented(headers) {
+        Presented::None => return Authentication::Anonymous,
+        Presented::Malformed => return Authentication::Rejected(invalid_key()),
+        Presented::Key(k) => k.to_string(),
+    };
+    match state.auth.resolve(&state.db, &key).await {
+        Ok(Resolution::PlatformAdmin) => {
+            Authentication::Authenticated(Caller::PlatformAdmin(PlatformAdmin { _sealed: () }))
+        }
+        Ok(Resolution::Tenant {
+            tenant,
+            user,
+            key_id,
+        }) => {
+            if tenant.status == TenantStatus::Suspended {
+                return Authentication::Rejected(ApiError::new(
+                    ErrorCode::TenantSuspended,
+                    format!(
+                        "tenant {:?} is suspended; contact the platform administrator",
+                        tenant.name
+                    ),
+                ));
+            }
+            Authentication::Authenticated(Caller::Tenant(TenantCaller {
+                tenant,
+                user,
+                key_id,
+            }))
+        }
+        Ok(Resolution::Invalid) => Authentication::Rejected(invalid_key()),
+        Err(e) => Authentication::Rejected(e),
+    }
+}
+
+/// What a key resolved to, before the per-request checks.
+#[derive(Debug, Clone)]
+pub enum Resolution {
+    PlatformAdmin,
+    Tenant {
+        tenant: Arc<Tenant>,
+        user: UserScope,
+        key_id: ApiKeyId,
+    },
+    Invalid,
+}
+
+/// Middleware: resolve the request's key (if it has one) before routing, record the tenant and
+/// user on the request's span, and leave the outcome for the extractors. It never rejects: a
+/// route that needs no key (health, metrics) does not care.
+pub async fn authenticate(
+    req: ServiceRequest,
+    next: Next<impl MessageBody + 'static>,
+) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
+    if let Some(state) = req.app_data::<web::Data<AppState>>().cloned() {
+        let outcome = resolve(&state, req.headers()).await;
+        if let Authentication::Authenticated(Caller::Tenant(t)) = &outcome {
+            let span = tracing::Span::current();
+            span.record("tenant_id", tracing::field::display(t.tenant_id()));
+            span.record("user_id", tracing::field::display(t.user_id()));
+            // The tenant's requests_per_minute, for every request its keys make.
+            if let Err(e) = state.engine.admit_request(t.tenant()).await {
+                let err = ApiError::from(e);
+                return Ok(req.into_response(err.error_response()));
+            }
+        }
+        req.extensions_mut().insert(outcome);
+    }
+    next.call(req)
+        .await
+        .map(ServiceResponse::map_into_boxed_body)
+}
+
+type ExtractFuture<T> = Pin<Box<dyn Future<Output = Result<T, ApiError>>>>;
+
+/// The caller of a request: from the middleware's outcome, or resolved here when the route was
+/// mounted without the middleware.
+fn caller_of(req: &HttpRequest) -> ExtractFuture<Caller> {
+    let req = req.clone();
+    Box::pin(async move {
+        let known = req.extensions().get::<Authentication>().cloned();
+        let outcome = match known {
+            Some(a) => a,
+            None => {
+                let Some(state) = req.app_data::<web::Data<AppState>>().cloned() else {
+                    return Err(ApiError::internal(
+                        "authentication",
+                        "the application state is not registered",
+                    ));
+                };
+                let a = resolve(&state, req.headers()).await;
+                req.extensions_mut().insert(a.clone());
+                a
+            }
+        };
+        outcome.into_caller()
+    })
+}
+
+impl FromRequest for Caller {
+    type Error = ApiError;
+    type Future = ExtractFuture<Self>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        caller_of(req)
+    }
+}
+
+fn tenant_only() -> ApiError {
+    ApiError::new(
+        ErrorCode::Forbidden,
+        "the platform admin key has no tenant; use a key of a tenant's user (create one under /api/v1/admin/tenants/{id}/api-keys)",
+    )
+}
+
+impl FromRequest for TenantCaller {
+    type Error = ApiError;
+    type Future = ExtractFuture<Self>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        let caller = caller_of(req);
+        Box::pin(async move {
+            match caller.await? {
+                Caller::Tenant(t) => Ok(t),
+                Caller::PlatformAdmin(_) => Err(tenant_only()),
+            }
+        })
+    }
+}
+
+impl FromRequest for TenantAdmin {
+    type Error = ApiError;
+    type Future = ExtractFuture<Self>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        let caller = caller_of(req);
+        Box::pin(async move {
+            match caller.await? {
+                Caller::Tenant(t) if t.is_admin() => Ok(TenantAdmin(t)),
+                Caller::Tenant(_) => Err(ApiError::new(
+                    ErrorCode::Forbidden,
+                    "only a tenant admin may do this; ask one of your tenant's admins",
+                )),
+                Caller::PlatformAdmin(_) => Err(tenant_only()),
+            }
+        })
+    }
+}
+
+/// Is the admin API on (an admin key configured)?
+pub fn admin_api_enabled(state: &AppState) -> bool {
+    !state.settings.auth.admin_key.is_empty()
+}
+
+impl FromRequest for PlatformAdmin {
+    type Error = ApiError;
+    type Future = ExtractFuture<Self>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        let enabled = req
+            .app_data::<web::Data<AppState>>()
+            .is_some_and(|s| admin_api_enabled(s));
+        let caller = caller_of(req);
+        Box::pin(async move {
+            if !enabled {
+                return Err(ApiError::new(
+                    ErrorCode::NotFound,
+                    "the admin API is off: set AGENTRY_AUTH__ADMIN_KEY (16+ characters) and restart to enable it",
+                ));
+            }
+            match caller.await? {
+                Caller::PlatformAdmin(p) => Ok(p),
+                Caller::Tenant(_) => Err(ApiError::new(
+                    ErrorCode::Forbidden,
+                    "this route needs the platform admin key; tenant admins manage their users and keys under /api/v1/tenant/",
+                )),
+            }
+        })
+    }
+}

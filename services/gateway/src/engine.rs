@@ -1,0 +1,225 @@
+//! Wiring the engine (the actor tree and the agent loop) from the settings: the model clients,
+//! the tools, the MCP configuration source, the runtime the agent loops run on. Also the mapping
+//! of the engine's errors onto the one error shape.
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use agentry_actors::mcp_pool::{McpConfigSource, McpPoolConfig, Origin, PoolServer};
+use agentry_actors::tools::PlatformTools;
+use agentry_actors::{ConfiguredModels, Engine, EngineConfig, EngineDeps, EngineError};
+use agentry_mcp::config_file::{McpConfigWatcher, ServerPolicy};
+use agentry_mcp::secrets::SecretBox;
+use agentry_mcp::stored::{StoredMcpServer, join_from_storage};
+use agentry_schema::ids::UserId;
+use agentry_store::mcp_servers::{self, McpServerRow};
+use agentry_store::tenants::Tenant;
+use anyhow::Context;
+use async_trait::async_trait;
+use sea_orm::DatabaseConnection;
+
+use crate::error::ApiError;
+use crate::settings::Settings;
+
+/// The runtime agent loops run on: multi-threaded, one worker per core, for the life of the
+/// process (shared by every engine the process builds, e.g. in tests).
+fn engine_runtime() -> anyhow::Result<tokio::runtime::Handle> {
+    static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    if let Some(rt) = RUNTIME.get() {
+        return Ok(rt.handle().clone());
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(2),
+        )
+        .thread_name("agentry-engine")
+        .enable_all()
+        .build()
+        .context("starting the engine runtime")?;
+    Ok(RUNTIME.get_or_init(|| rt).handle().clone())
+}
+
+/// The MCP servers of a user: the platform's file (hot-reloaded) and the user's own rows, their
+/// secrets opened with the configured key.
+pub struct McpSources {
+    pub db: DatabaseConnection,
+    /// The address rules of the web tools, applied again to users' HTTP servers before each
+    /// connect (a name may resolve elsewhere than when it was added).
+    pub net: agentry_mcp::builtin::BuiltinConfig,
+    pub secrets: Option<SecretBox>,
+    pub file: Option<Arc<McpConfigWatcher>>,
+}
+
+pub fn stored_of(row: &McpServerRow) -> StoredMcpServer {
+    StoredMcpServer {
+        name: row.name.clone(),
+        transport: row.transport.clone(),
+        command: row.command.clone(),
+        args: row.args.clone(),
+        url: row.url.clone(),
+        env_encrypted: row.env_encrypted.clone(),
+        headers_encrypted: row.headers_encrypted.clone(),
+        disabled: row.disabled,
+        timeout_secs: row.timeout_secs,
+    }
+}
+
+#[async_trait]
+impl McpConfigSource for McpSources {
+    async fn servers_for(&self, tenant: &Tenant, user: UserId) -> (Vec<PoolServer>, Vec<String>) {
+        let mut servers = Vec::new();
+        let mut warnings = Vec::new();
+        if let Some(file) = &self.file {
+            for entry in &file.current().servers {
+                servers.push(PoolServer {
+                    config: entry.config.clone(),
+                    policy: entry.policy.clone(),
+                    origin: Origin::File,
+                });
+            }
+        }
+        match mcp_servers::list_by_user(&self.db, &tenant.scope(), user).await {
+            Ok(rows) => {
+                for row in rows {
+                    match join_from_storage(&stored_of(&row), self.secrets.as_ref()) {
+                        Ok(config) => {
+                            if let agentry_mcp::client::McpTransportConfig::Http(h) =
+                                &config.transport
+                                && let Err(e @ agentry_mcp::tool::ToolError::Refused(_)) =
+                                    agentry_mcp::builtin::net_guard::check_url(&h.url, &self.net)
+                                        .await
+                            {
+                                warnings.push(format!(
+                                    "MCP server {:?} was not connected: its URL is refused ({e})",
+                                    row.name
+                                ));
+                                continue;
+                            }
+                            servers.push(PoolServer {
+                                config,
+                                policy: ServerPolicy::default(),
+                                origin: Origin::User,
+                            });
+                        }
+                        Err(e) => {
+                            warnings.push(format!("MCP server {:?} cannot be used: {e}", row.name))
+                        }
+                    }
+                }
+            }
+            Err(e) => warnings.push(format!("your MCP servers could not be loaded: {e}")),
+        }
+        (servers, warnings)
+    }
+}
+
+/// Everything the gateway keeps of the engine.
+pub struct EngineParts {
+    pub engine: Engine,
+    pub secrets: Option<SecretBox>,
+    /// Kept alive for hot reload; dropping it stops watching.
+    pub watcher: Option<Arc<McpConfigWatcher>>,
+}
+
+pub fn build(settings: &Settings, db: &DatabaseConnection) -> anyhow::Result<EngineParts> {
+    let secrets = SecretBox::from_config(Some(&settings.mcp.encryption_key))
+        .map(Some)
+        .or_else(|e| match e {
+            agentry_mcp::secrets::SecretError::NoKey => Ok(None),
+            other => Err(other),
+        })
+        .context("mcp.encryption_key")?;
+    let (diff_tx, mut diff_rx) = tokio::sync::mpsc::unbounded_channel();
+    let watcher = match settings
+        .mcp
+        .config_file
+        .as_ref()
+        .filter(|p| !p.as_os_str().is_empty())
+    {
+        Some(path) => Some(Arc::new(
+            McpConfigWatcher::start(path.clone(), move |diff| {
+                // Called on the watcher's thread: hand over to the actix runtime.
+                let _ = diff_tx.send(Arc::new(diff));
+            })
+            .with_context(|| format!("mcp.config_file {}", path.display()))?,
+        )),
+        None => None,
+    };
+    let http = reqwest::Client::builder()
+        .build()
+        .context("building the HTTP client for model providers")?;
+    let deps = EngineDeps {
+        db: db.clone(),
+        models: Arc::new(ConfiguredModels::new(settings.llm.clone(), http)),
+        tools: Arc::new(PlatformTools::new(settings.tools.clone()).with_memory(db.clone())),
+        mcp: Some(Arc::new(McpSources {
+            db: db.clone(),
+            net: settings.tools.clone(),
+            secrets: secrets.clone(),
+            file: watcher.clone(),
+        })),
+        config: EngineConfig {
+            hitl_timeout: Duration::from_secs(settings.hitl.timeout_secs),
+            session_timeout: Duration::from_secs(settings.session.timeout_secs),
+            data_dir: settings.data_dir.clone(),
+            mcp_pool: McpPoolConfig {
+                health_interval: Duration::from_secs(settings.mcp.health_interval_secs),
+                idle_timeout: Duration::from_secs(settings.mcp.idle_timeout_secs),
+                connect_wait: Duration::from_secs(settings.mcp.connect_wait_secs),
+                ..McpPoolConfig::default()
+            },
+            ..EngineConfig::default()
+        },
+        runtime: engine_runtime()?,
+    };
+    let arbiters = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(2);
+    let engine = Engine::start(deps, arbiters, Duration::from_secs(600));
+    if watcher.is_some() {
+        let e = engine.clone();
+        actix_web::rt::spawn(async move {
+            while let Some(diff) = diff_rx.recv().await {
+                tracing::info!(summary = %diff.summary(), "MCP config file reloaded");
+                if let Err(err) = e.mcp_file_changed(diff).await {
+                    tracing::warn!(error = %err, "applying the MCP config change failed");
+                }
+            }
+        });
+    }
+    Ok(EngineParts {
+        engine,
+        secrets,
+        watcher,
+    })
+}
+
+impl From<EngineError> for ApiError {
+    fn from(e: EngineError) -> Self {
+        match e {
+            EngineError::Quota {
+                quota,
+                limit,
+                retry_after,
+            } => ApiError::quota_exceeded(
+                quota,
+                limit,
+                format!(
+                    "the tenant's {quota} quota ({limit}) is used up; retry after {} s",
+                    retry_after.as_secs().max(1)
+                ),
+                retry_after.as_secs().max(1),
+            ),
+            EngineError::Unavailable => ApiError::new(
+                e.code(),
+                "the session is busy shutting down; retry in a moment",
+            )
+            .with_retry_after(1),
+            EngineError::Internal(msg) => ApiError::internal("engine", msg),
+            EngineError::NotFound(what) => ApiError::not_found(what),
+            other => ApiError::new(other.code(), other.to_string()).with_details(other.details()),
+        }
+    }
+}

@@ -1,0 +1,23 @@
+//! agentry-gateway: the `agentry` binary's library. HTTP, WebSocket and SSE over the actor
+//! system, authentication, the admin API, OpenAPI and metrics; the composition root that wires
+//! the store, the model clients, the tools and the actors together.
+
+pub mod access;
+pub mod auth;
+pub mod engine;
+pub mod error;
+pub mod extract;
+pub mod metrics;
+pub mod openapi;
+pub mod request_id;
+pub mod routes;
+pub mod settings;
+pub mod startup;
+pub mod state;
+pub mod telemetry;
+pub mod tenancy;
+pub mod views;
+pub mod ws;
+
+pub use settings::Settings;
+pub use startup::Application;

@@ -1,0 +1,499 @@
+//! Agents (assistants) of the caller's tenant: everyone lists and reads them; tenant admins
+//! create, replace and delete them. `default` always exists and cannot be deleted.
+
+use actix_web::HttpResponse;
+use actix_web::web::{self, Json};
+use agentry_llm::Provider;
+use agentry_mcp::rbac::Permission;
+use agentry_schema::api::{AssistantInfo, AssistantSpecRequest, CreateAssistantRequest};
+use agentry_schema::ids::AssistantId;
+use agentry_store::assistants::{self, AssistantSpec};
+
+use crate::auth::{TenantAdmin, TenantCaller};
+use crate::error::{ApiError, ApiResult};
+use crate::extract::{ApiJson, ApiPath, param};
+use crate::routes::resource::endpoint;
+use crate::state::AppState;
+use crate::tenancy::{default_assistant_spec, valid_name};
+use crate::views;
+
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.service(endpoint("/agents").get(list_agents).post(create_agent))
+        .service(
+            endpoint("/agents/{agent_id}")
+                .get(get_agent)
+                .post(create_agent_at)
+                .put(replace_agent)
+                .delete(delete_agent),
+        );
+}
+
+pub const MAX_RECURSION_LIMIT: u32 = 1000;
+pub const MAX_TIMEOUT_SECS: u32 = 86_400;
+pub const MAX_RETRIES: u32 = 10;
+const MAX_TOOL_ENTRIES: usize = 256;
+
+fn bounded(field: &str, value: Option<u32>, default: u32, min: u32, max: u32) -> ApiResult<u32> {
+    let v = value.unwrap_or(default);
+    if !(min..=max).contains(&v) {
+        return Err(ApiError::validation(
+            field,
+            format!("`{field}` must be between {min} and {max} (got {v})"),
+        ));
+    }
+    Ok(v)
+}
+
+fn text(field: &str, value: Option<String>, default: String, max: usize) -> ApiResult<String> {
+    let v = value.unwrap_or(default);
+    if v.chars().count() > max {
+        return Err(ApiError::validation(
+            field,
+            format!("`{field}` must be at most {max} characters"),
+        ));
+    }
+    Ok(v)
+}
+
+/// A tool entry: a tool name (`read_file`, an MCP tool `github__create_issue`) or a pattern
+/// `service:tool` / `service:*` / `*:*`.
+fn valid_tool(field: &str, entry: &str) -> ApiResult<String> {
+    let e = entry.trim();
+    let bad = |why: String| ApiError::validation(field, format!("`{field}`: {why}"));
+    if e.starts_with('!') {
+        return Err(bad(format!(
+            "{e:?}: denials belong in the tenant's tool_permissions, not in an assistant's tool list"
+        )));
+    }
+    if e.contains(':') {
+        e.parse::<Permission>()
+            .map_err(|err| bad(err.to_string()))?;
+    } else if e.is_empty()
+        || e.len() > 128
+        || !e
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+    {
+        return Err(bad(format!(
+            "{e:?} is not a tool name (letters, digits, `_`, `-`, `.`) nor a pattern like files:* or files:read_file"
+        )));
+    }
+    Ok(e.to_string())
+}
+
+fn valid_tools(field: &str, list: Vec<String>) -> ApiResult<Vec<String>> {
+    if list.len() > MAX_TOOL_ENTRIES {
+        return Err(ApiError::validation(
+            field,
+            format!("`{field}` may list at most {MAX_TOOL_ENTRIES} entries"),
+        ));
+    }
+    let mut out: Vec<String> = Vec::with_capacity(list.len());
+    for (i, t) in list.iter().enumerate() {
+        let t = valid_tool(&format!("{field}[{i}]"), t)?;
+        if !out.contains(&t) {
+            out.push(t);
+        }
+    }
+    Ok(out)
+}
+
+fn optional(field: &str, value: Option<String>, max: usize) -> ApiResult<Option<String>> {
+    match value
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty())
+    {
+        None => Ok(None),
+        Some(v) => valid_name(field, &v, max).map(Some),
+    }
+}
+
+/// Turn a request into a checked spec; fields left out get the defaults.
+pub fn spec_from(id: &AssistantId, req: AssistantSpecRequest) -> ApiResult<AssistantSpec> {
+    let d = default_assistant_spec();
+    let name = match req.name {
+        Some(n) => valid_name("name", &n, 200)?,
+        None if id.as_str() == AssistantId::DEFAULT => d.name,
+        None => id.to_string(),
+    };
+    let provider = match optional("provider", req.provider, 32)? {
+        None => None,
+        Some(p) => Some(
+            p.parse::<Provider>()
+                .map_err(|_| {
+                    ApiError::validation(
+                        "provider",
+                        format!("unknown provider {p:?}: use `scripted`, `openai` (any OpenAI-compatible endpoint) or `anthropic`, or leave it out for the server's default"),
+                    )
+                })?
+                .as_str()
+                .to_string(),
+        ),
+    };
+    Ok(AssistantSpec {
+        name,
+        description: text("description", req.description, String::new(), 2_000)?,
+        system_prompt: text("system_prompt", req.system_prompt, d.system_prompt, 100_000)?,
+        provider,
+        model: optional("model", req.model, 200)?,
+        tools: req.tools.map(|t| valid_tools("tools", t)).transpose()?,
+        interrupt_on: valid_tools("interrupt_on", req.interrupt_on.unwrap_or_default())?,
+        auto_approve: req.auto_approve.unwrap_or(d.auto_approve),
+        profile: req.profile.map(views::profile_from).unwrap_or(d.profile),
+        recursion_limit: bounded(
+            "recursion_limit",
+            req.recursion_limit,
+            d.recursion_limit,
+            1,
+            MAX_RECURSION_LIMIT,
+        )?,
+        timeout_secs: bounded(
+            "timeout_secs",
+            req.timeout_secs,
+            d.timeout_secs,
+            1,
+            MAX_TIMEOUT_SECS,
+        )?,
+        max_retries: bounded(
+            "max_retries",
+            req.max_retries,
+            d.max_retries,
+            0,
+            MAX_RETRIES,
+        )?,
+    })
+}
+
+/// The tenant's assistants, by id. `default` is always among them.
+#[utoipa::path(
+    get,
+    path = "/api/v1/agents",
+    tag = "agents",
+    responses(
+        (status = 200, description = "Every assistant of the tenant, by id", body = Vec<AssistantInfo>),
+        (status = 401, description = "No usable API key", body = agentry_schema::ErrorResponse),
+        (status = 403, description = "The platform admin key (it has no tenant), or a suspended tenant", body = agentry_schema::ErrorResponse),
+    )
+)]
+pub async fn list_agents(
+    caller: TenantCaller,
+    state: web::Data<AppState>,
+) -> ApiResult<Json<Vec<AssistantInfo>>> {
+    let scope = caller.scope();
+    let mut list = assistants::list(&state.db, &scope).await?;
+    if !list.iter().any(|a| a.id.as_str() == AssistantId::DEFAULT) {
+        // A tenant made before assistants existed, or whose default row was lost.
+        assistants::ensure_default(&state.db, &scope, default_assistant_spec()).await?;
+        list = assistants::list(&state.db, &scope).await?;
+    }
+    Ok(Json(list.into_iter().map(views::assistant).collect()))
+}
+
+/// One assistant.
+#[utoipa::path(
+    get,
+    path = "/api/v1/agents/{agent_id}",
+    tag = "agents",
+    params(("agent_id" = String, Path, description = "Assistant id (a slug)")),
+    responses(
+        (status = 200, description = "The assistant", body = AssistantInfo),
+        (status = 400, description = "`agent_id` is not a valid slug", body = agentry_schema::ErrorResponse),
+        (status = 401, description = "No usable API key", body = agentry_schema::ErrorResponse),
+        (status = 403, description = "The platform admin key (it has no tenant)", body = agentry_schema::ErrorResponse),
+        (status = 404, description = "No such assistant in the tenant", body = agentry_schema::ErrorResponse),
+    )
+)]
+pub async fn get_agent(
+    caller: TenantCaller,
+    state: web::Data<AppState>,
+    id: ApiPath<param::Agent>,
+) -> ApiResult<Json<AssistantInfo>> {
+    let id = id.into_inner();
+    let scope = caller.scope();
+    let found = match assistants::get(&state.db, &scope, &id).await? {
+        Some(a) => Some(a),
+        None if id.as_str() == AssistantId::DEFAULT => {
+            Some(assistants::ensure_default(&state.db, &scope, default_assistant_spec()).await?)
+        }
+        None => None,
+    };
+    let a = found.ok_or_else(|| ApiError::not_found(format!("assistant {id}")))?;
+    Ok(Json(views::assistant(a)))
+}
+
+async fn create(
+    state: &AppState,
+    admin: &TenantAdmin,
+    id: AssistantId,
+    spec: AssistantSpecRequest,
+) -> ApiResult<HttpResponse> {
+    let spec = spec_from(&id, spec)?;
+    let created = assistants::create(&state.db, &admin.scope(), &id, spec).await?;
+    Ok(HttpResponse::Created()
+        .insert_header((
+            actix_web::http::header::LOCATION,
+            format!("/api/v1/agents/{id}"),
+        ))
+        .json(views::assistant(created)))
+}
+
+/// Create an assistant (tenant admins).
+#[utoipa::path(
+    post,
+    path = "/api/v1/agents",
+    tag = "agents",
+    request_body = CreateAssistantRequest,
+    responses(
+        (status = 201, description = "Created", body = AssistantInfo),
+        (status = 400, description = "The body is not JSON", body = agentry_schema::ErrorResponse),
+        (status = 401, description = "No usable API key", body = agentry_schema::ErrorResponse),
+        (status = 403, description = "Not a tenant admin", body = agentry_schema::ErrorResponse),
+        (status = 409, description = "An assistant with this id exists", body = agentry_schema::ErrorResponse),
+        (status = 413, description = "The body is over the size limit", body = agentry_schema::ErrorResponse),
+        (status = 415, description = "The body is not `application/json`", body = agentry_schema::ErrorResponse),
+        (status = 422, description = "A field is missing or invalid (`details.field` names it)", body = agentry_schema::ErrorResponse),
+    )
+)]
+pub async fn create_agent(
+    admin: TenantAdmin,
+    state: web::Data<AppState>,
+    body: ApiJson<CreateAssistantRequest>,
+) -> ApiResult<HttpResponse> {
+    let (id, spec) = body.into_inner().split();
+    let id = AssistantId::try_from(id).map_err(|e| ApiError::validation("id", e.to_string()))?;
+    create(&state, &admin, id, spec).await
+}
+
+/// Create the assistant `agent_id` (tenant admins).
+#[utoipa::path(
+    post,
+    path = "/api/v1/agents/{agent_id}",
+    tag = "agents",
+    params(("agent_id" = String, Path, description = "Assistant id (a slug)")),
+    request_body = AssistantSpecRequest,
+    responses(
+        (status = 201, description = "Created", body = AssistantInfo),
+        (status = 400, description = "A bad `agent_id`, or the body is not JSON", body = agentry_schema::ErrorResponse),
+        (status = 401, description = "No usable API key", body = agentry_schema::ErrorResponse),
+        (status = 403, description = "Not a tenant admin", body = agentry_schema::ErrorResponse),
+        (status = 409, description = "An assistant with this id exists", body = agentry_schema::ErrorResponse),
+        (status = 413, description = "The body is over the size limit", body = agentry_schema::ErrorResponse),
+        (status = 415, description = "The body is not `application/json`", body = agentry_schema::ErrorResponse),
+        (status = 422, description = "A field is invalid (`details.field` names it)", body = agentry_schema::ErrorResponse),
+    )
+)]
+pub async fn create_agent_at(
+    admin: TenantAdmin,
+    state: web::Data<AppState>,
+    id: ApiPath<param::Agent>,
+    body: ApiJson<AssistantSpecRequest>,
+) -> ApiResult<HttpResponse> {
+    let id = id.into_inner();
+    create(&state, &admin, id, body.into_inner()).await
+}
+
+/// Replace an assistant's settings (tenant admins). Fields left out return to their defaults.
+#[utoipa::path(
+    put,
+    path = "/api/v1/agents/{agent_id}",
+    tag = "agents",
+    params(("agent_id" = String, Path, description = "Assistant id (a slug)")),
+    request_body = AssistantSpecRequest,
+    responses(
+        (status = 200, description = "Replaced", body = AssistantInfo),
+        (status = 400, description = "A bad `agent_id`, or the body is not JSON", body = agentry_schema::ErrorResponse),
+        (status = 401, description = "No usable API key", body = agentry_schema::ErrorResponse),
+        (status = 403, description = "Not a tenant admin", body = agentry_schema::ErrorResponse),
+        (status = 404, description = "No such assistant", body = agentry_schema::ErrorResponse),
+        (status = 413, description = "The body is over the size limit", body = agentry_schema::ErrorResponse),
+        (status = 415, description = "The body is not `application/json`", body = agentry_schema::ErrorResponse),
+        (status = 422, description = "A field is invalid (`details.field` names it)", body = agentry_schema::ErrorResponse),
+    )
+)]
+pub async fn replace_agent(
+    admin: TenantAdmin,
+    state: web::Data<AppState>,
+    id: ApiPath<param::Agent>,
+    body: ApiJson<AssistantSpecRequest>,
+) -> ApiResult<Json<AssistantInfo>> {
+    let id = id.into_inner();
+    let spec = spec_from(&id, body.into_inner())?;
+    let scope = admin.scope();
+    if id.as_str() == AssistantId::DEFAULT {
+        assistants::ensure_default(&state.db, &scope, default_assistant_spec()).await?;
+    }
+    let updated = assistants::update(&state.db, &scope, &id, spec).await?;
+    Ok(Json(views::assistant(updated)))
+}
+
+/// Delete an assistant (tenant admins). `default` cannot be deleted.
+#[utoipa::path(
+    delete,
+    path = "/api/v1/agents/{agent_id}",
+    tag = "agents",
+    params(("agent_id" = String, Path, description = "Assistant id (a slug)")),
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = 400, description = "A bad `agent_id`", body = agentry_schema::ErrorResponse),
+        (status = 401, description = "No usable API key", body = agentry_schema::ErrorResponse),
+        (status = 403, description = "Not a tenant admin", body = agentry_schema::ErrorResponse),
+        (status = 404, description = "No such assistant", body = agentry_schema::ErrorResponse),
+        (status = 409, description = "`default` cannot be deleted", body = agentry_schema::ErrorResponse),
+    )
+)]
+pub async fn delete_agent(
+    admin: TenantAdmin,
+    state: web::Data<AppState>,
+    id: ApiPath<param::Agent>,
+) -> ApiResult<HttpResponse> {
+    let id = id.into_inner();
+    if id.as_str() == AssistantId::DEFAULT {
+        return Err(ApiError::conflict(
+            "the default assistant cannot be deleted: every tenant keeps one; change it with PUT /api/v1/agents/default instead",
+        ));
+    }
+    if !assistants::delete(&state.db, &admin.scope(), &id).await? {
+        return Err(ApiError::not_found(format!("assistant {id}")));
+    }
+    Ok(HttpResponse::NoContent().finish())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agentry_schema::error::ErrorCode;
+
+    fn id(s: &str) -> AssistantId {
+        AssistantId::try_from(s).unwrap()
+    }
+
+    #[test]
+    fn an_empty_request_is_the_default_spec_named_after_the_id() {
+        let s = spec_from(&id("sre"), AssistantSpecRequest::default()).unwrap();
+        let d = AssistantSpec::default();
+        assert_eq!(s.name, "sre");
+        assert_eq!(
+            (s.recursion_limit, s.timeout_secs, s.max_retries),
+            (d.recursion_limit, d.timeout_secs, d.max_retries)
+        );
+        assert_eq!(s.tools, None);
+        assert_eq!(
+            spec_from(&id("default"), AssistantSpecRequest::default())
+                .unwrap()
+                .name,
+            d.name
+        );
+    }
+
+    #[test]
+    fn bad_values_name_their_field() {
+        let cases: Vec<(AssistantSpecRequest, &str)> = vec![
+            (
+                AssistantSpecRequest {
+                    provider: Some("gemini".into()),
+                    ..Default::default()
+                },
+                "provider",
+            ),
+            (
+                AssistantSpecRequest {
+                    recursion_limit: Some(0),
+                    ..Default::default()
+                },
+                "recursion_limit",
+            ),
+            (
+                AssistantSpecRequest {
+                    recursion_limit: Some(1001),
+                    ..Default::default()
+                },
+                "recursion_limit",
+            ),
+            (
+                AssistantSpecRequest {
+                    timeout_secs: Some(86_401),
+                    ..Default::default()
+                },
+                "timeout_secs",
+            ),
+            (
+                AssistantSpecRequest {
+                    max_retries: Some(11),
+                    ..Default::default()
+                },
+                "max_retries",
+            ),
+            (
+                AssistantSpecRequest {
+                    name: Some(" ".into()),
+                    ..Default::default()
+                },
+                "name",
+            ),
+            (
+                AssistantSpecRequest {
+                    tools: Some(vec!["files:*".into(), "bad tool".into()]),
+                    ..Default::default()
+                },
+                "tools[1]",
+            ),
+            (
+                AssistantSpecRequest {
+                    tools: Some(vec!["*:read_file".into()]),
+                    ..Default::default()
+                },
+                "tools[0]",
+            ),
+            (
+                AssistantSpecRequest {
+                    interrupt_on: Some(vec!["!shell:*".into()]),
+                    ..Default::default()
+                },
+                "interrupt_on[0]",
+            ),
+            (
+                AssistantSpecRequest {
+                    model: Some("a\u{7}b".into()),
+                    ..Default::default()
+                },
+                "model",
+            ),
+        ];
+        for (req, field) in cases {
+            let e = spec_from(&id("x"), req).unwrap_err();
+            assert_eq!(e.code, ErrorCode::ValidationError);
+            assert_eq!(e.details["field"], field, "{}", e.message);
+        }
+    }
+
+    #[test]
+    fn good_values_are_normalised() {
+        let s = spec_from(
+            &id("x"),
+            AssistantSpecRequest {
+                provider: Some(" OpenAI ".into()),
+                model: Some("gpt-4o".into()),
+                tools: Some(vec![
+                    "files:*".into(),
+                    "read_file".into(),
+                    "github__create_issue".into(),
+                    "files:*".into(),
+                ]),
+                recursion_limit: Some(1000),
+                timeout_secs: Some(1),
+                max_retries: Some(0),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(s.provider.as_deref(), Some("openai"));
+        assert_eq!(
+            s.tools.unwrap(),
+            vec!["files:*", "read_file", "github__create_issue"]
+        );
+        assert_eq!(
+            (s.recursion_limit, s.timeout_secs, s.max_retries),
+            (1000, 1, 0)
+        );
+    }
+}

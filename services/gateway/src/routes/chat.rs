@@ -1,0 +1,188 @@
+//! `POST /chat` (runs to `done` and returns every event of the run) and `POST /chat/stream`
+//! (the same run as Server-Sent Events, one event per `data:` line). Both are views of the
+//! session's event stream, like the WebSocket.
+
+use std::time::Duration;
+
+use actix_web::HttpResponse;
+use actix_web::http::header;
+use actix_web::web::{self, Bytes, Json};
+use agentry_actors::{ChatAccepted, CreateSession, SessionHandle, channel_subscriber};
+use agentry_schema::api::{ChatRequest, ChatResponse};
+use agentry_schema::ids::{AssistantId, SessionId};
+use futures::stream::StreamExt;
+
+use crate::auth::TenantCaller;
+use crate::error::{ApiError, ApiResult};
+use crate::extract::ApiJson;
+use crate::routes::resource::endpoint;
+use crate::state::AppState;
+
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.service(endpoint("/chat").post(chat))
+        .service(endpoint("/chat/stream").post(chat_stream));
+}
+
+/// Open (or create) the session, subscribe to it, then send the message: every event of the
+/// run reaches the returned receiver.
+async fn start(
+    state: &AppState,
+    caller: &TenantCaller,
+    req: ChatRequest,
+) -> ApiResult<(
+    SessionHandle,
+    ChatAccepted,
+    tokio::sync::mpsc::UnboundedReceiver<agentry_actors::SessionEvent>,
+)> {
+    let user = caller.user();
+    let handle = match req.session_id.as_deref() {
+        Some(raw) => {
+            let id: SessionId = raw.parse().map_err(|e: agentry_schema::ids::InvalidId| {
+                ApiError::validation("session_id", e.to_string())
+            })?;
+            state
+                .engine
+                .open_session(caller.tenant(), &user, id)
+                .await?
+        }
+        None => {
+            let assistant_id = req
+                .assistant_id
+                .as_deref()
+                .map(|a| {
+                    AssistantId::try_from(a)
+                        .map_err(|e| ApiError::validation("assistant_id", e.to_string()))
+                })
+                .transpose()?;
+            let s = state
+                .engine
+                .create_session(
+                    caller.tenant(),
+                    &user,
+                    CreateSession {
+                        assistant_id,
+                        ..Default::default()
+                    },
+                )
+                .await?;
+            state
+                .engine
+                .open_session(caller.tenant(), &user, s.id)
+                .await?
+        }
+    };
+    if req.message.trim().is_empty() {
+        return Err(ApiError::validation(
+            "message",
+            "`message` must not be empty",
+        ));
+    }
+    let (to, rx) = channel_subscriber();
+    state.engine.subscribe(&handle, None, to).await?;
+    let accepted = state
+        .engine
+        .start_chat(&handle, &user, req.message, req.enqueue)
+        .await?;
+    Ok((handle, accepted, rx))
+}
+
+/// Send a message and wait for the run's `done`. With `enqueue: true` the message may wait
+/// behind the session's active run.
+#[utoipa::path(
+    post,
+    path = "/api/v1/chat",
+    tag = "chat",
+    request_body = ChatRequest,
+    responses(
+        (status = 200, description = "The run's events, ending in its `done`", body = ChatResponse),
+        (status = 400, description = "Malformed JSON (`invalid_json`)", body = agentry_schema::ErrorResponse),
+        (status = 401, description = "No usable API key", body = agentry_schema::ErrorResponse),
+        (status = 403, description = "The platform admin key (it has no tenant)", body = agentry_schema::ErrorResponse),
+        (status = 404, description = "No such session or assistant visible to the caller", body = agentry_schema::ErrorResponse),
+        (status = 409, description = "A run is in progress in the session (`run_in_progress`); send with `enqueue: true` to queue", body = agentry_schema::ErrorResponse),
+        (status = 422, description = "A field is invalid (`validation_error`)", body = agentry_schema::ErrorResponse),
+        (status = 429, description = "A tenant quota is used up (`Retry-After`)", body = agentry_schema::ErrorResponse),
+    )
+)]
+pub async fn chat(
+    caller: TenantCaller,
+    state: web::Data<AppState>,
+    body: ApiJson<ChatRequest>,
+) -> ApiResult<Json<ChatResponse>> {
+    let (handle, accepted, mut rx) = start(&state, &caller, body.into_inner()).await?;
+    let run = accepted.run_id.to_string();
+    let mut events = Vec::new();
+    // The run ends with exactly one `done`; the assistant's own timeout bounds the wait.
+    while let Some(ev) = rx.recv().await {
+        if ev.event.run_id != run {
+            continue;
+        }
+        let done = ev.event.is_done();
+        events.push((*ev.event).clone());
+        if done {
+            break;
+        }
+    }
+    Ok(Json(ChatResponse {
+        session_id: handle.session.id.to_string(),
+        run_id: run,
+        events,
+    }))
+}
+
+/// The same run as Server-Sent Events: `id: <seq>` and one `data:` line per event, ending
+/// after `done`. A comment line is sent every 15 s to keep proxies from closing the stream.
+#[utoipa::path(
+    post,
+    path = "/api/v1/chat/stream",
+    tag = "chat",
+    request_body = ChatRequest,
+    responses(
+        (status = 200, description = "`text/event-stream`: the run's events, ending in its `done`", content_type = "text/event-stream"),
+        (status = 400, description = "Malformed JSON (`invalid_json`)", body = agentry_schema::ErrorResponse),
+        (status = 401, description = "No usable API key", body = agentry_schema::ErrorResponse),
+        (status = 403, description = "The platform admin key (it has no tenant)", body = agentry_schema::ErrorResponse),
+        (status = 404, description = "No such session or assistant visible to the caller", body = agentry_schema::ErrorResponse),
+        (status = 409, description = "A run is in progress in the session (`run_in_progress`)", body = agentry_schema::ErrorResponse),
+        (status = 422, description = "A field is invalid (`validation_error`)", body = agentry_schema::ErrorResponse),
+        (status = 429, description = "A tenant quota is used up (`Retry-After`)", body = agentry_schema::ErrorResponse),
+    )
+)]
+pub async fn chat_stream(
+    caller: TenantCaller,
+    state: web::Data<AppState>,
+    body: ApiJson<ChatRequest>,
+) -> ApiResult<HttpResponse> {
+    let (handle, accepted, rx) = start(&state, &caller, body.into_inner()).await?;
+    let run = accepted.run_id.to_string();
+    let session = handle.session.id.to_string();
+    let events = futures::stream::unfold((rx, false), move |(mut rx, finished)| {
+        let run = run.clone();
+        async move {
+            if finished {
+                return None;
+            }
+            loop {
+                let next = tokio::time::timeout(Duration::from_secs(15), rx.recv()).await;
+                match next {
+                    Err(_) => return Some((Bytes::from_static(b": keep-alive\n\n"), (rx, false))),
+                    Ok(None) => return None,
+                    Ok(Some(ev)) if ev.event.run_id != run => continue,
+                    Ok(Some(ev)) => {
+                        let done = ev.event.is_done();
+                        let frame = format!("id: {}\ndata: {}\n\n", ev.event.seq, ev.json);
+                        return Some((Bytes::from(frame), (rx, done)));
+                    }
+                }
+            }
+        }
+    })
+    .map(Ok::<_, actix_web::Error>);
+    Ok(HttpResponse::Ok()
+        .insert_header((header::CONTENT_TYPE, "text/event-stream"))
+        .insert_header((header::CACHE_CONTROL, "no-cache"))
+        .insert_header(("x-accel-buffering", "no"))
+        .insert_header(("x-session-id", session))
+        .insert_header(("x-run-id", accepted.run_id.to_string()))
+        .streaming(events))
+}

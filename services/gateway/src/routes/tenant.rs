@@ -1,0 +1,280 @@
+//! The tenant admin API: a tenant admin manages their own tenant's users and keys. Members get
+//! 403; nothing here reaches another tenant (the scope comes from the caller's key). A tenant
+//! admin may not demote, disable or delete themselves (409), so a tenant cannot lock itself out
+//! by accident.
+
+use actix_web::HttpResponse;
+use actix_web::web::{self, Json};
+use agentry_schema::api::{
+    ApiKeyInfo, CreateApiKeyRequest, CreateUserRequest, CreatedApiKey, Page, UpdateUserRequest,
+    UserInfo,
+};
+
+use crate::auth::TenantAdmin;
+use crate::error::ApiResult;
+use crate::extract::{ApiJson, ApiPath, ApiQuery, param};
+use crate::routes::admin::{KeysQuery, created_key, keys_page};
+use crate::routes::resource::endpoint;
+use crate::routes::{PageQuery, page_of};
+use crate::state::AppState;
+use crate::tenancy::{self, Actor};
+use crate::views;
+
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.service(endpoint("/tenant/users").get(list_users).post(create_user))
+        .service(
+            endpoint("/tenant/users/{user_id}")
+                .get(get_user)
+                .patch(update_user)
+                .delete(delete_user),
+        )
+        .service(endpoint("/tenant/api-keys").get(list_keys).post(create_key))
+        .service(
+            endpoint("/tenant/api-keys/{key_id}")
+                .get(get_key)
+                .delete(revoke_key),
+        );
+}
+
+/// The tenant's users, oldest first.
+#[utoipa::path(
+    get,
+    path = "/api/v1/tenant/users",
+    tag = "tenant",
+    params(PageQuery),
+    responses(
+        (status = 200, description = "A page of users", body = Page<UserInfo>),
+        (status = 400, description = "A bad query parameter", body = agentry_schema::ErrorResponse),
+        (status = 401, description = "No usable API key", body = agentry_schema::ErrorResponse),
+        (status = 403, description = "Not a tenant admin", body = agentry_schema::ErrorResponse),
+    )
+)]
+pub async fn list_users(
+    admin: TenantAdmin,
+    state: web::Data<AppState>,
+    query: ApiQuery<PageQuery>,
+) -> ApiResult<Json<Page<UserInfo>>> {
+    let page = query.0.page()?;
+    let (items, total) = tenancy::list_users(&state, &admin.scope(), page).await?;
+    Ok(Json(page_of(items, total, page, views::user)))
+}
+
+/// Add a user (`role` defaults to `member`), within the tenant's `max_users`.
+#[utoipa::path(
+    post,
+    path = "/api/v1/tenant/users",
+    tag = "tenant",
+    request_body = CreateUserRequest,
+    responses(
+        (status = 201, description = "Created", body = UserInfo),
+        (status = 400, description = "The body is not JSON", body = agentry_schema::ErrorResponse),
+        (status = 401, description = "No usable API key", body = agentry_schema::ErrorResponse),
+        (status = 403, description = "Not a tenant admin", body = agentry_schema::ErrorResponse),
+        (status = 409, description = "A user with this name exists", body = agentry_schema::ErrorResponse),
+        (status = 413, description = "The body is over the size limit", body = agentry_schema::ErrorResponse),
+        (status = 415, description = "The body is not `application/json`", body = agentry_schema::ErrorResponse),
+        (status = 422, description = "A field is missing or invalid", body = agentry_schema::ErrorResponse),
+        (status = 429, description = "The tenant is at `max_users` (`details.quota`, `Retry-After`)", body = agentry_schema::ErrorResponse),
+    )
+)]
+pub async fn create_user(
+    admin: TenantAdmin,
+    state: web::Data<AppState>,
+    body: ApiJson<CreateUserRequest>,
+) -> ApiResult<HttpResponse> {
+    // The cached tenant may be a few seconds old; quotas are read fresh.
+    let tenant = agentry_store::tenants::get_own(&state.db, &admin.scope()).await?;
+    let u = tenancy::create_user(&state, &tenant, body.into_inner()).await?;
+    Ok(HttpResponse::Created().json(views::user(u)))
+}
+
+/// One user of the tenant.
+#[utoipa::path(
+    get,
+    path = "/api/v1/tenant/users/{user_id}",
+    tag = "tenant",
+    params(("user_id" = String, Path, description = "User id (UUID)")),
+    responses(
+        (status = 200, description = "The user", body = UserInfo),
+        (status = 400, description = "`user_id` is not a UUID", body = agentry_schema::ErrorResponse),
+        (status = 401, description = "No usable API key", body = agentry_schema::ErrorResponse),
+        (status = 403, description = "Not a tenant admin", body = agentry_schema::ErrorResponse),
+        (status = 404, description = "No such user in the tenant", body = agentry_schema::ErrorResponse),
+    )
+)]
+pub async fn get_user(
+    admin: TenantAdmin,
+    state: web::Data<AppState>,
+    id: ApiPath<param::User>,
+) -> ApiResult<Json<UserInfo>> {
+    let id = id.into_inner();
+    Ok(Json(views::user(
+        tenancy::user(&state, &admin.scope(), id).await?,
+    )))
+}
+
+/// Change a user's role or disable them.
+#[utoipa::path(
+    patch,
+    path = "/api/v1/tenant/users/{user_id}",
+    tag = "tenant",
+    params(("user_id" = String, Path, description = "User id (UUID)")),
+    request_body = UpdateUserRequest,
+    responses(
+        (status = 200, description = "Updated", body = UserInfo),
+        (status = 400, description = "A bad `user_id`, or the body is not JSON", body = agentry_schema::ErrorResponse),
+        (status = 401, description = "No usable API key", body = agentry_schema::ErrorResponse),
+        (status = 403, description = "Not a tenant admin", body = agentry_schema::ErrorResponse),
+        (status = 404, description = "No such user in the tenant", body = agentry_schema::ErrorResponse),
+        (status = 409, description = "A tenant admin tried to demote or disable themselves", body = agentry_schema::ErrorResponse),
+        (status = 413, description = "The body is over the size limit", body = agentry_schema::ErrorResponse),
+        (status = 415, description = "The body is not `application/json`", body = agentry_schema::ErrorResponse),
+        (status = 422, description = "A field is invalid", body = agentry_schema::ErrorResponse),
+    )
+)]
+pub async fn update_user(
+    admin: TenantAdmin,
+    state: web::Data<AppState>,
+    id: ApiPath<param::User>,
+    body: ApiJson<UpdateUserRequest>,
+) -> ApiResult<Json<UserInfo>> {
+    let id = id.into_inner();
+    let u = tenancy::update_user(
+        &state,
+        &admin.scope(),
+        Actor::TenantAdmin(admin.user_id()),
+        id,
+        body.into_inner(),
+    )
+    .await?;
+    Ok(Json(views::user(u)))
+}
+
+/// Delete a user and their keys.
+#[utoipa::path(
+    delete,
+    path = "/api/v1/tenant/users/{user_id}",
+    tag = "tenant",
+    params(("user_id" = String, Path, description = "User id (UUID)")),
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = 400, description = "`user_id` is not a UUID", body = agentry_schema::ErrorResponse),
+        (status = 401, description = "No usable API key", body = agentry_schema::ErrorResponse),
+        (status = 403, description = "Not a tenant admin", body = agentry_schema::ErrorResponse),
+        (status = 404, description = "No such user in the tenant", body = agentry_schema::ErrorResponse),
+        (status = 409, description = "A tenant admin tried to delete themselves", body = agentry_schema::ErrorResponse),
+    )
+)]
+pub async fn delete_user(
+    admin: TenantAdmin,
+    state: web::Data<AppState>,
+    id: ApiPath<param::User>,
+) -> ApiResult<HttpResponse> {
+    let id = id.into_inner();
+    tenancy::delete_user(
+        &state,
+        &admin.scope(),
+        Actor::TenantAdmin(admin.user_id()),
+        id,
+    )
+    .await?;
+    Ok(HttpResponse::NoContent().finish())
+}
+
+/// The tenant's API keys (never the keys themselves), newest first.
+#[utoipa::path(
+    get,
+    path = "/api/v1/tenant/api-keys",
+    tag = "tenant",
+    params(KeysQuery),
+    responses(
+        (status = 200, description = "A page of keys", body = Page<ApiKeyInfo>),
+        (status = 400, description = "A bad query parameter", body = agentry_schema::ErrorResponse),
+        (status = 401, description = "No usable API key", body = agentry_schema::ErrorResponse),
+        (status = 403, description = "Not a tenant admin", body = agentry_schema::ErrorResponse),
+    )
+)]
+pub async fn list_keys(
+    admin: TenantAdmin,
+    state: web::Data<AppState>,
+    query: ApiQuery<KeysQuery>,
+) -> ApiResult<Json<Page<ApiKeyInfo>>> {
+    Ok(Json(
+        keys_page(&state, &admin.scope(), query.into_inner()).await?,
+    ))
+}
+
+/// Mint a key for a user of the tenant (at most the user's role). Shown this once.
+#[utoipa::path(
+    post,
+    path = "/api/v1/tenant/api-keys",
+    tag = "tenant",
+    request_body = CreateApiKeyRequest,
+    responses(
+        (status = 201, description = "Created; `key` is shown this once", body = CreatedApiKey),
+        (status = 400, description = "The body is not JSON", body = agentry_schema::ErrorResponse),
+        (status = 401, description = "No usable API key", body = agentry_schema::ErrorResponse),
+        (status = 403, description = "Not a tenant admin", body = agentry_schema::ErrorResponse),
+        (status = 413, description = "The body is over the size limit", body = agentry_schema::ErrorResponse),
+        (status = 415, description = "The body is not `application/json`", body = agentry_schema::ErrorResponse),
+        (status = 422, description = "A field is missing or invalid (unknown user, a role above the user's, a past expiry)", body = agentry_schema::ErrorResponse),
+    )
+)]
+pub async fn create_key(
+    admin: TenantAdmin,
+    state: web::Data<AppState>,
+    body: ApiJson<CreateApiKeyRequest>,
+) -> ApiResult<HttpResponse> {
+    let k = tenancy::create_key(&state, &admin.scope(), body.into_inner()).await?;
+    Ok(HttpResponse::Created().json(created_key(k)))
+}
+
+/// One key of the tenant (never the key itself).
+#[utoipa::path(
+    get,
+    path = "/api/v1/tenant/api-keys/{key_id}",
+    tag = "tenant",
+    params(("key_id" = String, Path, description = "Key id (UUID, not the key)")),
+    responses(
+        (status = 200, description = "The key's record", body = ApiKeyInfo),
+        (status = 400, description = "`key_id` is not a UUID", body = agentry_schema::ErrorResponse),
+        (status = 401, description = "No usable API key", body = agentry_schema::ErrorResponse),
+        (status = 403, description = "Not a tenant admin", body = agentry_schema::ErrorResponse),
+        (status = 404, description = "No such key in the tenant", body = agentry_schema::ErrorResponse),
+    )
+)]
+pub async fn get_key(
+    admin: TenantAdmin,
+    state: web::Data<AppState>,
+    id: ApiPath<param::Key>,
+) -> ApiResult<Json<ApiKeyInfo>> {
+    let id = id.into_inner();
+    Ok(Json(views::api_key(
+        tenancy::key(&state, &admin.scope(), id).await?,
+    )))
+}
+
+/// Revoke a key of the tenant.
+#[utoipa::path(
+    delete,
+    path = "/api/v1/tenant/api-keys/{key_id}",
+    tag = "tenant",
+    params(("key_id" = String, Path, description = "Key id (UUID, not the key)")),
+    responses(
+        (status = 200, description = "Revoked; the record with `revoked_at`", body = ApiKeyInfo),
+        (status = 400, description = "`key_id` is not a UUID", body = agentry_schema::ErrorResponse),
+        (status = 401, description = "No usable API key", body = agentry_schema::ErrorResponse),
+        (status = 403, description = "Not a tenant admin", body = agentry_schema::ErrorResponse),
+        (status = 404, description = "No such key in the tenant", body = agentry_schema::ErrorResponse),
+    )
+)]
+pub async fn revoke_key(
+    admin: TenantAdmin,
+    state: web::Data<AppState>,
+    id: ApiPath<param::Key>,
+) -> ApiResult<Json<ApiKeyInfo>> {
+    let id = id.into_inner();
+    Ok(Json(views::api_key(
+        tenancy::revoke_key(&state, &admin.scope(), id).await?,
+    )))
+}

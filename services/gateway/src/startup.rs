@@ -1,0 +1,157 @@
+//! Building the application: connect and migrate the database, wire the state, bind the
+//! listener. `main` and the tests use the same builder; tests bind port 0.
+
+use std::net::TcpListener;
+use std::time::{Duration, Instant};
+
+use actix_web::dev::Server;
+use actix_web::middleware::from_fn;
+use actix_web::{App, HttpServer, web};
+use anyhow::Context;
+use sea_orm::DatabaseConnection;
+
+use crate::auth::{KeyResolver, authenticate};
+use crate::error::errors_as_json;
+use crate::request_id::request_id;
+use crate::settings::Settings;
+use crate::state::AppState;
+use crate::{extract, metrics, openapi, routes};
+
+pub struct Application {
+    port: u16,
+    server: Server,
+}
+
+/// Open the configured database (creating the data dir for SQLite) and apply migrations.
+pub async fn open_database(settings: &Settings) -> anyhow::Result<DatabaseConnection> {
+    std::fs::create_dir_all(&settings.data_dir)
+        .with_context(|| format!("creating the data dir {}", settings.data_dir.display()))?;
+    let opts = agentry_store::DbOptions {
+        url: settings.database_url(),
+        max_connections: settings.database.max_connections,
+        connect_timeout: Duration::from_secs(settings.database.connect_timeout_secs),
+    };
+    let backend = agentry_store::backend_of(&opts.url)
+        .map(|b| format!("{b:?}"))
+        .unwrap_or_default();
+    let db = agentry_store::connect(&opts)
+        .await
+        .with_context(|| format!("connecting to the {backend} database (database.url)"))?;
+    agentry_store::migrate(&db)
+        .await
+        .context("running database migrations")?;
+    Ok(db)
+}
+
+/// CORS from `server.cors_origins` (`*` = any origin). Keys travel in headers, never cookies,
+/// so credentials are not allowed cross-origin.
+fn cors(origins: &[String]) -> actix_cors::Cors {
+    let base = actix_cors::Cors::default()
+        .allowed_methods(["GET", "POST", "PUT", "PATCH", "DELETE"])
+        .allow_any_header()
+        .expose_headers(["x-request-id", "retry-after", "allow"])
+        .max_age(3600);
+    if origins.iter().any(|o| o == "*") {
+        base.allow_any_origin()
+    } else {
+        origins.iter().fold(base, |c, o| c.allowed_origin(o))
+    }
+}
+
+/// SIGINT/SIGTERM stop the server gracefully. The handlers are registered here, before
+/// `build` returns (and so before "listening" is logged): actix's own registration happens only
+/// once the server future has started its workers, and a signal in between would kill the
+/// process the hard way.
+fn stop_on_signals(handle: actix_web::dev::ServerHandle) -> std::io::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    actix_web::rt::spawn(async move {
+        let which = tokio::select! {
+            _ = term.recv() => "SIGTERM",
+            _ = int.recv() => "SIGINT",
+        };
+        tracing::info!(signal = which, "stopping gracefully");
+        handle.stop(true).await;
+    });
+    Ok(())
+}
+
+impl Application {
+    pub async fn build(settings: Settings) -> anyhow::Result<Application> {
+        let db = open_database(&settings).await?;
+        let listener = TcpListener::bind((settings.server.host.as_str(), settings.server.port))
+            .with_context(|| {
+                format!(
+                    "binding {}:{} (server.host / server.port)",
+                    settings.server.host, settings.server.port
+                )
+            })?;
+        let port = listener.local_addr()?.port();
+        let workers = settings.server.workers;
+        let shutdown = settings.server.shutdown_timeout_secs;
+        let body_limit = settings.server.body_limit_bytes;
+        let metrics = metrics::handle();
+        metrics::spawn_upkeep(metrics.clone());
+        let parts = crate::engine::build(&settings, &db)?;
+        // Runs a previous process left unfinished resume from their checkpoints (or end as
+        // interrupted) in the background; the server answers meanwhile.
+        let recovering = parts.engine.clone();
+        actix_web::rt::spawn(async move {
+            match recovering.recover().await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(sessions = n, "recovered unfinished runs"),
+                Err(e) => tracing::error!(error = %e, "recovering unfinished runs failed"),
+            }
+        });
+        let state = web::Data::new(AppState {
+            engine: parts.engine,
+            secrets: parts.secrets,
+            mcp_file: parts.watcher,
+            ws_connections: Default::default(),
+            auth: KeyResolver::new(
+                settings.auth.admin_key.expose(),
+                Duration::from_secs(settings.auth.cache_ttl_secs),
+            ),
+            db,
+            settings,
+            started: Instant::now(),
+            metrics,
+        });
+        let mut server = HttpServer::new(move || {
+            // Middleware runs outermost-last: request id → JSON errors → metrics → CORS → auth.
+            App::new()
+                .wrap(from_fn(authenticate))
+                .wrap(cors(&state.settings.server.cors_origins))
+                .wrap(from_fn(metrics::track))
+                .wrap(from_fn(errors_as_json))
+                .wrap(from_fn(request_id))
+                .app_data(state.clone())
+                .configure(|cfg| extract::configure(cfg, body_limit))
+                .configure(routes::configure)
+                .configure(crate::ws::configure)
+                .configure(routes::page::configure)
+                .configure(metrics::configure)
+                .configure(openapi::configure)
+                .default_service(web::to(routes::route_not_found))
+        })
+        .listen(listener)?
+        .shutdown_timeout(shutdown)
+        .disable_signals();
+        if workers > 0 {
+            server = server.workers(workers);
+        }
+        let server = server.run();
+        stop_on_signals(server.handle())?;
+        Ok(Application { port, server })
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Serve until SIGINT/SIGTERM, then stop gracefully.
+    pub async fn run_until_stopped(self) -> std::io::Result<()> {
+        self.server.await
+    }
+}

@@ -1,0 +1,29 @@
+//! State shared by every handler (`web::Data<AppState>`).
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
+use std::time::Instant;
+
+use metrics_exporter_prometheus::PrometheusHandle;
+use sea_orm::DatabaseConnection;
+
+use crate::auth::KeyResolver;
+use crate::settings::Settings;
+
+pub struct AppState {
+    pub db: DatabaseConnection,
+    pub settings: Settings,
+    pub started: Instant,
+    /// Resolves API keys (with a short cache); see `auth`.
+    pub auth: KeyResolver,
+    /// The process's Prometheus registry, rendered at `/metrics`.
+    pub metrics: PrometheusHandle,
+    /// The actor tree: sessions, runs, approvals, quotas, MCP pools.
+    pub engine: agentry_actors::Engine,
+    /// Seals users' MCP secrets at rest (`mcp.encryption_key`); `None` when no key is set.
+    pub secrets: Option<agentry_mcp::secrets::SecretBox>,
+    /// Open WebSocket connections (capped by `server.max_connections`).
+    pub ws_connections: Arc<AtomicUsize>,
+    /// The MCP config file watcher, kept alive while the server runs.
+    pub mcp_file: Option<Arc<agentry_mcp::config_file::McpConfigWatcher>>,
+}

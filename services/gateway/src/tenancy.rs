@@ -1,0 +1,574 @@
+//! Tenants, users and API keys: the operations behind the platform admin API
+//! (`/admin/tenants/...`) and the tenant admin API (`/tenant/...`). The routes only extract and
+//! convert; both APIs call the same functions with the scope their caller proved.
+
+use agentry_mcp::rbac::RolePermissions;
+use agentry_schema::api::{
+    CreateApiKeyRequest, CreateTenantRequest, CreateUserRequest, DailyUsage as WireDailyUsage,
+    ReplaceTenantRequest, UpdateTenantRequest, UpdateUserRequest, UsageReport, UsageTotals,
+};
+use agentry_schema::ids::{ApiKeyId, TenantId, UserId};
+use agentry_store::api_keys::{self, ApiKey, CreatedKey};
+use agentry_store::assistants::{self, AssistantSpec};
+use agentry_store::tenants::{self, NewTenant, Quotas, Tenant, TenantStatus, TenantUpdate};
+use agentry_store::users::{self, User};
+use agentry_store::{PageRequest, Role, StoreError, TenantScope, TransactionTrait, usage};
+use chrono::{NaiveDate, Utc};
+use serde_json::Value;
+
+use crate::auth::PlatformAdmin;
+use crate::error::{ApiError, ApiResult};
+use crate::state::AppState;
+use crate::views;
+
+/// How long a client is told to wait after hitting `max_users`: users are not freed by time,
+/// so this only paces retries while an admin raises the quota or removes a user.
+const MAX_USERS_RETRY_AFTER_SECS: u64 = 60;
+
+/// A trimmed, non-empty name of at most `max` characters without control characters.
+pub fn valid_name(field: &str, raw: &str, max: usize) -> ApiResult<String> {
+    let name = raw.trim();
+    if name.is_empty() {
+        return Err(ApiError::validation(
+            field,
+            format!("`{field}` must not be empty"),
+        ));
+    }
+    if name.chars().count() > max {
+        return Err(ApiError::validation(
+            field,
+            format!("`{field}` must be at most {max} characters"),
+        ));
+    }
+    if name.chars().any(char::is_control) {
+        return Err(ApiError::validation(
+            field,
+            format!("`{field}` must not contain control characters"),
+        ));
+    }
+    Ok(name.to_string())
+}
+
+fn valid_features(features: Vec<String>) -> ApiResult<Vec<String>> {
+    let mut out: Vec<String> = Vec::with_capacity(features.len());
+    for (i, f) in features.into_iter().enumerate() {
+        let ok = !f.is_empty()
+            && f.len() <= 64
+            && f.chars().all(|c| {
+                c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '_' | '-' | '.')
+            });
+        if !ok {
+            return Err(ApiError::validation(
+                &format!("features_enabled[{i}]"),
+                format!("feature {f:?} must be 1-64 characters of a-z, 0-9, `_`, `-`, `.`"),
+            ));
+        }
+        if !out.contains(&f) {
+            out.push(f);
+        }
+    }
+    Ok(out)
+}
+
+fn valid_permissions(value: Option<Value>) -> ApiResult<Option<Value>> {
+    match value {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => {
+            RolePermissions::from_json(&v)
+                .map_err(|e| ApiError::validation("tool_permissions", e.to_string()))?;
+            Ok(Some(v))
+        }
+    }
+}
+
+/// Quotas from optional fields over `base`.
+#[allow(clippy::too_many_arguments)]
+fn quotas_over(
+    base: Quotas,
+    max_users: Option<u32>,
+    max_sessions_per_user: Option<u32>,
+    max_mcp_servers: Option<u32>,
+    workspace_quota_bytes: Option<u64>,
+    requests_per_minute: Option<u32>,
+    tokens_per_day: Option<u64>,
+    max_concurrent_runs: Option<u32>,
+) -> Quotas {
+    Quotas {
+        max_users: max_users.unwrap_or(base.max_users),
+        max_sessions_per_user: max_sessions_per_user.unwrap_or(base.max_sessions_per_user),
+        max_mcp_servers: max_mcp_servers.unwrap_or(base.max_mcp_servers),
+        workspace_quota_bytes: workspace_quota_bytes.unwrap_or(base.workspace_quota_bytes),
+        requests_per_minute: requests_per_minute.unwrap_or(base.requests_per_minute),
+        tokens_per_day: tokens_per_day.unwrap_or(base.tokens_per_day),
+        max_concurrent_runs: max_concurrent_runs.unwrap_or(base.max_concurrent_runs),
+    }
+}
+
+/// The assistant every new tenant starts with: the server's default model, every built-in tool,
+/// approvals on for the high-risk ones (the tools' own policy).
+pub fn default_assistant_spec() -> AssistantSpec {
+    AssistantSpec::default()
+}
+
+/// Create a tenant with its `default` assistant, atomically.
+#[tracing::instrument(skip_all)]
+pub async fn create_tenant(
+    state: &AppState,
+    admin: &PlatformAdmin,
+    req: CreateTenantRequest,
+) -> ApiResult<Tenant> {
+    let name = valid_name("name", &req.name, 128)?;
+    let features = valid_features(req.features_enabled.unwrap_or_default())?;
+    let permissions = valid_permissions(req.tool_permissions)?;
+    let quotas = quotas_over(
+        Quotas::default(),
+        req.max_users,
+        req.max_sessions_per_user,
+        req.max_mcp_servers,
+        req.workspace_quota_bytes,
+        req.requests_per_minute,
+        req.tokens_per_day,
+        req.max_concurrent_runs,
+    );
+    let txn = state.db.begin().await.map_err(StoreError::from)?;
+    let tenant = tenants::create(
+        &txn,
+        &admin.scope(),
+        NewTenant {
+            name,
+            quotas,
+            features_enabled: features,
+            tool_permissions: permissions,
+        },
+    )
+    .await?;
+    assistants::ensure_default(&txn, &tenant.scope(), default_assistant_spec()).await?;
+    txn.commit().await.map_err(StoreError::from)?;
+    tracing::info!(tenant_id = %tenant.id, name = %tenant.name, "tenant created");
+    Ok(tenant)
+}
+
+pub async fn tenant(state: &AppState, admin: &PlatformAdmin, id: TenantId) -> ApiResult<Tenant> {
+    tenants::get(&state.db, &admin.scope(), id)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("tenant {id}")))
+}
+
+pub async fn list_tenants(
+    state: &AppState,
+    admin: &PlatformAdmin,
+    page: PageRequest,
+) -> ApiResult<(Vec<Tenant>, u64)> {
+    Ok(tenants::list(&state.db, &admin.scope(), page).await?)
+}
+
+async fn apply_tenant_update(
+    state: &AppState,
+    admin: &PlatformAdmin,
+    id: TenantId,
+    change: TenantUpdate,
+) -> ApiResult<Tenant> {
+    let updated = tenants::update(&state.db, &admin.scope(), id, change).await?;
+    // A suspension, a reactivation or new quotas apply to cached keys at once, and to the live
+    // actors (a suspended tenant's sessions stop; new quotas apply to the next admission).
+    state.auth.forget_tenant(id);
+    if let Err(e) = state.engine.tenant_changed(&updated).await {
+        tracing::warn!(error = %e, "telling the engine about the tenant change failed");
+    }
+    Ok(updated)
+}
+
+#[tracing::instrument(skip_all, fields(tenant_id = %id))]
+pub async fn update_tenant(
+    state: &AppState,
+    admin: &PlatformAdmin,
+    id: TenantId,
+    req: UpdateTenantRequest,
+) -> ApiResult<Tenant> {
+    let current = tenant(state, admin, id).await?;
+    let change = TenantUpdate {
+        name: req
+            .name
+            .as_deref()
+            .map(|n| valid_name("name", n, 128))
+            .transpose()?,
+        status: req.status.map(views::tenant_status_from),
+        quotas: Some(quotas_over(
+            current.quotas,
+            req.max_users,
+            req.max_sessions_per_user,
+            req.max_mcp_servers,
+            req.workspace_quota_bytes,
+            req.requests_per_minute,
+            req.tokens_per_day,
+            req.max_concurrent_runs,
+        )),
+        features_enabled: req.features_enabled.map(valid_features).transpose()?,
+        tool_permissions: match req.tool_permissions {
+            None => None,
+            Some(p) => Some(valid_permissions(p)?),
+        },
+    };
+    apply_tenant_update(state, admin, id, change).await
+}
+
+#[tracing::instrument(skip_all, fields(tenant_id = %id))]
+pub async fn replace_tenant(
+    state: &AppState,
+    admin: &PlatformAdmin,
+    id: TenantId,
+    req: ReplaceTenantRequest,
+) -> ApiResult<Tenant> {
+    tenant(state, admin, id).await?;
+    let change = TenantUpdate {
+        name: Some(valid_name("name", &req.name, 128)?),
+        status: Some(
+            req.status
+                .map(views::tenant_status_from)
+                .unwrap_or(TenantStatus::Active),
+        ),
+        quotas: Some(quotas_over(
+            Quotas::default(),
+            req.max_users,
+            req.max_sessions_per_user,
+            req.max_mcp_servers,
+            req.workspace_quota_bytes,
+            req.requests_per_minute,
+            req.tokens_per_day,
+            req.max_concurrent_runs,
+        )),
+        features_enabled: Some(valid_features(req.features_enabled.unwrap_or_default())?),
+        tool_permissions: Some(valid_permissions(req.tool_permissions)?),
+    };
+    apply_tenant_update(state, admin, id, change).await
+}
+
+/// Delete a tenant and everything it owns.
+#[tracing::instrument(skip_all, fields(tenant_id = %id))]
+pub async fn delete_tenant(state: &AppState, admin: &PlatformAdmin, id: TenantId) -> ApiResult<()> {
+    if !tenants::delete(&state.db, &admin.scope(), id).await? {
+        return Err(ApiError::not_found(format!("tenant {id}")));
+    }
+    state.auth.forget_tenant(id);
+    if let Err(e) = state.engine.tenant_deleted(id).await {
+        tracing::warn!(error = %e, "stopping the deleted tenant's actors failed");
+    }
+    tracing::info!(tenant_id = %id, "tenant deleted");
+    Ok(())
+}
+
+/// Create a user, keeping the tenant within `max_users`.
+///
+/// The count is checked before the insert (the clear error) and again after it: two concurrent
+/// creations that both passed the first check cannot both stay, so the quota is never exceeded
+/// at rest, on any number of replicas.
+#[tracing::instrument(skip_all, fields(tenant_id = %tenant.id))]
+pub async fn create_user(
+    state: &AppState,
+    tenant: &Tenant,
+    req: CreateUserRequest,
+) -> ApiResult<User> {
+    let name = valid_name("name", &req.name, 128)?;
+    let role = req.role.map(views::role_from).unwrap_or(Role::Member);
+    let scope = tenant.scope();
+    let limit = tenant.quotas.max_users;
+    let over = || {
+        ApiError::quota_exceeded(
+            "max_users",
+            u64::from(limit),
+            format!(
+                "the tenant has reached its limit of {limit} users; remove a user or ask the platform admin to raise max_users"
+            ),
+            MAX_USERS_RETRY_AFTER_SECS,
+        )
+    };
+    if limit > 0 && users::count(&state.db, &scope).await? >= u64::from(limit) {
+        metrics::counter!("agentry_quota_rejections_total", "quota" => "max_users").increment(1);
+        return Err(over());
+    }
+    let user = users::create(&state.db, &scope, &name, role).await?;
+    if limit > 0 && users::count(&state.db, &scope).await? > u64::from(limit) {
+        users::delete(&state.db, &scope, user.id).await?;
+        metrics::counter!("agentry_quota_rejections_total", "quota" => "max_users").increment(1);
+        return Err(over());
+    }
+    Ok(user)
+}
+
+pub async fn user(state: &AppState, scope: &TenantScope, id: UserId) -> ApiResult<User> {
+    users::get(&state.db, scope, id)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("user {id}")))
+}
+
+pub async fn list_users(
+    state: &AppState,
+    scope: &TenantScope,
+    page: PageRequest,
+) -> ApiResult<(Vec<User>, u64)> {
+    Ok(users::list(&state.db, scope, page).await?)
+}
+
+/// Who is changing a user: a tenant admin may not lock themselves out.
+#[derive(Debug, Clone, Copy)]
+pub enum Actor {
+    Platform,
+    TenantAdmin(UserId),
+}
+
+fn refuse_self_lockout(actor: Actor, target: UserId, what: &str) -> ApiResult<()> {
+    match actor {
+        Actor::TenantAdmin(me) if me == target => Err(ApiError::conflict(format!(
+            "you cannot {what} yourself: ask another tenant admin (or the platform admin) to do it"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+#[tracing::instrument(skip_all, fields(tenant_id = %scope.tenant_id(), user_id = %id))]
+pub async fn update_user(
+    state: &AppState,
+    scope: &TenantScope,
+    actor: Actor,
+    id: UserId,
+    req: UpdateUserRequest,
+) -> ApiResult<User> {
+    if req.role == Some(agentry_schema::api::UserRole::Member) {
+        refuse_self_lockout(actor, id, "demote")?;
+    }
+    if req.disabled == Some(true) {
+        refuse_self_lockout(actor, id, "disable")?;
+    }
+    user(state, scope, id).await?;
+    let updated = users::update(
+        &state.db,
+        scope,
+        id,
+        req.role.map(views::role_from),
+        req.disabled,
+    )
+    .await?;
+    state.auth.forget_tenant(scope.tenant_id());
+    Ok(updated)
+}
+
+/// Delete a user with their keys (their sessions stay until deleted).
+#[tracing::instrument(skip_all, fields(tenant_id = %scope.tenant_id(), user_id = %id))]
+pub async fn delete_user(
+    state: &AppState,
+    scope: &TenantScope,
+    actor: Actor,
+    id: UserId,
+) -> ApiResult<()> {
+    refuse_self_lockout(actor, id, "delete")?;
+    if !users::delete(&state.db, scope, id).await? {
+        return Err(ApiError::not_found(format!("user {id}")));
+    }
+    state.auth.forget_tenant(scope.tenant_id());
+    Ok(())
+}
+
+/// Mint a key for a user of the tenant. The key's role defaults to the user's and may not
+/// exceed it, so nobody can mint more power than the tenant's admin role.
+#[tracing::instrument(skip_all, fields(tenant_id = %scope.tenant_id()))]
+pub async fn create_key(
+    state: &AppState,
+    scope: &TenantScope,
+    req: CreateApiKeyRequest,
+) -> ApiResult<CreatedKey> {
+    let user_id: UserId = req
+        .user_id
+        .parse()
+        .map_err(|e: agentry_schema::ids::InvalidId| {
+            ApiError::validation("user_id", e.to_string())
+        })?;
+    let name = valid_name("name", &req.name, 128)?;
+    let Some(owner) = users::get(&state.db, scope, user_id).await? else {
+        return Err(ApiError::validation(
+            "user_id",
+            format!("there is no user {user_id} in this tenant"),
+        ));
+    };
+    if owner.disabled {
+        return Err(ApiError::validation(
+            "user_id",
+            format!("user {user_id} is disabled; enable them first"),
+        ));
+    }
+    let role = req.role.map(views::role_from).unwrap_or(owner.role);
+    if role == Role::Admin && owner.role != Role::Admin {
+        return Err(ApiError::validation(
+            "role",
+            "a key cannot have more power than its user: this user is a member, so the key's role must be member",
+        ));
+    }
+    if let Some(at) = req.expires_at
+        && at <= Utc::now()
+    {
+        return Err(ApiError::validation(
+            "expires_at",
+            "`expires_at` must be in the future",
+        ));
+    }
+    let created = api_keys::create(&state.db, scope, user_id, &name, role, req.expires_at).await?;
+    tracing::info!(tenant_id = %scope.tenant_id(), key_id = %created.key.id, prefix = %created.key.prefix, "API key created");
+    Ok(created)
+}
+
+/// The tenant's keys, newest first, optionally one user's and/or by prefix.
+pub async fn list_keys(
+    state: &AppState,
+    scope: &TenantScope,
+    user_id: Option<UserId>,
+    prefix: Option<&str>,
+) -> ApiResult<Vec<ApiKey>> {
+    if let Some(p) = prefix
+        && (p.is_empty()
+            || p.len() > 16
+            || !p.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
+    {
+        return Err(ApiError::invalid_query(
+            "prefix",
+            "`prefix` must be 1-16 characters of letters, digits and `_` (e.g. agk_AbCd)",
+        ));
+    }
+    Ok(api_keys::list(&state.db, scope, user_id, prefix).await?)
+}
+
+pub async fn key(state: &AppState, scope: &TenantScope, id: ApiKeyId) -> ApiResult<ApiKey> {
+    api_keys::get(&state.db, scope, id)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("api key {id}")))
+}
+
+/// Revoke a key; it answers 401 from now on (at once on this replica, within the auth cache
+/// TTL on the others).
+#[tracing::instrument(skip_all, fields(tenant_id = %scope.tenant_id(), key_id = %id))]
+pub async fn revoke_key(state: &AppState, scope: &TenantScope, id: ApiKeyId) -> ApiResult<ApiKey> {
+    let key = match api_keys::revoke(&state.db, scope, id).await {
+        Err(StoreError::NotFound(_)) => return Err(ApiError::not_found(format!("api key {id}"))),
+        other => other?,
+    };
+    state.auth.forget_key(id);
+    tracing::info!(tenant_id = %scope.tenant_id(), key_id = %id, "API key revoked");
+    Ok(key)
+}
+
+/// Longest usage window one request may ask for.
+const MAX_USAGE_DAYS: i64 = 366;
+
+fn parse_day(parameter: &str, raw: &str) -> ApiResult<NaiveDate> {
+    NaiveDate::parse_from_str(raw, "%Y-%m-%d").map_err(|_| {
+        ApiError::invalid_query(
+            parameter,
+            format!("`{parameter}` must be a date like 2026-11-22 (got {raw:?})"),
+        )
+    })
+}
+
+/// Usage by day between `from` and `to` (inclusive, UTC); default: the last 30 days.
+#[tracing::instrument(skip_all, fields(tenant_id = %scope.tenant_id()))]
+pub async fn usage_report(
+    state: &AppState,
+    scope: &TenantScope,
+    from: Option<&str>,
+    to: Option<&str>,
+) -> ApiResult<UsageReport> {
+    let today = Utc::now().date_naive();
+    let to = match to {
+        Some(t) => parse_day("to", t)?,
+        None => today,
+    };
+    let from = match from {
+        Some(f) => parse_day("from", f)?,
+        None => to - chrono::Duration::days(29),
+    };
+    if from > to {
+        return Err(ApiError::invalid_query(
+            "from",
+            "`from` must not be after `to`",
+        ));
+    }
+    if (to - from).num_days() >= MAX_USAGE_DAYS {
+        return Err(ApiError::invalid_query(
+            "from",
+            format!("ask for at most {MAX_USAGE_DAYS} days at a time"),
+        ));
+    }
+    let start = from.and_hms_opt(0, 0, 0).map(|d| d.and_utc());
+    let end = to
+        .succ_opt()
+        .and_then(|d| d.and_hms_opt(0, 0, 0))
+        .map(|d| d.and_utc());
+    let (Some(start), Some(end)) = (start, end) else {
+        return Err(ApiError::invalid_query("to", "the date is out of range"));
+    };
+    let days = usage::by_day(&state.db, scope, start, end).await?;
+    let mut totals = UsageTotals::default();
+    let days = days
+        .into_iter()
+        .map(|d| {
+            totals.runs += d.runs;
+            totals.input_tokens += d.input_tokens;
+            totals.output_tokens += d.output_tokens;
+            totals.total_tokens += d.total_tokens;
+            totals.tool_calls += d.tool_calls;
+            WireDailyUsage {
+                day: d.day,
+                usage: UsageTotals {
+                    runs: d.runs,
+                    input_tokens: d.input_tokens,
+                    output_tokens: d.output_tokens,
+                    total_tokens: d.total_tokens,
+                    tool_calls: d.tool_calls,
+                },
+            }
+        })
+        .collect();
+    Ok(UsageReport {
+        tenant_id: scope.tenant_id().to_string(),
+        from,
+        to,
+        days,
+        totals,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agentry_schema::error::ErrorCode;
+    use serde_json::json;
+
+    #[test]
+    fn names_and_features_are_checked() {
+        assert_eq!(valid_name("name", "  acme ", 10).unwrap(), "acme");
+        assert_eq!(
+            valid_name("name", " ", 10).unwrap_err().details["field"],
+            "name"
+        );
+        assert!(valid_name("name", "a\u{0}b", 10).is_err());
+        assert!(valid_name("name", &"x".repeat(11), 10).is_err());
+        assert_eq!(
+            valid_features(vec!["mcp".into(), "mcp".into()]).unwrap(),
+            vec!["mcp"]
+        );
+        let e = valid_features(vec!["ok".into(), "Not OK".into()]).unwrap_err();
+        assert_eq!(e.details["field"], "features_enabled[1]");
+        assert!(valid_permissions(Some(json!({"member": ["files:*"]}))).is_ok());
+        let e = valid_permissions(Some(json!({"member": ["nonsense"]}))).unwrap_err();
+        assert_eq!(
+            (e.code, e.details["field"].as_str()),
+            (ErrorCode::ValidationError, Some("tool_permissions"))
+        );
+    }
+
+    #[test]
+    fn usage_dates_are_checked() {
+        assert!(parse_day("from", "2026-11-22").is_ok());
+        assert_eq!(
+            parse_day("from", "22/11/2026").unwrap_err().details["parameter"],
+            "from"
+        );
+    }
+}

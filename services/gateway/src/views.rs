@@ -1,0 +1,208 @@
+//! Domain values (the store's types) into the wire types of `agentry_schema::api`, and the
+//! few enums back. Both sides are foreign to this crate, hence functions rather than `From`.
+
+use agentry_schema::api::{
+    ApiKeyInfo, ApprovalInfo, AssistantInfo, AssistantProfile, ExecutionInfo, MessageInfo,
+    SessionInfo, TenantInfo, TenantQuotas, TenantStatus as WireTenantStatus, ToolCallInfo,
+    UserInfo, UserRole,
+};
+use agentry_store::Role;
+use agentry_store::api_keys::ApiKey;
+use agentry_store::approvals::Approval;
+use agentry_store::assistants::{Assistant, Profile};
+use agentry_store::executions::Execution;
+use agentry_store::messages::Message;
+use agentry_store::sessions::Session;
+use agentry_store::tenants::{Quotas, Tenant, TenantStatus};
+use agentry_store::tool_calls::ToolCallLog;
+use agentry_store::users::User;
+
+pub fn role(r: Role) -> UserRole {
+    match r {
+        Role::Admin => UserRole::Admin,
+        Role::Member => UserRole::Member,
+    }
+}
+
+pub fn role_from(r: UserRole) -> Role {
+    match r {
+        UserRole::Admin => Role::Admin,
+        UserRole::Member => Role::Member,
+    }
+}
+
+pub fn tenant_status(s: TenantStatus) -> WireTenantStatus {
+    match s {
+        TenantStatus::Active => WireTenantStatus::Active,
+        TenantStatus::Suspended => WireTenantStatus::Suspended,
+    }
+}
+
+pub fn tenant_status_from(s: WireTenantStatus) -> TenantStatus {
+    match s {
+        WireTenantStatus::Active => TenantStatus::Active,
+        WireTenantStatus::Suspended => TenantStatus::Suspended,
+    }
+}
+
+pub fn profile(p: Profile) -> AssistantProfile {
+    match p {
+        Profile::General => AssistantProfile::General,
+        Profile::Devops => AssistantProfile::Devops,
+        Profile::Sre => AssistantProfile::Sre,
+        Profile::Orchestrator => AssistantProfile::Orchestrator,
+    }
+}
+
+pub fn profile_from(p: AssistantProfile) -> Profile {
+    match p {
+        AssistantProfile::General => Profile::General,
+        AssistantProfile::Devops => Profile::Devops,
+        AssistantProfile::Sre => Profile::Sre,
+        AssistantProfile::Orchestrator => Profile::Orchestrator,
+    }
+}
+
+pub fn quotas(q: Quotas) -> TenantQuotas {
+    TenantQuotas {
+        max_users: q.max_users,
+        max_sessions_per_user: q.max_sessions_per_user,
+        max_mcp_servers: q.max_mcp_servers,
+        workspace_quota_bytes: q.workspace_quota_bytes,
+        requests_per_minute: q.requests_per_minute,
+        tokens_per_day: q.tokens_per_day,
+        max_concurrent_runs: q.max_concurrent_runs,
+    }
+}
+
+pub fn tenant(t: Tenant) -> TenantInfo {
+    TenantInfo {
+        id: t.id.to_string(),
+        name: t.name,
+        status: tenant_status(t.status),
+        quotas: quotas(t.quotas),
+        features_enabled: t.features_enabled,
+        tool_permissions: t.tool_permissions,
+        created_at: t.created_at,
+        updated_at: t.updated_at,
+    }
+}
+
+pub fn user(u: User) -> UserInfo {
+    UserInfo {
+        id: u.id.to_string(),
+        tenant_id: u.tenant_id.to_string(),
+        name: u.name,
+        role: role(u.role),
+        disabled: u.disabled,
+        created_at: u.created_at,
+    }
+}
+
+pub fn api_key(k: ApiKey) -> ApiKeyInfo {
+    ApiKeyInfo {
+        id: k.id.to_string(),
+        tenant_id: k.tenant_id.to_string(),
+        user_id: k.user_id.to_string(),
+        name: k.name,
+        prefix: k.prefix,
+        role: role(k.role),
+        expires_at: k.expires_at,
+        revoked_at: k.revoked_at,
+        last_used_at: k.last_used_at,
+        created_at: k.created_at,
+    }
+}
+
+pub fn assistant(a: Assistant) -> AssistantInfo {
+    let s = a.spec;
+    AssistantInfo {
+        id: a.id.to_string(),
+        name: s.name,
+        description: s.description,
+        system_prompt: s.system_prompt,
+        provider: s.provider,
+        model: s.model,
+        tools: s.tools,
+        interrupt_on: s.interrupt_on,
+        auto_approve: s.auto_approve,
+        profile: profile(s.profile),
+        recursion_limit: s.recursion_limit,
+        timeout_secs: s.timeout_secs,
+        max_retries: s.max_retries,
+        created_at: a.created_at,
+        updated_at: a.updated_at,
+    }
+}
+
+pub fn session(s: Session) -> SessionInfo {
+    SessionInfo {
+        session_id: s.id.to_string(),
+        user_id: s.user_id.to_string(),
+        assistant_id: s.assistant_id.to_string(),
+        state: s.state.as_str().to_string(),
+        metadata: s.metadata,
+        created_at: s.created_at,
+        last_active: s.last_active,
+    }
+}
+
+pub fn message(m: Message) -> MessageInfo {
+    MessageInfo {
+        id: m.id,
+        session_id: m.session_id.to_string(),
+        run_id: m.run_id.map(|r| r.to_string()),
+        role: m.role.as_str().to_string(),
+        content: m.content,
+        tool_calls: m.tool_calls,
+        tool_call_id: m.tool_call_id,
+        created_at: m.created_at,
+    }
+}
+
+pub fn execution(e: Execution) -> ExecutionInfo {
+    ExecutionInfo {
+        id: e.id.to_string(),
+        session_id: e.session_id.to_string(),
+        user_id: e.user_id.to_string(),
+        assistant_id: e.assistant_id,
+        input: e.input,
+        status: e.status.as_str().to_string(),
+        error: e.error,
+        token_usage: e.token_usage,
+        steps: e.steps,
+        trace_id: e.trace_id,
+        started_at: e.started_at,
+        completed_at: e.completed_at,
+        updated_at: e.updated_at,
+    }
+}
+
+pub fn tool_call(c: ToolCallLog) -> ToolCallInfo {
+    ToolCallInfo {
+        id: c.id.to_string(),
+        tool_call_id: c.tool_call_id,
+        tool_name: c.tool_name,
+        input: c.input,
+        output: c.output,
+        error: c.error,
+        duration_ms: c.duration_ms,
+        approved: c.approved,
+        approved_by: c.approved_by.map(|u| u.to_string()),
+        created_at: c.created_at,
+    }
+}
+
+pub fn approval(a: Approval) -> ApprovalInfo {
+    ApprovalInfo {
+        id: a.id.to_string(),
+        kind: a.kind,
+        tool_call_id: a.tool_call_id,
+        request: a.request,
+        status: a.status.as_str().to_string(),
+        decision: a.decision,
+        decided_by: a.decided_by.map(|u| u.to_string()),
+        created_at: a.created_at,
+        decided_at: a.decided_at,
+    }
+}

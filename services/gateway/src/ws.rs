@@ -1,0 +1,332 @@
+//! `WS /ws/chat/{session_id}`: one [`WsConnection`] actor per socket.
+//!
+//! Client frames (`{"type", "payload"}`: chat, hitl_decision, cancel, ping, resume) become engine
+//! calls — the same ones REST makes — and the session's events go out as JSON text frames, one
+//! event per frame. A bad frame gets an `error` event and the connection stays open. Several
+//! connections may watch one session; each gets every event. `resume {after_seq}` (or
+//! `?after_seq=N` on the URL) replays what was missed, with no gap and no duplicate.
+//!
+//! Events that belong to the connection rather than to the session's stream (an error about a
+//! frame, say) carry `seq: 0` and an empty `run_id`; `ping` is answered with
+//! `{"type": "pong", "payload": {}}`.
+//!
+//! Heartbeats: the server pings every 15 s and drops a client that has sent nothing (not even
+//! a pong) for 45 s, releasing its subscription.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+use actix_web::{HttpRequest, HttpResponse, web};
+use actix_web_actors::ws;
+use agentry_actors::{Engine, EngineError, SessionEvent, SessionHandle, SubscriptionId};
+use agentry_schema::error::ErrorCode;
+use agentry_schema::events::{EventPayload, ExecutionEvent};
+use agentry_schema::frames::{ClientFrame, FrameError, parse_client_frame};
+use agentry_schema::ids::ApprovalId;
+use serde::Deserialize;
+
+use crate::access;
+use crate::auth::{TenantCaller, WS_PROTOCOL};
+use crate::error::{ApiError, ApiResult};
+use crate::extract::{ApiPath, ApiQuery, param};
+use crate::routes::resource::endpoint;
+use crate::state::AppState;
+
+const HEARTBEAT: Duration = Duration::from_secs(15);
+const CLIENT_TIMEOUT: Duration = Duration::from_secs(45);
+pub const WS_GAUGE: &str = "agentry_ws_connections";
+
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.service(endpoint("/ws/chat/{session_id}").get(connect));
+}
+
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct WsQuery {
+    /// Replay the session's events after this `seq` before the live stream.
+    pub after_seq: Option<u64>,
+}
+
+/// Open the session's event stream over WebSocket.
+#[utoipa::path(
+    get,
+    path = "/ws/chat/{session_id}",
+    tag = "chat",
+    params(("session_id" = String, Path, description = "Session id (UUID)"), WsQuery),
+    responses(
+        (status = 101, description = "Switching to the WebSocket protocol"),
+        (status = 400, description = "A bad `session_id`, query, or not a WebSocket upgrade", body = agentry_schema::ErrorResponse),
+        (status = 401, description = "No usable API key (header or `agentry.key.<key>` subprotocol)", body = agentry_schema::ErrorResponse),
+        (status = 403, description = "The platform admin key (it has no tenant)", body = agentry_schema::ErrorResponse),
+        (status = 404, description = "No such session visible to the caller", body = agentry_schema::ErrorResponse),
+        (status = 503, description = "`server.max_connections` WebSockets are open (`Retry-After`)", body = agentry_schema::ErrorResponse),
+    )
+)]
+pub async fn connect(
+    caller: TenantCaller,
+    state: web::Data<AppState>,
+    id: ApiPath<param::Session>,
+    query: ApiQuery<WsQuery>,
+    req: HttpRequest,
+    stream: web::Payload,
+) -> ApiResult<HttpResponse> {
+    let session = access::session(&state.db, &caller, id.into_inner()).await?;
+    let max = state.settings.server.max_connections;
+    // Reserve a slot before the upgrade; released when the actor stops (or here on failure).
+    let open = state.ws_connections.fetch_add(1, Ordering::SeqCst);
+    if open >= max {
+        state.ws_connections.fetch_sub(1, Ordering::SeqCst);
+        return Err(ApiError::new(
+            ErrorCode::ServiceUnavailable,
+            format!("the server holds its maximum of {max} WebSocket connections; retry shortly"),
+        )
+        .with_retry_after(5));
+    }
+    let slot = Slot::taken(state.ws_connections.clone());
+    let handle = state
+        .engine
+        .open_session(caller.tenant(), &caller.user(), session.id)
+        .await?;
+    let frame_limit = state.settings.server.frame_limit_bytes;
+    let actor = WsConnection {
+        engine: state.engine.clone(),
+        caller,
+        handle,
+        subscription: None,
+        expected: None,
+        last_seen: Instant::now(),
+        frame_limit,
+        initial_after: query.into_inner().after_seq,
+        _slot: slot,
+    };
+    ws::WsResponseBuilder::new(actor, &req, stream)
+        .protocols(&[WS_PROTOCOL])
+        // The codec refuses (and closes on) anything beyond twice the limit; frames between the
+        // limit and that get an error event and the socket stays open.
+        .frame_size(frame_limit.saturating_mul(2))
+        .start()
+        .map_err(|e| {
+            ApiError::new(
+                ErrorCode::BadRequest,
+                format!("not a WebSocket upgrade: {e}"),
+            )
+        })
+}
+
+/// A reserved connection slot, given back when dropped.
+struct Slot(Arc<AtomicUsize>);
+
+impl Slot {
+    /// The count was already incremented by the caller.
+    fn taken(count: Arc<AtomicUsize>) -> Self {
+        metrics::gauge!(WS_GAUGE).increment(1.0);
+        Slot(count)
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+        metrics::gauge!(WS_GAUGE).decrement(1.0);
+    }
+}
+
+pub struct WsConnection {
+    engine: Engine,
+    caller: TenantCaller,
+    handle: SessionHandle,
+    subscription: Option<SubscriptionId>,
+    /// The next `seq` to forward; earlier ones are duplicates (after a resume). `None` until the
+    /// first event.
+    expected: Option<u64>,
+    last_seen: Instant,
+    frame_limit: usize,
+    initial_after: Option<u64>,
+    _slot: Slot,
+}
+
+impl WsConnection {
+    /// An event about this connection (not part of the session's stream): `seq` 0.
+    fn send_error(
+        &self,
+        ctx: &mut ws::WebsocketContext<Self>,
+        code: ErrorCode,
+        message: impl Into<String>,
+    ) {
+        let ev = ExecutionEvent::new(
+            0,
+            self.handle.session.id.to_string(),
+            "",
+            EventPayload::error(code.as_str(), message, true),
+        );
+        ctx.text(ev.to_json());
+    }
+
+    fn engine_error(&self, ctx: &mut ws::WebsocketContext<Self>, e: EngineError) {
+        let code = e.code();
+        self.send_error(ctx, code, e.to_string());
+    }
+
+    /// (Re)subscribe, replaying after `after` when given.
+    fn subscribe(&mut self, ctx: &mut ws::WebsocketContext<Self>, after: Option<u64>) {
+        if let Some(old) = self.subscription.take() {
+            self.engine.unsubscribe(&self.handle, old);
+        }
+        self.expected = after.map(|a| a + 1);
+        let engine = self.engine.clone();
+        let handle = self.handle.clone();
+        let me = ctx.address().recipient();
+        let fut = async move { engine.subscribe(&handle, after, me).await };
+        ctx.wait(fut.into_actor(self).map(|res, act, ctx| match res {
+            Ok(id) => act.subscription = Some(id),
+            Err(e) => {
+                act.engine_error(ctx, e);
+                ctx.close(Some(ws::CloseReason {
+                    code: ws::CloseCode::Again,
+                    description: Some("the session is not available; reconnect".into()),
+                }));
+                ctx.stop();
+            }
+        }));
+    }
+
+    fn on_text(&mut self, ctx: &mut ws::WebsocketContext<Self>, text: &str) {
+        if text.len() > self.frame_limit {
+            let e = FrameError::TooLarge {
+                size: text.len(),
+                limit: self.frame_limit,
+            };
+            return self.send_error(ctx, e.code(), e.to_string());
+        }
+        let frame = match parse_client_frame(text) {
+            Ok(f) => f,
+            Err(e) => return self.send_error(ctx, e.code(), e.to_string()),
+        };
+        let engine = self.engine.clone();
+        let handle = self.handle.clone();
+        let tenant = self.caller.tenant_arc();
+        let user = self.caller.user();
+        let session_id = self.handle.session.id;
+        match frame {
+            ClientFrame::Ping(_) => ctx.text(r#"{"type":"pong","payload":{}}"#),
+            ClientFrame::Resume(r) => self.subscribe(ctx, Some(r.after_seq)),
+            ClientFrame::Chat(chat) => {
+                let fut = async move {
+                    engine
+                        .start_chat(&handle, &user, chat.message, chat.enqueue)
+                        .await
+                };
+                ctx.spawn(fut.into_actor(self).map(|res, act, ctx| {
+                    if let Err(e) = res {
+                        act.engine_error(ctx, e);
+                    }
+                }));
+            }
+            ClientFrame::Cancel(_) => {
+                let fut = async move { engine.cancel(&tenant, &user, session_id).await };
+                ctx.spawn(fut.into_actor(self).map(|res, act, ctx| {
+                    if let Err(e) = res {
+                        act.engine_error(ctx, e);
+                    }
+                }));
+            }
+            ClientFrame::HitlDecision(d) => {
+                let request: ApprovalId = match d.request_id.parse() {
+                    Ok(r) => r,
+                    Err(e) => {
+                        return self.send_error(
+                            ctx,
+                            ErrorCode::InvalidFrame,
+                            format!("hitl_decision: {e}"),
+                        );
+                    }
+                };
+                let fut = async move {
+                    engine
+                        .decide(&tenant, &user, session_id, request, d.decision)
+                        .await
+                };
+                ctx.spawn(fut.into_actor(self).map(|res, act, ctx| {
+                    if let Err(e) = res {
+                        act.engine_error(ctx, e);
+                    }
+                }));
+            }
+        }
+    }
+}
+
+impl Actor for WsConnection {
+    type Context = ws::WebsocketContext<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        let after = self.initial_after;
+        self.subscribe(ctx, after);
+        ctx.run_interval(HEARTBEAT, |act, ctx| {
+            if act.last_seen.elapsed() > CLIENT_TIMEOUT {
+                tracing::debug!(session_id = %act.handle.session.id, "WebSocket client stopped answering; dropping it");
+                ctx.close(Some(ws::CloseReason {
+                    code: ws::CloseCode::Away,
+                    description: Some("no heartbeat".into()),
+                }));
+                ctx.stop();
+                return;
+            }
+            ctx.ping(b"");
+        });
+    }
+
+    fn stopped(&mut self, _: &mut Self::Context) {
+        if let Some(id) = self.subscription.take() {
+            self.engine.unsubscribe(&self.handle, id);
+        }
+    }
+}
+
+impl Handler<SessionEvent> for WsConnection {
+    type Result = ();
+
+    fn handle(&mut self, msg: SessionEvent, ctx: &mut Self::Context) {
+        let seq = msg.event.seq;
+        match self.expected {
+            Some(next) if seq < next => return, // already sent on this connection
+            _ => self.expected = Some(seq + 1),
+        }
+        ctx.text(msg.json.to_string());
+    }
+}
+
+impl StreamHandler<Result<ws::Message, ws::ProtocolError>> for WsConnection {
+    fn handle(&mut self, msg: Result<ws::Message, ws::ProtocolError>, ctx: &mut Self::Context) {
+        self.last_seen = Instant::now();
+        match msg {
+            Ok(ws::Message::Text(text)) => self.on_text(ctx, &text),
+            Ok(ws::Message::Ping(p)) => ctx.pong(&p),
+            Ok(ws::Message::Pong(_)) => {}
+            Ok(ws::Message::Binary(_)) => self.send_error(
+                ctx,
+                ErrorCode::InvalidFrame,
+                "binary frames are not supported: send JSON text frames",
+            ),
+            Ok(ws::Message::Continuation(_)) | Ok(ws::Message::Nop) => {}
+            Ok(ws::Message::Close(reason)) => {
+                ctx.close(reason);
+                ctx.stop();
+            }
+            Err(ws::ProtocolError::Overflow) => {
+                ctx.close(Some(ws::CloseReason {
+                    code: ws::CloseCode::Size,
+                    description: Some(format!("frames are limited to {} bytes", self.frame_limit)),
+                }));
+                ctx.stop();
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "WebSocket protocol error");
+                ctx.stop();
+            }
+        }
+    }
+}

@@ -1,0 +1,503 @@
+//! OpenAI-compatible chat completions (`POST {base_url}/chat/completions`): OpenAI, DeepSeek,
+//! Ollama, vLLM and anything else that speaks the same wire format.
+//!
+//! Streaming uses `stream: true` with `stream_options.include_usage`, so the last chunk before
+//! `data: [DONE]` carries the token usage. Tool calls arrive as deltas keyed by `index`; they are
+//! assembled here and each complete call is emitted once, when the choice finishes.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use agentry_schema::events::TokenUsage;
+use agentry_schema::secret::Secret;
+use async_trait::async_trait;
+use serde_json::{Map, Value, json};
+
+use crate::http::{
+    Flow, SseDecoder, Transport, events_stream, is_json, json_error_message, parse_arguments,
+    read_json, sse_stream, temperature_json,
+};
+use crate::retry::RetryPolicy;
+use crate::sse::SseEvent;
+use crate::{
+    ChatMessage, ChatModel, ChatRequest, ChatStream, LlmError, StopReason, StreamEvent, ToolCall,
+};
+
+/// A chat completions endpoint.
+#[derive(Debug, Clone)]
+pub struct OpenAiModel {
+    base_url: String,
+    api_key: Option<Secret>,
+    model: String,
+    stream: bool,
+    transport: Transport,
+}
+
+impl OpenAiModel {
+    /// `base_url` is the API root, e.g. `https://api.openai.com/v1` or
+    /// `http://localhost:11434/v1`; `/chat/completions` is appended. Without `api_key` no
+    /// `Authorization` header is sent (local servers).
+    pub fn new(
+        client: reqwest::Client,
+        base_url: &str,
+        api_key: Option<Secret>,
+        model: &str,
+    ) -> Self {
+        Self {
+            base_url: base_url.trim_end_matches('/').to_string(),
+            api_key: api_key.filter(|k| !k.is_empty()),
+            model: model.to_string(),
+            stream: true,
+            transport: Transport {
+                client,
+                timeout: Duration::from_secs(120),
+                retry: RetryPolicy::default(),
+            },
+        }
+    }
+
+    /// Streamed (SSE) answers when true, one JSON document when false.
+    pub fn with_streaming(mut self, stream: bool) -> Self {
+        self.stream = stream;
+        self
+    }
+
+    /// Limit on waiting for the response head and on each gap between streamed chunks.
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.transport.timeout = timeout;
+        self
+    }
+
+    pub fn with_retry(mut self, retry: RetryPolicy) -> Self {
+        self.transport.retry = retry;
+        self
+    }
+
+    pub fn endpoint(&self) -> String {
+        format!("{}/chat/completions", self.base_url)
+    }
+
+    /// The JSON body sent for `request`.
+    pub fn request_body(&self, request: &ChatRequest) -> Value {
+        let mut body = Map::new();
+        body.insert("model".into(), json!(self.model));
+        body.insert("messages".into(), Value::Array(wire_messages(request)));
+        if !request.tools.is_empty() {
+            let tools = request
+                .tools
+                .iter()
+                .map(|tool| {
+                    json!({
+                        "type": "function",
+                        "function": {
+                            "name": tool.name,
+                            "description": tool.description,
+                            "parameters": tool.parameters,
+                        }
+                    })
+                })
+                .collect();
+            body.insert("tools".into(), Value::Array(tools));
+        }
+        if let Some(temperature) = request.temperature {
+            body.insert("temperature".into(), temperature_json(temperature));
+        }
+        if let Some(max_tokens) = request.max_tokens {
+            body.insert("max_tokens".into(), json!(max_tokens));
+        }
+        body.insert("stream".into(), json!(self.stream));
+        if self.stream {
+            body.insert("stream_options".into(), json!({ "include_usage": true }));
+        }
+        Value::Object(body)
+    }
+}
+
+/// The conversation in chat completions form: the system prompt first, assistant messages with
+/// `tool_calls` (arguments as JSON text), tool results as `tool` messages with `tool_call_id`.
+fn wire_messages(request: &ChatRequest) -> Vec<Value> {
+    let mut messages = Vec::with_capacity(request.messages.len() + 1);
+    if let Some(system) = request.system.as_deref().filter(|s| !s.is_empty()) {
+        messages.push(json!({ "role": "system", "content": system }));
+    }
+    for message in &request.messages {
+        messages.push(match message {
+            ChatMessage::User { content } => json!({ "role": "user", "content": content }),
+            ChatMessage::Assistant {
+                content,
+                tool_calls,
+            } => {
+                let mut m = Map::new();
+                m.insert("role".into(), json!("assistant"));
+                // OpenAI wants `content: null` rather than "" beside tool calls.
+                let content = if content.is_empty() && !tool_calls.is_empty() {
+                    Value::Null
+                } else {
+                    json!(content)
+                };
+                m.insert("content".into(), content);
+                if !tool_calls.is_empty() {
+                    let calls = tool_calls
+                        .iter()
+                        .map(|call| {
+                            json!({
+                                "id": call.id,
+                                "type": "function",
+                                "function": {
+                                    "name": call.name,
+                                    "arguments": call.arguments.to_string(),
+                                }
+                            })
+                        })
+                        .collect();
+                    m.insert("tool_calls".into(), Value::Array(calls));
+                }
+                Value::Object(m)
+            }
+            ChatMessage::Tool {
+                tool_call_id,
+                content,
+                ..
+            } => json!({ "role": "tool", "tool_call_id": tool_call_id, "content": content }),
+        });
+    }
+    messages
+}
+
+#[async_trait]
+impl ChatModel for OpenAiModel {
+    fn provider(&self) -> &str {
+        "openai"
+    }
+
+    fn model(&self) -> &str {
+        &self.model
+    }
+
+    #[tracing::instrument(skip_all, fields(provider = "openai", model = %self.model, stream = self.stream))]
+    async fn stream(&self, request: ChatRequest) -> Result<ChatStream, LlmError> {
+        let body = self.request_body(&request);
+        let url = self.endpoint();
+        let response = self
+            .transport
+            .send("openai", || {
+                let builder = self.transport.client.post(&url).json(&body);
+                match &self.api_key {
+                    Some(key) => builder.bearer_auth(key.expose()),
+                    None => builder,
+                }
+            })
+            .await?;
+        // A server that ignores `stream: true` and answers with one JSON document still works.
+        if self.stream && !is_json(&response) {
+            Ok(sse_stream(
+                response,
+                self.transport.timeout,
+                ChunkDecoder::default(),
+            ))
+        } else {
+            let json = read_json(response, self.transport.timeout).await?;
+            Ok(events_stream(decode_completion(&json)?))
+        }
+    }
+}
+
+/// `finish_reason` to [`StopReason`]. Some servers (Ollama) say `stop` beside tool calls; the
+/// presence of calls wins.
+fn stop_reason(finish_reason: &str, has_tool_calls: bool) -> StopReason {
+    if has_tool_calls {
+        return StopReason::ToolUse;
+    }
+    match finish_reason {
+        "stop" => StopReason::EndTurn,
+        "tool_calls" | "function_call" => StopReason::ToolUse,
+        "length" => StopReason::MaxTokens,
+        _ => StopReason::Other,
+    }
+}
+
+fn usage(value: &Value) -> Option<TokenUsage> {
+    if !value.is_object() {
+        return None;
+    }
+    let count = |key: &str| value.get(key).and_then(Value::as_u64).unwrap_or(0);
+    Some(TokenUsage::new(
+        count("prompt_tokens"),
+        count("completion_tokens"),
+    ))
+}
+
+/// A non-streamed `chat.completion` as events.
+pub(crate) fn decode_completion(json: &Value) -> Result<Vec<StreamEvent>, LlmError> {
+    if let Some(message) = json
+        .get("error")
+        .filter(|e| !e.is_null())
+        .and_then(|_| json_error_message(json))
+    {
+        return Err(LlmError::Server {
+            status: 500,
+            message,
+        });
+    }
+    let choice = json
+        .pointer("/choices/0")
+        .ok_or_else(|| LlmError::Decode("the completion has no choices".into()))?;
+    let message = choice.get("message").unwrap_or(&Value::Null);
+    let mut events = Vec::new();
+    if let Some(text) = message.get("content").and_then(Value::as_str)
+        && !text.is_empty()
+    {
+        events.push(StreamEvent::TextDelta(text.to_string()));
+    }
+    let calls = message
+        .get("tool_calls")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    for (i, call) in calls.iter().enumerate() {
+        let name = call
+            .pointer("/function/name")
+            .and_then(Value::as_str)
+            .filter(|n| !n.is_empty())
+            .ok_or_else(|| LlmError::Decode(format!("tool call #{i} has no function name")))?;
+        let id = call
+            .get("id")
+            .and_then(Value::as_str)
+            .filter(|id| !id.is_empty())
+            .map(str::to_string)
+            .unwrap_or_else(|| format!("call_{i}"));
+        let arguments = match call.pointer("/function/arguments") {
+            Some(Value::String(raw)) => parse_arguments(raw),
+            // A few compatible servers send the arguments as an object.
+            Some(value @ Value::Object(_)) => value.clone(),
+            _ => Value::Object(Map::new()),
+        };
+        events.push(StreamEvent::ToolCall(ToolCall {
+            id,
+            name: name.to_string(),
+            arguments,
+        }));
+    }
+    if let Some(usage) = json.get("usage").and_then(usage) {
+        events.push(StreamEvent::Usage(usage));
+    }
+    let finish = choice
+        .get("finish_reason")
+        .and_then(Value::as_str)
+        .unwrap_or("stop");
+    events.push(StreamEvent::Done(stop_reason(finish, !calls.is_empty())));
+    Ok(events)
+}
+
+#[derive(Debug, Default)]
+struct PartialCall {
+    id: String,
+    name: String,
+    arguments: String,
+}
+
+/// Assembles `chat.completion.chunk`s.
+#[derive(Debug, Default)]
+pub(crate) struct ChunkDecoder {
+    calls: BTreeMap<u64, PartialCall>,
+    finish_reason: Option<String>,
+    usage: Option<TokenUsage>,
+}
+
+impl ChunkDecoder {
+    fn finish(&mut self, out: &mut Vec<StreamEvent>) {
+        if let Some(usage) = self.usage.take() {
+            out.push(StreamEvent::Usage(usage));
+        }
+        let finish = self.finish_reason.as_deref().unwrap_or("stop");
+        out.push(StreamEvent::Done(stop_reason(finish, false)));
+    }
+
+    /// Emit the assembled tool calls, in index order.
+    fn flush_calls(&mut self, out: &mut Vec<StreamEvent>) -> Result<bool, LlmError> {
+        let had_calls = !self.calls.is_empty();
+        for (index, call) in std::mem::take(&mut self.calls) {
+            if call.name.is_empty() {
+                return Err(LlmError::Decode(format!(
+                    "tool call at index {index} finished without a function name"
+                )));
+            }
+            let id = if call.id.is_empty() {
+                format!("call_{index}")
+            } else {
+                call.id
+            };
+            out.push(StreamEvent::ToolCall(ToolCall {
+                id,
+                name: call.name,
+                arguments: parse_arguments(&call.arguments),
+            }));
+        }
+        Ok(had_calls)
+    }
+}
+
+impl SseDecoder for ChunkDecoder {
+    fn on_event(&mut self, event: SseEvent, out: &mut Vec<StreamEvent>) -> Result<Flow, LlmError> {
+        let data = event.data.trim();
+        if data == "[DONE]" {
+            if self.finish_reason.is_none() && !self.calls.is_empty() {
+                self.flush_calls(out)?;
+                self.finish_reason = Some("tool_calls".into());
+            }
+            if self.finish_reason.is_none() {
+                return Err(LlmError::Decode(
+                    "the stream ended ([DONE]) before the model finished its answer".into(),
+                ));
+            }
+            self.finish(out);
+            return Ok(Flow::Finished);
+        }
+        if data.is_empty() {
+            return Ok(Flow::Continue);
+        }
+        let chunk: Value = serde_json::from_str(data)
+            .map_err(|e| LlmError::Decode(format!("a streamed chunk is not JSON ({e}): {data}")))?;
+        if chunk.get("error").is_some_and(|e| !e.is_null()) {
+            let message = json_error_message(&chunk).unwrap_or_else(|| data.to_string());
+            return Err(LlmError::Server {
+                status: 500,
+                message,
+            });
+        }
+        if let Some(usage) = chunk.get("usage").and_then(usage) {
+            self.usage = Some(usage);
+        }
+        let Some(choice) = chunk.pointer("/choices/0") else {
+            return Ok(Flow::Continue);
+        };
+        let delta = choice.get("delta").unwrap_or(&Value::Null);
+        if let Some(text) = delta.get("content").and_then(Value::as_str)
+            && !text.is_empty()
+        {
+            out.push(StreamEvent::TextDelta(text.to_string()));
+        }
+        if let Some(calls) = delta.get("tool_calls").and_then(Value::as_array) {
+            for (position, call) in calls.iter().enumerate() {
+                let index = call
+                    .get("index")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(position as u64);
+                let partial = self.calls.entry(index).or_default();
+                if let Some(id) = call.get("id").and_then(Value::as_str)
+                    && partial.id.is_empty()
+                {
+                    partial.id = id.to_string();
+                }
+                if let Some(name) = call.pointer("/function/name").and_then(Value::as_str) {
+                    partial.name.push_str(name);
+                }
+                match call.pointer("/function/arguments") {
+                    Some(Value::String(piece)) => partial.arguments.push_str(piece),
+                    Some(value @ Value::Object(_)) => partial.arguments = value.to_string(),
+                    _ => {}
+                }
+            }
+        }
+        if let Some(finish) = choice.get("finish_reason").and_then(Value::as_str) {
+            let had_calls = self.flush_calls(out)?;
+            self.finish_reason = Some(if had_calls {
+                "tool_calls".to_string()
+            } else {
+                finish.to_string()
+            });
+        }
+        Ok(Flow::Continue)
+    }
+
+    fn on_end(&mut self, out: &mut Vec<StreamEvent>) -> Result<(), LlmError> {
+        // Lenient: a server that finished the choice but closed without `[DONE]` still answered.
+        if self.finish_reason.is_some() {
+            self.finish(out);
+            return Ok(());
+        }
+        Err(LlmError::Decode(
+            "the stream ended before the model finished its answer".into(),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sse(data: &str) -> SseEvent {
+        SseEvent {
+            event: None,
+            data: data.to_string(),
+        }
+    }
+
+    #[test]
+    fn tool_call_deltas_are_assembled_by_index() {
+        let mut decoder = ChunkDecoder::default();
+        let mut out = Vec::new();
+        let chunks = [
+            r#"{"choices":[{"index":0,"delta":{"role":"assistant","content":"Let me"}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"id":"call_b","type":"function","function":{"name":"ls","arguments":""}}]}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_a","type":"function","function":{"name":"read","arguments":"{\"pa"}}]}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"function":{"arguments":"{\"dir\":\"/\"}"}}]}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"th\":\"a\"}"}}]}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}"#,
+            r#"{"choices":[],"usage":{"prompt_tokens":10,"completion_tokens":5,"total_tokens":15}}"#,
+        ];
+        for chunk in chunks {
+            assert_eq!(
+                decoder.on_event(sse(chunk), &mut out).unwrap(),
+                Flow::Continue
+            );
+        }
+        assert_eq!(
+            decoder.on_event(sse("[DONE]"), &mut out).unwrap(),
+            Flow::Finished
+        );
+        assert_eq!(
+            out,
+            vec![
+                StreamEvent::TextDelta("Let me".into()),
+                StreamEvent::ToolCall(ToolCall {
+                    id: "call_a".into(),
+                    name: "read".into(),
+                    arguments: json!({"path": "a"})
+                }),
+                StreamEvent::ToolCall(ToolCall {
+                    id: "call_b".into(),
+                    name: "ls".into(),
+                    arguments: json!({"dir": "/"})
+                }),
+                StreamEvent::Usage(TokenUsage::new(10, 5)),
+                StreamEvent::Done(StopReason::ToolUse),
+            ]
+        );
+    }
+
+    #[test]
+    fn done_before_finish_is_an_error() {
+        let mut decoder = ChunkDecoder::default();
+        let mut out = Vec::new();
+        decoder
+            .on_event(
+                sse(r#"{"choices":[{"index":0,"delta":{"content":"hi"}}]}"#),
+                &mut out,
+            )
+            .unwrap();
+        assert!(matches!(
+            decoder.on_event(sse("[DONE]"), &mut out),
+            Err(LlmError::Decode(_))
+        ));
+    }
+
+    #[test]
+    fn finish_reasons_map() {
+        assert_eq!(stop_reason("stop", false), StopReason::EndTurn);
+        assert_eq!(stop_reason("length", false), StopReason::MaxTokens);
+        assert_eq!(stop_reason("tool_calls", false), StopReason::ToolUse);
+        assert_eq!(stop_reason("stop", true), StopReason::ToolUse);
+        assert_eq!(stop_reason("content_filter", false), StopReason::Other);
+    }
+}

@@ -1,0 +1,112 @@
+//! The client under test for `@modelcontextprotocol/conformance client`.
+//!
+//! The conformance runner starts a scenario server, then runs this program with the server's URL
+//! as its last argument and the scenario's name in `MCP_CONFORMANCE_SCENARIO`. It connects with
+//! Agentry's MCP client ([`McpConnection`], the same code the agent uses), does what the scenario
+//! expects of a client, and exits 0 on success. The runner judges the protocol traffic.
+//!
+//! ```text
+//! conformance client --command target/debug/agentry-mcp-conformance-client --scenario tools_call
+//! ```
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use agentry_mcp::client::{ClientHooks, McpConnection, McpServerConfig};
+use agentry_mcp::tool::{EventSink, InteractionError, ToolContext, UserInteraction, WorkspaceInfo};
+use agentry_schema::events::{EventPayload, Question};
+use agentry_schema::ids::{RunId, SessionId, TenantId, UserId};
+use async_trait::async_trait;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+/// Accepts every elicitation with an empty form, so the schema's defaults are what is sent.
+struct AcceptDefaults;
+
+#[async_trait]
+impl UserInteraction for AcceptDefaults {
+    async fn ask(&self, question: Question) -> Result<Value, InteractionError> {
+        eprintln!("elicitation: {}", question.text);
+        Ok(json!({}))
+    }
+}
+
+struct PrintEvents;
+
+impl EventSink for PrintEvents {
+    fn emit(&self, payload: EventPayload) {
+        eprintln!("event: {payload:?}");
+    }
+}
+
+fn context(call: &str) -> ToolContext {
+    ToolContext {
+        tenant_id: TenantId::new(),
+        user_id: UserId::new(),
+        session_id: SessionId::new(),
+        run_id: RunId::new(),
+        tool_call_id: call.to_string(),
+        workspace: WorkspaceInfo {
+            root: std::env::temp_dir(),
+            quota_bytes: 0,
+        },
+        cancel: CancellationToken::new(),
+        interaction: Arc::new(AcceptDefaults),
+        events: Arc::new(PrintEvents),
+    }
+}
+
+/// Arguments for a tool the scenario lists: numbers for `add_numbers`, nothing otherwise.
+fn arguments_for(tool: &str) -> Value {
+    match tool {
+        "add_numbers" => json!({"a": 5, "b": 3}),
+        _ => json!({}),
+    }
+}
+
+async fn run(url: &str, scenario: &str) -> Result<(), String> {
+    let mut config = McpServerConfig::http("conformance", url);
+    config.timeout_secs = 20;
+    config.connect_timeout_secs = 20;
+    let conn = McpConnection::connect(&config, ClientHooks::default())
+        .await
+        .map_err(|e| e.to_string())?;
+    eprintln!(
+        "connected: protocol {} to {:?}",
+        conn.protocol_version(),
+        conn.server_details().name
+    );
+    let tools = conn.list_tools().await.map_err(|e| e.to_string())?;
+    eprintln!(
+        "tools: {:?}",
+        tools.iter().map(|t| &t.name).collect::<Vec<_>>()
+    );
+    // `initialize` only needs the handshake; the others call what the server offers.
+    if scenario != "initialize" {
+        for tool in &tools {
+            let out = conn
+                .call_tool(&tool.name, arguments_for(&tool.name), &context(&tool.name))
+                .await
+                .map_err(|e| format!("{}: {e}", tool.name))?;
+            eprintln!("{} -> {}", tool.name, out.content);
+        }
+    }
+    conn.close().await;
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let Some(url) = std::env::args().nth(1) else {
+        eprintln!("usage: agentry-mcp-conformance-client <server-url>");
+        return ExitCode::from(2);
+    };
+    let scenario = std::env::var("MCP_CONFORMANCE_SCENARIO").unwrap_or_default();
+    match run(&url, &scenario).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("scenario {scenario}: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,835 @@
+//! [`McpConnection`]: one live connection to one MCP server.
+//!
+//! What a pool needs, and nothing it has to know about rmcp: [`McpConnection::connect`],
+//! [`status`](McpConnection::status), [`ping`](McpConnection::ping),
+//! [`list_tools`](McpConnection::list_tools) (+ [`ClientHooks::on_tools_changed`]),
+//! [`call_tool`](McpConnection::call_tool), [`close`](McpConnection::close). A dead transport is
+//! never hidden: it shows as [`ConnectionStatus::Error`], is reported to
+//! [`ClientHooks::on_status`], and every later call fails with [`McpError::TransportClosed`]
+//! (a `ToolError::Unavailable` for the loop). Reconnecting is connecting again: a connection
+//! is not reused after its transport died.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotificationParam,
+    ClientRequest, InputRequest, InputRequiredResult, InputResponses, ProtocolVersion, RequestId,
+    ServerResult,
+};
+use rmcp::service::{
+    ClientInitializeError, ClientLifecycleMode, Peer, PeerRequestOptions, RoleClient,
+    RunningService, RxJsonRpcMessage, TxJsonRpcMessage, serve_client_with_lifecycle,
+};
+use rmcp::transport::{StreamableHttpClientTransport, Transport};
+use serde::Serialize;
+use serde_json::{Map, Value, json};
+use tokio::sync::Notify;
+
+use super::config::{McpServerConfig, McpTransportConfig};
+use super::error::McpError;
+use super::handler::{AgentryClientHandler, InFlightGuard, Shared, elicit};
+use super::http::{SessionAwareClient, transport_config};
+use super::stdio::{self, ProcessGroup, StderrTail};
+use crate::tool::{ToolContext, ToolOutput};
+
+/// MRTR (`input_required`) rounds driven for one call before giving up.
+const MAX_INPUT_ROUNDS: usize = 8;
+/// How long a `notifications/cancelled` may take to go out (in the background).
+const CANCEL_SEND_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long `close` waits for the server to shut down before killing it.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The protocol versions offered, newest first. 2026-07-28 is tried with `server/discover`;
+/// a server that does not know it gets the legacy `initialize` with 2025-11-25, and may answer
+/// with any older version it speaks (2025-06-18, 2025-03-26, 2024-11-05), which is accepted.
+pub const PREFERRED_PROTOCOL_VERSIONS: &[ProtocolVersion] = &[ProtocolVersion::V_2026_07_28];
+/// Offered in `initialize` when the server does not speak the discover lifecycle.
+pub const LEGACY_PROTOCOL_VERSION: ProtocolVersion = ProtocolVersion::V_2025_11_25;
+
+fn lifecycle() -> ClientLifecycleMode {
+    ClientLifecycleMode::Auto {
+        preferred_versions: PREFERRED_PROTOCOL_VERSIONS.to_vec(),
+        legacy_version: Some(LEGACY_PROTOCOL_VERSION),
+    }
+}
+
+/// Live state of a connection, as the REST API shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "status", content = "message", rename_all = "snake_case")]
+pub enum ConnectionStatus {
+    /// Spawning / handshaking.
+    Connecting,
+    Connected,
+    /// Closed by us ([`McpConnection::close`]).
+    Disconnected,
+    /// The transport failed or the server went away; the message says how.
+    Error(String),
+}
+
+impl ConnectionStatus {
+    /// `connecting`, `connected`, `disconnected` or `error`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            ConnectionStatus::Connecting => "connecting",
+            ConnectionStatus::Connected => "connected",
+            ConnectionStatus::Disconnected => "disconnected",
+            ConnectionStatus::Error(_) => "error",
+        }
+    }
+}
+
+type ToolsChangedHook = Arc<dyn Fn(&str) + Send + Sync>;
+type StatusHook = Arc<dyn Fn(&str, &ConnectionStatus) + Send + Sync>;
+
+/// Callbacks a pool gives each connection. Each receives the server's name. They run on rmcp's
+/// tasks: do something quick (send a message to an actor), never block.
+#[derive(Clone, Default)]
+pub struct ClientHooks {
+    /// The server sent `notifications/tools/list_changed`: the cached tool list is stale and
+    /// the next [`McpConnection::list_tools`] fetches it again.
+    pub on_tools_changed: Option<ToolsChangedHook>,
+    /// The status changed (connected, error with a message, disconnected).
+    pub on_status: Option<StatusHook>,
+}
+
+impl ClientHooks {
+    pub fn on_tools_changed(mut self, f: impl Fn(&str) + Send + Sync + 'static) -> Self {
+        self.on_tools_changed = Some(Arc::new(f));
+        self
+    }
+
+    pub fn on_status(
+        mut self,
+        f: impl Fn(&str, &ConnectionStatus) + Send + Sync + 'static,
+    ) -> Self {
+        self.on_status = Some(Arc::new(f));
+        self
+    }
+}
+
+impl std::fmt::Debug for ClientHooks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientHooks")
+            .field("on_tools_changed", &self.on_tools_changed.is_some())
+            .field("on_status", &self.on_status.is_some())
+            .finish()
+    }
+}
+
+/// Who answered the handshake.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ServerDetails {
+    /// The negotiated protocol version (`2025-11-25`, `2025-06-18`, …).
+    pub protocol_version: String,
+    pub name: Option<String>,
+    pub version: Option<String>,
+    pub title: Option<String>,
+    pub instructions: Option<String>,
+}
+
+/// The behaviour hints a server gives for a tool (MCP `ToolAnnotations`). Unset is `None`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ToolHints {
+    pub read_only: Option<bool>,
+    pub destructive: Option<bool>,
+    pub idempotent: Option<bool>,
+    pub open_world: Option<bool>,
+}
+
+impl ToolHints {
+    /// Approval is needed when the server explicitly marks the tool destructive and does not
+    /// also mark it read-only. The spec's *default* for `destructiveHint` is `true`, but applying
+    /// it would put every unannotated tool behind approval; hints from an untrusted server are
+    /// only hints, and an assistant's `interrupt_on` can require approval for any tool.
+    pub fn needs_approval(&self) -> bool {
+        self.destructive == Some(true) && self.read_only != Some(true)
+    }
+}
+
+/// One tool as the server lists it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RemoteTool {
+    /// The server's own name for it.
+    pub name: String,
+    pub title: Option<String>,
+    pub description: Option<String>,
+    pub input_schema: Value,
+    pub output_schema: Option<Value>,
+    pub hints: ToolHints,
+}
+
+impl From<rmcp::model::Tool> for RemoteTool {
+    fn from(t: rmcp::model::Tool) -> Self {
+        let hints = t
+            .annotations
+            .as_ref()
+            .map(|a| ToolHints {
+                read_only: a.read_only_hint,
+                destructive: a.destructive_hint,
+                idempotent: a.idempotent_hint,
+                open_world: a.open_world_hint,
+            })
+            .unwrap_or_default();
+        RemoteTool {
+            name: t.name.to_string(),
+            title: t
+                .title
+                .clone()
+                .or_else(|| t.annotations.as_ref().and_then(|a| a.title.clone())),
+            description: t.description.map(|d| d.to_string()),
+            input_schema: Value::Object((*t.input_schema).clone()),
+            output_schema: t.output_schema.map(|s| Value::Object((*s).clone())),
+            hints,
+        }
+    }
+}
+
+/// A connection to one server. Cheap to clone; all clones are the same connection.
+#[derive(Clone)]
+pub struct McpConnection {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: McpServerConfig,
+    shared: Arc<Shared>,
+    peer: Peer<RoleClient>,
+    service: tokio::sync::Mutex<Option<RunningService<RoleClient, AgentryClientHandler>>>,
+    details: ServerDetails,
+    process_group: Option<Arc<ProcessGroup>>,
+    /// Set when the transport ended (the server went away); final.
+    dead: Arc<AtomicBool>,
+    tools: Mutex<Option<(u64, Vec<RemoteTool>)>>,
+}
+
+impl std::fmt::Debug for McpConnection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpConnection")
+            .field("server", &self.inner.config.name)
+            .field("status", &self.status())
+            .field("details", &self.inner.details)
+            .finish_non_exhaustive()
+    }
+}
+
+impl McpConnection {
+    /// Spawn or reach the server and complete the MCP handshake, all within
+    /// `connect_timeout_secs`.
+    #[tracing::instrument(skip_all, fields(server = %config.name, transport = config.transport_kind()))]
+    pub async fn connect(config: &McpServerConfig, hooks: ClientHooks) -> Result<Self, McpError> {
+        config.validate()?;
+        if config.disabled {
+            return Err(McpError::Disabled {
+                server: config.name.clone(),
+            });
+        }
+        let shared = Shared::new(&config.name, hooks);
+        let dead = Arc::new(AtomicBool::new(false));
+        let (service, process_group) = match start(config, &shared, &dead, lifecycle()).await {
+            Ok(started) => started,
+            // A server that answered the `server/discover` probe with something that is
+            // neither a discover result nor a JSON-RPC error (some minimal 2025 servers answer
+            // every unknown method with `{}`) gets a plain `initialize` on a fresh transport.
+            // Also after a closed transport: an older server may exit on a request it does
+            // not expect before `initialize`.
+            Err(McpError::HandshakeFailed { reason, .. })
+            | Err(McpError::TransportClosed { reason, .. }) => {
+                tracing::info!(%reason, "discover/auto lifecycle failed; retrying with initialize");
+                dead.store(false, Ordering::SeqCst);
+                start(config, &shared, &dead, ClientLifecycleMode::Initialize).await?
+            }
+            Err(e) => return Err(e),
+        };
+        let server = config.name.clone();
+
+        let peer = service.peer().clone();
+        let Some(info) = peer.peer_info() else {
+            let mut service = service;
+            let _ = service.close_with_timeout(CLOSE_TIMEOUT).await;
+            return Err(McpError::HandshakeFailed {
+                server,
+                reason: "the server sent no initialize result".into(),
+            });
+        };
+        if !ProtocolVersion::KNOWN_VERSIONS.contains(&info.protocol_version) {
+            let mut service = service;
+            let _ = service.close_with_timeout(CLOSE_TIMEOUT).await;
+            if let Some(pg) = &process_group {
+                pg.kill().await;
+            }
+            return Err(McpError::HandshakeFailed {
+                server,
+                reason: format!(
+                    "the server chose protocol version {}, which this client does not speak",
+                    info.protocol_version
+                ),
+            });
+        }
+        let details = ServerDetails {
+            protocol_version: info.protocol_version.to_string(),
+            name: info.server_info.as_ref().map(|i| i.name.clone()),
+            version: info.server_info.as_ref().map(|i| i.version.clone()),
+            title: info.server_info.as_ref().and_then(|i| i.title.clone()),
+            instructions: info.instructions.clone(),
+        };
+        tracing::info!(protocol_version = %details.protocol_version, server_name = ?details.name, "MCP server connected");
+        shared.set_status(ConnectionStatus::Connected);
+        Ok(McpConnection {
+            inner: Arc::new(Inner {
+                config: config.clone(),
+                shared,
+                peer,
+                service: tokio::sync::Mutex::new(Some(service)),
+                details,
+                process_group,
+                dead,
+                tools: Mutex::new(None),
+            }),
+        })
+    }
+
+    /// The server's configured name.
+    pub fn name(&self) -> &str {
+        &self.inner.config.name
+    }
+
+    pub fn config(&self) -> &McpServerConfig {
+        &self.inner.config
+    }
+
+    /// Negotiated protocol version and the server's self-description.
+    pub fn server_details(&self) -> &ServerDetails {
+        &self.inner.details
+    }
+
+    pub fn protocol_version(&self) -> &str {
+        &self.inner.details.protocol_version
+    }
+
+    pub fn status(&self) -> ConnectionStatus {
+        self.inner.shared.status()
+    }
+
+    /// The process group of a stdio server (its leader's pid), for diagnostics and tests.
+    pub fn process_group(&self) -> Option<i32> {
+        self.inner.process_group.as_ref().map(|g| g.pgid)
+    }
+
+    /// Calls currently running on this connection.
+    pub fn in_flight_calls(&self) -> usize {
+        self.inner.shared.in_flight_calls()
+    }
+
+    /// Whether a `tools/list_changed` arrived since the tool list was last fetched.
+    pub fn tools_stale(&self) -> bool {
+        let generation = self.inner.shared.tools_generation.load(Ordering::SeqCst);
+        lock(&self.inner.tools)
+            .as_ref()
+            .is_none_or(|(g, _)| *g != generation)
+    }
+
+    fn usable(&self) -> Result<(), McpError> {
+        match self.status() {
+            ConnectionStatus::Disconnected => Err(McpError::TransportClosed {
+                server: self.name().to_string(),
+                reason: "the connection was closed".into(),
+            }),
+            ConnectionStatus::Error(reason) if self.inner.dead.load(Ordering::SeqCst) => {
+                Err(McpError::TransportClosed {
+                    server: self.name().to_string(),
+                    reason,
+                })
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Note the outcome of a request in the status: transport failures make it `error`, a
+    /// success after an HTTP outage makes it `connected` again.
+    fn observe<T>(&self, r: &Result<T, McpError>) {
+        match r {
+            Err(e) if e.is_transport() => self
+                .inner
+                .shared
+                .set_status(ConnectionStatus::Error(e.to_string())),
+            Ok(_) if !self.inner.dead.load(Ordering::SeqCst) => {
+                self.inner.shared.set_status(ConnectionStatus::Connected)
+            }
+            _ => {}
+        }
+    }
+
+    /// A `ping` round trip within the connect timeout. For health checks.
+    pub async fn ping(&self) -> Result<Duration, McpError> {
+        self.usable()?;
+        let start = Instant::now();
+        let r = async {
+            let handle = self
+                .inner
+                .peer
+                .send_request_with_option(
+                    ClientRequest::PingRequest(Default::default()),
+                    PeerRequestOptions::with_timeout(self.inner.config.connect_timeout()),
+                )
+                .await
+                .map_err(|e| McpError::from_service(self.name(), e))?;
+            handle
+                .await_response()
+                .await
+                .map_err(|e| McpError::from_service(self.name(), e))?;
+            Ok(start.elapsed())
+        }
+        .await;
+        self.observe(&r);
+        r
+    }
+
+    /// Every tool of the server (pagination cursors followed), cached until the server says
+    /// the list changed.
+    pub async fn list_tools(&self) -> Result<Vec<RemoteTool>, McpError> {
+        self.usable()?;
+        let generation = self.inner.shared.tools_generation.load(Ordering::SeqCst);
+        if let Some((g, tools)) = lock(&self.inner.tools).as_ref()
+            && *g == generation
+        {
+            return Ok(tools.clone());
+        }
+        let timeout = self.inner.config.timeout();
+        let r = match tokio::time::timeout(timeout, self.inner.peer.list_all_tools()).await {
+            Ok(Ok(tools)) => Ok(tools.into_iter().map(RemoteTool::from).collect::<Vec<_>>()),
+            Ok(Err(e)) => Err(McpError::from_service(self.name(), e)),
+            Err(_) => Err(McpError::Timeout {
+                server: self.name().to_string(),
+                after: timeout,
+            }),
+        };
+        self.observe(&r);
+        let tools = r?;
+        *lock(&self.inner.tools) = Some((generation, tools.clone()));
+        Ok(tools)
+    }
+
+    /// Call `name` (the server's name for the tool) with `args` (a JSON object, or null for
+    /// none). Progress goes to `ctx.events` as `progress` events for `ctx.tool_call_id`;
+    /// elicitation is asked through `ctx.interaction`; `ctx.cancel` sends
+    /// `notifications/cancelled` and returns [`McpError::Cancelled`] at once; after
+    /// `timeout_secs` (not counting time spent waiting for the user to answer an elicitation)
+    /// the request is cancelled the same way and [`McpError::Timeout`] returned.
+    ///
+    /// The output's content is `{"text": <text blocks joined by newlines>, "content": [<other
+    /// blocks>], "structured_content": <structuredContent>}` (the last two only when present);
+    /// `isError: true` gives a [`ToolOutput`] with `is_error` set.
+    #[tracing::instrument(skip_all, fields(server = %self.name(), tool = %name, tool_call_id = %ctx.tool_call_id))]
+    pub async fn call_tool(
+        &self,
+        name: &str,
+        args: Value,
+        ctx: &ToolContext,
+    ) -> Result<ToolOutput, McpError> {
+        self.usable()?;
+        if ctx.cancel.is_cancelled() {
+            return Err(McpError::Cancelled);
+        }
+        let arguments = match args {
+            Value::Object(m) => Some(m),
+            Value::Null => None,
+            other => {
+                return Err(McpError::InvalidArguments(format!(
+                    "tool arguments must be a JSON object, got {other}"
+                )));
+            }
+        };
+        let mut guard = self
+            .inner
+            .shared
+            .begin_call(ctx.interaction.clone(), ctx.cancel.clone());
+        let clock = guard.clock();
+        let timeout = self.inner.config.timeout();
+        let started = Instant::now();
+        let mut params = CallToolRequestParams::new(name.to_string());
+        params.arguments = arguments;
+
+        for _round in 0..MAX_INPUT_ROUNDS {
+            let r = self
+                .call_round(&mut guard, params.clone(), ctx, &clock, started, timeout)
+                .await;
+            self.observe(&r);
+            match r? {
+                Round::Done(result) => return Ok(to_output(result)),
+                Round::InputRequired(input) => {
+                    let (responses, state) = self.fulfill_input(input).await?;
+                    params.input_responses = responses;
+                    params.request_state = state;
+                }
+            }
+        }
+        Err(McpError::Protocol {
+            server: self.name().to_string(),
+            reason: format!(
+                "the server kept asking for input for more than {MAX_INPUT_ROUNDS} rounds"
+            ),
+        })
+    }
+
+    async fn call_round(
+        &self,
+        guard: &mut InFlightGuard,
+        params: CallToolRequestParams,
+        ctx: &ToolContext,
+        clock: &Arc<PauseClock>,
+        started: Instant,
+        timeout: Duration,
+    ) -> Result<Round, McpError> {
+        let server = self.name();
+        let handle = self
+            .inner
+            .peer
+            .send_request_with_option(
+                ClientRequest::CallToolRequest(CallToolRequest::new(params)),
+                PeerRequestOptions::no_options(),
+            )
+            .await
+            .map_err(|e| McpError::from_service(server, e))?;
+        guard.route_progress(
+            handle.progress_token.clone(),
+            &ctx.tool_call_id,
+            ctx.events.clone(),
+        );
+        let id = handle.id.clone();
+        let response = tokio::select! {
+            r = handle.await_response() => r,
+            _ = ctx.cancel.cancelled() => {
+                self.send_cancel(id, "the run was cancelled");
+                return Err(McpError::Cancelled);
+            }
+            _ = clock.deadline(started, timeout) => {
+                self.send_cancel(id, "timed out");
+                return Err(McpError::Timeout { server: server.to_string(), after: timeout });
+            }
+        };
+        match response.map_err(|e| McpError::from_service(server, e))? {
+            ServerResult::CallToolResult(r) => Ok(Round::Done(r)),
+            ServerResult::InputRequiredResult(r) => Ok(Round::InputRequired(r)),
+            other => Err(McpError::Protocol {
+                server: server.to_string(),
+                reason: format!("unexpected answer to tools/call: {other:?}"),
+            }),
+        }
+    }
+
+    /// Answer MRTR (`input_required`, protocol 2026-07-28) requests: elicitation goes to the
+    /// user like a server-sent `elicitation/create`; roots are an empty list; sampling is not
+    /// offered (the call fails).
+    async fn fulfill_input(
+        &self,
+        input: InputRequiredResult,
+    ) -> Result<(Option<InputResponses>, Option<String>), McpError> {
+        let mut responses = InputResponses::new();
+        for (key, request) in input.input_requests.unwrap_or_default() {
+            let value = match request {
+                InputRequest::Elicitation(r) => {
+                    serde_json::to_value(elicit(&self.inner.shared, r.params).await)
+                }
+                // Roots are not offered: an empty list.
+                InputRequest::ListRoots(_) => Ok(json!({ "roots": [] })),
+                other => {
+                    return Err(McpError::Protocol {
+                        server: self.name().to_string(),
+                        reason: format!(
+                            "the server asked for input Agentry does not offer (sampling): {other:?}"
+                        ),
+                    });
+                }
+            };
+            let value = value.map_err(|e| McpError::Protocol {
+                server: self.name().to_string(),
+                reason: format!("could not encode an input response: {e}"),
+            })?;
+            responses.insert(key, value);
+        }
+        Ok((
+            (!responses.is_empty()).then_some(responses),
+            input.request_state,
+        ))
+    }
+
+    /// Send `notifications/cancelled` for `id` in the background, so the caller returns at
+    /// once however slow the transport is.
+    fn send_cancel(&self, id: RequestId, reason: &'static str) {
+        let peer = self.inner.peer.clone();
+        tokio::spawn(async move {
+            let sent = tokio::time::timeout(
+                CANCEL_SEND_TIMEOUT,
+                peer.notify_cancelled(CancelledNotificationParam::new(
+                    Some(id.clone()),
+                    Some(reason.to_string()),
+                )),
+            )
+            .await;
+            match sent {
+                Ok(Ok(())) => tracing::debug!(%id, reason, "sent notifications/cancelled"),
+                Ok(Err(e)) => tracing::info!(%id, "could not send notifications/cancelled: {e}"),
+                Err(_) => tracing::info!(%id, "notifications/cancelled did not go out in time"),
+            }
+        });
+    }
+
+    /// Shut the connection down: the transport is closed (stdio: stdin closed, then TERM, then
+    /// KILL to the whole process group; HTTP: the session is deleted), and the status becomes
+    /// `disconnected`. Idempotent.
+    pub async fn close(&self) {
+        self.inner.shared.set_status(ConnectionStatus::Disconnected);
+        let service = self.inner.service.lock().await.take();
+        if let Some(mut service) = service
+            && service
+                .close_with_timeout(CLOSE_TIMEOUT)
+                .await
+                .ok()
+                .flatten()
+                .is_none()
+        {
+            tracing::warn!(server = %self.name(), "the MCP service did not stop in time");
+        }
+        if let Some(pg) = &self.inner.process_group {
+            pg.kill().await;
+        }
+    }
+}
+
+/// One attempt: spawn or reach the server and run the handshake in `mode`.
+async fn start(
+    config: &McpServerConfig,
+    shared: &Arc<Shared>,
+    dead: &Arc<AtomicBool>,
+    mode: ClientLifecycleMode,
+) -> Result<
+    (
+        RunningService<RoleClient, AgentryClientHandler>,
+        Option<Arc<ProcessGroup>>,
+    ),
+    McpError,
+> {
+    let handler = AgentryClientHandler {
+        shared: shared.clone(),
+    };
+    let server = config.name.clone();
+    let connect_timeout = config.connect_timeout();
+    let (started, process_group, stderr) = match &config.transport {
+        McpTransportConfig::Stdio(s) => {
+            let spawned = stdio::spawn(&config.name, s)?;
+            let pg = spawned.process_group.clone();
+            let transport = Observed {
+                inner: spawned.transport,
+                shared: shared.clone(),
+                dead: dead.clone(),
+                stderr: Some(spawned.stderr.clone()),
+                process_group: spawned.process_group,
+            };
+            let started = tokio::time::timeout(
+                connect_timeout,
+                serve_client_with_lifecycle(handler, transport, mode),
+            )
+            .await;
+            (started, pg, Some(spawned.stderr))
+        }
+        McpTransportConfig::Http(h) => {
+            let cfg = transport_config(&config.name, h)?;
+            let client =
+                SessionAwareClient::new(connect_timeout).map_err(|e| McpError::Protocol {
+                    server: server.clone(),
+                    reason: format!("could not build the HTTP client: {e}"),
+                })?;
+            let transport = Observed {
+                inner: StreamableHttpClientTransport::with_client(client, cfg),
+                shared: shared.clone(),
+                dead: dead.clone(),
+                stderr: None,
+                process_group: None,
+            };
+            let started = tokio::time::timeout(
+                connect_timeout,
+                serve_client_with_lifecycle(handler, transport, mode),
+            )
+            .await;
+            (started, None, None)
+        }
+    };
+    let with_stderr = |reason: String| match stderr.as_ref().map(StderrTail::text) {
+        Some(tail) if !tail.is_empty() => format!("{reason}; server stderr:\n{tail}"),
+        _ => reason,
+    };
+    match started {
+        Ok(Ok(service)) => Ok((service, process_group)),
+        Ok(Err(e)) => {
+            if let Some(pg) = &process_group {
+                pg.kill().await;
+            }
+            // A transport that never worked (nothing listening, the process exited) is not a
+            // protocol disagreement: report it as such.
+            let transport_failure = matches!(
+                e,
+                ClientInitializeError::TransportError { .. }
+                    | ClientInitializeError::ConnectionClosed(_)
+            );
+            let reason = with_stderr(e.to_string());
+            if transport_failure {
+                Err(McpError::TransportClosed { server, reason })
+            } else {
+                Err(McpError::HandshakeFailed { server, reason })
+            }
+        }
+        Err(_) => {
+            if let Some(pg) = &process_group {
+                pg.kill().await;
+            }
+            tracing::warn!(
+                "connect timed out{}",
+                stderr
+                    .as_ref()
+                    .map(|t| format!("; stderr: {}", t.text()))
+                    .unwrap_or_default()
+            );
+            Err(McpError::ConnectTimeout {
+                server,
+                after: connect_timeout,
+            })
+        }
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // Dropped without close(): rmcp stops the service on its own, but the grandchildren of a
+        // stdio server would outlive it.
+        if let Some(pg) = &self.process_group {
+            pg.kill_now();
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+enum Round {
+    Done(CallToolResult),
+    InputRequired(InputRequiredResult),
+}
+
+/// The model-facing content of a result. See [`McpConnection::call_tool`].
+pub fn to_output(r: CallToolResult) -> ToolOutput {
+    let mut text = Vec::new();
+    let mut other = Vec::new();
+    for block in &r.content {
+        let v = serde_json::to_value(block).unwrap_or(Value::Null);
+        match (v.get("type").and_then(Value::as_str), v.get("text")) {
+            (Some("text"), Some(Value::String(t))) => text.push(t.clone()),
+            _ => other.push(v),
+        }
+    }
+    let mut out = Map::new();
+    out.insert("text".into(), json!(text.join("\n")));
+    if !other.is_empty() {
+        out.insert("content".into(), Value::Array(other));
+    }
+    if let Some(sc) = r.structured_content {
+        out.insert("structured_content".into(), sc);
+    }
+    if r.is_error == Some(true) {
+        ToolOutput::failed(Value::Object(out))
+    } else {
+        ToolOutput::ok(Value::Object(out))
+    }
+}
+
+/// Time a call spent waiting for the user (elicitation) does not count against its timeout.
+#[derive(Default)]
+pub(crate) struct PauseClock {
+    asking: AtomicU64,
+    paused: Mutex<Duration>,
+    changed: Notify,
+}
+
+impl PauseClock {
+    pub(crate) fn pause(&self) {
+        self.asking.fetch_add(1, Ordering::SeqCst);
+        self.changed.notify_waiters();
+    }
+
+    pub(crate) fn resume(&self, waited: Duration) {
+        *lock(&self.paused) += waited;
+        self.asking.fetch_sub(1, Ordering::SeqCst);
+        self.changed.notify_waiters();
+    }
+
+    /// Resolves when `timeout` of unpaused time has passed since `started`.
+    async fn deadline(&self, started: Instant, timeout: Duration) {
+        loop {
+            let changed = self.changed.notified();
+            if self.asking.load(Ordering::SeqCst) > 0 {
+                changed.await;
+                continue;
+            }
+            let target = started + timeout + *lock(&self.paused);
+            tokio::select! {
+                _ = tokio::time::sleep_until(target.into()) => {
+                    if self.asking.load(Ordering::SeqCst) == 0
+                        && started + timeout + *lock(&self.paused) <= Instant::now()
+                    {
+                        return;
+                    }
+                }
+                _ = changed => {}
+            }
+        }
+    }
+}
+
+/// rmcp's transport, plus: the end of the stream marks the connection dead (status `error`),
+/// and closing a stdio transport also kills what is left of its process group.
+struct Observed<T> {
+    inner: T,
+    shared: Arc<Shared>,
+    dead: Arc<AtomicBool>,
+    stderr: Option<StderrTail>,
+    process_group: Option<Arc<ProcessGroup>>,
+}
+
+impl<T: Transport<RoleClient>> Transport<RoleClient> for Observed<T> {
+    type Error = T::Error;
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleClient>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        self.inner.send(item)
+    }
+
+    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
+        let message = self.inner.receive().await;
+        if message.is_none() && !self.dead.swap(true, Ordering::SeqCst) {
+            let tail = self
+                .stderr
+                .as_ref()
+                .map(StderrTail::text)
+                .filter(|t| !t.is_empty())
+                .map(|t| format!("; last stderr: {}", t.lines().last().unwrap_or_default()))
+                .unwrap_or_default();
+            let reason = format!("the server closed the connection{tail}");
+            tracing::warn!(server = %self.shared.server, "{reason}");
+            self.shared.set_status(ConnectionStatus::Error(reason));
+        }
+        message
+    }
+
+    async fn close(&mut self) -> Result<(), Self::Error> {
+        self.dead.store(true, Ordering::SeqCst);
+        let r = self.inner.close().await;
+        if let Some(pg) = &self.process_group {
+            pg.kill().await;
+        }
+        r
+    }
+}

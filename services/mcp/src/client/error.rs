@@ -1,0 +1,197 @@
+//! [`McpError`]: everything that can go wrong talking to an MCP server, and how each maps to the
+//! [`ToolError`] the agent loop sees.
+
+use std::time::Duration;
+
+use agentry_schema::error::ErrorCode;
+use rmcp::service::ServiceError;
+use serde_json::Value;
+
+use super::config::ConfigError;
+use crate::tool::ToolError;
+
+/// JSON-RPC codes with a meaning for the model.
+const INVALID_PARAMS: i32 = -32602;
+const METHOD_NOT_FOUND: i32 = -32601;
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum McpError {
+    #[error(transparent)]
+    BadConfig(#[from] ConfigError),
+    #[error("MCP server {server:?}: environment variable {var} is not set ({purpose})")]
+    MissingEnv {
+        server: String,
+        var: String,
+        purpose: String,
+    },
+    #[error("MCP server {server:?}: could not start {command:?}: {reason}")]
+    SpawnFailed {
+        server: String,
+        command: String,
+        reason: String,
+    },
+    #[error("MCP server {server:?}: no connection within {after:?}")]
+    ConnectTimeout { server: String, after: Duration },
+    #[error("MCP server {server:?}: handshake failed: {reason}")]
+    HandshakeFailed { server: String, reason: String },
+    #[error("MCP server {server:?}: connection closed: {reason}")]
+    TransportClosed { server: String, reason: String },
+    #[error("MCP server {server:?} answered error {code}: {message}")]
+    Server {
+        server: String,
+        code: i32,
+        message: String,
+        data: Option<Value>,
+    },
+    #[error("MCP server {server:?}: {reason}")]
+    Protocol { server: String, reason: String },
+    #[error("MCP server {server:?}: no answer within {after:?}")]
+    Timeout { server: String, after: Duration },
+    #[error("cancelled")]
+    Cancelled,
+    #[error("MCP server {server:?} is disabled in its config")]
+    Disabled { server: String },
+    #[error("invalid arguments: {0}")]
+    InvalidArguments(String),
+}
+
+impl McpError {
+    /// The server can't be reached right now (as opposed to: it answered and said no). A pool
+    /// reconnects on these.
+    pub fn is_transport(&self) -> bool {
+        matches!(
+            self,
+            McpError::SpawnFailed { .. }
+                | McpError::ConnectTimeout { .. }
+                | McpError::HandshakeFailed { .. }
+                | McpError::TransportClosed { .. }
+        )
+    }
+
+    /// Worth trying again later unchanged.
+    pub fn is_retryable(&self) -> bool {
+        self.is_transport() || matches!(self, McpError::Timeout { .. })
+    }
+
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            McpError::BadConfig(_) | McpError::MissingEnv { .. } => ErrorCode::ValidationError,
+            McpError::Timeout { .. } | McpError::ConnectTimeout { .. } => ErrorCode::Timeout,
+            _ => ErrorCode::McpError,
+        }
+    }
+
+    /// Wrap an rmcp error from a request to `server`.
+    pub(crate) fn from_service(server: &str, e: ServiceError) -> Self {
+        let server = server.to_string();
+        match e {
+            ServiceError::McpError(data) => McpError::Server {
+                server,
+                code: data.code.0,
+                message: data.message.to_string(),
+                data: data.data,
+            },
+            ServiceError::TransportSend(e) => McpError::TransportClosed {
+                server,
+                reason: e.to_string(),
+            },
+            ServiceError::TransportClosed => McpError::TransportClosed {
+                server,
+                reason: "the transport is closed".into(),
+            },
+            ServiceError::Cancelled { .. } => McpError::Cancelled,
+            ServiceError::Timeout { timeout } => McpError::Timeout {
+                server,
+                after: timeout,
+            },
+            other => McpError::Protocol {
+                server,
+                reason: other.to_string(),
+            },
+        }
+    }
+}
+
+impl From<McpError> for ToolError {
+    fn from(e: McpError) -> Self {
+        match e {
+            McpError::Cancelled => ToolError::Cancelled,
+            McpError::Timeout { after, .. } => ToolError::Timeout(after),
+            McpError::Server {
+                code: INVALID_PARAMS,
+                ref message,
+                ref data,
+                ..
+            } => ToolError::InvalidArguments {
+                message: message.clone(),
+                details: data.clone().unwrap_or(Value::Null),
+            },
+            McpError::Server {
+                code: METHOD_NOT_FOUND,
+                ..
+            } => ToolError::NotFound(e.to_string()),
+            McpError::Server { .. } | McpError::Protocol { .. } => ToolError::Failed {
+                message: e.to_string(),
+                retryable: false,
+            },
+            McpError::InvalidArguments(m) => ToolError::invalid(m),
+            McpError::BadConfig(_)
+            | McpError::Disabled { .. }
+            | McpError::MissingEnv { .. }
+            | McpError::SpawnFailed { .. }
+            | McpError::ConnectTimeout { .. }
+            | McpError::HandshakeFailed { .. }
+            | McpError::TransportClosed { .. } => ToolError::Unavailable(e.to_string()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transport_problems_are_unavailable_and_retryable_for_the_loop() {
+        let e = McpError::TransportClosed {
+            server: "s".into(),
+            reason: "eof".into(),
+        };
+        assert!(e.is_transport());
+        let t: ToolError = e.into();
+        assert!(matches!(t, ToolError::Unavailable(ref m) if m.contains("eof")));
+        assert!(t.is_retryable());
+        assert_eq!(t.code(), ErrorCode::McpError);
+    }
+
+    #[test]
+    fn server_errors_map_by_json_rpc_code() {
+        let e = |code| McpError::Server {
+            server: "s".into(),
+            code,
+            message: "bad x".into(),
+            data: Some(serde_json::json!({"x": 1})),
+        };
+        assert!(matches!(
+            ToolError::from(e(-32602)),
+            ToolError::InvalidArguments { ref details, .. } if details["x"] == 1
+        ));
+        assert!(matches!(ToolError::from(e(-32601)), ToolError::NotFound(_)));
+        let other = ToolError::from(e(-32000));
+        assert!(matches!(
+            other,
+            ToolError::Failed {
+                retryable: false,
+                ..
+            }
+        ));
+        assert!(other.to_string().contains("-32000"));
+        assert_eq!(
+            ToolError::from(McpError::Timeout {
+                server: "s".into(),
+                after: Duration::from_secs(3)
+            }),
+            ToolError::Timeout(Duration::from_secs(3))
+        );
+        assert_eq!(ToolError::from(McpError::Cancelled), ToolError::Cancelled);
+    }
+}

@@ -1,0 +1,374 @@
+//! The client side of one connection as rmcp sees it: what we declare (elicitation), and what we
+//! do with what the server sends us unasked — elicitation requests, progress, `list_changed`.
+//!
+//! It also keeps the state the connection shares with its calls: which calls are in flight
+//! (elicitation is asked through the most recent one's `UserInteraction`), where each progress
+//! token's notifications go, the tool-list generation, and the connection status.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use agentry_schema::events::{EventPayload, ProgressData, Question};
+use rmcp::ClientHandler;
+use rmcp::model::{
+    ClientCapabilities, ClientConfig, ElicitRequestParams, ElicitResult, ElicitationAction,
+    ElicitationCapability, ErrorData, FormElicitationCapability, Implementation,
+    ProgressNotificationParam, ProgressToken, ProtocolVersion,
+};
+use rmcp::service::{NotificationContext, RequestContext, RoleClient};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use super::connection::{ClientHooks, ConnectionStatus, PauseClock};
+use crate::tool::{EventSink, InteractionError, UserInteraction};
+
+/// How long a user has to answer an elicitation (the HITL default).
+pub const ELICITATION_TIMEOUT_SECS: u64 = 300;
+/// `question_type` of the [`Question`] an elicitation becomes.
+pub const ELICITATION_QUESTION_TYPE: &str = "elicitation";
+/// How many times a user is asked before an answer that never matches the schema is declined.
+const ELICITATION_MAX_ASKS: usize = 3;
+/// Progress notifications that arrived before their call registered (kept briefly).
+const UNCLAIMED_PROGRESS_MAX: usize = 64;
+
+/// One `tools/call` in flight on this connection.
+struct InFlight {
+    seq: u64,
+    interaction: Arc<dyn UserInteraction>,
+    cancel: CancellationToken,
+    clock: Arc<PauseClock>,
+}
+
+struct ProgressRoute {
+    tool_call_id: String,
+    events: Arc<dyn EventSink>,
+}
+
+/// State shared by the connection, its handler and its calls.
+pub(crate) struct Shared {
+    pub server: String,
+    pub hooks: ClientHooks,
+    status: Mutex<ConnectionStatus>,
+    in_flight: Mutex<Vec<InFlight>>,
+    next_seq: AtomicU64,
+    progress: Mutex<HashMap<ProgressToken, ProgressRoute>>,
+    unclaimed_progress: Mutex<VecDeque<ProgressNotificationParam>>,
+    /// Bumped by every `tools/list_changed`; a cached list from an older generation is stale.
+    pub tools_generation: AtomicU64,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Shared {
+    pub(crate) fn new(server: &str, hooks: ClientHooks) -> Arc<Self> {
+        Arc::new(Self {
+            server: server.to_string(),
+            hooks,
+            status: Mutex::new(ConnectionStatus::Connecting),
+            in_flight: Mutex::new(Vec::new()),
+            next_seq: AtomicU64::new(1),
+            progress: Mutex::new(HashMap::new()),
+            unclaimed_progress: Mutex::new(VecDeque::new()),
+            tools_generation: AtomicU64::new(0),
+        })
+    }
+
+    pub(crate) fn status(&self) -> ConnectionStatus {
+        lock(&self.status).clone()
+    }
+
+    /// Set the status; hooks hear about real changes only. `Disconnected` (closed by us) is
+    /// final: nothing that finishes afterwards changes it.
+    pub(crate) fn set_status(&self, status: ConnectionStatus) {
+        {
+            let mut s = lock(&self.status);
+            if *s == status || *s == ConnectionStatus::Disconnected {
+                return;
+            }
+            *s = status.clone();
+        }
+        if let Some(hook) = &self.hooks.on_status {
+            hook(&self.server, &status);
+        }
+    }
+
+    /// Register a call; elicitation goes to the most recent one until the guard drops.
+    pub(crate) fn begin_call(
+        self: &Arc<Self>,
+        interaction: Arc<dyn UserInteraction>,
+        cancel: CancellationToken,
+    ) -> InFlightGuard {
+        let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
+        let clock = Arc::new(PauseClock::default());
+        lock(&self.in_flight).push(InFlight {
+            seq,
+            interaction,
+            cancel,
+            clock: clock.clone(),
+        });
+        InFlightGuard {
+            shared: self.clone(),
+            seq,
+            token: None,
+            clock,
+        }
+    }
+
+    fn most_recent_call(
+        &self,
+    ) -> Option<(Arc<dyn UserInteraction>, CancellationToken, Arc<PauseClock>)> {
+        lock(&self.in_flight)
+            .last()
+            .map(|c| (c.interaction.clone(), c.cancel.clone(), c.clock.clone()))
+    }
+
+    pub(crate) fn in_flight_calls(&self) -> usize {
+        lock(&self.in_flight).len()
+    }
+
+    fn route_progress(&self, p: ProgressNotificationParam) {
+        let route = lock(&self.progress)
+            .get(&p.progress_token)
+            .map(|r| (r.tool_call_id.clone(), r.events.clone()));
+        match route {
+            Some((tool_call_id, events)) => emit_progress(&tool_call_id, &events, p),
+            None => {
+                let mut q = lock(&self.unclaimed_progress);
+                if q.len() == UNCLAIMED_PROGRESS_MAX {
+                    q.pop_front();
+                }
+                q.push_back(p);
+            }
+        }
+    }
+}
+
+fn emit_progress(tool_call_id: &str, events: &Arc<dyn EventSink>, p: ProgressNotificationParam) {
+    events.emit(EventPayload::Progress(ProgressData {
+        tool_call_id: tool_call_id.to_string(),
+        progress: p.progress,
+        total: p.total,
+        message: p.message,
+    }));
+}
+
+/// Removes its call (and progress route) from the connection when dropped, however the call
+/// ended.
+pub(crate) struct InFlightGuard {
+    shared: Arc<Shared>,
+    seq: u64,
+    token: Option<ProgressToken>,
+    clock: Arc<PauseClock>,
+}
+
+impl InFlightGuard {
+    /// The call's timeout clock, paused while its user answers an elicitation.
+    pub(crate) fn clock(&self) -> Arc<PauseClock> {
+        self.clock.clone()
+    }
+
+    /// Send this progress token's notifications to `events` as `progress` events.
+    pub(crate) fn route_progress(
+        &mut self,
+        token: ProgressToken,
+        tool_call_id: &str,
+        events: Arc<dyn EventSink>,
+    ) {
+        let early: Vec<_> = {
+            let mut q = lock(&self.shared.unclaimed_progress);
+            let (mine, rest): (Vec<_>, Vec<_>) =
+                q.drain(..).partition(|p| p.progress_token == token);
+            q.extend(rest);
+            mine
+        };
+        for p in early {
+            emit_progress(tool_call_id, &events, p);
+        }
+        lock(&self.shared.progress).insert(
+            token.clone(),
+            ProgressRoute {
+                tool_call_id: tool_call_id.to_string(),
+                events,
+            },
+        );
+        self.token = Some(token);
+    }
+}
+
+impl Drop for InFlightGuard {
+    fn drop(&mut self) {
+        lock(&self.shared.in_flight).retain(|c| c.seq != self.seq);
+        if let Some(t) = self.token.take() {
+            lock(&self.shared.progress).remove(&t);
+        }
+    }
+}
+
+/// What rmcp calls back into.
+#[derive(Clone)]
+pub(crate) struct AgentryClientHandler {
+    pub shared: Arc<Shared>,
+}
+
+/// What we tell servers about ourselves: elicitation (form mode, answers validated against the
+/// schema). The offered version is the newest with an `initialize` handshake; see
+/// `connection::lifecycle` for how 2026-07-28 is negotiated.
+pub(crate) fn client_info() -> ClientConfig {
+    let mut caps = ClientCapabilities::default();
+    caps.elicitation = Some(
+        ElicitationCapability::new()
+            .with_form(FormElicitationCapability::new().with_schema_validation(true)),
+    );
+    ClientConfig::new(
+        caps,
+        Implementation::new("agentry", env!("CARGO_PKG_VERSION")),
+    )
+    .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE)
+}
+
+impl ClientHandler for AgentryClientHandler {
+    fn get_info(&self) -> ClientConfig {
+        client_info()
+    }
+
+    async fn create_elicitation(
+        &self,
+        request: ElicitRequestParams,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, ErrorData> {
+        Ok(elicit(&self.shared, request).await)
+    }
+
+    async fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.shared.route_progress(params);
+    }
+
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.shared.tools_generation.fetch_add(1, Ordering::SeqCst);
+        tracing::debug!(server = %self.shared.server, "tools/list_changed");
+        if let Some(hook) = &self.shared.hooks.on_tools_changed {
+            hook(&self.shared.server);
+        }
+    }
+}
+
+/// An `elicitation/create` from the server, asked through the call in flight.
+pub(crate) async fn elicit(shared: &Shared, request: ElicitRequestParams) -> ElicitResult {
+    let (message, schema) = match request {
+        ElicitRequestParams::FormElicitationParams {
+            message,
+            requested_schema,
+            ..
+        } => (
+            message,
+            serde_json::to_value(&requested_schema).unwrap_or(Value::Null),
+        ),
+        // URL mode is not declared; a server that sends it anyway is declined.
+        other => {
+            tracing::info!(server = %shared.server, ?other, "declining a non-form elicitation");
+            return ElicitResult::new(ElicitationAction::Decline);
+        }
+    };
+    let Some((interaction, cancel, clock)) = shared.most_recent_call() else {
+        tracing::info!(server = %shared.server, "elicitation outside any tool call: declined");
+        return ElicitResult::new(ElicitationAction::Decline);
+    };
+    let asked_at = std::time::Instant::now();
+    clock.pause();
+    let result = ask_until_valid(shared, &message, schema, interaction, cancel).await;
+    clock.resume(asked_at.elapsed());
+    result
+}
+
+async fn ask_until_valid(
+    shared: &Shared,
+    message: &str,
+    schema: Value,
+    interaction: Arc<dyn UserInteraction>,
+    cancel: CancellationToken,
+) -> ElicitResult {
+    let validator = jsonschema::validator_for(&schema).ok();
+    let mut text = message.to_string();
+    for _ in 0..ELICITATION_MAX_ASKS {
+        let question = Question {
+            text: text.clone(),
+            question_type: ELICITATION_QUESTION_TYPE.to_string(),
+            options: Vec::new(),
+            timeout: ELICITATION_TIMEOUT_SECS,
+            schema: Some(schema.clone()),
+        };
+        let answer = tokio::select! {
+            a = interaction.ask(question) => a,
+            _ = cancel.cancelled() => Err(InteractionError::Cancelled),
+        };
+        let answer = match answer {
+            Ok(a) => with_defaults(normalize_answer(a), &schema),
+            Err(InteractionError::Declined) | Err(InteractionError::Unavailable(_)) => {
+                return ElicitResult::new(ElicitationAction::Decline);
+            }
+            Err(InteractionError::TimedOut(_)) | Err(InteractionError::Cancelled) => {
+                return ElicitResult::new(ElicitationAction::Cancel);
+            }
+        };
+        let problems = match (&validator, answer.is_object()) {
+            (_, false) => vec!["the answer must be a JSON object with the requested fields".into()],
+            (Some(v), true) => v
+                .iter_errors(&answer)
+                .map(|e| {
+                    let path = e.instance_path().to_string();
+                    if path.is_empty() {
+                        e.to_string()
+                    } else {
+                        format!("{path}: {e}")
+                    }
+                })
+                .collect::<Vec<String>>(),
+            (None, true) => Vec::new(),
+        };
+        if problems.is_empty() {
+            return ElicitResult::new(ElicitationAction::Accept).with_content(answer);
+        }
+        tracing::info!(server = %shared.server, ?problems, "elicitation answer does not match the schema; asking again");
+        text = format!(
+            "{message}\n\nThe previous answer was not accepted: {}",
+            problems.join("; ")
+        );
+    }
+    tracing::info!(server = %shared.server, "no valid elicitation answer after {ELICITATION_MAX_ASKS} tries: declined");
+    ElicitResult::new(ElicitationAction::Decline)
+}
+
+/// Fields the user left out take the schema's `default` (SEP-1034), so "accept" with an empty
+/// form sends the defaults the server proposed.
+fn with_defaults(answer: Value, schema: &Value) -> Value {
+    let (Value::Object(mut fields), Some(Value::Object(props))) =
+        (answer.clone(), schema.get("properties"))
+    else {
+        return answer;
+    };
+    for (name, prop) in props {
+        if let Some(default) = prop.get("default")
+            && !fields.contains_key(name)
+        {
+            fields.insert(name.clone(), default.clone());
+        }
+    }
+    Value::Object(fields)
+}
+
+/// A user may answer with the object itself or with its JSON as text.
+fn normalize_answer(answer: Value) -> Value {
+    if let Value::String(s) = &answer
+        && let Ok(v @ Value::Object(_)) = serde_json::from_str::<Value>(s)
+    {
+        return v;
+    }
+    answer
+}

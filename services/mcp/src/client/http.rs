@@ -1,0 +1,325 @@
+//! Streamable HTTP: auth headers from the config, and expired-session detection.
+//!
+//! rmcp's transport keeps `Mcp-Session-Id` and, when a POST that carried a session gets HTTP 404,
+//! re-runs the `initialize` handshake and retries that request once. Some servers (the reference
+//! TypeScript servers among them) answer an unknown session with **400** and a JSON-RPC error
+//! such as `Bad Request: No valid session ID provided` instead; [`SessionAwareClient`] turns that
+//! answer into the same "session expired" signal so rmcp recovers the same way.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use agentry_schema::secret::Secret;
+use base64::Engine;
+use futures::stream::BoxStream;
+use http::{HeaderName, HeaderValue};
+use rmcp::model::{ClientJsonRpcMessage, JsonRpcMessage, ServerJsonRpcMessage};
+use rmcp::transport::streamable_http_client::{
+    SseError, StreamableHttpClient, StreamableHttpClientTransportConfig, StreamableHttpError,
+    StreamableHttpPostResponse,
+};
+use sse_stream::Sse;
+
+use super::config::{HttpAuth, HttpConfig};
+use super::error::McpError;
+
+/// Resolve a secret given as an env var name or a literal. A missing variable is an error that
+/// names it.
+fn resolve(
+    server: &str,
+    env: &Option<String>,
+    literal: &Option<Secret>,
+    purpose: &str,
+) -> Result<Secret, McpError> {
+    if let Some(s) = literal {
+        return Ok(s.clone());
+    }
+    let var = env.clone().unwrap_or_default();
+    match std::env::var(&var) {
+        Ok(v) if !v.is_empty() => Ok(Secret::new(v)),
+        _ => Err(McpError::MissingEnv {
+            server: server.to_string(),
+            var,
+            purpose: purpose.to_string(),
+        }),
+    }
+}
+
+fn header_value(server: &str, name: &str, value: &str) -> Result<HeaderValue, McpError> {
+    let mut v = HeaderValue::from_str(value).map_err(|_| McpError::Protocol {
+        server: server.to_string(),
+        reason: format!("the value for header {name} is not a valid header value"),
+    })?;
+    v.set_sensitive(true);
+    Ok(v)
+}
+
+/// The rmcp transport config for `cfg`: URL, custom headers and auth, with env vars read now.
+pub(crate) fn transport_config(
+    server: &str,
+    cfg: &HttpConfig,
+) -> Result<StreamableHttpClientTransportConfig, McpError> {
+    let mut headers: HashMap<HeaderName, HeaderValue> = HashMap::new();
+    for (name, value) in &cfg.headers {
+        let n = HeaderName::from_bytes(name.as_bytes()).map_err(|_| McpError::Protocol {
+            server: server.to_string(),
+            reason: format!("{name:?} is not a valid header name"),
+        })?;
+        headers.insert(n, header_value(server, name, value.expose())?);
+    }
+    let mut config = StreamableHttpClientTransportConfig::with_uri(cfg.url.clone());
+    match &cfg.auth {
+        HttpAuth::None => {}
+        HttpAuth::Bearer { token_env, token } => {
+            let token = resolve(server, token_env, token, "bearer token")?;
+            config = config.auth_header(token.expose().to_string());
+        }
+        HttpAuth::ApiKey {
+            key_env,
+            key,
+            header,
+        } => {
+            let key = resolve(server, key_env, key, "API key")?;
+            let n = HeaderName::from_bytes(header.as_bytes()).map_err(|_| McpError::Protocol {
+                server: server.to_string(),
+                reason: format!("{header:?} is not a valid header name"),
+            })?;
+            headers.insert(n, header_value(server, header, key.expose())?);
+        }
+        HttpAuth::Basic {
+            username_env,
+            password_env,
+        } => {
+            let user = resolve(
+                server,
+                &Some(username_env.clone()),
+                &None,
+                "basic auth user",
+            )?;
+            let pass = resolve(
+                server,
+                &Some(password_env.clone()),
+                &None,
+                "basic auth password",
+            )?;
+            let encoded = base64::engine::general_purpose::STANDARD.encode(format!(
+                "{}:{}",
+                user.expose(),
+                pass.expose()
+            ));
+            headers.insert(
+                http::header::AUTHORIZATION,
+                header_value(server, "Authorization", &format!("Basic {encoded}"))?,
+            );
+        }
+    }
+    config.custom_headers = headers;
+    config.reinit_on_expired_session = true;
+    Ok(config)
+}
+
+/// reqwest, plus: a POST that carried a session and got a JSON-RPC error about the session is an
+/// expired session.
+#[derive(Clone)]
+pub(crate) struct SessionAwareClient {
+    inner: reqwest::Client,
+}
+
+impl SessionAwareClient {
+    pub(crate) fn new(connect_timeout: std::time::Duration) -> Result<Self, reqwest::Error> {
+        Ok(Self {
+            inner: reqwest::Client::builder()
+                .connect_timeout(connect_timeout)
+                .build()?,
+        })
+    }
+}
+
+/// An error answer that means "I don't know this session": code -32000/-32001 and a message
+/// naming the session (the reference servers' `No valid session ID provided`, `Session not
+/// found`).
+fn is_session_rejection(message: &ServerJsonRpcMessage) -> bool {
+    let JsonRpcMessage::Error(e) = message else {
+        return false;
+    };
+    let code = e.error.code.0;
+    let text = e.error.message.to_ascii_lowercase();
+    (code == -32000 || code == -32001) && text.contains("session")
+}
+
+impl StreamableHttpClient for SessionAwareClient {
+    type Error = reqwest::Error;
+
+    async fn post_message(
+        &self,
+        uri: Arc<str>,
+        message: ClientJsonRpcMessage,
+        session_id: Option<Arc<str>>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> Result<StreamableHttpPostResponse, StreamableHttpError<Self::Error>> {
+        let had_session = session_id.is_some();
+        let response = self
+            .inner
+            .post_message(uri, message, session_id, auth_header, custom_headers)
+            .await?;
+        match &response {
+            StreamableHttpPostResponse::Json(m, _) if had_session && is_session_rejection(m) => {
+                tracing::info!("MCP server rejected the session; re-initializing");
+                Err(StreamableHttpError::SessionExpired)
+            }
+            _ => Ok(response),
+        }
+    }
+
+    async fn post_message_with_max_sse_event_size(
+        &self,
+        uri: Arc<str>,
+        message: ClientJsonRpcMessage,
+        session_id: Option<Arc<str>>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+        max_sse_event_size: usize,
+    ) -> Result<StreamableHttpPostResponse, StreamableHttpError<Self::Error>> {
+        let had_session = session_id.is_some();
+        let response = self
+            .inner
+            .post_message_with_max_sse_event_size(
+                uri,
+                message,
+                session_id,
+                auth_header,
+                custom_headers,
+                max_sse_event_size,
+            )
+            .await?;
+        match &response {
+            StreamableHttpPostResponse::Json(m, _) if had_session && is_session_rejection(m) => {
+                tracing::info!("MCP server rejected the session; re-initializing");
+                Err(StreamableHttpError::SessionExpired)
+            }
+            _ => Ok(response),
+        }
+    }
+
+    async fn delete_session(
+        &self,
+        uri: Arc<str>,
+        session_id: Arc<str>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> Result<(), StreamableHttpError<Self::Error>> {
+        self.inner
+            .delete_session(uri, session_id, auth_header, custom_headers)
+            .await
+    }
+
+    async fn get_stream(
+        &self,
+        uri: Arc<str>,
+        session_id: Option<Arc<str>>,
+        last_event_id: Option<String>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> Result<BoxStream<'static, Result<Sse, SseError>>, StreamableHttpError<Self::Error>> {
+        self.inner
+            .get_stream(uri, session_id, last_event_id, auth_header, custom_headers)
+            .await
+    }
+
+    async fn get_stream_with_max_sse_event_size(
+        &self,
+        uri: Arc<str>,
+        session_id: Option<Arc<str>>,
+        last_event_id: Option<String>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+        max_sse_event_size: usize,
+    ) -> Result<BoxStream<'static, Result<Sse, SseError>>, StreamableHttpError<Self::Error>> {
+        self.inner
+            .get_stream_with_max_sse_event_size(
+                uri,
+                session_id,
+                last_event_id,
+                auth_header,
+                custom_headers,
+                max_sse_event_size,
+            )
+            .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn http(auth: HttpAuth) -> HttpConfig {
+        HttpConfig {
+            url: "http://127.0.0.1:1/mcp".into(),
+            headers: BTreeMap::from([("X-Team".to_string(), Secret::new("t1"))]),
+            auth,
+        }
+    }
+
+    #[test]
+    fn missing_env_var_is_named() {
+        let err = transport_config(
+            "gh",
+            &http(HttpAuth::Bearer {
+                token_env: Some("AGENTRY_TEST_SURELY_UNSET_TOKEN".into()),
+                token: None,
+            }),
+        )
+        .unwrap_err();
+        assert!(
+            matches!(&err, McpError::MissingEnv { var, .. } if var == "AGENTRY_TEST_SURELY_UNSET_TOKEN"),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("AGENTRY_TEST_SURELY_UNSET_TOKEN"));
+    }
+
+    #[test]
+    fn auth_variants_become_headers() {
+        let c = transport_config(
+            "s",
+            &http(HttpAuth::Bearer {
+                token_env: None,
+                token: Some(Secret::new("tok")),
+            }),
+        )
+        .unwrap();
+        assert_eq!(c.auth_header.as_deref(), Some("tok"));
+        assert_eq!(c.custom_headers[&HeaderName::from_static("x-team")], "t1");
+
+        let c = transport_config(
+            "s",
+            &http(HttpAuth::ApiKey {
+                key_env: None,
+                key: Some(Secret::new("k")),
+                header: "X-API-Key".into(),
+            }),
+        )
+        .unwrap();
+        assert_eq!(c.custom_headers[&HeaderName::from_static("x-api-key")], "k");
+
+        // PATH is always set where tests run; HOME too.
+        let c = transport_config(
+            "s",
+            &http(HttpAuth::Basic {
+                username_env: "PATH".into(),
+                password_env: "HOME".into(),
+            }),
+        )
+        .unwrap();
+        let expected = base64::engine::general_purpose::STANDARD.encode(format!(
+            "{}:{}",
+            std::env::var("PATH").unwrap(),
+            std::env::var("HOME").unwrap()
+        ));
+        assert_eq!(
+            c.custom_headers[&http::header::AUTHORIZATION],
+            format!("Basic {expected}").as_str()
+        );
+    }
+}

@@ -1,0 +1,453 @@
+//! Role-based tool permissions (seed 003 §7): which role may call which `service:tool`.
+//!
+//! A permission is `service:tool`, `service:*` or `*:*`; a leading `!` makes it a denial, and a
+//! denial beats any grant. Each tenant may configure the lists per role as JSON
+//! (`{"member": [...], "admin": [...]}`); a role the configuration leaves out keeps its default.
+//!
+//! Defaults:
+//! - `admin`: `*:*` (everything).
+//! - `member`: everything except what reaches past the user's own workspace onto the host:
+//!   `shell:*` (a shell is not jailed: it could read other users' workspaces) and
+//!   `services:start_service|stop_service|restart_service` (they change the host for every
+//!   tenant). Members keep `services:get_service_status`, the jailed file tools, web (behind
+//!   the private-address policy and approval), system stats, todos, interaction, memory, task,
+//!   and their MCP servers' tools.
+//!
+//! This module is pure logic; the agent loop calls [`Permissions::check`] before every tool
+//! call and turns a [`PermissionDenied`] into a structured error for the model and an audit row.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::tool::ToolError;
+
+/// A user's role in a tenant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    Admin,
+    Member,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Admin => "admin",
+            Role::Member => "member",
+        }
+    }
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Role {
+    type Err = RbacConfigError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim() {
+            "admin" => Ok(Role::Admin),
+            "member" => Ok(Role::Member),
+            other => Err(RbacConfigError(format!(
+                "unknown role {other:?}; expected admin or member"
+            ))),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid tool permissions: {0}")]
+pub struct RbacConfigError(pub String);
+
+/// One part of a permission: a name or `*`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Part {
+    Any,
+    Name(String),
+}
+
+impl Part {
+    fn matches(&self, name: &str) -> bool {
+        match self {
+            Part::Any => true,
+            Part::Name(n) => n == name,
+        }
+    }
+}
+
+/// `service:tool`, `service:*` or `*:*`, granted or (with a leading `!`) denied.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Permission {
+    deny: bool,
+    service: Part,
+    tool: Part,
+}
+
+fn valid_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 128
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+}
+
+impl Permission {
+    pub fn allow(service: &str, tool: &str) -> Result<Self, RbacConfigError> {
+        format!("{service}:{tool}").parse()
+    }
+
+    pub fn is_denial(&self) -> bool {
+        self.deny
+    }
+
+    pub fn matches(&self, service: &str, tool: &str) -> bool {
+        self.service.matches(service) && self.tool.matches(tool)
+    }
+}
+
+impl FromStr for Permission {
+    type Err = RbacConfigError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let raw = s.trim();
+        let (deny, body) = match raw.strip_prefix('!') {
+            Some(rest) => (true, rest.trim()),
+            None => (false, raw),
+        };
+        let Some((service, tool)) = body.split_once(':') else {
+            return Err(RbacConfigError(format!(
+                "{s:?} is not a permission; write service:tool, service:* or *:*"
+            )));
+        };
+        let part = |p: &str, what: &str| -> Result<Part, RbacConfigError> {
+            if p == "*" {
+                Ok(Part::Any)
+            } else if valid_name(p) {
+                Ok(Part::Name(p.to_string()))
+            } else {
+                Err(RbacConfigError(format!(
+                    "{s:?}: the {what} {p:?} must be * or a name of letters, digits, _ - ."
+                )))
+            }
+        };
+        let service = part(service, "service")?;
+        let tool = part(tool, "tool")?;
+        if service == Part::Any && tool != Part::Any {
+            return Err(RbacConfigError(format!(
+                "{s:?}: *:tool is not supported; name the service"
+            )));
+        }
+        Ok(Self {
+            deny,
+            service,
+            tool,
+        })
+    }
+}
+
+impl fmt::Display for Permission {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let part = |p: &Part| match p {
+            Part::Any => "*".to_string(),
+            Part::Name(n) => n.clone(),
+        };
+        write!(
+            f,
+            "{}{}:{}",
+            if self.deny { "!" } else { "" },
+            part(&self.service),
+            part(&self.tool)
+        )
+    }
+}
+
+impl Serialize for Permission {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_string())
+    }
+}
+
+impl<'de> Deserialize<'de> for Permission {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// The permissions of one role.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Permissions(Vec<Permission>);
+
+impl Permissions {
+    pub fn new(list: Vec<Permission>) -> Self {
+        Self(list)
+    }
+
+    pub fn parse<S: AsRef<str>>(list: &[S]) -> Result<Self, RbacConfigError> {
+        list.iter()
+            .map(|s| s.as_ref().parse())
+            .collect::<Result<Vec<_>, _>>()
+            .map(Self)
+    }
+
+    pub fn all() -> Self {
+        Self(vec![Permission {
+            deny: false,
+            service: Part::Any,
+            tool: Part::Any,
+        }])
+    }
+
+    /// Some grant covers `service:tool` and no denial does.
+    pub fn allows(&self, service: &str, tool: &str) -> bool {
+        let denied = self.0.iter().any(|p| p.deny && p.matches(service, tool));
+        let granted = self.0.iter().any(|p| !p.deny && p.matches(service, tool));
+        granted && !denied
+    }
+
+    pub fn list(&self) -> &[Permission] {
+        &self.0
+    }
+}
+
+/// The permissions of every role in one tenant.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RolePermissions {
+    #[serde(default = "admin_default")]
+    pub admin: Permissions,
+    #[serde(default = "member_default")]
+    pub member: Permissions,
+}
+
+fn admin_default() -> Permissions {
+    Permissions::all()
+}
+
+fn member_default() -> Permissions {
+    Permissions::parse(&[
+        "*:*",
+        "!shell:*",
+        "!services:start_service",
+        "!services:stop_service",
+        "!services:restart_service",
+    ])
+    .unwrap_or_default()
+}
+
+impl Default for RolePermissions {
+    fn default() -> Self {
+        Self {
+            admin: admin_default(),
+            member: member_default(),
+        }
+    }
+}
+
+impl RolePermissions {
+    /// A tenant's configuration: `{"member": [...], "admin": [...]}`; `null` or a missing role
+    /// means the defaults.
+    pub fn from_json(value: &Value) -> Result<Self, RbacConfigError> {
+        if value.is_null() {
+            return Ok(Self::default());
+        }
+        if let Some(obj) = value.as_object()
+            && let Some(unknown) = obj.keys().find(|k| *k != "admin" && *k != "member")
+        {
+            return Err(RbacConfigError(format!(
+                "unknown role {unknown:?}; expected admin or member"
+            )));
+        }
+        serde_json::from_value(value.clone()).map_err(|e| RbacConfigError(e.to_string()))
+    }
+
+    pub fn for_role(&self, role: Role) -> &Permissions {
+        match role {
+            Role::Admin => &self.admin,
+            Role::Member => &self.member,
+        }
+    }
+
+    pub fn allows(&self, role: Role, service: &str, tool: &str) -> bool {
+        self.for_role(role).allows(service, tool)
+    }
+
+    /// The check the loop runs before a call.
+    pub fn check(&self, role: Role, service: &str, tool: &str) -> Result<(), PermissionDenied> {
+        if self.allows(role, service, tool) {
+            Ok(())
+        } else {
+            Err(PermissionDenied {
+                role,
+                service: service.to_string(),
+                tool: tool.to_string(),
+            })
+        }
+    }
+}
+
+/// A call the caller's role may not make.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the {role} role may not use {service}:{tool}; ask a tenant admin to grant `{service}:{tool}` or `{service}:*`"
+)]
+pub struct PermissionDenied {
+    pub role: Role,
+    pub service: String,
+    pub tool: String,
+}
+
+impl PermissionDenied {
+    /// The structured details for the audit row and the model.
+    pub fn details(&self) -> Value {
+        json!({
+            "role": self.role.as_str(),
+            "service": self.service,
+            "tool": self.tool,
+            "required": format!("{}:{}", self.service, self.tool),
+        })
+    }
+}
+
+impl From<PermissionDenied> for ToolError {
+    fn from(e: PermissionDenied) -> Self {
+        ToolError::PermissionDenied(e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn permissions_parse_and_print() {
+        for s in [
+            "files:read_file",
+            "files:*",
+            "*:*",
+            "!shell:*",
+            "my-server:do.it",
+        ] {
+            let p: Permission = s.parse().unwrap();
+            assert_eq!(p.to_string(), s);
+        }
+        for bad in [
+            "files",
+            "*:read_file",
+            "files:",
+            ":x",
+            "a b:c",
+            "files:read file",
+            "",
+        ] {
+            assert!(bad.parse::<Permission>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn defaults_keep_members_off_the_host() {
+        let rp = RolePermissions::default();
+        for (service, tool) in [
+            ("shell", "execute"),
+            ("services", "start_service"),
+            ("services", "stop_service"),
+            ("services", "restart_service"),
+        ] {
+            assert!(!rp.allows(Role::Member, service, tool), "{service}:{tool}");
+            assert!(rp.allows(Role::Admin, service, tool), "{service}:{tool}");
+        }
+        for (service, tool) in [
+            ("files", "write_file"),
+            ("web", "fetch_url"),
+            ("services", "get_service_status"),
+            ("todos", "write_todos"),
+            ("interaction", "ask_question"),
+            ("github", "create_issue"),
+        ] {
+            assert!(rp.allows(Role::Member, service, tool), "{service}:{tool}");
+        }
+    }
+
+    #[test]
+    fn tenant_config_replaces_a_role_and_keeps_the_other() {
+        let rp =
+            RolePermissions::from_json(&json!({"member": ["files:read_file", "interaction:*"]}))
+                .unwrap();
+        assert!(rp.allows(Role::Member, "files", "read_file"));
+        assert!(!rp.allows(Role::Member, "files", "write_file"));
+        assert!(rp.allows(Role::Member, "interaction", "confirm_action"));
+        assert!(rp.allows(Role::Admin, "shell", "execute"));
+        assert!(RolePermissions::from_json(&json!({"guest": []})).is_err());
+        assert!(RolePermissions::from_json(&json!({"member": ["nope"]})).is_err());
+        assert_eq!(
+            RolePermissions::from_json(&Value::Null).unwrap(),
+            RolePermissions::default()
+        );
+    }
+
+    #[test]
+    fn denials_are_structured() {
+        let rp = RolePermissions::default();
+        let err = rp.check(Role::Member, "shell", "execute").unwrap_err();
+        assert_eq!(err.details()["required"], "shell:execute");
+        assert!(
+            err.to_string()
+                .contains("member role may not use shell:execute")
+        );
+        let tool_err: ToolError = err.into();
+        assert_eq!(
+            tool_err.code(),
+            agentry_schema::error::ErrorCode::PermissionDenied
+        );
+        assert!(rp.check(Role::Admin, "shell", "execute").is_ok());
+    }
+
+    fn name() -> impl Strategy<Value = String> {
+        "[a-z][a-z0-9_]{0,8}"
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+
+        /// `*:*` allows every service:tool.
+        #[test]
+        fn star_star_allows_everything(service in name(), tool in name()) {
+            prop_assert!(Permissions::all().allows(&service, &tool));
+        }
+
+        /// A pair covered by no permission is denied.
+        #[test]
+        fn an_absent_permission_denies(
+            granted in prop::collection::vec((name(), name()), 0..6),
+            service in name(), tool in name(),
+        ) {
+            prop_assume!(!granted.iter().any(|(s, t)| *s == service && *t == tool));
+            let perms = Permissions::parse(&granted.iter().map(|(s, t)| format!("{s}:{t}")).collect::<Vec<_>>()).unwrap();
+            prop_assert!(!perms.allows(&service, &tool));
+            for (s, t) in &granted {
+                prop_assert!(perms.allows(s, t));
+            }
+        }
+
+        /// `service:*` covers every tool of that service and nothing of any other.
+        #[test]
+        fn service_star_covers_exactly_that_service(service in name(), other in name(), tool in name()) {
+            let perms = Permissions::parse(&[format!("{service}:*")]).unwrap();
+            prop_assert!(perms.allows(&service, &tool));
+            prop_assert_eq!(perms.allows(&other, &tool), other == service);
+        }
+
+        /// A denial beats any grant.
+        #[test]
+        fn a_denial_beats_any_grant(service in name(), tool in name()) {
+            let perms = Permissions::parse(&["*:*".to_string(), format!("{service}:*"), format!("!{service}:{tool}")]).unwrap();
+            prop_assert!(!perms.allows(&service, &tool));
+        }
+    }
+}

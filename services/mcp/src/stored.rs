@@ -1,0 +1,642 @@
+//! A server's config as the store keeps it ([`StoredMcpServer`], one row of `mcp_servers`), and as
+//! the REST API shows it ([`masked_view`]).
+//!
+//! [`split_for_storage`] keeps the non-secret fields in their own columns and seals the rest with
+//! a [`SecretBox`]: a stdio server's `env` goes to `env_encrypted` (a JSON object of variables),
+//! an HTTP server's `headers` and `auth` to `headers_encrypted` (`{"headers": …, "auth": …}`;
+//! the auth goes here whole, `*_env` names included, because the table has no other place for
+//! it). A blob is written only when there is something in it, so a server without secrets needs
+//! no key. [`join_from_storage`] reverses it and validates the result.
+//!
+//! The table has no columns for `cwd` and `connect_timeout_secs`: a config that sets them (other
+//! than the default timeout) is refused by [`split_for_storage`] rather than stored with them
+//! silently dropped. Per-user servers get the pool's working directory and the default connect
+//! timeout.
+
+use std::collections::BTreeMap;
+
+use agentry_schema::error::ErrorCode;
+use agentry_schema::secret::Secret;
+use serde_json::{Value, json};
+
+use crate::client::config::{
+    ConfigError, DEFAULT_CONNECT_TIMEOUT_SECS, HttpAuth, HttpConfig, McpServerConfig,
+    McpTransportConfig, StdioConfig,
+};
+use crate::secrets::{SecretBox, SecretError};
+
+/// What `masked_view` shows in place of a secret value.
+pub const MASK: &str = "***";
+
+/// One server as the store's `mcp_servers` row holds it (minus ids, owner and timestamps).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredMcpServer {
+    pub name: String,
+    /// `"stdio"` or `"http"`.
+    pub transport: String,
+    /// Stdio only.
+    pub command: Option<String>,
+    /// Stdio only (empty for HTTP).
+    pub args: Vec<String>,
+    /// HTTP only.
+    pub url: Option<String>,
+    /// Sealed `{"NAME": "value", …}`; `None` when the server has no env.
+    pub env_encrypted: Option<String>,
+    /// Sealed `{"headers": {…}, "auth": {…}}`; `None` when there are neither.
+    pub headers_encrypted: Option<String>,
+    pub disabled: bool,
+    pub timeout_secs: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum StorageError {
+    #[error(transparent)]
+    Invalid(#[from] ConfigError),
+    #[error("MCP server {server:?}: {field} cannot be stored per user: {message}")]
+    NotStorable {
+        server: String,
+        field: &'static str,
+        message: String,
+    },
+    #[error("MCP server {server:?}: {field}: {source}")]
+    Secret {
+        server: String,
+        field: &'static str,
+        source: SecretError,
+    },
+    #[error("stored MCP server {server:?} is inconsistent: {message}")]
+    Corrupt { server: String, message: String },
+}
+
+impl StorageError {
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            StorageError::Invalid(_) | StorageError::NotStorable { .. } => {
+                ErrorCode::ValidationError
+            }
+            StorageError::Secret { source, .. } => source.code(),
+            StorageError::Corrupt { .. } => ErrorCode::InternalError,
+        }
+    }
+}
+
+/// Split a config into the row's columns, sealing env values, headers and auth. `secrets` may be
+/// `None` when no key is configured; a config with something to seal then fails with
+/// [`SecretError::NoKey`].
+pub fn split_for_storage(
+    config: &McpServerConfig,
+    secrets: Option<&SecretBox>,
+) -> Result<StoredMcpServer, StorageError> {
+    config.validate()?;
+    let not_storable = |field, message: String| StorageError::NotStorable {
+        server: config.name.clone(),
+        field,
+        message,
+    };
+    if config.connect_timeout_secs != DEFAULT_CONNECT_TIMEOUT_SECS {
+        return Err(not_storable(
+            "connect_timeout_secs",
+            format!("only the default ({DEFAULT_CONNECT_TIMEOUT_SECS} s) is kept; leave it out"),
+        ));
+    }
+    // The column is a signed 32-bit integer.
+    let timeout_secs = u32::try_from(config.timeout_secs)
+        .ok()
+        .filter(|t| i32::try_from(*t).is_ok())
+        .ok_or_else(|| {
+            not_storable(
+                "timeout_secs",
+                format!(
+                    "{} is too large (at most {})",
+                    config.timeout_secs,
+                    i32::MAX
+                ),
+            )
+        })?;
+    let seal = |field: &'static str, f: &dyn Fn(&SecretBox) -> Result<String, SecretError>| {
+        let secret_err = |source| StorageError::Secret {
+            server: config.name.clone(),
+            field,
+            source,
+        };
+        let boxed = secrets.ok_or_else(|| secret_err(SecretError::NoKey))?;
+        f(boxed).map_err(secret_err)
+    };
+    let mut stored = StoredMcpServer {
+        name: config.name.clone(),
+        transport: config.transport_kind().to_string(),
+        command: None,
+        args: Vec::new(),
+        url: None,
+        env_encrypted: None,
+        headers_encrypted: None,
+        disabled: config.disabled,
+        timeout_secs,
+    };
+    match &config.transport {
+        McpTransportConfig::Stdio(s) => {
+            if s.cwd.is_some() {
+                return Err(not_storable(
+                    "cwd",
+                    "the server runs in the directory the pool chooses; leave cwd out".into(),
+                ));
+            }
+            stored.command = Some(s.command.clone());
+            stored.args = s.args.clone();
+            if !s.env.is_empty() {
+                stored.env_encrypted = Some(seal("env", &|b| b.seal_env(&s.env))?);
+            }
+        }
+        McpTransportConfig::Http(h) => {
+            stored.url = Some(h.url.clone());
+            if !h.headers.is_empty() || h.auth != HttpAuth::None {
+                stored.headers_encrypted = Some(seal("headers/auth", &|b| {
+                    b.seal_auth_and_headers(&h.headers, &h.auth)
+                })?);
+            }
+        }
+    }
+    Ok(stored)
+}
+
+/// Rebuild the config from a row, opening the sealed parts, and validate it. A row with sealed
+/// parts needs `secrets`.
+pub fn join_from_storage(
+    stored: &StoredMcpServer,
+    secrets: Option<&SecretBox>,
+) -> Result<McpServerConfig, StorageError> {
+    let corrupt = |message: String| StorageError::Corrupt {
+        server: stored.name.clone(),
+        message,
+    };
+    let open = |field: &'static str| {
+        let secret_err = |source| StorageError::Secret {
+            server: stored.name.clone(),
+            field,
+            source,
+        };
+        secrets.ok_or_else(|| secret_err(SecretError::NoKey))
+    };
+    let transport = match stored.transport.as_str() {
+        "stdio" => {
+            if stored.url.is_some() || stored.headers_encrypted.is_some() {
+                return Err(corrupt("a stdio server has url or headers".into()));
+            }
+            let Some(command) = stored.command.clone() else {
+                return Err(corrupt("a stdio server has no command".into()));
+            };
+            let env = match &stored.env_encrypted {
+                None => BTreeMap::new(),
+                Some(sealed) => {
+                    let boxed = open("env")?;
+                    boxed
+                        .open_env(sealed)
+                        .map_err(|source| StorageError::Secret {
+                            server: stored.name.clone(),
+                            field: "env",
+                            source,
+                        })?
+                }
+            };
+            McpTransportConfig::Stdio(StdioConfig {
+                command,
+                args: stored.args.clone(),
+                env,
+                cwd: None,
+            })
+        }
+        "http" => {
+            if stored.command.is_some() || !stored.args.is_empty() || stored.env_encrypted.is_some()
+            {
+                return Err(corrupt("an http server has command, args or env".into()));
+            }
+            let Some(url) = stored.url.clone() else {
+                return Err(corrupt("an http server has no url".into()));
+            };
+            let (headers, auth) = match &stored.headers_encrypted {
+                None => (BTreeMap::new(), HttpAuth::None),
+                Some(sealed) => {
+                    let boxed = open("headers/auth")?;
+                    boxed
+                        .open_auth_and_headers(sealed)
+                        .map_err(|source| StorageError::Secret {
+                            server: stored.name.clone(),
+                            field: "headers/auth",
+                            source,
+                        })?
+                }
+            };
+            McpTransportConfig::Http(HttpConfig { url, headers, auth })
+        }
+        other => return Err(corrupt(format!("unknown transport {other:?}"))),
+    };
+    let config = McpServerConfig {
+        name: stored.name.clone(),
+        transport,
+        timeout_secs: u64::from(stored.timeout_secs),
+        connect_timeout_secs: DEFAULT_CONNECT_TIMEOUT_SECS,
+        disabled: stored.disabled,
+    };
+    config.validate()?;
+    Ok(config)
+}
+
+/// The config as the REST API returns it: the flat shape, with every env value, header value and
+/// literal token or key replaced by `"***"`. Env variable names, header names and `*_env`
+/// references are shown (they are not secret and the user needs them to recognise the entry).
+pub fn masked_view(config: &McpServerConfig) -> Value {
+    let mask_map = |m: &BTreeMap<String, Secret>| -> Value {
+        Value::Object(m.keys().map(|k| (k.clone(), json!(MASK))).collect())
+    };
+    let mut obj = serde_json::Map::new();
+    obj.insert("name".into(), json!(config.name));
+    obj.insert("transport".into(), json!(config.transport_kind()));
+    obj.insert("timeout_secs".into(), json!(config.timeout_secs));
+    obj.insert(
+        "connect_timeout_secs".into(),
+        json!(config.connect_timeout_secs),
+    );
+    obj.insert("disabled".into(), json!(config.disabled));
+    match &config.transport {
+        McpTransportConfig::Stdio(s) => {
+            obj.insert("command".into(), json!(s.command));
+            obj.insert("args".into(), json!(s.args));
+            obj.insert("env".into(), mask_map(&s.env));
+            if let Some(cwd) = &s.cwd {
+                obj.insert("cwd".into(), json!(cwd.to_string_lossy()));
+            }
+        }
+        McpTransportConfig::Http(h) => {
+            obj.insert("url".into(), json!(h.url));
+            obj.insert("headers".into(), mask_map(&h.headers));
+            let masked = |s: &Option<Secret>| s.as_ref().map(|_| MASK);
+            let auth = match &h.auth {
+                HttpAuth::None => json!({"type": "none"}),
+                HttpAuth::Bearer { token_env, token } => json!({
+                    "type": "bearer", "token_env": token_env, "token": masked(token),
+                }),
+                HttpAuth::ApiKey {
+                    key_env,
+                    key,
+                    header,
+                } => json!({
+                    "type": "api_key", "key_env": key_env, "key": masked(key), "header": header,
+                }),
+                HttpAuth::Basic {
+                    username_env,
+                    password_env,
+                } => json!({
+                    "type": "basic", "username_env": username_env, "password_env": password_env,
+                }),
+            };
+            obj.insert("auth".into(), strip_nulls(auth));
+        }
+    }
+    Value::Object(obj)
+}
+
+fn strip_nulls(v: Value) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(m.into_iter().filter(|(_, v)| !v.is_null()).collect()),
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn key() -> SecretBox {
+        SecretBox::from_key_bytes([42; 32])
+    }
+
+    fn http(auth: HttpAuth, headers: &[(&str, &str)]) -> McpServerConfig {
+        let mut c = McpServerConfig::http("gh", "https://mcp.example.com/mcp");
+        if let McpTransportConfig::Http(h) = &mut c.transport {
+            h.auth = auth;
+            h.headers = headers
+                .iter()
+                .map(|(k, v)| (k.to_string(), Secret::new(*v)))
+                .collect();
+        }
+        c
+    }
+
+    #[test]
+    fn stdio_split_seals_env_and_keeps_the_rest_in_columns() {
+        let mut c = McpServerConfig::stdio("fs", "npx", &["-y", "server-filesystem"]);
+        c.timeout_secs = 90;
+        c.disabled = true;
+        if let McpTransportConfig::Stdio(s) = &mut c.transport {
+            s.env.insert("API_TOKEN".into(), Secret::new("tok-secret"));
+        }
+        let stored = split_for_storage(&c, Some(&key())).unwrap();
+        assert_eq!(stored.transport, "stdio");
+        assert_eq!(stored.command.as_deref(), Some("npx"));
+        assert_eq!(stored.args, vec!["-y", "server-filesystem"]);
+        assert_eq!(stored.url, None);
+        assert_eq!(stored.headers_encrypted, None);
+        assert_eq!(stored.timeout_secs, 90);
+        assert!(stored.disabled);
+        let sealed = stored.env_encrypted.clone().unwrap();
+        assert!(sealed.starts_with("v1:") && !sealed.contains("tok-secret"));
+        assert_eq!(join_from_storage(&stored, Some(&key())).unwrap(), c);
+    }
+
+    #[test]
+    fn servers_without_secrets_need_no_key_and_servers_with_secrets_do() {
+        let plain = McpServerConfig::stdio("fs", "npx", &[]);
+        let stored = split_for_storage(&plain, None).unwrap();
+        assert_eq!(stored.env_encrypted, None);
+        assert_eq!(join_from_storage(&stored, None).unwrap(), plain);
+        let plain_http = McpServerConfig::http("h", "http://127.0.0.1:9/mcp");
+        let stored = split_for_storage(&plain_http, None).unwrap();
+        assert_eq!(stored.headers_encrypted, None);
+        assert_eq!(join_from_storage(&stored, None).unwrap(), plain_http);
+
+        // Even an env-var reference lives in the sealed auth blob, so it needs the key.
+        let with_auth = http(
+            HttpAuth::Bearer {
+                token_env: Some("GH".into()),
+                token: None,
+            },
+            &[],
+        );
+        let err = split_for_storage(&with_auth, None).unwrap_err();
+        assert!(
+            matches!(
+                &err,
+                StorageError::Secret {
+                    source: SecretError::NoKey,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        assert_eq!(err.code(), ErrorCode::ServiceUnavailable);
+        let stored = split_for_storage(&with_auth, Some(&key())).unwrap();
+        let err = join_from_storage(&stored, None).unwrap_err();
+        assert!(
+            err.to_string().contains("AGENTRY_MCP__ENCRYPTION_KEY"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn fields_the_table_cannot_hold_are_refused_not_dropped() {
+        let mut c = McpServerConfig::stdio("fs", "npx", &[]);
+        if let McpTransportConfig::Stdio(s) = &mut c.transport {
+            s.cwd = Some("/srv".into());
+        }
+        let err = split_for_storage(&c, Some(&key())).unwrap_err();
+        assert!(
+            matches!(err, StorageError::NotStorable { field: "cwd", .. }),
+            "{err:?}"
+        );
+        let mut c = McpServerConfig::stdio("fs", "npx", &[]);
+        c.connect_timeout_secs = 5;
+        let err = split_for_storage(&c, Some(&key())).unwrap_err();
+        assert_eq!(err.code(), ErrorCode::ValidationError);
+        let mut c = McpServerConfig::stdio("fs", "npx", &[]);
+        c.timeout_secs = i32::MAX as u64 + 1;
+        assert!(matches!(
+            split_for_storage(&c, Some(&key())),
+            Err(StorageError::NotStorable {
+                field: "timeout_secs",
+                ..
+            })
+        ));
+        c.timeout_secs = i32::MAX as u64;
+        assert_eq!(
+            split_for_storage(&c, Some(&key())).unwrap().timeout_secs,
+            i32::MAX as u32
+        );
+        let bad = McpServerConfig::stdio("bad name", "npx", &[]);
+        assert!(matches!(
+            split_for_storage(&bad, Some(&key())),
+            Err(StorageError::Invalid(_))
+        ));
+    }
+
+    #[test]
+    fn inconsistent_rows_and_wrong_keys_are_clear_errors() {
+        let c = http(
+            HttpAuth::ApiKey {
+                key_env: None,
+                key: Some(Secret::new("k")),
+                header: "X-Key".into(),
+            },
+            &[],
+        );
+        let stored = split_for_storage(&c, Some(&key())).unwrap();
+        let err =
+            join_from_storage(&stored, Some(&SecretBox::from_key_bytes([1; 32]))).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                StorageError::Secret {
+                    source: SecretError::WrongKey { .. },
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        let mut bad = stored.clone();
+        bad.transport = "carrier-pigeon".into();
+        assert!(matches!(
+            join_from_storage(&bad, Some(&key())),
+            Err(StorageError::Corrupt { .. })
+        ));
+        let mut bad = stored.clone();
+        bad.url = None;
+        assert!(matches!(
+            join_from_storage(&bad, Some(&key())),
+            Err(StorageError::Corrupt { .. })
+        ));
+        let mut bad = stored;
+        bad.url = Some("ftp://x".into());
+        assert!(matches!(
+            join_from_storage(&bad, Some(&key())),
+            Err(StorageError::Invalid(_))
+        ));
+    }
+
+    #[test]
+    fn masked_view_shows_names_and_references_but_no_values() {
+        let c = http(
+            HttpAuth::Bearer {
+                token_env: None,
+                token: Some(Secret::new("sk-live-1")),
+            },
+            &[("X-Team", "team-secret")],
+        );
+        let v = masked_view(&c);
+        assert_eq!(
+            v,
+            json!({
+                "name": "gh", "transport": "http", "url": "https://mcp.example.com/mcp",
+                "headers": {"X-Team": "***"}, "auth": {"type": "bearer", "token": "***"},
+                "timeout_secs": 60, "connect_timeout_secs": 30, "disabled": false,
+            })
+        );
+        let c = http(
+            HttpAuth::ApiKey {
+                key_env: Some("OPENAI_API_KEY".into()),
+                key: None,
+                header: "X-API-Key".into(),
+            },
+            &[],
+        );
+        assert_eq!(
+            masked_view(&c)["auth"],
+            json!({"type": "api_key", "key_env": "OPENAI_API_KEY", "header": "X-API-Key"})
+        );
+        let mut s = McpServerConfig::stdio("fs", "npx", &["a"]);
+        if let McpTransportConfig::Stdio(st) = &mut s.transport {
+            st.env.insert("GITHUB_TOKEN".into(), Secret::new("ghp_x"));
+        }
+        let v = masked_view(&s);
+        assert_eq!(v["env"], json!({"GITHUB_TOKEN": "***"}));
+        assert_eq!(v["command"], json!("npx"));
+        assert_eq!(v["args"], json!(["a"]));
+    }
+
+    // ---- generators of valid configs whose secrets are recognisable ----
+
+    fn secret_value() -> impl Strategy<Value = String> {
+        // A marker no other field can contain, then anything (including JSON specials).
+        "[a-zA-Z0-9 \"\\\\{}:,]{0,24}".prop_map(|s| format!("sEcReT\u{1F511}{s}"))
+    }
+
+    fn env_map() -> impl Strategy<Value = BTreeMap<String, Secret>> {
+        proptest::collection::btree_map("[A-Z][A-Z0-9_]{0,10}", secret_value(), 0..4)
+            .prop_map(|m| m.into_iter().map(|(k, v)| (k, Secret::new(v))).collect())
+    }
+
+    fn header_map() -> impl Strategy<Value = BTreeMap<String, Secret>> {
+        // Header values must be visible ASCII; the marker is ASCII here.
+        proptest::collection::btree_map(
+            "X-[A-Za-z0-9]{1,10}",
+            "[a-zA-Z0-9 ._~-]{0,20}".prop_map(|s| format!("sEcReThDr{s}")),
+            0..3,
+        )
+        .prop_map(|m| m.into_iter().map(|(k, v)| (k, Secret::new(v))).collect())
+    }
+
+    fn auth() -> impl Strategy<Value = HttpAuth> {
+        let token = "[a-zA-Z0-9._-]{1,20}".prop_map(|s| Secret::new(format!("sEcReTtOk{s}")));
+        let env = "[A-Z][A-Z0-9_]{0,12}";
+        prop_oneof![
+            Just(HttpAuth::None),
+            env.prop_map(|e| HttpAuth::Bearer {
+                token_env: Some(e),
+                token: None
+            }),
+            token.clone().prop_map(|t| HttpAuth::Bearer {
+                token_env: None,
+                token: Some(t)
+            }),
+            (token, "X-[A-Za-z]{1,8}").prop_map(|(k, h)| HttpAuth::ApiKey {
+                key_env: None,
+                key: Some(k),
+                header: h
+            }),
+            (env, env).prop_map(|(u, p)| HttpAuth::Basic {
+                username_env: u,
+                password_env: p
+            }),
+        ]
+    }
+
+    fn storable_config() -> impl Strategy<Value = McpServerConfig> {
+        let stdio = (
+            "[a-z][a-z0-9_-]{0,20}",
+            "[a-z/][a-z0-9/._-]{0,20}",
+            proptest::collection::vec(
+                ".{0,12}".prop_filter("no NUL", |a: &String| !a.contains('\0')),
+                0..4,
+            ),
+            env_map(),
+        )
+            .prop_map(|(name, command, args, env)| McpServerConfig {
+                name,
+                transport: McpTransportConfig::Stdio(StdioConfig {
+                    command,
+                    args,
+                    env,
+                    cwd: None,
+                }),
+                timeout_secs: 60,
+                connect_timeout_secs: DEFAULT_CONNECT_TIMEOUT_SECS,
+                disabled: false,
+            });
+        let http = (
+            "[a-z][a-z0-9_-]{0,20}",
+            "https?://[a-z]{1,10}(\\.[a-z]{2,5})?(:[1-9][0-9]{0,3})?/[a-z/]{0,10}",
+            header_map(),
+            auth(),
+        )
+            .prop_map(|(name, url, headers, auth)| McpServerConfig {
+                name,
+                transport: McpTransportConfig::Http(HttpConfig { url, headers, auth }),
+                timeout_secs: 60,
+                connect_timeout_secs: DEFAULT_CONNECT_TIMEOUT_SECS,
+                disabled: false,
+            });
+        (prop_oneof![stdio, http], 1u64..100_000, any::<bool>())
+            .prop_map(|(mut c, timeout, disabled)| {
+                c.timeout_secs = timeout;
+                c.disabled = disabled;
+                c
+            })
+            .prop_filter("valid", |c| !c.name.contains("__") && c.validate().is_ok())
+    }
+
+    fn secret_values(c: &McpServerConfig) -> Vec<String> {
+        let mut out = Vec::new();
+        match &c.transport {
+            McpTransportConfig::Stdio(s) => {
+                out.extend(s.env.values().map(|v| v.expose().to_string()))
+            }
+            McpTransportConfig::Http(h) => {
+                out.extend(h.headers.values().map(|v| v.expose().to_string()));
+                match &h.auth {
+                    HttpAuth::Bearer { token: Some(t), .. } => out.push(t.expose().to_string()),
+                    HttpAuth::ApiKey { key: Some(k), .. } => out.push(k.expose().to_string()),
+                    _ => {}
+                }
+            }
+        }
+        out
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+
+        #[test]
+        fn split_then_join_returns_any_valid_config_with_its_secrets(c in storable_config()) {
+            let k = key();
+            let stored = split_for_storage(&c, Some(&k)).unwrap();
+            for secret in secret_values(&c) {
+                for column in [&stored.env_encrypted, &stored.headers_encrypted]
+                    .into_iter()
+                    .flatten()
+                {
+                    prop_assert!(!column.contains(&secret));
+                }
+            }
+            let back = join_from_storage(&stored, Some(&k)).unwrap();
+            prop_assert_eq!(back, c);
+        }
+
+        #[test]
+        fn masked_view_never_contains_a_secret_value(c in storable_config()) {
+            let text = serde_json::to_string(&masked_view(&c)).unwrap();
+            for secret in secret_values(&c) {
+                prop_assert!(!text.contains(&secret), "{} leaked in {}", secret, text);
+            }
+            prop_assert!(!text.contains("sEcReT"), "{}", text);
+        }
+    }
+}

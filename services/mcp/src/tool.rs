@@ -1,0 +1,521 @@
+//! The contract between the agent loop and everything it can call.
+//!
+//! A [`Tool`] is one callable: a built-in (files, shell, web, …), a tool of an MCP server, or a
+//! loop-level tool such as `write_todos`. The agent loop owns approval, RBAC, argument validation,
+//! timeouts, audit and events; a tool only does its work inside a [`ToolContext`] and returns a
+//! [`ToolOutput`] or a structured [`ToolError`] that the model can read and act on.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentry_schema::error::ErrorCode;
+use agentry_schema::events::{EventPayload, Question};
+use agentry_schema::ids::{RunId, SessionId, TenantId, UserId};
+use async_trait::async_trait;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+/// What the model sees of a tool, plus the policy the loop applies to it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolSpec {
+    /// The name the model calls: `read_file`, or `<server>__<tool>` for MCP tools.
+    pub name: String,
+    pub description: String,
+    /// JSON Schema of the arguments (an object schema).
+    pub input_schema: Value,
+    /// The RBAC service this tool belongs to (`files`, `shell`, `web`, `system`, `services`,
+    /// `todos`, `interaction`, `memory`, or the MCP server's name). Permissions read
+    /// `service:tool`, `service:*`, `*:*`.
+    pub service: String,
+    /// The tool's own name within its service (for MCP tools, the server's name for it).
+    pub service_tool: String,
+    /// High-risk: the loop asks a human before running it (unless the session auto-approves).
+    pub requires_approval: bool,
+    /// How long one call may run before it is abandoned with [`ToolError::Timeout`].
+    pub timeout: Duration,
+}
+
+impl ToolSpec {
+    pub fn new(service: &str, name: &str, description: &str, input_schema: Value) -> Self {
+        Self {
+            name: name.to_string(),
+            description: description.to_string(),
+            input_schema,
+            service: service.to_string(),
+            service_tool: name.to_string(),
+            requires_approval: false,
+            timeout: Duration::from_secs(60),
+        }
+    }
+
+    pub fn with_approval(mut self, requires_approval: bool) -> Self {
+        self.requires_approval = requires_approval;
+        self
+    }
+
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+}
+
+/// The user's workspace a tool may touch: `{data}/workspaces/{tenant}/{user}/`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkspaceInfo {
+    pub root: PathBuf,
+    /// The tenant's `workspace_quota_bytes`; writes that would exceed it are refused.
+    pub quota_bytes: u64,
+}
+
+/// Asks the human on the other side of the session something, and waits for the answer.
+///
+/// The agent loop implements this with a `hitl_request` of kind `question`; MCP elicitation and
+/// the user-interaction tools both go through it.
+#[async_trait]
+pub trait UserInteraction: Send + Sync {
+    /// Resolves with the user's answer (text, or JSON for a schema'd question).
+    async fn ask(&self, question: Question) -> Result<Value, InteractionError>;
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InteractionError {
+    #[error("the user did not answer within {0} s")]
+    TimedOut(u64),
+    #[error("the user declined to answer")]
+    Declined,
+    #[error("the run was cancelled")]
+    Cancelled,
+    #[error("no user can be asked: {0}")]
+    Unavailable(String),
+}
+
+/// Receives events a tool produces while it runs (progress, for example).
+pub trait EventSink: Send + Sync {
+    fn emit(&self, payload: EventPayload);
+}
+
+/// Everything a call may know about where it runs. Cheap to clone.
+#[derive(Clone)]
+pub struct ToolContext {
+    pub tenant_id: TenantId,
+    pub user_id: UserId,
+    pub session_id: SessionId,
+    pub run_id: RunId,
+    pub tool_call_id: String,
+    pub workspace: WorkspaceInfo,
+    /// Fires when the run is cancelled; long calls must stop promptly.
+    pub cancel: CancellationToken,
+    pub interaction: Arc<dyn UserInteraction>,
+    pub events: Arc<dyn EventSink>,
+}
+
+impl std::fmt::Debug for ToolContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ToolContext")
+            .field("tenant_id", &self.tenant_id)
+            .field("user_id", &self.user_id)
+            .field("session_id", &self.session_id)
+            .field("run_id", &self.run_id)
+            .field("tool_call_id", &self.tool_call_id)
+            .field("workspace", &self.workspace)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ToolContext {
+    /// A context outside any session: fresh ids, a cancellation token nobody fires, no user to
+    /// ask and no event consumer. For `agentry tool-server` and for tests.
+    pub fn standalone(workspace: WorkspaceInfo) -> Self {
+        Self {
+            tenant_id: TenantId::new(),
+            user_id: UserId::new(),
+            session_id: SessionId::new(),
+            run_id: RunId::new(),
+            tool_call_id: String::new(),
+            workspace,
+            cancel: CancellationToken::new(),
+            interaction: Arc::new(NoUserInteraction::new("no interactive user is attached")),
+            events: Arc::new(DiscardEvents),
+        }
+    }
+
+    pub fn with_interaction(mut self, interaction: Arc<dyn UserInteraction>) -> Self {
+        self.interaction = interaction;
+        self
+    }
+
+    pub fn with_events(mut self, events: Arc<dyn EventSink>) -> Self {
+        self.events = events;
+        self
+    }
+
+    pub fn with_cancel(mut self, cancel: CancellationToken) -> Self {
+        self.cancel = cancel;
+        self
+    }
+}
+
+/// A [`UserInteraction`] for contexts with nobody to ask: every question ends with
+/// [`InteractionError::Unavailable`] and the given reason.
+#[derive(Debug, Clone)]
+pub struct NoUserInteraction {
+    reason: String,
+}
+
+impl NoUserInteraction {
+    pub fn new(reason: impl Into<String>) -> Self {
+        Self {
+            reason: reason.into(),
+        }
+    }
+}
+
+#[async_trait]
+impl UserInteraction for NoUserInteraction {
+    async fn ask(&self, _question: Question) -> Result<Value, InteractionError> {
+        Err(InteractionError::Unavailable(self.reason.clone()))
+    }
+}
+
+/// An [`EventSink`] that drops everything.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DiscardEvents;
+
+impl EventSink for DiscardEvents {
+    fn emit(&self, _payload: EventPayload) {}
+}
+
+/// The result of a successful call.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ToolOutput {
+    /// What the model and the `tool_result` event see.
+    pub content: Value,
+    /// True when the tool ran but reports failure in its content (an HTTP 404, a command that
+    /// exited non-zero): `tool_result.status` is `error`, the run goes on.
+    pub is_error: bool,
+    /// Events to emit after the `tool_result` (`file_operation`, `todo_update`).
+    pub events: Vec<EventPayload>,
+}
+
+impl ToolOutput {
+    pub fn ok(content: Value) -> Self {
+        Self {
+            content,
+            is_error: false,
+            events: Vec::new(),
+        }
+    }
+
+    pub fn failed(content: Value) -> Self {
+        Self {
+            content,
+            is_error: true,
+            events: Vec::new(),
+        }
+    }
+
+    pub fn with_event(mut self, event: EventPayload) -> Self {
+        self.events.push(event);
+        self
+    }
+}
+
+/// Why a call did not produce a result. The model receives [`ToolError::to_model_json`] and may
+/// correct itself; none of these is a crash.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ToolError {
+    #[error("invalid arguments: {message}")]
+    InvalidArguments { message: String, details: Value },
+    #[error("permission denied: {0}")]
+    PermissionDenied(String),
+    /// Refused by a safety rule: a dangerous command, a path outside the workspace, a private
+    /// address.
+    #[error("refused: {0}")]
+    Refused(String),
+    #[error("not found: {0}")]
+    NotFound(String),
+    #[error("workspace quota exceeded: {0}")]
+    QuotaExceeded(String),
+    #[error("timed out after {0:?}")]
+    Timeout(Duration),
+    #[error("cancelled")]
+    Cancelled,
+    /// The tool's backend (an MCP server, say) is not reachable right now.
+    #[error("unavailable: {0}")]
+    Unavailable(String),
+    #[error("{message}")]
+    Failed { message: String, retryable: bool },
+}
+
+impl ToolError {
+    pub fn failed(message: impl Into<String>) -> Self {
+        ToolError::Failed {
+            message: message.into(),
+            retryable: false,
+        }
+    }
+
+    pub fn invalid(message: impl Into<String>) -> Self {
+        ToolError::InvalidArguments {
+            message: message.into(),
+            details: Value::Null,
+        }
+    }
+
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            ToolError::InvalidArguments { .. } => ErrorCode::ValidationError,
+            ToolError::PermissionDenied(_) | ToolError::Refused(_) => ErrorCode::PermissionDenied,
+            ToolError::NotFound(_) => ErrorCode::NotFound,
+            ToolError::QuotaExceeded(_) => ErrorCode::QuotaExceeded,
+            ToolError::Timeout(_) => ErrorCode::Timeout,
+            ToolError::Cancelled => ErrorCode::BadRequest,
+            ToolError::Unavailable(_) => ErrorCode::McpError,
+            ToolError::Failed { .. } => ErrorCode::ToolError,
+        }
+    }
+
+    /// Worth calling again unchanged (after a delay).
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            ToolError::Timeout(_) | ToolError::Unavailable(_) => true,
+            ToolError::Failed { retryable, .. } => *retryable,
+            _ => false,
+        }
+    }
+
+    /// The structured error the model reads in place of a result.
+    pub fn to_model_json(&self) -> Value {
+        let details = match self {
+            ToolError::InvalidArguments { details, .. } => details.clone(),
+            _ => Value::Null,
+        };
+        json!({
+            "error": {
+                "code": if matches!(self, ToolError::Refused(_)) { "refused" } else { self.code().as_str() },
+                "message": self.to_string(),
+                "details": details,
+            }
+        })
+    }
+}
+
+/// One callable thing.
+#[async_trait]
+pub trait Tool: Send + Sync {
+    fn spec(&self) -> &ToolSpec;
+
+    /// Whether this particular call needs a human's approval. Defaults to the spec's flag; tools
+    /// whose risk depends on the arguments (a service tool on `sshd`) override it.
+    fn needs_approval(&self, _args: &Value) -> bool {
+        self.spec().requires_approval
+    }
+
+    /// Run the call. Arguments were validated against `spec().input_schema` already.
+    async fn call(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError>;
+}
+
+/// A set of tools by name, with compiled argument validators.
+#[derive(Clone, Default)]
+pub struct ToolRegistry {
+    tools: BTreeMap<String, RegisteredTool>,
+}
+
+#[derive(Clone)]
+struct RegisteredTool {
+    tool: Arc<dyn Tool>,
+    validator: Option<Arc<jsonschema::Validator>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RegistryError {
+    #[error("a tool named {0:?} is already registered")]
+    Duplicate(String),
+    #[error("tool {name:?} has an invalid input schema: {reason}")]
+    InvalidSchema { name: String, reason: String },
+}
+
+impl ToolRegistry {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Add a tool. Its schema is compiled once here; a schema that does not compile is refused.
+    pub fn register(&mut self, tool: Arc<dyn Tool>) -> Result<(), RegistryError> {
+        let name = tool.spec().name.clone();
+        if self.tools.contains_key(&name) {
+            return Err(RegistryError::Duplicate(name));
+        }
+        let validator = compile_schema(&name, &tool.spec().input_schema)?;
+        self.tools.insert(name, RegisteredTool { tool, validator });
+        Ok(())
+    }
+
+    /// Add or replace a tool (MCP tools refresh on `tools/list_changed`).
+    pub fn upsert(&mut self, tool: Arc<dyn Tool>) -> Result<(), RegistryError> {
+        let name = tool.spec().name.clone();
+        let validator = compile_schema(&name, &tool.spec().input_schema)?;
+        self.tools.insert(name, RegisteredTool { tool, validator });
+        Ok(())
+    }
+
+    pub fn remove(&mut self, name: &str) -> bool {
+        self.tools.remove(name).is_some()
+    }
+
+    /// Merge another registry in; on a name clash the existing tool wins and the clash is
+    /// returned so the caller can report it.
+    pub fn extend(&mut self, other: &ToolRegistry) -> Vec<String> {
+        let mut clashes = Vec::new();
+        for (name, t) in &other.tools {
+            if self.tools.contains_key(name) {
+                clashes.push(name.clone());
+            } else {
+                self.tools.insert(name.clone(), t.clone());
+            }
+        }
+        clashes
+    }
+
+    pub fn get(&self, name: &str) -> Option<Arc<dyn Tool>> {
+        self.tools.get(name).map(|t| t.tool.clone())
+    }
+
+    pub fn contains(&self, name: &str) -> bool {
+        self.tools.contains_key(name)
+    }
+
+    pub fn len(&self) -> usize {
+        self.tools.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tools.is_empty()
+    }
+
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.tools.keys().map(String::as_str)
+    }
+
+    pub fn specs(&self) -> impl Iterator<Item = &ToolSpec> {
+        self.tools.values().map(|t| t.tool.spec())
+    }
+
+    /// Keep only the tools `keep` accepts.
+    pub fn retain(&mut self, mut keep: impl FnMut(&ToolSpec) -> bool) {
+        self.tools.retain(|_, t| keep(t.tool.spec()));
+    }
+
+    /// Check arguments against the tool's schema. The error lists every violation with its
+    /// JSON pointer so the model can fix them all at once.
+    pub fn validate(&self, name: &str, args: &Value) -> Result<(), ToolError> {
+        let Some(t) = self.tools.get(name) else {
+            return Err(ToolError::NotFound(format!("no tool named {name:?}")));
+        };
+        let Some(validator) = &t.validator else {
+            return Ok(());
+        };
+        let violations: Vec<Value> = validator
+            .iter_errors(args)
+            .map(|e| {
+                json!({
+                    "path": e.instance_path().to_string(),
+                    "message": e.to_string(),
+                })
+            })
+            .collect();
+        if violations.is_empty() {
+            Ok(())
+        } else {
+            Err(ToolError::InvalidArguments {
+                message: format!(
+                    "arguments for {name} do not match its schema ({} problem{})",
+                    violations.len(),
+                    if violations.len() == 1 { "" } else { "s" }
+                ),
+                details: json!({ "violations": violations }),
+            })
+        }
+    }
+}
+
+impl std::fmt::Debug for ToolRegistry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.tools.keys()).finish()
+    }
+}
+
+fn compile_schema(
+    name: &str,
+    schema: &Value,
+) -> Result<Option<Arc<jsonschema::Validator>>, RegistryError> {
+    if schema.is_null() || schema == &json!({}) {
+        return Ok(None);
+    }
+    jsonschema::validator_for(schema)
+        .map(|v| Some(Arc::new(v)))
+        .map_err(|e| RegistryError::InvalidSchema {
+            name: name.to_string(),
+            reason: e.to_string(),
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Echo(ToolSpec);
+
+    #[async_trait]
+    impl Tool for Echo {
+        fn spec(&self) -> &ToolSpec {
+            &self.0
+        }
+        async fn call(&self, args: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+            Ok(ToolOutput::ok(args))
+        }
+    }
+
+    fn echo() -> Arc<dyn Tool> {
+        Arc::new(Echo(ToolSpec::new(
+            "test",
+            "echo",
+            "echoes",
+            json!({"type":"object","properties":{"text":{"type":"string"}},"required":["text"]}),
+        )))
+    }
+
+    #[test]
+    fn validation_names_every_violation() {
+        let mut reg = ToolRegistry::new();
+        reg.register(echo()).unwrap();
+        assert!(reg.validate("echo", &json!({"text":"hi"})).is_ok());
+        let err = reg.validate("echo", &json!({"text": 3})).unwrap_err();
+        let ToolError::InvalidArguments { details, .. } = &err else {
+            panic!("{err:?}")
+        };
+        assert_eq!(details["violations"][0]["path"], "/text");
+        assert_eq!(err.code(), ErrorCode::ValidationError);
+        assert!(matches!(
+            reg.validate("nope", &json!({})),
+            Err(ToolError::NotFound(_))
+        ));
+    }
+
+    #[test]
+    fn duplicates_and_bad_schemas_are_refused() {
+        let mut reg = ToolRegistry::new();
+        reg.register(echo()).unwrap();
+        assert_eq!(
+            reg.register(echo()),
+            Err(RegistryError::Duplicate("echo".into()))
+        );
+        let bad = Arc::new(Echo(ToolSpec::new("t", "bad", "", json!({"type": 12}))));
+        assert!(matches!(
+            reg.register(bad),
+            Err(RegistryError::InvalidSchema { .. })
+        ));
+    }
+}

@@ -1,0 +1,361 @@
+//! Executions: one row per run of the agent loop, with status and token usage.
+
+use chrono::{DateTime, Utc};
+use sea_orm::sea_query::Expr;
+use sea_orm::{
+    ActiveModelTrait, ColumnTrait, ConnectionTrait, EntityTrait, PaginatorTrait, QueryFilter,
+    QueryOrder, QuerySelect, Set,
+};
+use serde::{Deserialize, Serialize};
+
+use agentry_schema::entities::execution;
+use agentry_schema::events::TokenUsage;
+use agentry_schema::ids::{RunId, SessionId, TenantId, UserId};
+
+use crate::{
+    PageRequest, PlatformScope, Result, StoreError, TenantScope, corrupt, now, sanitize_text,
+};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExecutionStatus {
+    /// Accepted while another run of the session was active; starts when that one ends.
+    Queued,
+    Running,
+    WaitingApproval,
+    Completed,
+    Failed,
+    Cancelled,
+    Rejected,
+    Timeout,
+    Interrupted,
+}
+
+impl ExecutionStatus {
+    pub const ALL: [ExecutionStatus; 9] = [
+        ExecutionStatus::Queued,
+        ExecutionStatus::Running,
+        ExecutionStatus::WaitingApproval,
+        ExecutionStatus::Completed,
+        ExecutionStatus::Failed,
+        ExecutionStatus::Cancelled,
+        ExecutionStatus::Rejected,
+        ExecutionStatus::Timeout,
+        ExecutionStatus::Interrupted,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExecutionStatus::Queued => "queued",
+            ExecutionStatus::Running => "running",
+            ExecutionStatus::WaitingApproval => "waiting_approval",
+            ExecutionStatus::Completed => "completed",
+            ExecutionStatus::Failed => "failed",
+            ExecutionStatus::Cancelled => "cancelled",
+            ExecutionStatus::Rejected => "rejected",
+            ExecutionStatus::Timeout => "timeout",
+            ExecutionStatus::Interrupted => "interrupted",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|x| x.as_str() == s)
+    }
+
+    pub fn is_finished(self) -> bool {
+        !matches!(
+            self,
+            ExecutionStatus::Running | ExecutionStatus::WaitingApproval
+        )
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Execution {
+    pub id: RunId,
+    pub tenant_id: TenantId,
+    pub user_id: UserId,
+    pub session_id: SessionId,
+    pub assistant_id: String,
+    pub input: String,
+    pub status: ExecutionStatus,
+    pub error: Option<String>,
+    pub token_usage: TokenUsage,
+    pub steps: u32,
+    pub trace_id: Option<String>,
+    pub started_at: DateTime<Utc>,
+    pub completed_at: Option<DateTime<Utc>>,
+    pub updated_at: DateTime<Utc>,
+}
+
+impl TryFrom<execution::Model> for Execution {
+    type Error = StoreError;
+    fn try_from(m: execution::Model) -> Result<Self> {
+        let u = |v: i64| u64::try_from(v).unwrap_or(0);
+        Ok(Execution {
+            id: m.id.into(),
+            tenant_id: m.tenant_id.into(),
+            user_id: m.user_id.into(),
+            session_id: m.session_id.into(),
+            assistant_id: m.assistant_id,
+            input: m.input,
+            status: ExecutionStatus::parse(&m.status)
+                .ok_or_else(|| corrupt("execution.status", &m.status))?,
+            error: m.error,
+            token_usage: TokenUsage {
+                input: u(m.input_tokens),
+                output: u(m.output_tokens),
+                total: u(m.total_tokens),
+            },
+            steps: u32::try_from(m.steps).unwrap_or(0),
+            trace_id: m.trace_id,
+            started_at: m.started_at,
+            completed_at: m.completed_at,
+            updated_at: m.updated_at,
+        })
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewExecution {
+    pub id: RunId,
+    pub user_id: UserId,
+    pub session_id: SessionId,
+    pub assistant_id: String,
+    pub input: String,
+    pub trace_id: Option<String>,
+    /// `Running`, or `Queued` behind the session's active run.
+    pub status: ExecutionStatus,
+}
+
+pub async fn create(
+    db: &impl ConnectionTrait,
+    scope: &TenantScope,
+    new: NewExecution,
+) -> Result<Execution> {
+    let ts = now();
+    execution::ActiveModel {
+        id: Set(new.id.0),
+        tenant_id: Set(scope.uuid()),
+        user_id: Set(new.user_id.0),
+        session_id: Set(new.session_id.0),
+        assistant_id: Set(new.assistant_id),
+        input: Set(sanitize_text(new.input)),
+        status: Set(new.status.as_str().to_string()),
+        error: Set(None),
+        input_tokens: Set(0),
+        output_tokens: Set(0),
+        total_tokens: Set(0),
+        steps: Set(0),
+        trace_id: Set(new.trace_id),
+        started_at: Set(ts),
+        completed_at: Set(None),
+        updated_at: Set(ts),
+    }
+    .insert(db)
+    .await?
+    .try_into()
+}
+
+pub async fn get(
+    db: &impl ConnectionTrait,
+    scope: &TenantScope,
+    id: RunId,
+) -> Result<Option<Execution>> {
+    execution::Entity::find_by_id(id.0)
+        .filter(execution::Column::TenantId.eq(scope.uuid()))
+        .one(db)
+        .await?
+        .map(Execution::try_from)
+        .transpose()
+}
+
+fn i64_of(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+/// Record progress of a run: status, steps so far, usage so far. Finished statuses also set
+/// `completed_at` and the error.
+pub async fn update(
+    db: &impl ConnectionTrait,
+    scope: &TenantScope,
+    id: RunId,
+    status: ExecutionStatus,
+    steps: u32,
+    usage: TokenUsage,
+    error: Option<&str>,
+) -> Result<()> {
+    let ts = now();
+    let mut q = execution::Entity::update_many()
+        .col_expr(execution::Column::Status, Expr::value(status.as_str()))
+        .col_expr(
+            execution::Column::Steps,
+            Expr::value(i32::try_from(steps).unwrap_or(i32::MAX)),
+        )
+        .col_expr(
+            execution::Column::InputTokens,
+            Expr::value(i64_of(usage.input)),
+        )
+        .col_expr(
+            execution::Column::OutputTokens,
+            Expr::value(i64_of(usage.output)),
+        )
+        .col_expr(
+            execution::Column::TotalTokens,
+            Expr::value(i64_of(usage.total)),
+        )
+        .col_expr(execution::Column::UpdatedAt, Expr::value(ts));
+    if status.is_finished() {
+        q = q
+            .col_expr(execution::Column::CompletedAt, Expr::value(Some(ts)))
+            .col_expr(
+                execution::Column::Error,
+                Expr::value(error.map(|e| sanitize_text(e.to_string()))),
+            );
+    }
+    let res = q
+        .filter(execution::Column::Id.eq(id.0))
+        .filter(execution::Column::TenantId.eq(scope.uuid()))
+        .exec(db)
+        .await?;
+    if res.rows_affected == 0 {
+        return Err(StoreError::NotFound(format!("execution {id}")));
+    }
+    Ok(())
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ExecutionFilter {
+    pub user_id: Option<UserId>,
+    pub session_id: Option<SessionId>,
+    pub status: Option<ExecutionStatus>,
+}
+
+/// Newest first, with the total.
+pub async fn list(
+    db: &impl ConnectionTrait,
+    scope: &TenantScope,
+    filter: &ExecutionFilter,
+    page: PageRequest,
+) -> Result<(Vec<Execution>, u64)> {
+    let mut q = execution::Entity::find().filter(execution::Column::TenantId.eq(scope.uuid()));
+    if let Some(u) = filter.user_id {
+        q = q.filter(execution::Column::UserId.eq(u.0));
+    }
+    if let Some(s) = filter.session_id {
+        q = q.filter(execution::Column::SessionId.eq(s.0));
+    }
+    if let Some(st) = filter.status {
+        q = q.filter(execution::Column::Status.eq(st.as_str()));
+    }
+    let total = q.clone().count(db).await?;
+    let items = q
+        .order_by_desc(execution::Column::StartedAt)
+        .order_by_desc(execution::Column::Id)
+        .limit(page.limit)
+        .offset(page.offset)
+        .all(db)
+        .await?
+        .into_iter()
+        .map(Execution::try_from)
+        .collect::<Result<_>>()?;
+    Ok((items, total))
+}
+
+/// Runs left unfinished (a crash, a restart), across all tenants: start-up recovery.
+pub async fn list_unfinished(
+    db: &impl ConnectionTrait,
+    _: &PlatformScope,
+) -> Result<Vec<Execution>> {
+    execution::Entity::find()
+        .filter(execution::Column::Status.is_in([
+            ExecutionStatus::Running.as_str(),
+            ExecutionStatus::WaitingApproval.as_str(),
+        ]))
+        .order_by_asc(execution::Column::StartedAt)
+        .all(db)
+        .await?
+        .into_iter()
+        .map(Execution::try_from)
+        .collect()
+}
+
+/// The session's queued runs, oldest first.
+pub async fn queued_for_session(
+    db: &impl ConnectionTrait,
+    scope: &TenantScope,
+    session_id: SessionId,
+) -> Result<Vec<Execution>> {
+    execution::Entity::find()
+        .filter(execution::Column::TenantId.eq(scope.uuid()))
+        .filter(execution::Column::SessionId.eq(session_id.0))
+        .filter(execution::Column::Status.eq(ExecutionStatus::Queued.as_str()))
+        .order_by_asc(execution::Column::StartedAt)
+        .order_by_asc(execution::Column::Id)
+        .all(db)
+        .await?
+        .into_iter()
+        .map(Execution::try_from)
+        .collect()
+}
+
+/// Mark a queued run as started now.
+pub async fn start_queued(db: &impl ConnectionTrait, scope: &TenantScope, id: RunId) -> Result<()> {
+    let ts = now();
+    let res = execution::Entity::update_many()
+        .col_expr(
+            execution::Column::Status,
+            Expr::value(ExecutionStatus::Running.as_str()),
+        )
+        .col_expr(execution::Column::StartedAt, Expr::value(ts))
+        .col_expr(execution::Column::UpdatedAt, Expr::value(ts))
+        .filter(execution::Column::Id.eq(id.0))
+        .filter(execution::Column::TenantId.eq(scope.uuid()))
+        .filter(execution::Column::Status.eq(ExecutionStatus::Queued.as_str()))
+        .exec(db)
+        .await?;
+    if res.rows_affected == 0 {
+        return Err(StoreError::NotFound(format!("queued execution {id}")));
+    }
+    Ok(())
+}
+
+/// The unfinished run of a session, if any.
+pub async fn active_for_session(
+    db: &impl ConnectionTrait,
+    scope: &TenantScope,
+    session_id: SessionId,
+) -> Result<Option<Execution>> {
+    execution::Entity::find()
+        .filter(execution::Column::TenantId.eq(scope.uuid()))
+        .filter(execution::Column::SessionId.eq(session_id.0))
+        .filter(execution::Column::Status.is_in([
+            ExecutionStatus::Running.as_str(),
+            ExecutionStatus::WaitingApproval.as_str(),
+        ]))
+        .order_by_desc(execution::Column::StartedAt)
+        .one(db)
+        .await?
+        .map(Execution::try_from)
+        .transpose()
+}
+
+/// Tokens used by the tenant's runs started since `since` (the daily token quota).
+pub async fn tokens_since(
+    db: &impl ConnectionTrait,
+    scope: &TenantScope,
+    since: DateTime<Utc>,
+) -> Result<u64> {
+    let rows: Vec<i64> = execution::Entity::find()
+        .select_only()
+        .column(execution::Column::TotalTokens)
+        .filter(execution::Column::TenantId.eq(scope.uuid()))
+        .filter(execution::Column::StartedAt.gte(since))
+        .into_tuple()
+        .all(db)
+        .await?;
+    Ok(rows
+        .into_iter()
+        .map(|v| u64::try_from(v).unwrap_or(0))
+        .sum())
+}

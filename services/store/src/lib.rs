@@ -1,0 +1,316 @@
+//! agentry-store: persistence for Agentry over sea-orm, on SQLite (the embedded default),
+//! PostgreSQL and MySQL/MariaDB.
+//!
+//! Repositories are modules of free functions that take `&impl ConnectionTrait` (so callers can
+//! pass a transaction) and a [`TenantScope`]: a query that forgets the tenant does not compile.
+//! Entity models convert into the domain types defined here; request DTOs never reach entities.
+
+use std::time::Duration;
+
+use chrono::{DateTime, SubsecRound, Utc};
+use sea_orm::{
+    ConnectOptions, ConnectionTrait, Database, DatabaseBackend, DatabaseConnection, DbErr, SqlErr,
+    Statement,
+};
+use sea_orm_migration::MigratorTrait;
+
+use agentry_schema::error::ErrorCode;
+use agentry_schema::ids::{TenantId, UserId};
+use agentry_schema::migration::Migrator;
+
+pub mod api_keys;
+pub mod approvals;
+pub mod assistants;
+pub mod checkpoints;
+pub mod events;
+pub mod executions;
+pub mod mcp_servers;
+pub mod memories;
+pub mod messages;
+pub mod sessions;
+pub mod tenants;
+#[cfg(feature = "testing")]
+pub mod testing;
+pub mod tool_calls;
+pub mod usage;
+pub mod users;
+
+pub use sea_orm::{DatabaseConnection as Db, TransactionTrait};
+
+/// Proof that a caller acts inside one tenant. Every repository call takes one.
+///
+/// Construct it only after authenticating the caller (the gateway's auth extractor does) or from
+/// a row that was itself read under a scope (the actors do).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TenantScope {
+    tenant_id: TenantId,
+}
+
+impl TenantScope {
+    pub fn new(tenant_id: TenantId) -> Self {
+        Self { tenant_id }
+    }
+
+    pub fn tenant_id(&self) -> TenantId {
+        self.tenant_id
+    }
+
+    pub(crate) fn uuid(&self) -> uuid::Uuid {
+        self.tenant_id.0
+    }
+}
+
+/// Proof of platform-level access (the platform admin, start-up recovery, background sweeps):
+/// the only scope that may read across tenants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PlatformScope(());
+
+impl PlatformScope {
+    pub fn new() -> Self {
+        Self(())
+    }
+}
+
+impl Default for PlatformScope {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// A member or a tenant admin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    Admin,
+    Member,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Admin => "admin",
+            Role::Member => "member",
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<Self, StoreError> {
+        match s {
+            "admin" => Ok(Role::Admin),
+            "member" => Ok(Role::Member),
+            other => Err(StoreError::Invalid(format!(
+                "role {other:?} is not one of admin, member"
+            ))),
+        }
+    }
+}
+
+/// A user acting inside a tenant with a role; narrows visibility for members.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UserScope {
+    pub tenant: TenantScope,
+    pub user_id: UserId,
+    pub role: Role,
+}
+
+impl UserScope {
+    pub fn is_admin(&self) -> bool {
+        self.role == Role::Admin
+    }
+
+    /// The user whose rows a list should be limited to: `None` for admins (the whole tenant).
+    pub fn visible_user(&self) -> Option<UserId> {
+        if self.is_admin() {
+            None
+        } else {
+            Some(self.user_id)
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("{0} not found")]
+    NotFound(String),
+    #[error("{0}")]
+    Conflict(String),
+    #[error("invalid value: {0}")]
+    Invalid(String),
+    /// A row that cannot be turned into a domain value (written by something else, or a bug).
+    #[error("stored data is corrupt: {0}")]
+    Corrupt(String),
+    #[error("database error: {0}")]
+    Db(#[from] DbErr),
+}
+
+impl StoreError {
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            StoreError::NotFound(_) => ErrorCode::NotFound,
+            StoreError::Conflict(_) => ErrorCode::Conflict,
+            StoreError::Invalid(_) => ErrorCode::ValidationError,
+            StoreError::Corrupt(_) | StoreError::Db(_) => ErrorCode::InternalError,
+        }
+    }
+
+    /// Turn a unique-constraint violation into `Conflict(what)`, pass anything else through.
+    pub(crate) fn conflict_on_unique(err: DbErr, what: impl FnOnce() -> String) -> StoreError {
+        match err.sql_err() {
+            Some(SqlErr::UniqueConstraintViolation(_)) => StoreError::Conflict(what()),
+            _ => StoreError::Db(err),
+        }
+    }
+}
+
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// Now, truncated to microseconds: what every backend stores, so a value written and read back
+/// compares equal.
+pub fn now() -> DateTime<Utc> {
+    Utc::now().trunc_subsecs(6)
+}
+
+pub(crate) fn corrupt(what: &str, e: impl std::fmt::Display) -> StoreError {
+    StoreError::Corrupt(format!("{what}: {e}"))
+}
+
+/// Database connection settings.
+#[derive(Debug, Clone)]
+pub struct DbOptions {
+    /// `sqlite://path?mode=rwc`, `postgres://…`, `mysql://…`.
+    pub url: String,
+    pub max_connections: u32,
+    pub connect_timeout: Duration,
+}
+
+/// Which database family a URL names.
+pub fn backend_of(url: &str) -> Option<DatabaseBackend> {
+    let scheme = url.split(':').next().unwrap_or_default();
+    match scheme {
+        "sqlite" => Some(DatabaseBackend::Sqlite),
+        "postgres" | "postgresql" => Some(DatabaseBackend::Postgres),
+        "mysql" | "mariadb" => Some(DatabaseBackend::MySql),
+        _ => None,
+    }
+}
+
+/// Open a pool. SQLite gets WAL, a busy timeout and foreign keys so concurrent sessions don't
+/// trip over "database is locked".
+pub async fn connect(opts: &DbOptions) -> Result<DatabaseConnection> {
+    let backend = backend_of(&opts.url).ok_or_else(|| {
+        StoreError::Invalid(format!(
+            "database URL must start with sqlite://, postgres:// or mysql:// (got {:?})",
+            opts.url.split(':').next().unwrap_or_default()
+        ))
+    })?;
+    let url = if backend == DatabaseBackend::MySql && opts.url.starts_with("mariadb:") {
+        opts.url.replacen("mariadb:", "mysql:", 1)
+    } else {
+        opts.url.clone()
+    };
+    let mut co = ConnectOptions::new(url);
+    co.max_connections(opts.max_connections)
+        .min_connections(if backend == DatabaseBackend::Sqlite {
+            1
+        } else {
+            0
+        })
+        .connect_timeout(opts.connect_timeout)
+        .acquire_timeout(opts.connect_timeout.max(Duration::from_secs(5)))
+        .sqlx_logging(false);
+    if backend == DatabaseBackend::Sqlite {
+        co.map_sqlx_sqlite_opts(|o| {
+            o.create_if_missing(true)
+                .journal_mode(sea_orm::sqlx::sqlite::SqliteJournalMode::Wal)
+                .synchronous(sea_orm::sqlx::sqlite::SqliteSynchronous::Normal)
+                .busy_timeout(Duration::from_secs(30))
+                .foreign_keys(true)
+        });
+    }
+    Ok(Database::connect(co).await?)
+}
+
+/// Apply every pending migration. On PostgreSQL and MySQL a database-level lock, held on one
+/// pinned connection, serialises replicas (or test processes) that start at the same moment.
+pub async fn migrate(db: &DatabaseConnection) -> Result<()> {
+    let backend = db.get_database_backend();
+    match backend {
+        DatabaseBackend::Postgres | DatabaseBackend::MySql => {
+            // A transaction pins one connection for the lock, the migrations and the unlock.
+            let txn = db.begin().await?;
+            let (lock, unlock) = if backend == DatabaseBackend::Postgres {
+                ("SELECT pg_advisory_xact_lock(4705888275329112)", None)
+            } else {
+                (
+                    "SELECT GET_LOCK('agentry_migrate', 120)",
+                    Some("SELECT RELEASE_LOCK('agentry_migrate')"),
+                )
+            };
+            txn.execute_raw(Statement::from_string(backend, lock.to_owned()))
+                .await?;
+            let res = Migrator::up(&txn, None).await;
+            if let Some(unlock) = unlock {
+                txn.execute_raw(Statement::from_string(backend, unlock.to_owned()))
+                    .await?;
+            }
+            res?;
+            txn.commit().await?;
+        }
+        _ => Migrator::up(db, None).await?,
+    }
+    Ok(())
+}
+
+/// A cheap round trip, for readiness checks.
+pub async fn ping(db: &DatabaseConnection) -> Result<()> {
+    db.ping().await?;
+    Ok(())
+}
+
+/// Limit and offset of a list, clamped to sane bounds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PageRequest {
+    pub limit: u64,
+    pub offset: u64,
+}
+
+impl PageRequest {
+    pub const MAX_LIMIT: u64 = 1000;
+
+    pub fn new(limit: u64, offset: u64) -> Self {
+        Self {
+            limit: limit.min(Self::MAX_LIMIT),
+            offset,
+        }
+    }
+}
+
+impl Default for PageRequest {
+    fn default() -> Self {
+        Self::new(100, 0)
+    }
+}
+
+/// PostgreSQL cannot store NUL in text or JSON. So every backend behaves the same, NUL
+/// characters in stored text become U+FFFD (the replacement character).
+pub fn sanitize_text(s: String) -> String {
+    if s.contains('\0') {
+        s.replace('\0', "\u{FFFD}")
+    } else {
+        s
+    }
+}
+
+/// [`sanitize_text`] applied to every string and key of a JSON value.
+pub fn sanitize_json(v: serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    match v {
+        Value::String(s) => Value::String(sanitize_text(s)),
+        Value::Array(a) => Value::Array(a.into_iter().map(sanitize_json).collect()),
+        Value::Object(o) => Value::Object(
+            o.into_iter()
+                .map(|(k, v)| (sanitize_text(k), sanitize_json(v)))
+                .collect(),
+        ),
+        other => other,
+    }
+}

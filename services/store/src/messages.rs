@@ -1,0 +1,183 @@
+//! Messages of a session's conversation, in the order they were saved.
+
+use chrono::{DateTime, Utc};
+use sea_orm::{
+    ActiveModelTrait, ColumnTrait, ConnectionTrait, EntityTrait, PaginatorTrait, QueryFilter,
+    QueryOrder, QuerySelect, Set,
+};
+use serde_json::Value;
+
+use agentry_schema::entities::message;
+use agentry_schema::ids::{RunId, SessionId};
+
+use crate::{
+    PageRequest, Result, StoreError, TenantScope, corrupt, now, sanitize_json, sanitize_text,
+};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MessageRole {
+    User,
+    Assistant,
+    Tool,
+    System,
+}
+
+impl MessageRole {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MessageRole::User => "user",
+            MessageRole::Assistant => "assistant",
+            MessageRole::Tool => "tool",
+            MessageRole::System => "system",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "user" => MessageRole::User,
+            "assistant" => MessageRole::Assistant,
+            "tool" => MessageRole::Tool,
+            "system" => MessageRole::System,
+            _ => return None,
+        })
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Message {
+    pub id: i64,
+    pub session_id: SessionId,
+    pub run_id: Option<RunId>,
+    pub role: MessageRole,
+    pub content: String,
+    /// For assistant messages: the tool calls `[{id, name, arguments}]`.
+    pub tool_calls: Option<Value>,
+    /// For tool messages: the call this is the result of.
+    pub tool_call_id: Option<String>,
+    pub created_at: DateTime<Utc>,
+}
+
+impl TryFrom<message::Model> for Message {
+    type Error = StoreError;
+    fn try_from(m: message::Model) -> Result<Self> {
+        Ok(Message {
+            id: m.id,
+            session_id: m.session_id.into(),
+            run_id: m.run_id.map(RunId::from),
+            role: MessageRole::parse(&m.role).ok_or_else(|| corrupt("message.role", &m.role))?,
+            content: m.content,
+            tool_calls: m.tool_calls,
+            tool_call_id: m.tool_call_id,
+            created_at: m.created_at,
+        })
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewMessage {
+    pub run_id: Option<RunId>,
+    pub role: MessageRole,
+    pub content: String,
+    pub tool_calls: Option<Value>,
+    pub tool_call_id: Option<String>,
+}
+
+impl NewMessage {
+    pub fn user(content: impl Into<String>, run_id: Option<RunId>) -> Self {
+        Self {
+            run_id,
+            role: MessageRole::User,
+            content: content.into(),
+            tool_calls: None,
+            tool_call_id: None,
+        }
+    }
+}
+
+pub async fn save(
+    db: &impl ConnectionTrait,
+    scope: &TenantScope,
+    session_id: SessionId,
+    new: NewMessage,
+) -> Result<Message> {
+    let m = message::ActiveModel {
+        tenant_id: Set(scope.uuid()),
+        session_id: Set(session_id.0),
+        run_id: Set(new.run_id.map(|r| r.0)),
+        role: Set(new.role.as_str().to_string()),
+        content: Set(sanitize_text(new.content)),
+        tool_calls: Set(new.tool_calls.map(sanitize_json)),
+        tool_call_id: Set(new.tool_call_id.map(sanitize_text)),
+        created_at: Set(now()),
+        ..Default::default()
+    }
+    .insert(db)
+    .await?;
+    m.try_into()
+}
+
+/// A page of the conversation, oldest first.
+pub async fn list(
+    db: &impl ConnectionTrait,
+    scope: &TenantScope,
+    session_id: SessionId,
+    page: PageRequest,
+) -> Result<Vec<Message>> {
+    message::Entity::find()
+        .filter(message::Column::TenantId.eq(scope.uuid()))
+        .filter(message::Column::SessionId.eq(session_id.0))
+        .order_by_asc(message::Column::Id)
+        .limit(page.limit)
+        .offset(page.offset)
+        .all(db)
+        .await?
+        .into_iter()
+        .map(Message::try_from)
+        .collect()
+}
+
+/// The last `n` messages, oldest first (the model's history window).
+pub async fn last_n(
+    db: &impl ConnectionTrait,
+    scope: &TenantScope,
+    session_id: SessionId,
+    n: u64,
+) -> Result<Vec<Message>> {
+    let mut rows: Vec<Message> = message::Entity::find()
+        .filter(message::Column::TenantId.eq(scope.uuid()))
+        .filter(message::Column::SessionId.eq(session_id.0))
+        .order_by_desc(message::Column::Id)
+        .limit(n)
+        .all(db)
+        .await?
+        .into_iter()
+        .map(Message::try_from)
+        .collect::<Result<_>>()?;
+    rows.reverse();
+    Ok(rows)
+}
+
+pub async fn count(
+    db: &impl ConnectionTrait,
+    scope: &TenantScope,
+    session_id: SessionId,
+) -> Result<u64> {
+    Ok(message::Entity::find()
+        .filter(message::Column::TenantId.eq(scope.uuid()))
+        .filter(message::Column::SessionId.eq(session_id.0))
+        .count(db)
+        .await?)
+}
+
+pub async fn delete_all(
+    db: &impl ConnectionTrait,
+    scope: &TenantScope,
+    session_id: SessionId,
+) -> Result<u64> {
+    Ok(message::Entity::delete_many()
+        .filter(message::Column::TenantId.eq(scope.uuid()))
+        .filter(message::Column::SessionId.eq(session_id.0))
+        .exec(db)
+        .await?
+        .rows_affected)
+}

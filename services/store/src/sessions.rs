@@ -1,0 +1,343 @@
+//! Sessions: one conversation of a user with an assistant.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sea_orm::sea_query::Expr;
+use sea_orm::{
+    ActiveModelTrait, ColumnTrait, ConnectionTrait, EntityTrait, PaginatorTrait, QueryFilter,
+    QueryOrder, QuerySelect, Set, TransactionSession, TransactionTrait,
+};
+use serde_json::Value;
+
+use agentry_schema::entities::{checkpoint, message, session, session_event};
+use agentry_schema::ids::{AssistantId, SessionId, TenantId, UserId};
+
+use crate::{PageRequest, Result, StoreError, TenantScope, corrupt, now, sanitize_json};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SessionState {
+    Idle,
+    Running,
+    WaitingApproval,
+    Closed,
+}
+
+impl SessionState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SessionState::Idle => "idle",
+            SessionState::Running => "running",
+            SessionState::WaitingApproval => "waiting_approval",
+            SessionState::Closed => "closed",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "idle" => SessionState::Idle,
+            "running" => SessionState::Running,
+            "waiting_approval" => SessionState::WaitingApproval,
+            "closed" => SessionState::Closed,
+            _ => return None,
+        })
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Session {
+    pub id: SessionId,
+    pub tenant_id: TenantId,
+    pub user_id: UserId,
+    pub assistant_id: AssistantId,
+    pub state: SessionState,
+    pub auto_approve: bool,
+    pub metadata: Value,
+    pub created_at: DateTime<Utc>,
+    pub last_active: DateTime<Utc>,
+}
+
+impl TryFrom<session::Model> for Session {
+    type Error = StoreError;
+    fn try_from(m: session::Model) -> Result<Self> {
+        Ok(Session {
+            id: m.id.into(),
+            tenant_id: m.tenant_id.into(),
+            user_id: m.user_id.into(),
+            assistant_id: AssistantId::try_from(m.assistant_id)
+                .map_err(|e| corrupt("session.assistant_id", e))?,
+            state: SessionState::parse(&m.state)
+                .ok_or_else(|| corrupt("session.state", &m.state))?,
+            auto_approve: m.auto_approve,
+            metadata: m.metadata,
+            created_at: m.created_at,
+            last_active: m.last_active,
+        })
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewSession {
+    /// Use this id (clients may pick one); a fresh one otherwise.
+    pub id: Option<SessionId>,
+    pub user_id: UserId,
+    pub assistant_id: AssistantId,
+    pub auto_approve: bool,
+    pub metadata: Value,
+}
+
+pub async fn create(
+    db: &impl ConnectionTrait,
+    scope: &TenantScope,
+    new: NewSession,
+) -> Result<Session> {
+    let ts = now();
+    let id = new.id.unwrap_or_default();
+    let model = session::ActiveModel {
+        id: Set(id.0),
+        tenant_id: Set(scope.uuid()),
+        user_id: Set(new.user_id.0),
+        assistant_id: Set(new.assistant_id.to_string()),
+        state: Set(SessionState::Idle.as_str().to_string()),
+        auto_approve: Set(new.auto_approve),
+        metadata: Set(if new.metadata.is_null() {
+            Value::Object(Default::default())
+        } else {
+            sanitize_json(new.metadata)
+        }),
+        created_at: Set(ts),
+        last_active: Set(ts),
+    };
+    let m = model.insert(db).await.map_err(|e| {
+        StoreError::conflict_on_unique(e, || format!("session {id} already exists"))
+    })?;
+    m.try_into()
+}
+
+pub async fn get(
+    db: &impl ConnectionTrait,
+    scope: &TenantScope,
+    id: SessionId,
+) -> Result<Option<Session>> {
+    session::Entity::find_by_id(id.0)
+        .filter(session::Column::TenantId.eq(scope.uuid()))
+        .one(db)
+        .await?
+        .map(Session::try_from)
+        .transpose()
+}
+
+/// Write back every mutable field of `s`. `NotFound` when the session is not in this tenant.
+pub async fn update(db: &impl ConnectionTrait, scope: &TenantScope, s: &Session) -> Result<()> {
+    let res = session::Entity::update_many()
+        .col_expr(
+            session::Column::AssistantId,
+            Expr::value(s.assistant_id.to_string()),
+        )
+        .col_expr(session::Column::State, Expr::value(s.state.as_str()))
+        .col_expr(session::Column::AutoApprove, Expr::value(s.auto_approve))
+        .col_expr(
+            session::Column::Metadata,
+            Expr::value(sanitize_json(s.metadata.clone())),
+        )
+        .col_expr(session::Column::LastActive, Expr::value(s.last_active))
+        .filter(session::Column::Id.eq(s.id.0))
+        .filter(session::Column::TenantId.eq(scope.uuid()))
+        .exec(db)
+        .await?;
+    if res.rows_affected == 0 {
+        return Err(StoreError::NotFound(format!("session {}", s.id)));
+    }
+    Ok(())
+}
+
+/// Record activity: set the state and bump `last_active`.
+pub async fn touch(
+    db: &impl ConnectionTrait,
+    scope: &TenantScope,
+    id: SessionId,
+    state: SessionState,
+) -> Result<()> {
+    let res = session::Entity::update_many()
+        .col_expr(session::Column::State, Expr::value(state.as_str()))
+        .col_expr(session::Column::LastActive, Expr::value(now()))
+        .filter(session::Column::Id.eq(id.0))
+        .filter(session::Column::TenantId.eq(scope.uuid()))
+        .exec(db)
+        .await?;
+    if res.rows_affected == 0 {
+        return Err(StoreError::NotFound(format!("session {id}")));
+    }
+    Ok(())
+}
+
+/// Delete a session with its messages, checkpoints and stored events, atomically. Executions,
+/// approvals and the tool-call audit stay: they are the tenant's audit trail.
+pub async fn delete<C>(db: &C, scope: &TenantScope, id: SessionId) -> Result<bool>
+where
+    C: ConnectionTrait + TransactionTrait,
+{
+    let txn = db.begin().await?;
+    let res = session::Entity::delete_many()
+        .filter(session::Column::Id.eq(id.0))
+        .filter(session::Column::TenantId.eq(scope.uuid()))
+        .exec(&txn)
+        .await?;
+    if res.rows_affected == 0 {
+        txn.rollback().await?;
+        return Ok(false);
+    }
+    delete_children(&txn, scope, &[id.0]).await?;
+    txn.commit().await?;
+    Ok(true)
+}
+
+async fn delete_children(
+    db: &impl ConnectionTrait,
+    scope: &TenantScope,
+    ids: &[uuid::Uuid],
+) -> Result<()> {
+    if ids.is_empty() {
+        return Ok(());
+    }
+    message::Entity::delete_many()
+        .filter(message::Column::TenantId.eq(scope.uuid()))
+        .filter(message::Column::SessionId.is_in(ids.iter().copied()))
+        .exec(db)
+        .await?;
+    checkpoint::Entity::delete_many()
+        .filter(checkpoint::Column::TenantId.eq(scope.uuid()))
+        .filter(checkpoint::Column::SessionId.is_in(ids.iter().copied()))
+        .exec(db)
+        .await?;
+    session_event::Entity::delete_many()
+        .filter(session_event::Column::TenantId.eq(scope.uuid()))
+        .filter(session_event::Column::SessionId.is_in(ids.iter().copied()))
+        .exec(db)
+        .await?;
+    Ok(())
+}
+
+/// A user's sessions, most recently active first.
+pub async fn list_by_user(
+    db: &impl ConnectionTrait,
+    scope: &TenantScope,
+    user_id: UserId,
+    page: PageRequest,
+) -> Result<Vec<Session>> {
+    list_where(db, scope, Some(user_id), None, page).await
+}
+
+pub async fn list_by_assistant(
+    db: &impl ConnectionTrait,
+    scope: &TenantScope,
+    assistant_id: &AssistantId,
+    page: PageRequest,
+) -> Result<Vec<Session>> {
+    list_where(db, scope, None, Some(assistant_id), page).await
+}
+
+/// The tenant's sessions (or one user's), most recently active first, with the total count.
+pub async fn list(
+    db: &impl ConnectionTrait,
+    scope: &TenantScope,
+    user_id: Option<UserId>,
+    page: PageRequest,
+) -> Result<(Vec<Session>, u64)> {
+    let items = list_where(db, scope, user_id, None, page).await?;
+    let mut q = session::Entity::find().filter(session::Column::TenantId.eq(scope.uuid()));
+    if let Some(u) = user_id {
+        q = q.filter(session::Column::UserId.eq(u.0));
+    }
+    Ok((items, q.count(db).await?))
+}
+
+async fn list_where(
+    db: &impl ConnectionTrait,
+    scope: &TenantScope,
+    user_id: Option<UserId>,
+    assistant_id: Option<&AssistantId>,
+    page: PageRequest,
+) -> Result<Vec<Session>> {
+    let mut q = session::Entity::find().filter(session::Column::TenantId.eq(scope.uuid()));
+    if let Some(u) = user_id {
+        q = q.filter(session::Column::UserId.eq(u.0));
+    }
+    if let Some(a) = assistant_id {
+        q = q.filter(session::Column::AssistantId.eq(a.as_str()));
+    }
+    q.order_by_desc(session::Column::LastActive)
+        .order_by_desc(session::Column::Id)
+        .limit(page.limit)
+        .offset(page.offset)
+        .all(db)
+        .await?
+        .into_iter()
+        .map(Session::try_from)
+        .collect()
+}
+
+pub async fn count_by_user(
+    db: &impl ConnectionTrait,
+    scope: &TenantScope,
+    user_id: UserId,
+) -> Result<u64> {
+    Ok(session::Entity::find()
+        .filter(session::Column::TenantId.eq(scope.uuid()))
+        .filter(session::Column::UserId.eq(user_id.0))
+        .count(db)
+        .await?)
+}
+
+/// Delete the sessions idle for longer than `timeout` (those not running nor waiting for an
+/// approval), with their messages, checkpoints and events. Returns the ids removed.
+pub async fn cleanup_expired<C>(
+    db: &C,
+    scope: &TenantScope,
+    timeout: Duration,
+) -> Result<Vec<SessionId>>
+where
+    C: ConnectionTrait + TransactionTrait,
+{
+    let cutoff = now()
+        - chrono::Duration::from_std(timeout).map_err(|e| StoreError::Invalid(e.to_string()))?;
+    let txn = db.begin().await?;
+    let expired: Vec<uuid::Uuid> = session::Entity::find()
+        .select_only()
+        .column(session::Column::Id)
+        .filter(session::Column::TenantId.eq(scope.uuid()))
+        .filter(session::Column::LastActive.lt(cutoff))
+        .filter(
+            session::Column::State
+                .is_in([SessionState::Idle.as_str(), SessionState::Closed.as_str()]),
+        )
+        .into_tuple()
+        .all(&txn)
+        .await?;
+    for chunk in expired.chunks(500) {
+        session::Entity::delete_many()
+            .filter(session::Column::TenantId.eq(scope.uuid()))
+            .filter(session::Column::Id.is_in(chunk.iter().copied()))
+            .exec(&txn)
+            .await?;
+        delete_children(&txn, scope, chunk).await?;
+    }
+    txn.commit().await?;
+    Ok(expired.into_iter().map(SessionId::from).collect())
+}
+
+/// Set `last_active` explicitly (imports, tests of expiry).
+pub async fn set_last_active(
+    db: &impl ConnectionTrait,
+    scope: &TenantScope,
+    id: SessionId,
+    at: DateTime<Utc>,
+) -> Result<()> {
+    session::Entity::update_many()
+        .col_expr(session::Column::LastActive, Expr::value(at))
+        .filter(session::Column::Id.eq(id.0))
+        .filter(session::Column::TenantId.eq(scope.uuid()))
+        .exec(db)
+        .await?;
+    Ok(())
+}

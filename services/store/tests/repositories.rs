@@ -1,0 +1,1318 @@
+//! The repository suite, run against SQLite, PostgreSQL and MySQL/MariaDB alike.
+//!
+//! Every test creates its own tenant(s), so tests share the server databases safely.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use agentry_schema::events::{EventPayload, ExecutionEvent, TokenUsage};
+use agentry_schema::ids::{ApprovalId, AssistantId, RunId, SessionId, UserId};
+use agentry_store::api_keys::{self, KeyCheck};
+use agentry_store::approvals::{self, ApprovalStatus, NewApproval};
+use agentry_store::assistants::{self, AssistantSpec};
+use agentry_store::checkpoints::{self, NewCheckpoint};
+use agentry_store::executions::{self, ExecutionFilter, ExecutionStatus, NewExecution};
+use agentry_store::mcp_servers::{self, NewMcpServer};
+use agentry_store::memories::{self, NewMemory};
+use agentry_store::messages::{self, MessageRole, NewMessage};
+use agentry_store::sessions::{self, NewSession, SessionState};
+use agentry_store::tenants::{self, NewTenant, Quotas, TenantStatus, TenantUpdate};
+use agentry_store::testing::{Backend, TestDb};
+use agentry_store::tool_calls::{self, NewToolCallLog};
+use agentry_store::{
+    PageRequest, PlatformScope, Role, StoreError, TenantScope, events, usage, users,
+};
+use proptest::prelude::*;
+use sea_orm::DatabaseConnection;
+use serde_json::json;
+
+fn platform() -> PlatformScope {
+    PlatformScope::new()
+}
+
+async fn new_tenant(db: &DatabaseConnection) -> TenantScope {
+    let t = tenants::create(
+        db,
+        &platform(),
+        NewTenant {
+            name: format!("t-{}", uuid::Uuid::now_v7()),
+            quotas: Quotas::default(),
+            features_enabled: vec![],
+            tool_permissions: None,
+        },
+    )
+    .await
+    .unwrap();
+    t.scope()
+}
+
+fn new_session(user: UserId) -> NewSession {
+    NewSession {
+        id: None,
+        user_id: user,
+        assistant_id: AssistantId::default_assistant(),
+        auto_approve: false,
+        metadata: json!({}),
+    }
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// Generates one `#[test]` per backend for each listed async test body.
+macro_rules! per_backend {
+    ($($name:ident),+ $(,)?) => {
+        mod sqlite { use super::*; $( #[test] fn $name() { run(Backend::Sqlite, super::$name) } )+ }
+        mod postgres { use super::*; $( #[test] fn $name() { run(Backend::Postgres, super::$name) } )+ }
+        mod mysql { use super::*; $( #[test] fn $name() { run(Backend::MySql, super::$name) } )+ }
+    };
+}
+
+fn run<F, Fut>(backend: Backend, body: F)
+where
+    F: FnOnce(DatabaseConnection) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    rt().block_on(async {
+        let Some(t) = TestDb::open(backend).await else {
+            return;
+        };
+        body(t.db.clone()).await;
+        drop(t);
+    });
+}
+
+per_backend!(
+    session_crud_round_trips,
+    deleting_a_session_deletes_its_messages_checkpoints_and_events,
+    messages_come_back_in_order,
+    checkpoints_latest_and_prune,
+    list_by_user_and_assistant,
+    tenants_crud_and_duplicate_names,
+    users_and_roles,
+    api_keys_authenticate_expire_and_revoke,
+    assistants_default_and_crud,
+    executions_lifecycle_and_listing,
+    approvals_first_decision_wins,
+    tool_call_audit_rows,
+    events_append_replay_and_max_seq,
+    mcp_servers_unique_per_user,
+    memories_search_and_isolation,
+    usage_by_day_counts_runs_tokens_and_calls,
+    deleting_a_tenant_removes_its_rows,
+    prop_session_store_round_trip,
+    prop_message_pagination,
+    prop_cleanup_expired_removes_exactly_the_expired,
+    prop_tenant_isolation,
+);
+
+async fn session_crud_round_trips(db: DatabaseConnection) {
+    let scope = new_tenant(&db).await;
+    let user = UserId::new();
+    let mut s = sessions::create(
+        &db,
+        &scope,
+        NewSession {
+            metadata: json!({"k": [1, "two", null]}),
+            auto_approve: true,
+            ..new_session(user)
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        sessions::get(&db, &scope, s.id).await.unwrap().as_ref(),
+        Some(&s)
+    );
+    s.state = SessionState::WaitingApproval;
+    s.metadata = json!({"title": "hello"});
+    s.last_active = agentry_store::now();
+    sessions::update(&db, &scope, &s).await.unwrap();
+    assert_eq!(
+        sessions::get(&db, &scope, s.id).await.unwrap(),
+        Some(s.clone())
+    );
+    sessions::touch(&db, &scope, s.id, SessionState::Running)
+        .await
+        .unwrap();
+    let got = sessions::get(&db, &scope, s.id).await.unwrap().unwrap();
+    assert_eq!(got.state, SessionState::Running);
+    assert!(got.last_active >= s.last_active);
+    // Another tenant sees nothing and cannot change it.
+    let other = new_tenant(&db).await;
+    assert_eq!(sessions::get(&db, &other, s.id).await.unwrap(), None);
+    assert!(matches!(
+        sessions::update(&db, &other, &s).await,
+        Err(StoreError::NotFound(_))
+    ));
+    assert!(!sessions::delete(&db, &other, s.id).await.unwrap());
+    assert!(sessions::delete(&db, &scope, s.id).await.unwrap());
+    assert_eq!(sessions::get(&db, &scope, s.id).await.unwrap(), None);
+    // A client-chosen id that already exists is a conflict.
+    let fixed = SessionId::new();
+    sessions::create(
+        &db,
+        &scope,
+        NewSession {
+            id: Some(fixed),
+            ..new_session(user)
+        },
+    )
+    .await
+    .unwrap();
+    assert!(matches!(
+        sessions::create(
+            &db,
+            &scope,
+            NewSession {
+                id: Some(fixed),
+                ..new_session(user)
+            }
+        )
+        .await,
+        Err(StoreError::Conflict(_))
+    ));
+}
+
+async fn deleting_a_session_deletes_its_messages_checkpoints_and_events(db: DatabaseConnection) {
+    let scope = new_tenant(&db).await;
+    let s = sessions::create(&db, &scope, new_session(UserId::new()))
+        .await
+        .unwrap();
+    let keep = sessions::create(&db, &scope, new_session(UserId::new()))
+        .await
+        .unwrap();
+    let run = RunId::new();
+    for sid in [s.id, keep.id] {
+        messages::save(&db, &scope, sid, NewMessage::user("hi", None))
+            .await
+            .unwrap();
+        checkpoints::save(
+            &db,
+            &scope,
+            NewCheckpoint {
+                session_id: sid,
+                execution_id: run,
+                step: 1,
+                node: "reason".into(),
+                state: json!({}),
+            },
+        )
+        .await
+        .unwrap();
+        let ev = ExecutionEvent::new(
+            1,
+            sid.to_string(),
+            run.to_string(),
+            EventPayload::text("x", true),
+        );
+        events::append(&db, &scope, sid, &[ev]).await.unwrap();
+    }
+    assert!(sessions::delete(&db, &scope, s.id).await.unwrap());
+    assert_eq!(messages::count(&db, &scope, s.id).await.unwrap(), 0);
+    assert_eq!(events::max_seq(&db, &scope, s.id).await.unwrap(), 0);
+    assert_eq!(messages::count(&db, &scope, keep.id).await.unwrap(), 1);
+    assert_eq!(events::max_seq(&db, &scope, keep.id).await.unwrap(), 1);
+    let cps = checkpoints::list(&db, &scope, run).await.unwrap();
+    assert_eq!(cps.len(), 1);
+    assert_eq!(cps[0].session_id, keep.id);
+}
+
+async fn messages_come_back_in_order(db: DatabaseConnection) {
+    let scope = new_tenant(&db).await;
+    let s = sessions::create(&db, &scope, new_session(UserId::new()))
+        .await
+        .unwrap();
+    let run = RunId::new();
+    let big = "x".repeat(100_000); // beyond MySQL TEXT's 64 KiB
+    messages::save(&db, &scope, s.id, NewMessage::user("q", Some(run)))
+        .await
+        .unwrap();
+    messages::save(
+        &db,
+        &scope,
+        s.id,
+        NewMessage {
+            run_id: Some(run),
+            role: MessageRole::Assistant,
+            content: String::new(),
+            tool_calls: Some(json!([{"id": "c1", "name": "t", "arguments": {"a": 1}}])),
+            tool_call_id: None,
+        },
+    )
+    .await
+    .unwrap();
+    messages::save(
+        &db,
+        &scope,
+        s.id,
+        NewMessage {
+            run_id: Some(run),
+            role: MessageRole::Tool,
+            content: big.clone(),
+            tool_calls: None,
+            tool_call_id: Some("c1".into()),
+        },
+    )
+    .await
+    .unwrap();
+    let all = messages::list(&db, &scope, s.id, PageRequest::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        all.iter().map(|m| m.role).collect::<Vec<_>>(),
+        vec![MessageRole::User, MessageRole::Assistant, MessageRole::Tool]
+    );
+    assert_eq!(all[2].content.len(), big.len());
+    assert_eq!(all[2].tool_call_id.as_deref(), Some("c1"));
+    assert_eq!(all[1].tool_calls.as_ref().unwrap()[0]["arguments"]["a"], 1);
+    let last2 = messages::last_n(&db, &scope, s.id, 2).await.unwrap();
+    assert_eq!(
+        last2.iter().map(|m| m.id).collect::<Vec<_>>(),
+        vec![all[1].id, all[2].id]
+    );
+    assert_eq!(messages::delete_all(&db, &scope, s.id).await.unwrap(), 3);
+    assert_eq!(messages::count(&db, &scope, s.id).await.unwrap(), 0);
+}
+
+async fn checkpoints_latest_and_prune(db: DatabaseConnection) {
+    let scope = new_tenant(&db).await;
+    let sid = SessionId::new();
+    let run = RunId::new();
+    assert_eq!(checkpoints::latest(&db, &scope, run).await.unwrap(), None);
+    for step in 1..=7u32 {
+        checkpoints::save(
+            &db,
+            &scope,
+            NewCheckpoint {
+                session_id: sid,
+                execution_id: run,
+                step,
+                node: "act".into(),
+                state: json!({"step": step, "todos": ["a"]}),
+            },
+        )
+        .await
+        .unwrap();
+    }
+    let latest = checkpoints::latest(&db, &scope, run)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(latest.step, 7);
+    assert_eq!(latest.state, json!({"step": 7, "todos": ["a"]}));
+    assert_eq!(checkpoints::prune(&db, &scope, run, 3).await.unwrap(), 4);
+    let left: Vec<u32> = checkpoints::list(&db, &scope, run)
+        .await
+        .unwrap()
+        .iter()
+        .map(|c| c.step)
+        .collect();
+    assert_eq!(left, vec![5, 6, 7]);
+    let other = new_tenant(&db).await;
+    assert_eq!(checkpoints::latest(&db, &other, run).await.unwrap(), None);
+    assert_eq!(checkpoints::prune(&db, &other, run, 0).await.unwrap(), 0);
+    assert_eq!(checkpoints::list(&db, &scope, run).await.unwrap().len(), 3);
+}
+
+async fn list_by_user_and_assistant(db: DatabaseConnection) {
+    let scope = new_tenant(&db).await;
+    let (alice, bob) = (UserId::new(), UserId::new());
+    let ops = AssistantId::try_from("ops").unwrap();
+    let a1 = sessions::create(&db, &scope, new_session(alice))
+        .await
+        .unwrap();
+    let a2 = sessions::create(
+        &db,
+        &scope,
+        NewSession {
+            assistant_id: ops.clone(),
+            ..new_session(alice)
+        },
+    )
+    .await
+    .unwrap();
+    let b1 = sessions::create(
+        &db,
+        &scope,
+        NewSession {
+            assistant_id: ops.clone(),
+            ..new_session(bob)
+        },
+    )
+    .await
+    .unwrap();
+    sessions::touch(&db, &scope, a1.id, SessionState::Idle)
+        .await
+        .unwrap(); // a1 is now the most recent
+    let alice_s: Vec<SessionId> =
+        sessions::list_by_user(&db, &scope, alice, PageRequest::default())
+            .await
+            .unwrap()
+            .iter()
+            .map(|s| s.id)
+            .collect();
+    assert_eq!(alice_s, vec![a1.id, a2.id]);
+    let ops_s: BTreeSet<SessionId> =
+        sessions::list_by_assistant(&db, &scope, &ops, PageRequest::default())
+            .await
+            .unwrap()
+            .iter()
+            .map(|s| s.id)
+            .collect();
+    assert_eq!(ops_s, BTreeSet::from([a2.id, b1.id]));
+    assert_eq!(
+        sessions::count_by_user(&db, &scope, alice).await.unwrap(),
+        2
+    );
+    let (page, total) = sessions::list(&db, &scope, None, PageRequest::new(1, 1))
+        .await
+        .unwrap();
+    assert_eq!(total, 3);
+    assert_eq!(page.len(), 1);
+}
+
+async fn tenants_crud_and_duplicate_names(db: DatabaseConnection) {
+    let name = format!("acme-{}", uuid::Uuid::now_v7());
+    let quotas = Quotas {
+        max_users: 3,
+        max_concurrent_runs: 2,
+        tokens_per_day: 1234,
+        ..Quotas::default()
+    };
+    let t = tenants::create(
+        &db,
+        &platform(),
+        NewTenant {
+            name: name.clone(),
+            quotas,
+            features_enabled: vec!["stdio_mcp".into()],
+            tool_permissions: None,
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(t.status, TenantStatus::Active);
+    assert_eq!(t.quotas, quotas);
+    assert!(t.has_feature("stdio_mcp"));
+    assert!(matches!(
+        tenants::create(
+            &db,
+            &platform(),
+            NewTenant {
+                name: name.clone(),
+                quotas,
+                features_enabled: vec![],
+                tool_permissions: None
+            }
+        )
+        .await,
+        Err(StoreError::Conflict(_))
+    ));
+    let got = tenants::get_by_name(&db, &platform(), &name)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(got, t);
+    let upd = tenants::update(
+        &db,
+        &platform(),
+        t.id,
+        TenantUpdate {
+            status: Some(TenantStatus::Suspended),
+            quotas: Some(Quotas {
+                max_users: 9,
+                ..quotas
+            }),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(upd.status, TenantStatus::Suspended);
+    assert_eq!(upd.quotas.max_users, 9);
+    assert_eq!(upd.name, name);
+    assert_eq!(tenants::get_own(&db, &t.scope()).await.unwrap(), upd);
+    let (all, total) = tenants::list(&db, &platform(), PageRequest::new(1000, 0))
+        .await
+        .unwrap();
+    assert!(total >= 1);
+    assert!(all.iter().any(|x| x.id == t.id));
+    assert!(matches!(
+        tenants::update(
+            &db,
+            &platform(),
+            agentry_schema::ids::TenantId::new(),
+            TenantUpdate::default()
+        )
+        .await,
+        Err(StoreError::NotFound(_))
+    ));
+}
+
+async fn users_and_roles(db: DatabaseConnection) {
+    let scope = new_tenant(&db).await;
+    let alice = users::create(&db, &scope, "alice", Role::Admin)
+        .await
+        .unwrap();
+    let bob = users::create(&db, &scope, "bob", Role::Member)
+        .await
+        .unwrap();
+    assert!(matches!(
+        users::create(&db, &scope, "alice", Role::Member).await,
+        Err(StoreError::Conflict(_))
+    ));
+    assert_eq!(
+        users::get(&db, &scope, alice.id)
+            .await
+            .unwrap()
+            .unwrap()
+            .role,
+        Role::Admin
+    );
+    let (list, total) = users::list(&db, &scope, PageRequest::default())
+        .await
+        .unwrap();
+    assert_eq!(total, 2);
+    assert_eq!(
+        list.iter().map(|u| u.name.as_str()).collect::<Vec<_>>(),
+        vec!["alice", "bob"]
+    );
+    let bob2 = users::update(&db, &scope, bob.id, Some(Role::Admin), Some(true))
+        .await
+        .unwrap();
+    assert_eq!((bob2.role, bob2.disabled), (Role::Admin, true));
+    let other = new_tenant(&db).await;
+    assert_eq!(users::get(&db, &other, bob.id).await.unwrap(), None);
+    // Same name in another tenant is fine.
+    users::create(&db, &other, "alice", Role::Member)
+        .await
+        .unwrap();
+    assert!(users::delete(&db, &scope, bob.id).await.unwrap());
+    assert_eq!(users::count(&db, &scope).await.unwrap(), 1);
+}
+
+async fn api_keys_authenticate_expire_and_revoke(db: DatabaseConnection) {
+    let scope = new_tenant(&db).await;
+    let u = users::create(&db, &scope, "k", Role::Member).await.unwrap();
+    let created = api_keys::create(&db, &scope, u.id, "ci", Role::Member, None)
+        .await
+        .unwrap();
+    assert!(created.secret.starts_with(&created.key.prefix));
+    let KeyCheck::Valid(k) = api_keys::authenticate(&db, &platform(), &created.secret)
+        .await
+        .unwrap()
+    else {
+        panic!("fresh key must be valid")
+    };
+    assert_eq!(
+        (k.tenant_id, k.user_id, k.role),
+        (scope.tenant_id(), u.id, Role::Member)
+    );
+    // Wrong secret with the right prefix, garbage, and truncation are all simply invalid.
+    let mut wrong = created.secret.clone();
+    wrong.pop();
+    wrong.push(if created.secret.ends_with('a') {
+        'b'
+    } else {
+        'a'
+    });
+    for bad in [
+        wrong.as_str(),
+        "agk_",
+        "nonsense",
+        &created.secret[..20],
+        "agk_ÿÿÿÿÿÿÿÿÿÿÿÿÿÿÿÿ",
+    ] {
+        assert_eq!(
+            api_keys::authenticate(&db, &platform(), bad).await.unwrap(),
+            KeyCheck::Invalid,
+            "{bad}"
+        );
+    }
+    api_keys::touch_last_used(&db, &k).await.unwrap();
+    let listed = api_keys::list(&db, &scope, None, Some(&created.key.prefix[..6]))
+        .await
+        .unwrap();
+    assert_eq!(listed.len(), 1);
+    assert!(listed[0].last_used_at.is_some());
+    let revoked = api_keys::revoke(&db, &scope, k.id).await.unwrap();
+    assert!(revoked.revoked_at.is_some());
+    assert_eq!(
+        api_keys::authenticate(&db, &platform(), &created.secret)
+            .await
+            .unwrap(),
+        KeyCheck::Revoked
+    );
+    let past = agentry_store::now() - chrono::Duration::seconds(5);
+    let expired = api_keys::create(&db, &scope, u.id, "old", Role::Admin, Some(past))
+        .await
+        .unwrap();
+    assert_eq!(
+        api_keys::authenticate(&db, &platform(), &expired.secret)
+            .await
+            .unwrap(),
+        KeyCheck::Expired
+    );
+    let other = new_tenant(&db).await;
+    assert!(matches!(
+        api_keys::revoke(&db, &other, expired.key.id).await,
+        Err(StoreError::NotFound(_))
+    ));
+}
+
+async fn assistants_default_and_crud(db: DatabaseConnection) {
+    let scope = new_tenant(&db).await;
+    let (d1, d2) = tokio::join!(
+        assistants::ensure_default(&db, &scope, AssistantSpec::default()),
+        assistants::ensure_default(&db, &scope, AssistantSpec::default())
+    );
+    assert_eq!(d1.unwrap().id, d2.unwrap().id);
+    let id = AssistantId::try_from("sre").unwrap();
+    let spec = AssistantSpec {
+        name: "SRE".into(),
+        provider: Some("openai".into()),
+        model: Some("gpt-x".into()),
+        tools: Some(vec!["files:*".into(), "execute".into()]),
+        interrupt_on: vec!["write_file".into()],
+        auto_approve: true,
+        recursion_limit: 7,
+        ..AssistantSpec::default()
+    };
+    let a = assistants::create(&db, &scope, &id, spec.clone())
+        .await
+        .unwrap();
+    assert_eq!(a.spec, spec);
+    assert!(matches!(
+        assistants::create(&db, &scope, &id, spec.clone()).await,
+        Err(StoreError::Conflict(_))
+    ));
+    let upd = assistants::update(
+        &db,
+        &scope,
+        &id,
+        AssistantSpec {
+            tools: None,
+            ..spec.clone()
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(upd.spec.tools, None);
+    assert_eq!(upd.created_at, a.created_at);
+    assert_eq!(assistants::list(&db, &scope).await.unwrap().len(), 2);
+    assert!(matches!(
+        assistants::delete(&db, &scope, &AssistantId::default_assistant()).await,
+        Err(StoreError::Invalid(_))
+    ));
+    assert!(assistants::delete(&db, &scope, &id).await.unwrap());
+    assert!(!assistants::delete(&db, &scope, &id).await.unwrap());
+}
+
+async fn executions_lifecycle_and_listing(db: DatabaseConnection) {
+    let scope = new_tenant(&db).await;
+    let user = UserId::new();
+    let sid = SessionId::new();
+    let run = RunId::new();
+    let e = executions::create(
+        &db,
+        &scope,
+        NewExecution {
+            id: run,
+            user_id: user,
+            session_id: sid,
+            assistant_id: "default".into(),
+            input: "hi".into(),
+            trace_id: Some("abc".into()),
+            status: ExecutionStatus::Running,
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(e.status, ExecutionStatus::Running);
+    assert_eq!(
+        executions::active_for_session(&db, &scope, sid)
+            .await
+            .unwrap()
+            .map(|x| x.id),
+        Some(run)
+    );
+    executions::update(
+        &db,
+        &scope,
+        run,
+        ExecutionStatus::WaitingApproval,
+        2,
+        TokenUsage::new(10, 5),
+        None,
+    )
+    .await
+    .unwrap();
+    let unfinished = executions::list_unfinished(&db, &platform()).await.unwrap();
+    assert!(
+        unfinished
+            .iter()
+            .any(|x| x.id == run && x.status == ExecutionStatus::WaitingApproval)
+    );
+    executions::update(
+        &db,
+        &scope,
+        run,
+        ExecutionStatus::Failed,
+        3,
+        TokenUsage::new(20, 7),
+        Some("boom"),
+    )
+    .await
+    .unwrap();
+    let done = executions::get(&db, &scope, run).await.unwrap().unwrap();
+    assert_eq!(
+        (done.status, done.steps, done.token_usage),
+        (ExecutionStatus::Failed, 3, TokenUsage::new(20, 7))
+    );
+    assert_eq!(done.error.as_deref(), Some("boom"));
+    assert!(done.completed_at.is_some());
+    assert_eq!(
+        executions::active_for_session(&db, &scope, sid)
+            .await
+            .unwrap(),
+        None
+    );
+    let (list, total) = executions::list(
+        &db,
+        &scope,
+        &ExecutionFilter {
+            status: Some(ExecutionStatus::Failed),
+            ..Default::default()
+        },
+        PageRequest::default(),
+    )
+    .await
+    .unwrap();
+    assert_eq!((list.len(), total), (1, 1));
+    let since = agentry_store::now() - chrono::Duration::hours(1);
+    assert_eq!(
+        executions::tokens_since(&db, &scope, since).await.unwrap(),
+        27
+    );
+    let other = new_tenant(&db).await;
+    assert!(matches!(
+        executions::update(
+            &db,
+            &other,
+            run,
+            ExecutionStatus::Completed,
+            1,
+            TokenUsage::default(),
+            None
+        )
+        .await,
+        Err(StoreError::NotFound(_))
+    ));
+}
+
+async fn approvals_first_decision_wins(db: DatabaseConnection) {
+    let scope = new_tenant(&db).await;
+    let id = ApprovalId::new();
+    let sid = SessionId::new();
+    approvals::create(
+        &db,
+        &scope,
+        NewApproval {
+            id,
+            session_id: sid,
+            execution_id: RunId::new(),
+            kind: "approval".into(),
+            tool_call_id: Some("c1".into()),
+            request: json!({"name": "execute"}),
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        approvals::list_pending_for_session(&db, &scope, sid)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    let who = UserId::new();
+    assert!(
+        approvals::decide(
+            &db,
+            &scope,
+            id,
+            ApprovalStatus::Approved,
+            Some(json!({"type": "approve"})),
+            Some(who)
+        )
+        .await
+        .unwrap()
+    );
+    assert!(
+        !approvals::decide(&db, &scope, id, ApprovalStatus::Rejected, None, None)
+            .await
+            .unwrap()
+    );
+    let a = approvals::get(&db, &scope, id).await.unwrap().unwrap();
+    assert_eq!(
+        (a.status, a.decided_by),
+        (ApprovalStatus::Approved, Some(who))
+    );
+    assert!(
+        approvals::list_pending_for_session(&db, &scope, sid)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let other = new_tenant(&db).await;
+    assert_eq!(approvals::get(&db, &other, id).await.unwrap(), None);
+}
+
+async fn tool_call_audit_rows(db: DatabaseConnection) {
+    let scope = new_tenant(&db).await;
+    let run = RunId::new();
+    for (i, err) in [None, Some("bad args")].into_iter().enumerate() {
+        tool_calls::insert(
+            &db,
+            &scope,
+            NewToolCallLog {
+                session_id: SessionId::new(),
+                execution_id: run,
+                tool_call_id: format!("c{i}"),
+                tool_name: "read_file".into(),
+                input: json!({"path": "a.txt"}),
+                output: err.is_none().then(|| json!({"content": "x"})),
+                error: err.map(str::to_string),
+                duration_ms: 12,
+                approved: Some(i == 0),
+                approved_by: None,
+            },
+        )
+        .await
+        .unwrap();
+    }
+    let rows = tool_calls::list_by_execution(&db, &scope, run)
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows[0].tool_call_id, "c0");
+    assert_eq!(rows[1].error.as_deref(), Some("bad args"));
+    assert_eq!(rows[0].output, Some(json!({"content": "x"})));
+}
+
+async fn events_append_replay_and_max_seq(db: DatabaseConnection) {
+    let scope = new_tenant(&db).await;
+    let sid = SessionId::new();
+    let run = RunId::new();
+    let evs: Vec<ExecutionEvent> = (1..=5)
+        .map(|i| {
+            ExecutionEvent::new(
+                i,
+                sid.to_string(),
+                run.to_string(),
+                EventPayload::text(format!("chunk {i}"), i == 5),
+            )
+        })
+        .collect();
+    events::append(&db, &scope, sid, &evs[..3]).await.unwrap();
+    events::append(&db, &scope, sid, &evs[3..]).await.unwrap();
+    assert_eq!(events::max_seq(&db, &scope, sid).await.unwrap(), 5);
+    assert_eq!(
+        events::list_after(&db, &scope, sid, 2, 100).await.unwrap(),
+        evs[2..].to_vec()
+    );
+    assert_eq!(
+        events::list_after(&db, &scope, sid, 0, 2).await.unwrap(),
+        evs[..2].to_vec()
+    );
+    assert!(matches!(
+        events::append(&db, &scope, sid, &evs[..1]).await,
+        Err(StoreError::Conflict(_))
+    ));
+    let other = new_tenant(&db).await;
+    assert!(
+        events::list_after(&db, &other, sid, 0, 100)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+async fn mcp_servers_unique_per_user(db: DatabaseConnection) {
+    let scope = new_tenant(&db).await;
+    let (a, b) = (UserId::new(), UserId::new());
+    let new = |user, name: &str| NewMcpServer {
+        user_id: user,
+        name: name.into(),
+        transport: "stdio".into(),
+        command: Some("npx".into()),
+        args: vec!["-y".into(), "srv".into()],
+        url: None,
+        env_encrypted: Some("ciphertext".into()),
+        headers_encrypted: None,
+        disabled: false,
+        timeout_secs: 30,
+    };
+    let row = mcp_servers::create(&db, &scope, new(a, "fs"))
+        .await
+        .unwrap();
+    assert_eq!(row.args, vec!["-y", "srv"]);
+    assert!(matches!(
+        mcp_servers::create(&db, &scope, new(a, "fs")).await,
+        Err(StoreError::Conflict(_))
+    ));
+    mcp_servers::create(&db, &scope, new(b, "fs"))
+        .await
+        .unwrap();
+    let replaced = mcp_servers::replace(
+        &db,
+        &scope,
+        NewMcpServer {
+            disabled: true,
+            ..new(a, "fs")
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!((replaced.id, replaced.disabled), (row.id, true));
+    assert_eq!(mcp_servers::count_by_user(&db, &scope, a).await.unwrap(), 1);
+    assert!(
+        mcp_servers::delete_by_name(&db, &scope, a, "fs")
+            .await
+            .unwrap()
+    );
+    assert!(
+        mcp_servers::list_by_user(&db, &scope, a)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        mcp_servers::list_by_user(&db, &scope, b)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+}
+
+async fn memories_search_and_isolation(db: DatabaseConnection) {
+    let scope = new_tenant(&db).await;
+    let (a, b) = (UserId::new(), UserId::new());
+    let mk = |user, content: &str| NewMemory {
+        user_id: user,
+        assistant_id: None,
+        kind: "fact".into(),
+        content: content.into(),
+        metadata: json!({}),
+        expires_at: None,
+    };
+    memories::create(&db, &scope, mk(a, "Prefers Rust over Go"))
+        .await
+        .unwrap();
+    memories::create(
+        &db,
+        &scope,
+        mk(a, "Deploys on Kubernetes with Rust services"),
+    )
+    .await
+    .unwrap();
+    memories::create(&db, &scope, mk(a, "Likes tea"))
+        .await
+        .unwrap();
+    memories::create(&db, &scope, mk(b, "Rust everywhere"))
+        .await
+        .unwrap();
+    memories::create(
+        &db,
+        &scope,
+        NewMemory {
+            expires_at: Some(agentry_store::now() - chrono::Duration::seconds(1)),
+            ..mk(a, "rust expired")
+        },
+    )
+    .await
+    .unwrap();
+    let hits = memories::search(&db, &scope, a, "rust kubernetes", 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        hits.iter().map(|m| m.content.as_str()).collect::<Vec<_>>(),
+        vec![
+            "Deploys on Kubernetes with Rust services",
+            "Prefers Rust over Go"
+        ]
+    );
+    assert_eq!(
+        memories::list(&db, &scope, a, PageRequest::default())
+            .await
+            .unwrap()
+            .1,
+        3
+    );
+    assert_eq!(
+        memories::search(&db, &scope, b, "rust", 10)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    let other = new_tenant(&db).await;
+    assert!(
+        memories::search(&db, &other, a, "rust", 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+async fn usage_by_day_counts_runs_tokens_and_calls(db: DatabaseConnection) {
+    let scope = new_tenant(&db).await;
+    for i in 0..3u64 {
+        let run = RunId::new();
+        executions::create(
+            &db,
+            &scope,
+            NewExecution {
+                id: run,
+                user_id: UserId::new(),
+                session_id: SessionId::new(),
+                assistant_id: "default".into(),
+                input: "x".into(),
+                trace_id: None,
+                status: ExecutionStatus::Running,
+            },
+        )
+        .await
+        .unwrap();
+        executions::update(
+            &db,
+            &scope,
+            run,
+            ExecutionStatus::Completed,
+            1,
+            TokenUsage::new(10 * (i + 1), 1),
+            None,
+        )
+        .await
+        .unwrap();
+        tool_calls::insert(
+            &db,
+            &scope,
+            NewToolCallLog {
+                session_id: SessionId::new(),
+                execution_id: run,
+                tool_call_id: "c".into(),
+                tool_name: "t".into(),
+                input: json!({}),
+                output: None,
+                error: None,
+                duration_ms: 1,
+                approved: None,
+                approved_by: None,
+            },
+        )
+        .await
+        .unwrap();
+    }
+    let now = agentry_store::now();
+    let days = usage::by_day(
+        &db,
+        &scope,
+        now - chrono::Duration::days(1),
+        now + chrono::Duration::seconds(1),
+    )
+    .await
+    .unwrap();
+    let total_runs: u64 = days.iter().map(|d| d.runs).sum();
+    let total_tokens: u64 = days.iter().map(|d| d.total_tokens).sum();
+    let calls: u64 = days.iter().map(|d| d.tool_calls).sum();
+    assert_eq!((total_runs, total_tokens, calls), (3, 63, 3));
+}
+
+async fn deleting_a_tenant_removes_its_rows(db: DatabaseConnection) {
+    let scope = new_tenant(&db).await;
+    let keep = new_tenant(&db).await;
+    for sc in [scope, keep] {
+        let u = users::create(&db, &sc, "u", Role::Member).await.unwrap();
+        let s = sessions::create(&db, &sc, new_session(u.id)).await.unwrap();
+        messages::save(&db, &sc, s.id, NewMessage::user("m", None))
+            .await
+            .unwrap();
+    }
+    assert!(
+        tenants::delete(&db, &platform(), scope.tenant_id())
+            .await
+            .unwrap()
+    );
+    assert!(
+        tenants::get(&db, &platform(), scope.tenant_id())
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert_eq!(users::count(&db, &scope).await.unwrap(), 0);
+    assert_eq!(
+        sessions::list(&db, &scope, None, PageRequest::default())
+            .await
+            .unwrap()
+            .1,
+        0
+    );
+    assert_eq!(users::count(&db, &keep).await.unwrap(), 1);
+    assert_eq!(
+        sessions::list(&db, &keep, None, PageRequest::default())
+            .await
+            .unwrap()
+            .1,
+        1
+    );
+}
+
+// ---- properties (>= 100 cases each, per backend) ----
+
+/// Runs a property against one database, many cases, inside the test's runtime.
+async fn check<S, F, Fut>(strategy: S, mut body: F)
+where
+    S: Strategy,
+    S::Value: Clone + std::fmt::Debug,
+    F: FnMut(S::Value) -> Fut,
+    Fut: std::future::Future<Output = Result<(), String>>,
+{
+    use proptest::test_runner::{Config, TestRunner};
+    let mut runner = TestRunner::new(Config {
+        cases: 100,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    // proptest's runner is synchronous; evaluate each generated case on this runtime.
+    let mut cases = Vec::new();
+    for _ in 0..100 {
+        let tree = strategy.new_tree(&mut runner).expect("strategy");
+        cases.push(proptest::strategy::ValueTree::current(&tree));
+    }
+    for case in cases {
+        if let Err(msg) = body(case.clone()).await {
+            panic!("property failed for {case:?}: {msg}");
+        }
+    }
+}
+
+macro_rules! ensure {
+    ($cond:expr, $($arg:tt)*) => { if !$cond { return Err(format!($($arg)*)); } };
+}
+
+async fn prop_session_store_round_trip(db: DatabaseConnection) {
+    let scope = new_tenant(&db).await;
+    let strat = (
+        "[a-z][a-z0-9_-]{0,20}",
+        any::<bool>(),
+        prop::collection::btree_map(
+            "[a-z]{1,6}",
+            prop_oneof![
+                any::<i32>().prop_map(|n| json!(n)),
+                ".{0,12}".prop_map(|s| json!(s)),
+                any::<bool>().prop_map(|b| json!(b))
+            ],
+            0..5,
+        ),
+    );
+    check(strat, |(assistant, auto, meta)| {
+        let db = db.clone();
+        async move {
+            let new = NewSession {
+                id: None,
+                user_id: UserId::new(),
+                assistant_id: AssistantId::try_from(assistant.as_str())
+                    .map_err(|e| e.to_string())?,
+                auto_approve: auto,
+                metadata: json!(meta),
+            };
+            let created = sessions::create(&db, &scope, new.clone())
+                .await
+                .map_err(|e| e.to_string())?;
+            let got = sessions::get(&db, &scope, created.id)
+                .await
+                .map_err(|e| e.to_string())?;
+            ensure!(
+                got.as_ref() == Some(&created),
+                "get != create: {got:?} vs {created:?}"
+            );
+            ensure!(
+                created.metadata == agentry_store::sanitize_json(new.metadata.clone())
+                    && created.auto_approve == auto
+                    && created.assistant_id == new.assistant_id,
+                "fields changed"
+            );
+            Ok(())
+        }
+    })
+    .await;
+}
+
+async fn prop_message_pagination(db: DatabaseConnection) {
+    let scope = new_tenant(&db).await;
+    // One session holding 30 messages; every (limit, offset) must slice it exactly.
+    let s = sessions::create(&db, &scope, new_session(UserId::new()))
+        .await
+        .unwrap();
+    let mut ids = Vec::new();
+    for i in 0..30 {
+        let m = messages::save(&db, &scope, s.id, NewMessage::user(format!("m{i}"), None))
+            .await
+            .unwrap();
+        ids.push(m.id);
+    }
+    check((0u64..40, 0u64..40), |(limit, offset)| {
+        let db = db.clone();
+        let ids = ids.clone();
+        async move {
+            let page = messages::list(&db, &scope, s.id, PageRequest::new(limit, offset))
+                .await
+                .map_err(|e| e.to_string())?;
+            let got: Vec<i64> = page.iter().map(|m| m.id).collect();
+            let start = (offset as usize).min(ids.len());
+            let end = (start + limit as usize).min(ids.len());
+            ensure!(
+                got == ids[start..end],
+                "limit {limit} offset {offset}: got {got:?}"
+            );
+            let contents: Vec<String> = page.iter().map(|m| m.content.clone()).collect();
+            let expected: Vec<String> = (start..end).map(|i| format!("m{i}")).collect();
+            ensure!(contents == expected, "order broken: {contents:?}");
+            Ok(())
+        }
+    })
+    .await;
+}
+
+async fn prop_cleanup_expired_removes_exactly_the_expired(db: DatabaseConnection) {
+    // Ages in minutes and states; timeout 30 min. Expired = idle/closed and older than timeout.
+    let state = prop_oneof![
+        Just(SessionState::Idle),
+        Just(SessionState::Closed),
+        Just(SessionState::Running),
+        Just(SessionState::WaitingApproval)
+    ];
+    check(prop::collection::vec((0i64..60, state), 0..8), |specs| {
+        let db = db.clone();
+        async move {
+            let scope = new_tenant(&db).await;
+            let now = agentry_store::now();
+            let mut expected = BTreeSet::new();
+            let mut kept = BTreeSet::new();
+            for (age, st) in &specs {
+                let s = sessions::create(&db, &scope, new_session(UserId::new()))
+                    .await
+                    .map_err(|e| e.to_string())?;
+                sessions::touch(&db, &scope, s.id, *st)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                // Ages sit a whole minute away from the cutoff so clock skew cannot matter.
+                let at = now - chrono::Duration::minutes(*age) - chrono::Duration::seconds(30);
+                sessions::set_last_active(&db, &scope, s.id, at)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let is_expired =
+                    *age >= 30 && matches!(st, SessionState::Idle | SessionState::Closed);
+                if is_expired {
+                    expected.insert(s.id)
+                } else {
+                    kept.insert(s.id)
+                };
+            }
+            let removed: BTreeSet<SessionId> =
+                sessions::cleanup_expired(&db, &scope, Duration::from_secs(30 * 60))
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .into_iter()
+                    .collect();
+            ensure!(
+                removed == expected,
+                "removed {removed:?}, expected {expected:?}"
+            );
+            let left: BTreeSet<SessionId> =
+                sessions::list(&db, &scope, None, PageRequest::new(100, 0))
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .0
+                    .into_iter()
+                    .map(|s| s.id)
+                    .collect();
+            ensure!(left == kept, "left {left:?}, expected {kept:?}");
+            Ok(())
+        }
+    })
+    .await;
+}
+
+async fn prop_tenant_isolation(db: DatabaseConnection) {
+    check((0usize..4, 0usize..4, 0usize..3), |(na, nb, msgs)| {
+        let db = db.clone();
+        async move {
+            let (a, b) = (new_tenant(&db).await, new_tenant(&db).await);
+            let user = UserId::new(); // the same user id in both tenants must not leak either
+            let mut a_ids = BTreeSet::new();
+            for (scope, n) in [(a, na), (b, nb)] {
+                for _ in 0..n {
+                    let s = sessions::create(&db, &scope, new_session(user))
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    for i in 0..msgs {
+                        messages::save(&db, &scope, s.id, NewMessage::user(format!("{i}"), None))
+                            .await
+                            .map_err(|e| e.to_string())?;
+                    }
+                    if scope == a {
+                        a_ids.insert(s.id);
+                    }
+                }
+            }
+            let listed: BTreeSet<SessionId> =
+                sessions::list_by_user(&db, &a, user, PageRequest::new(100, 0))
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .into_iter()
+                    .map(|s| s.id)
+                    .collect();
+            ensure!(
+                listed == a_ids,
+                "tenant A listed {listed:?}, owns {a_ids:?}"
+            );
+            let (all, total) = sessions::list(&db, &a, None, PageRequest::new(100, 0))
+                .await
+                .map_err(|e| e.to_string())?;
+            ensure!(
+                total == na as u64 && all.iter().all(|s| s.tenant_id == a.tenant_id()),
+                "tenant-wide list leaked"
+            );
+            for s in sessions::list(&db, &b, None, PageRequest::new(100, 0))
+                .await
+                .map_err(|e| e.to_string())?
+                .0
+            {
+                ensure!(
+                    messages::count(&db, &a, s.id)
+                        .await
+                        .map_err(|e| e.to_string())?
+                        == 0,
+                    "A sees B's messages"
+                );
+                ensure!(
+                    sessions::get(&db, &a, s.id)
+                        .await
+                        .map_err(|e| e.to_string())?
+                        .is_none(),
+                    "A gets B's session"
+                );
+            }
+            Ok(())
+        }
+    })
+    .await;
+}

@@ -1,0 +1,459 @@
+//! The authorization matrix (CONVENTIONS §12): every route × {no key, bad key, revoked key,
+//! another tenant's key, member, tenant admin, platform admin} with the expected status.
+//!
+//! "Another tenant" is tenant B's *admin* (the strongest outsider): B's key reading A's rows
+//! gets 404; on routes that create, it creates in B (and A is checked to be untouched).
+
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use crate::ctx::{ADMIN_KEY, Ctx, Seeded, TenantFx, unique};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Who {
+    NoKey,
+    BadKey,
+    Revoked,
+    OtherTenant,
+    Member,
+    TenantAdmin,
+    PlatformAdmin,
+}
+
+pub const WHO: [Who; 7] = [
+    Who::NoKey,
+    Who::BadKey,
+    Who::Revoked,
+    Who::OtherTenant,
+    Who::Member,
+    Who::TenantAdmin,
+    Who::PlatformAdmin,
+];
+
+/// Every route the gateway serves in this phase.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    Health,
+    HealthLive,
+    HealthReady,
+    Metrics,
+    OpenApi,
+    Me,
+    ListSessions,
+    GetSession,
+    ListMessages,
+    ListEvents,
+    ListAgents,
+    CreateAgent,
+    GetAgent,
+    CreateAgentAt,
+    ReplaceAgent,
+    DeleteAgent,
+    ListExecutions,
+    GetExecution,
+    TenantListUsers,
+    TenantCreateUser,
+    TenantGetUser,
+    TenantUpdateUser,
+    TenantDeleteUser,
+    TenantListKeys,
+    TenantCreateKey,
+    TenantGetKey,
+    TenantRevokeKey,
+    AdminListTenants,
+    AdminCreateTenant,
+    AdminGetTenant,
+    AdminUpdateTenant,
+    AdminReplaceTenant,
+    AdminDeleteTenant,
+    AdminListUsers,
+    AdminCreateUser,
+    AdminGetUser,
+    AdminUpdateUser,
+    AdminDeleteUser,
+    AdminListKeys,
+    AdminCreateKey,
+    AdminGetKey,
+    AdminRevokeKey,
+    AdminUsage,
+}
+
+use Route::*;
+
+pub const ROUTES: &[Route] = &[
+    Health,
+    HealthLive,
+    HealthReady,
+    Metrics,
+    OpenApi,
+    Me,
+    ListSessions,
+    GetSession,
+    ListMessages,
+    ListEvents,
+    ListAgents,
+    CreateAgent,
+    GetAgent,
+    CreateAgentAt,
+    ReplaceAgent,
+    DeleteAgent,
+    ListExecutions,
+    GetExecution,
+    TenantListUsers,
+    TenantCreateUser,
+    TenantGetUser,
+    TenantUpdateUser,
+    TenantDeleteUser,
+    TenantListKeys,
+    TenantCreateKey,
+    TenantGetKey,
+    TenantRevokeKey,
+    AdminListTenants,
+    AdminCreateTenant,
+    AdminGetTenant,
+    AdminUpdateTenant,
+    AdminReplaceTenant,
+    AdminDeleteTenant,
+    AdminListUsers,
+    AdminCreateUser,
+    AdminGetUser,
+    AdminUpdateUser,
+    AdminDeleteUser,
+    AdminListKeys,
+    AdminCreateKey,
+    AdminGetKey,
+    AdminRevokeKey,
+    AdminUsage,
+];
+
+/// Expected status per caller, in the order of [`WHO`].
+pub fn expected(route: Route) -> [u16; 7] {
+    //                 none bad  rev  other member admin platform
+    const OPEN: [u16; 7] = [200, 200, 200, 200, 200, 200, 200];
+    const ANY_CALLER: [u16; 7] = [401, 401, 401, 200, 200, 200, 200];
+    // Tenant data everyone in the tenant may read; the outsider lists its own (200).
+    const TENANT_LIST: [u16; 7] = [401, 401, 401, 200, 200, 200, 403];
+    // A row of A the member owns.
+    const OWN_ROW: [u16; 7] = [401, 401, 401, 404, 200, 200, 403];
+    const ADMIN_LIST: [u16; 7] = [401, 401, 401, 200, 403, 200, 403];
+    const ADMIN_CREATE: [u16; 7] = [401, 401, 401, 201, 403, 201, 403];
+    const ADMIN_ROW: [u16; 7] = [401, 401, 401, 404, 403, 200, 403];
+    const ADMIN_DELETE: [u16; 7] = [401, 401, 401, 404, 403, 204, 403];
+    const PLATFORM: [u16; 7] = [401, 401, 401, 403, 403, 403, 200];
+    const PLATFORM_CREATE: [u16; 7] = [401, 401, 401, 403, 403, 403, 201];
+    const PLATFORM_DELETE: [u16; 7] = [401, 401, 401, 403, 403, 403, 204];
+    match route {
+        Health | HealthLive | HealthReady | Metrics | OpenApi => OPEN,
+        Me => ANY_CALLER,
+        ListSessions | ListAgents | ListExecutions => TENANT_LIST,
+        GetSession | ListMessages | ListEvents | GetExecution | GetAgent => OWN_ROW,
+        CreateAgent | CreateAgentAt | TenantCreateUser => ADMIN_CREATE,
+        ReplaceAgent | TenantGetUser | TenantUpdateUser | TenantGetKey | TenantRevokeKey => {
+            ADMIN_ROW
+        }
+        DeleteAgent | TenantDeleteUser => ADMIN_DELETE,
+        TenantListUsers | TenantListKeys => ADMIN_LIST,
+        // B's admin names a user of A: no such user in B.
+        TenantCreateKey => [401, 401, 401, 422, 403, 201, 403],
+        AdminCreateTenant | AdminCreateUser | AdminCreateKey => PLATFORM_CREATE,
+        AdminDeleteTenant | AdminDeleteUser => PLATFORM_DELETE,
+        AdminListTenants | AdminGetTenant | AdminUpdateTenant | AdminReplaceTenant
+        | AdminListUsers | AdminGetUser | AdminUpdateUser | AdminListKeys | AdminGetKey
+        | AdminRevokeKey | AdminUsage => PLATFORM,
+    }
+}
+
+pub struct MatrixFx {
+    pub a: TenantFx,
+    pub b: TenantFx,
+    pub revoked_key: String,
+    pub seeded: Seeded,
+}
+
+pub async fn fixture(ctx: &Ctx) -> MatrixFx {
+    let a = ctx.tenant().await;
+    let b = ctx.tenant().await;
+    let revoked = ctx.member(&a.id, "admin").await;
+    ctx.ok(
+        Method::DELETE,
+        &format!("/api/v1/admin/tenants/{}/api-keys/{}", a.id, revoked.key_id),
+        ADMIN_KEY,
+        None,
+        200,
+    )
+    .await;
+    ctx.ok(
+        Method::POST,
+        "/api/v1/agents",
+        &a.admin.key,
+        Some(json!({ "id": "extra" })),
+        201,
+    )
+    .await;
+    let seeded = ctx.seed_session(&a, &a.member.user_id, 4, 4).await;
+    MatrixFx {
+        a,
+        b,
+        revoked_key: revoked.key,
+        seeded,
+    }
+}
+
+fn key_of(who: Who, fx: &MatrixFx) -> Option<String> {
+    match who {
+        Who::NoKey => None,
+        Who::BadKey => Some("agk_NotAReal_0000000000000000000000000000000000000000".into()),
+        Who::Revoked => Some(fx.revoked_key.clone()),
+        Who::OtherTenant => Some(fx.b.admin.key.clone()),
+        Who::Member => Some(fx.a.member.key.clone()),
+        Who::TenantAdmin => Some(fx.a.admin.key.clone()),
+        Who::PlatformAdmin => Some(ADMIN_KEY.into()),
+    }
+}
+
+pub struct Req {
+    pub method: Method,
+    pub path: String,
+    pub body: Option<Value>,
+}
+
+fn req(method: Method, path: String, body: Option<Value>) -> Req {
+    Req { method, path, body }
+}
+
+/// A fresh tenant, for the routes that replace or delete one.
+async fn fresh_tenant(ctx: &Ctx) -> String {
+    let t = ctx
+        .ok(
+            Method::POST,
+            "/api/v1/admin/tenants",
+            ADMIN_KEY,
+            Some(json!({ "name": unique("victim") })),
+            201,
+        )
+        .await;
+    t["id"].as_str().unwrap().to_string()
+}
+
+async fn fresh_user(ctx: &Ctx, tenant: &str) -> String {
+    let u = ctx
+        .ok(
+            Method::POST,
+            &format!("/api/v1/admin/tenants/{tenant}/users"),
+            ADMIN_KEY,
+            Some(json!({ "name": unique("victim") })),
+            201,
+        )
+        .await;
+    u["id"].as_str().unwrap().to_string()
+}
+
+async fn fresh_key(ctx: &Ctx, fx: &MatrixFx) -> String {
+    ctx.member(&fx.a.id, "member").await.key_id
+}
+
+/// The request for `route`, creating a fresh target where the call would consume it.
+pub async fn build(ctx: &Ctx, fx: &MatrixFx, route: Route) -> Req {
+    let a = &fx.a.id;
+    let s = fx.seeded.session_id;
+    let r = fx.seeded.run_id;
+    let m2 = &fx.a.member2.user_id;
+    let adm = format!("/api/v1/admin/tenants/{a}");
+    match route {
+        Health => req(Method::GET, "/api/v1/health".into(), None),
+        HealthLive => req(Method::GET, "/api/v1/health/live".into(), None),
+        HealthReady => req(Method::GET, "/api/v1/health/ready".into(), None),
+        Metrics => req(Method::GET, "/metrics".into(), None),
+        OpenApi => req(Method::GET, "/openapi.json".into(), None),
+        Me => req(Method::GET, "/api/v1/me".into(), None),
+        ListSessions => req(Method::GET, "/api/v1/sessions".into(), None),
+        GetSession => req(Method::GET, format!("/api/v1/sessions/{s}"), None),
+        ListMessages => req(Method::GET, format!("/api/v1/sessions/{s}/messages"), None),
+        ListEvents => req(Method::GET, format!("/api/v1/sessions/{s}/events"), None),
+        ListAgents => req(Method::GET, "/api/v1/agents".into(), None),
+        CreateAgent => req(
+            Method::POST,
+            "/api/v1/agents".into(),
+            Some(json!({ "id": unique("agent") })),
+        ),
+        GetAgent => req(Method::GET, "/api/v1/agents/extra".into(), None),
+        CreateAgentAt => req(
+            Method::POST,
+            format!("/api/v1/agents/{}", unique("agent")),
+            Some(json!({})),
+        ),
+        ReplaceAgent => req(
+            Method::PUT,
+            "/api/v1/agents/extra".into(),
+            Some(json!({ "recursion_limit": 30 })),
+        ),
+        DeleteAgent => {
+            let id = unique("doomed");
+            ctx.ok(
+                Method::POST,
+                "/api/v1/agents",
+                &fx.a.admin.key,
+                Some(json!({ "id": id })),
+                201,
+            )
+            .await;
+            req(Method::DELETE, format!("/api/v1/agents/{id}"), None)
+        }
+        ListExecutions => req(Method::GET, "/api/v1/executions".into(), None),
+        GetExecution => req(Method::GET, format!("/api/v1/executions/{r}"), None),
+        TenantListUsers => req(Method::GET, "/api/v1/tenant/users".into(), None),
+        TenantCreateUser => req(
+            Method::POST,
+            "/api/v1/tenant/users".into(),
+            Some(json!({ "name": unique("new") })),
+        ),
+        TenantGetUser => req(Method::GET, format!("/api/v1/tenant/users/{m2}"), None),
+        TenantUpdateUser => req(
+            Method::PATCH,
+            format!("/api/v1/tenant/users/{m2}"),
+            Some(json!({ "disabled": false })),
+        ),
+        TenantDeleteUser => {
+            let u = fresh_user(ctx, a).await;
+            req(Method::DELETE, format!("/api/v1/tenant/users/{u}"), None)
+        }
+        TenantListKeys => req(Method::GET, "/api/v1/tenant/api-keys".into(), None),
+        TenantCreateKey => req(
+            Method::POST,
+            "/api/v1/tenant/api-keys".into(),
+            Some(json!({ "user_id": m2, "name": "minted" })),
+        ),
+        TenantGetKey => req(
+            Method::GET,
+            format!("/api/v1/tenant/api-keys/{}", fx.a.member2.key_id),
+            None,
+        ),
+        TenantRevokeKey => {
+            let k = fresh_key(ctx, fx).await;
+            req(Method::DELETE, format!("/api/v1/tenant/api-keys/{k}"), None)
+        }
+        AdminListTenants => req(Method::GET, "/api/v1/admin/tenants".into(), None),
+        AdminCreateTenant => req(
+            Method::POST,
+            "/api/v1/admin/tenants".into(),
+            Some(json!({ "name": unique("t") })),
+        ),
+        AdminGetTenant => req(Method::GET, adm, None),
+        AdminUpdateTenant => req(Method::PATCH, adm, Some(json!({ "max_mcp_servers": 10 }))),
+        AdminReplaceTenant => {
+            let t = fresh_tenant(ctx).await;
+            req(
+                Method::PUT,
+                format!("/api/v1/admin/tenants/{t}"),
+                Some(json!({ "name": unique("replaced") })),
+            )
+        }
+        AdminDeleteTenant => {
+            let t = fresh_tenant(ctx).await;
+            req(Method::DELETE, format!("/api/v1/admin/tenants/{t}"), None)
+        }
+        AdminListUsers => req(Method::GET, format!("{adm}/users"), None),
+        AdminCreateUser => req(
+            Method::POST,
+            format!("{adm}/users"),
+            Some(json!({ "name": unique("u") })),
+        ),
+        AdminGetUser => req(Method::GET, format!("{adm}/users/{m2}"), None),
+        AdminUpdateUser => req(
+            Method::PATCH,
+            format!("{adm}/users/{m2}"),
+            Some(json!({ "role": "member" })),
+        ),
+        AdminDeleteUser => {
+            let u = fresh_user(ctx, a).await;
+            req(Method::DELETE, format!("{adm}/users/{u}"), None)
+        }
+        AdminListKeys => req(Method::GET, format!("{adm}/api-keys"), None),
+        AdminCreateKey => req(
+            Method::POST,
+            format!("{adm}/api-keys"),
+            Some(json!({ "user_id": m2, "name": "k" })),
+        ),
+        AdminGetKey => req(
+            Method::GET,
+            format!("{adm}/api-keys/{}", fx.a.member2.key_id),
+            None,
+        ),
+        AdminRevokeKey => {
+            let k = fresh_key(ctx, fx).await;
+            req(Method::DELETE, format!("{adm}/api-keys/{k}"), None)
+        }
+        AdminUsage => req(Method::GET, format!("{adm}/usage"), None),
+    }
+}
+
+/// Run every route as every caller; fail with the full list of mismatches.
+pub async fn authorization_matrix(ctx: &Ctx) {
+    let fx = fixture(ctx).await;
+    let mut mismatches = Vec::new();
+    let mut cells = 0;
+    for &route in ROUTES {
+        let want = expected(route);
+        for (who, want) in WHO.iter().zip(want) {
+            let r = build(ctx, &fx, route).await;
+            let key = key_of(*who, &fx);
+            let got = ctx
+                .call(r.method.clone(), &r.path, key.as_deref(), r.body.as_ref())
+                .await;
+            cells += 1;
+            if got.status != want {
+                mismatches.push(format!(
+                    "{route:?} as {who:?}: {} {} → {} (want {want}) {}",
+                    r.method, r.path, got.status, got.body
+                ));
+            }
+            // The kinds of refusal are told apart by their codes, and a bad key never says why.
+            match got.status {
+                401 => assert_eq!(got.code(), "unauthorized"),
+                403 => assert!(matches!(got.code(), "forbidden" | "tenant_suspended")),
+                _ => {}
+            }
+            if matches!(who, Who::BadKey | Who::Revoked) && got.status == 401 {
+                assert_eq!(
+                    got.body["message"],
+                    ctx.call(Method::GET, "/api/v1/me", Some("agk_AAAAAAAA_x"), None)
+                        .await
+                        .body["message"],
+                    "an unusable key answers the same message whatever the reason"
+                );
+            }
+        }
+    }
+    assert!(
+        mismatches.is_empty(),
+        "{} of {cells} cells differ:\n{}",
+        mismatches.len(),
+        mismatches.join("\n")
+    );
+    assert_eq!(cells, ROUTES.len() * WHO.len());
+
+    // Tenant B's admin created agents and a user in B; A saw none of it.
+    let a_agents = ctx
+        .ok(Method::GET, "/api/v1/agents", &fx.a.admin.key, None, 200)
+        .await;
+    let b_agents = ctx
+        .ok(Method::GET, "/api/v1/agents", &fx.b.admin.key, None, 200)
+        .await;
+    let ids = |v: &Value| -> Vec<String> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a["id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let (a_ids, b_ids) = (ids(&a_agents), ids(&b_agents));
+    assert!(a_ids.contains(&"extra".to_string()) && !b_ids.contains(&"extra".to_string()));
+    assert!(
+        b_ids.iter().filter(|i| i.starts_with("agent-")).count() >= 2,
+        "{b_ids:?}"
+    );
+    assert!(
+        a_ids.iter().all(|i| !b_ids.contains(i) || i == "default"),
+        "{a_ids:?} vs {b_ids:?}"
+    );
+}
