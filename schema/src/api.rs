@@ -9,6 +9,7 @@ use crate::events::{ExecutionEvent, TokenUsage};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
 pub struct ChatRequest {
     pub message: String,
     /// Continue this session; a new one is created when absent.
@@ -33,6 +34,7 @@ pub struct ChatResponse {
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
 pub struct CreateSessionRequest {
     #[serde(default)]
     pub assistant_id: Option<String>,

@@ -73,6 +73,8 @@ impl TenantFx {
 pub struct Seeded {
     pub session_id: SessionId,
     pub run_id: RunId,
+    /// The run's (decided) approval.
+    pub approval_id: ApprovalId,
 }
 
 pub fn unique(prefix: &str) -> String {
@@ -415,6 +417,7 @@ impl Ctx {
         Seeded {
             session_id: s.id,
             run_id: run,
+            approval_id: approval,
         }
     }
 

@@ -14,6 +14,7 @@ mod matrix;
 mod mcp;
 mod misc;
 mod properties;
+mod streaming;
 mod visibility;
 
 use ctx::Ctx;
@@ -177,6 +178,27 @@ async fn mcp_config_file_servers_reach_every_user_and_reload() {
 }
 
 #[tokio::test]
+async fn chat_over_rest_and_sse_answers_queues_cancels_and_refuses_cleanly() {
+    streaming::rest_and_sse(&Ctx::start().await).await;
+}
+
+#[tokio::test]
+async fn chat_over_the_websocket_with_approvals_cancel_and_replay() {
+    streaming::websocket(&Ctx::start().await).await;
+}
+
+#[tokio::test]
+async fn session_quotas_refuse_with_429_before_creating_anything() {
+    streaming::quotas(&Ctx::start().await).await;
+}
+
+#[tokio::test]
+async fn a_full_server_refuses_websockets_with_503() {
+    let ctx = Ctx::start_with(&[("AGENTRY_SERVER__MAX_CONNECTIONS", "1")], None).await;
+    streaming::full_server(&ctx).await;
+}
+
+#[tokio::test]
 async fn openapi_documents_every_route_and_every_documented_status_is_real() {
     // Everything the suite does, on one server with the admin API on…
     let ctx = Ctx::start().await;
@@ -191,6 +213,9 @@ async fn openapi_documents_every_route_and_every_documented_status_is_real() {
     visibility::pagination(&ctx).await;
     misc::metrics(&ctx).await;
     mcp::mcp_servers_flow(&ctx).await;
+    streaming::rest_and_sse(&ctx).await;
+    streaming::websocket(&ctx).await;
+    streaming::quotas(&ctx).await;
     let doc = ctx
         .call(reqwest::Method::GET, "/openapi.json", None, None)
         .await
@@ -204,6 +229,10 @@ async fn openapi_documents_every_route_and_every_documented_status_is_real() {
     let nokey = Ctx::start_with(&[("AGENTRY_MCP__ENCRYPTION_KEY", "")], None).await;
     mcp::mcp_without_key(&nokey).await;
     seen.extend(nokey.observed().await);
+    // …one that holds a single WebSocket…
+    let full = Ctx::start_with(&[("AGENTRY_SERVER__MAX_CONNECTIONS", "1")], None).await;
+    streaming::full_server(&full).await;
+    seen.extend(full.observed().await);
     // …and one that loses its database.
     let mut exempt = std::collections::BTreeSet::new();
     if let Some(url) = postgres() {

@@ -76,6 +76,18 @@ pub enum Route {
     AdminGetKey,
     AdminRevokeKey,
     AdminUsage,
+    CreateSession,
+    DeleteSession,
+    CancelRun,
+    Decide,
+    Chat,
+    ChatStream,
+    WsChat,
+    ListMcpServers,
+    AddMcpServer,
+    GetMcpServer,
+    ReplaceMcpServer,
+    DeleteMcpServer,
 }
 
 use Route::*;
@@ -124,6 +136,18 @@ pub const ROUTES: &[Route] = &[
     AdminGetKey,
     AdminRevokeKey,
     AdminUsage,
+    CreateSession,
+    DeleteSession,
+    CancelRun,
+    Decide,
+    Chat,
+    ChatStream,
+    WsChat,
+    ListMcpServers,
+    AddMcpServer,
+    GetMcpServer,
+    ReplaceMcpServer,
+    DeleteMcpServer,
 ];
 
 /// Expected status per caller, in the order of [`WHO`].
@@ -160,6 +184,21 @@ pub fn expected(route: Route) -> [u16; 7] {
         AdminListTenants | AdminGetTenant | AdminUpdateTenant | AdminReplaceTenant
         | AdminListUsers | AdminGetUser | AdminUpdateUser | AdminListKeys | AdminGetKey
         | AdminRevokeKey | AdminUsage => PLATFORM,
+        // Creating works for any tenant caller: the outsider creates in its own tenant.
+        CreateSession => [401, 401, 401, 201, 201, 201, 403],
+        Chat | ChatStream => [401, 401, 401, 200, 200, 200, 403],
+        // A fresh session of A's member each time.
+        DeleteSession => [401, 401, 401, 404, 204, 204, 403],
+        // The seeded session has no active run (`no_active_run`); 200 is in `streaming`.
+        CancelRun => [401, 401, 401, 404, 404, 404, 403],
+        // The seeded approval is already decided.
+        Decide => [401, 401, 401, 404, 409, 409, 403],
+        // A plain GET is not an upgrade: callers who get that far get 400 (101 is in `streaming`).
+        WsChat => [401, 401, 401, 404, 400, 400, 403],
+        // A's member's servers: the member and A's admin may; B's admin finds no such user.
+        ListMcpServers | GetMcpServer | ReplaceMcpServer => OWN_ROW,
+        AddMcpServer => [401, 401, 401, 404, 201, 201, 403],
+        DeleteMcpServer => [401, 401, 401, 404, 204, 204, 403],
     }
 }
 
@@ -191,6 +230,14 @@ pub async fn fixture(ctx: &Ctx) -> MatrixFx {
     )
     .await;
     let seeded = ctx.seed_session(&a, &a.member.user_id, 4, 4).await;
+    ctx.ok(
+        Method::POST,
+        &format!("/api/v1/users/{}/mcp-servers", a.member.user_id),
+        &a.member.key,
+        Some(json!({ "name": "matrix", "url": "https://matrix.example/mcp" })),
+        201,
+    )
+    .await;
     MatrixFx {
         a,
         b,
@@ -259,6 +306,7 @@ pub async fn build(ctx: &Ctx, fx: &MatrixFx, route: Route) -> Req {
     let r = fx.seeded.run_id;
     let m2 = &fx.a.member2.user_id;
     let adm = format!("/api/v1/admin/tenants/{a}");
+    let mcp = format!("/api/v1/users/{}/mcp-servers", fx.a.member.user_id);
     match route {
         Health => req(Method::GET, "/api/v1/health".into(), None),
         HealthLive => req(Method::GET, "/api/v1/health/live".into(), None),
@@ -384,6 +432,60 @@ pub async fn build(ctx: &Ctx, fx: &MatrixFx, route: Route) -> Req {
             req(Method::DELETE, format!("{adm}/api-keys/{k}"), None)
         }
         AdminUsage => req(Method::GET, format!("{adm}/usage"), None),
+        CreateSession => req(
+            Method::POST,
+            "/api/v1/sessions".into(),
+            Some(json!({ "metadata": { "from": "matrix" } })),
+        ),
+        DeleteSession => {
+            let doomed = ctx.seed_session(&fx.a, &fx.a.member.user_id, 1, 1).await;
+            req(
+                Method::DELETE,
+                format!("/api/v1/sessions/{}", doomed.session_id),
+                None,
+            )
+        }
+        CancelRun => req(Method::POST, format!("/api/v1/sessions/{s}/cancel"), None),
+        Decide => req(
+            Method::POST,
+            format!("/api/v1/sessions/{s}/approvals/{}", fx.seeded.approval_id),
+            Some(json!({ "type": "approve" })),
+        ),
+        Chat => req(
+            Method::POST,
+            "/api/v1/chat".into(),
+            Some(json!({ "message": "hello from the matrix" })),
+        ),
+        ChatStream => req(
+            Method::POST,
+            "/api/v1/chat/stream".into(),
+            Some(json!({ "message": "hello from the matrix" })),
+        ),
+        WsChat => req(Method::GET, format!("/ws/chat/{s}"), None),
+        ListMcpServers => req(Method::GET, mcp.clone(), None),
+        AddMcpServer => req(
+            Method::POST,
+            mcp.clone(),
+            Some(json!({ "name": unique("added"), "url": "https://added.example/mcp" })),
+        ),
+        GetMcpServer => req(Method::GET, format!("{mcp}/matrix"), None),
+        ReplaceMcpServer => req(
+            Method::PUT,
+            format!("{mcp}/matrix"),
+            Some(json!({ "name": "matrix", "url": "https://replaced.example/mcp" })),
+        ),
+        DeleteMcpServer => {
+            let name = unique("doomed");
+            ctx.ok(
+                Method::POST,
+                &mcp,
+                &fx.a.member.key,
+                Some(json!({ "name": name, "url": "https://doomed.example/mcp" })),
+                201,
+            )
+            .await;
+            req(Method::DELETE, format!("{mcp}/{name}"), None)
+        }
     }
 }
 

@@ -249,9 +249,23 @@ pub async fn mcp_without_key(ctx: &Ctx) {
         201,
     )
     .await;
+    // Replacing it with a secret is refused the same way, and leaves it as it was.
+    let r = ctx
+        .call(Method::PUT, &format!("{path}/s"), Some(&t.member.key), Some(&json!({"name": "s", "url": "https://y.example/mcp", "auth": {"type": "bearer", "token": "t"}})))
+        .await;
+    assert_eq!(
+        (r.status, r.code()),
+        (503, "service_unavailable"),
+        "{}",
+        r.body
+    );
+    let kept = ctx
+        .ok(Method::GET, &format!("{path}/s"), &t.member.key, None, 200)
+        .await;
+    assert_eq!(kept["url"], "https://x.example/mcp", "{kept}");
 }
 
-async fn ws_connect(
+pub async fn ws_connect(
     ctx: &Ctx,
     key: &str,
     session: &str,
@@ -265,7 +279,7 @@ async fn ws_connect(
 }
 
 /// Send a chat frame and collect events until `done`; approve every approval request.
-async fn run_over_ws(ctx: &Ctx, key: &str, session: &str, message: &str) -> Vec<Value> {
+pub async fn run_over_ws(ctx: &Ctx, key: &str, session: &str, message: &str) -> Vec<Value> {
     let mut ws = ws_connect(ctx, key, session).await;
     ws.send(Message::text(
         json!({"type": "chat", "payload": {"message": message}}).to_string(),
@@ -298,7 +312,7 @@ async fn run_over_ws(ctx: &Ctx, key: &str, session: &str, message: &str) -> Vec<
     }
 }
 
-fn types(events: &[Value]) -> Vec<&str> {
+pub fn types(events: &[Value]) -> Vec<&str> {
     events
         .iter()
         .map(|e| e["event_type"].as_str().unwrap())

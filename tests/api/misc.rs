@@ -188,6 +188,7 @@ pub async fn metrics(ctx: &Ctx) {
         .lines()
         .find(|l| {
             l.starts_with("agentry_http_requests_total{")
+                && l.contains("method=\"GET\"")
                 && l.contains("route=\"/api/v1/sessions/{session_id}\"")
                 && l.contains("status=\"404\"")
         })

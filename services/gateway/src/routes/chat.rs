@@ -34,6 +34,13 @@ async fn start(
     ChatAccepted,
     tokio::sync::mpsc::UnboundedReceiver<agentry_actors::SessionEvent>,
 )> {
+    // Refuse a bad message before anything is created: a refused request changes nothing.
+    if req.message.trim().is_empty() {
+        return Err(ApiError::validation(
+            "message",
+            "`message` must not be empty",
+        ));
+    }
     let user = caller.user();
     let handle = match req.session_id.as_deref() {
         Some(raw) => {
@@ -71,12 +78,6 @@ async fn start(
                 .await?
         }
     };
-    if req.message.trim().is_empty() {
-        return Err(ApiError::validation(
-            "message",
-            "`message` must not be empty",
-        ));
-    }
     let (to, rx) = channel_subscriber();
     state.engine.subscribe(&handle, None, to).await?;
     let accepted = state

@@ -1,0 +1,628 @@
+//! Chatting through the real binary with the built-in scripted model (docs/models.md): REST
+//! `POST /chat`, Server-Sent Events `POST /chat/stream` and the WebSocket `/ws/chat/{id}`, with
+//! approvals, cancellation, queued messages, replay after a reconnect, and the refusals
+//! (bad input, busy session, quotas, a full server) — each refusal changing nothing.
+
+use std::time::Duration;
+
+use futures::{SinkExt, StreamExt};
+use reqwest::Method;
+use serde_json::{Value, json};
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+
+use crate::ctx::{Ctx, TenantFx};
+use crate::mcp::{types, ws_connect};
+
+type Socket =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+const WAIT: Duration = Duration::from_secs(60);
+
+/// The next JSON text frame (events, errors, pongs), skipping WebSocket control frames.
+async fn next_json(ws: &mut Socket) -> Value {
+    loop {
+        let msg = tokio::time::timeout(WAIT, ws.next())
+            .await
+            .expect("a frame within 60 s")
+            .expect("the socket stays open")
+            .expect("a well-formed frame");
+        if let Message::Text(text) = msg {
+            return serde_json::from_str(&text).expect("frames are JSON");
+        }
+    }
+}
+
+async fn send(ws: &mut Socket, frame: Value) {
+    ws.send(Message::text(frame.to_string())).await.unwrap();
+}
+
+/// Events until (and with) `done`; stops early at a `hitl_request`, returned last.
+async fn until_done_or_hitl(ws: &mut Socket) -> Vec<Value> {
+    let mut events = Vec::new();
+    loop {
+        let ev = next_json(ws).await;
+        let stop = ev["event_type"] == "done" || ev["event_type"] == "hitl_request";
+        events.push(ev);
+        if stop {
+            return events;
+        }
+    }
+}
+
+/// The answer: the deltas (`is_final: false`) put together, which must equal the final text
+/// event's content when there is one.
+fn text_of(events: &[Value]) -> String {
+    let texts = events.iter().filter(|e| e["event_type"] == "text");
+    let deltas: String = texts
+        .clone()
+        .filter(|e| e["data"]["is_final"] != true)
+        .map(|e| e["data"]["content"].as_str().unwrap_or_default())
+        .collect();
+    let finals: Vec<&str> = texts
+        .filter(|e| e["data"]["is_final"] == true)
+        .map(|e| e["data"]["content"].as_str().unwrap_or_default())
+        .collect();
+    match finals.as_slice() {
+        [] => deltas,
+        [last] => {
+            assert_eq!(*last, deltas, "the final text is the deltas put together");
+            deltas
+        }
+        more => panic!("more than one final text in one run: {more:?}"),
+    }
+}
+
+async fn session_count(ctx: &Ctx, key: &str) -> u64 {
+    ctx.ok(Method::GET, "/api/v1/sessions", key, None, 200)
+        .await["total"]
+        .as_u64()
+        .unwrap()
+}
+
+async fn new_session(ctx: &Ctx, key: &str) -> String {
+    let s = ctx
+        .ok(
+            Method::POST,
+            "/api/v1/sessions",
+            key,
+            Some(json!({ "metadata": { "purpose": "streaming test" } })),
+            201,
+        )
+        .await;
+    assert_eq!(s["assistant_id"], "default", "{s}");
+    assert_eq!(s["metadata"]["purpose"], "streaming test", "{s}");
+    s["session_id"].as_str().unwrap().to_string()
+}
+
+/// Parse an SSE body into `(id, event)` pairs.
+fn sse_events(body: &str) -> Vec<(u64, Value)> {
+    let mut out = Vec::new();
+    let mut id = None;
+    for line in body.lines() {
+        if let Some(v) = line.strip_prefix("id: ") {
+            id = Some(v.parse::<u64>().expect("numeric SSE id"));
+        } else if let Some(v) = line.strip_prefix("data: ") {
+            let ev: Value = serde_json::from_str(v).expect("SSE data is one JSON event");
+            out.push((id.take().expect("an id before each data line"), ev));
+        }
+    }
+    out
+}
+
+/// Start a long run over SSE and return once the server has accepted it (headers received):
+/// the response to read to its end, and the session id.
+async fn start_sleeping_run(
+    ctx: &Ctx,
+    key: &str,
+    session: Option<&str>,
+    ms: u64,
+) -> (reqwest::Response, String) {
+    let mut body = json!({ "message": format!("/sleep {ms}\nthen answer") });
+    if let Some(s) = session {
+        body["session_id"] = json!(s);
+    }
+    let res = ctx
+        .request(Method::POST, "/api/v1/chat/stream", Some(key))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    let sid = res.headers()["x-session-id"].to_str().unwrap().to_string();
+    (res, sid)
+}
+
+/// REST and SSE chat: answers, continuation, refusals that create nothing, a busy session,
+/// queueing, and cancellation.
+pub async fn rest_and_sse(ctx: &Ctx) {
+    let t = ctx.tenant().await;
+    let key = &t.member.key;
+
+    // A new session per message without `session_id`; the scripted model answers.
+    let r = ctx
+        .ok(
+            Method::POST,
+            "/api/v1/chat",
+            key,
+            Some(json!({ "message": "hello there" })),
+            200,
+        )
+        .await;
+    let events = r["events"].as_array().unwrap();
+    assert_eq!(text_of(events), "(scripted) You said: hello there");
+    let last = events.last().unwrap();
+    assert_eq!(last["event_type"], "done", "{r}");
+    assert_eq!(last["data"]["cancelled"], false, "{r}");
+    let seqs: Vec<u64> = events.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
+    let sid = r["session_id"].as_str().unwrap().to_string();
+    assert!(events.iter().all(|e| e["run_id"] == r["run_id"]));
+
+    // Continue it; the conversation is stored in order.
+    let r2 = ctx
+        .ok(
+            Method::POST,
+            "/api/v1/chat",
+            key,
+            Some(json!({ "message": "/echo second", "session_id": sid })),
+            200,
+        )
+        .await;
+    assert_eq!(r2["session_id"], sid.as_str());
+    assert_eq!(text_of(r2["events"].as_array().unwrap()), "second");
+    let msgs = ctx
+        .ok(
+            Method::GET,
+            &format!("/api/v1/sessions/{sid}/messages"),
+            key,
+            None,
+            200,
+        )
+        .await;
+    let contents: Vec<&str> = msgs["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        contents,
+        [
+            "hello there",
+            "(scripted) You said: hello there",
+            "/echo second",
+            "second"
+        ]
+    );
+
+    // Refusals: each names the problem and creates no session.
+    let before = session_count(ctx, key).await;
+    for (body, status, code) in [
+        (json!({ "message": "  " }), 422, "validation_error"),
+        (
+            json!({ "message": "hi", "session_id": "nope" }),
+            422,
+            "validation_error",
+        ),
+        (
+            json!({ "message": "hi", "assistant_id": "no such agent!" }),
+            422,
+            "validation_error",
+        ),
+        (json!({ "mesage": "typo" }), 422, "validation_error"),
+        (
+            json!({ "message": "hi", "session_id": uuid::Uuid::now_v7().to_string() }),
+            404,
+            "not_found",
+        ),
+        (
+            json!({ "message": "hi", "assistant_id": "ghost" }),
+            404,
+            "not_found",
+        ),
+    ] {
+        for path in ["/api/v1/chat", "/api/v1/chat/stream"] {
+            let r = ctx.call(Method::POST, path, Some(key), Some(&body)).await;
+            assert_eq!(
+                (r.status, r.code()),
+                (status, code),
+                "{path} {body}: {}",
+                r.body
+            );
+        }
+    }
+    for path in ["/api/v1/chat", "/api/v1/chat/stream", "/api/v1/sessions"] {
+        let r = ctx
+            .send(
+                ctx.request(Method::POST, path, Some(key))
+                    .header("content-type", "application/json")
+                    .body("{\"message\": "),
+            )
+            .await;
+        assert_eq!((r.status, r.code()), (400, "invalid_json"), "{path}");
+    }
+    for body in [
+        json!({ "assistant_id": "ghost" }),
+        json!({ "metadata": [1, 2] }),
+        json!({ "auto_aprove": true }),
+    ] {
+        let r = ctx
+            .call(Method::POST, "/api/v1/sessions", Some(key), Some(&body))
+            .await;
+        let want = if body.get("assistant_id").is_some() {
+            404
+        } else {
+            422
+        };
+        assert_eq!(r.status, want, "{body}: {}", r.body);
+    }
+    assert_eq!(
+        session_count(ctx, key).await,
+        before,
+        "refusals created nothing"
+    );
+
+    // SSE: `id:` is the event's seq, one JSON event per `data:` line, ending at `done`.
+    let res = ctx
+        .request(Method::POST, "/api/v1/chat/stream", Some(key))
+        .json(&json!({ "message": "stream me", "session_id": sid }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    assert_eq!(res.headers()["content-type"], "text/event-stream");
+    assert_eq!(res.headers()["x-session-id"].to_str().unwrap(), sid);
+    let run = res.headers()["x-run-id"].to_str().unwrap().to_string();
+    let body = res.text().await.unwrap();
+    let sse = sse_events(&body);
+    assert!(
+        sse.iter()
+            .all(|(id, ev)| ev["seq"] == *id && ev["run_id"] == run.as_str())
+    );
+    let evs: Vec<Value> = sse.into_iter().map(|(_, e)| e).collect();
+    assert_eq!(text_of(&evs), "(scripted) You said: stream me");
+    assert_eq!(types(&evs).last(), Some(&"done"));
+
+    // A busy session refuses a second message (409) unless it is queued.
+    let (running, busy) = start_sleeping_run(ctx, key, None, 1_500).await;
+    for path in ["/api/v1/chat", "/api/v1/chat/stream"] {
+        let r = ctx
+            .call(
+                Method::POST,
+                path,
+                Some(key),
+                Some(&json!({ "message": "me too", "session_id": busy })),
+            )
+            .await;
+        assert_eq!(
+            (r.status, r.code()),
+            (409, "run_in_progress"),
+            "{path}: {}",
+            r.body
+        );
+    }
+    let queued = ctx
+        .ok(
+            Method::POST,
+            "/api/v1/chat",
+            key,
+            Some(json!({ "message": "/echo after you", "session_id": busy, "enqueue": true })),
+            200,
+        )
+        .await;
+    assert_eq!(text_of(queued["events"].as_array().unwrap()), "after you");
+    let first: Vec<Value> = sse_events(&running.text().await.unwrap())
+        .into_iter()
+        .map(|(_, e)| e)
+        .collect();
+    assert_eq!(text_of(&first), "(scripted) You said: then answer");
+
+    // Cancel over REST: the stream ends with `done{cancelled: true}`; a second cancel finds
+    // nothing to cancel.
+    let (running, busy) = start_sleeping_run(ctx, key, None, 30_000).await;
+    let c = ctx
+        .ok(
+            Method::POST,
+            &format!("/api/v1/sessions/{busy}/cancel"),
+            key,
+            None,
+            200,
+        )
+        .await;
+    assert_eq!(c["status"], "cancelled");
+    let evs: Vec<Value> = sse_events(&running.text().await.unwrap())
+        .into_iter()
+        .map(|(_, e)| e)
+        .collect();
+    let done = evs.last().unwrap();
+    assert_eq!(done["event_type"], "done", "{evs:?}");
+    assert_eq!(done["data"]["cancelled"], true, "{done}");
+    assert_eq!(done["run_id"], c["run_id"]);
+    let again = ctx
+        .call(
+            Method::POST,
+            &format!("/api/v1/sessions/{busy}/cancel"),
+            Some(key),
+            None,
+        )
+        .await;
+    assert_eq!((again.status, again.code()), (404, "no_active_run"));
+    let runs = ctx
+        .ok(
+            Method::GET,
+            &format!("/api/v1/executions?session_id={busy}"),
+            key,
+            None,
+            200,
+        )
+        .await;
+    assert_eq!(runs["items"][0]["status"], "cancelled", "{runs}");
+
+    // Deleting a session removes it and what it held.
+    ctx.ok(
+        Method::DELETE,
+        &format!("/api/v1/sessions/{sid}"),
+        key,
+        None,
+        204,
+    )
+    .await;
+    for path in [
+        format!("/api/v1/sessions/{sid}"),
+        format!("/api/v1/sessions/{sid}/messages"),
+    ] {
+        let r = ctx.call(Method::GET, &path, Some(key), None).await;
+        assert_eq!(r.status, 404, "{path}");
+    }
+}
+
+/// The WebSocket: a chat, an approval decided over REST and one over the socket, bad frames,
+/// ping, cancel, and replay with `?after_seq=` and the `resume` frame.
+pub async fn websocket(ctx: &Ctx) {
+    let t = ctx.tenant().await;
+    let key = &t.member.key;
+    let sid = new_session(ctx, key).await;
+    let mut ws = ws_connect(ctx, key, &sid).await;
+
+    // Bad frames get an `error` event (seq 0) and the socket stays usable.
+    for (frame, code) in [
+        ("not json", "invalid_json"),
+        (r#"{"type": "shout", "payload": {}}"#, "invalid_frame"),
+        (r#"{"type": "chat", "payload": {}}"#, "invalid_frame"),
+        (
+            r#"{"type": "hitl_decision", "payload": {"request_id": "x", "type": "approve"}}"#,
+            "invalid_frame",
+        ),
+    ] {
+        ws.send(Message::text(frame)).await.unwrap();
+        let ev = next_json(&mut ws).await;
+        assert_eq!(ev["event_type"], "error", "{frame}: {ev}");
+        assert_eq!(ev["seq"], 0, "{ev}");
+        assert_eq!(ev["data"]["error_code"], code, "{frame}: {ev}");
+    }
+    send(&mut ws, json!({"type": "ping", "payload": {}})).await;
+    assert_eq!(next_json(&mut ws).await["type"], "pong");
+
+    // A chat over the socket.
+    send(
+        &mut ws,
+        json!({"type": "chat", "payload": {"message": "over the socket"}}),
+    )
+    .await;
+    let evs = until_done_or_hitl(&mut ws).await;
+    assert_eq!(text_of(&evs), "(scripted) You said: over the socket");
+    assert_eq!(types(&evs).last(), Some(&"done"));
+    let after = evs.last().unwrap()["seq"].as_u64().unwrap();
+
+    // A tool that needs approval: decided over REST (the socket sees the rest of the run).
+    let write = r#"/tool write_file {"file_path": "notes.txt", "content": "hi"}"#;
+    send(
+        &mut ws,
+        json!({"type": "chat", "payload": {"message": write}}),
+    )
+    .await;
+    let evs = until_done_or_hitl(&mut ws).await;
+    let hitl = evs.last().unwrap().clone();
+    assert_eq!(hitl["event_type"], "hitl_request", "{evs:?}");
+    let request = hitl["data"]["request_id"].as_str().unwrap().to_string();
+    let decide = format!("/api/v1/sessions/{sid}/approvals/{request}");
+    // A wrong decision for an approval, or garbage, changes nothing…
+    for body in [
+        json!({"type": "answer", "answer": "yes"}),
+        json!({"type": "maybe"}),
+    ] {
+        let r = ctx
+            .call(Method::POST, &decide, Some(key), Some(&body))
+            .await;
+        assert!(
+            matches!(r.status, 400 | 422),
+            "{body}: {} {}",
+            r.status,
+            r.body
+        );
+    }
+    // …another user of the tenant cannot decide it…
+    let r = ctx
+        .call(
+            Method::POST,
+            &decide,
+            Some(&t.member2.key),
+            Some(&json!({"type": "approve"})),
+        )
+        .await;
+    assert_eq!(r.status, 404, "{}", r.body);
+    let unknown = format!("/api/v1/sessions/{sid}/approvals/{}", uuid::Uuid::now_v7());
+    let r = ctx
+        .call(
+            Method::POST,
+            &unknown,
+            Some(key),
+            Some(&json!({"type": "approve"})),
+        )
+        .await;
+    assert_eq!(r.status, 404, "{}", r.body);
+    // …the owner approves, the tool runs and the run ends.
+    let ok = ctx
+        .ok(
+            Method::POST,
+            &decide,
+            key,
+            Some(json!({"type": "approve"})),
+            200,
+        )
+        .await;
+    assert_eq!(
+        (ok["status"].as_str(), ok["type"].as_str()),
+        (Some("accepted"), Some("approve"))
+    );
+    let evs = until_done_or_hitl(&mut ws).await;
+    let kinds = types(&evs);
+    assert!(kinds.contains(&"tool_result"), "{kinds:?}");
+    assert!(kinds.contains(&"file_operation"), "{kinds:?}");
+    assert_eq!(kinds.last(), Some(&"done"));
+    assert!(
+        text_of(&evs).contains("Tool write_file returned"),
+        "{evs:?}"
+    );
+    let r = ctx
+        .call(
+            Method::POST,
+            &decide,
+            Some(key),
+            Some(&json!({"type": "approve"})),
+        )
+        .await;
+    assert_eq!((r.status, r.code()), (409, "approval_not_pending"));
+
+    // Rejected over the socket: the tool does not run, the model hears why.
+    send(
+        &mut ws,
+        json!({"type": "chat", "payload": {"message": write.replace("notes", "other")}}),
+    )
+    .await;
+    let evs = until_done_or_hitl(&mut ws).await;
+    let request = evs.last().unwrap()["data"]["request_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    send(
+        &mut ws,
+        json!({"type": "hitl_decision", "payload": {"request_id": request, "type": "reject", "message": "not now"}}),
+    )
+    .await;
+    let evs = until_done_or_hitl(&mut ws).await;
+    assert!(!types(&evs).contains(&"file_operation"), "{evs:?}");
+    assert_eq!(types(&evs).last(), Some(&"done"));
+    let listed = ctx
+        .ok(
+            Method::GET,
+            &format!("/api/v1/executions?session_id={sid}"),
+            key,
+            None,
+            200,
+        )
+        .await;
+    assert!(listed["total"].as_u64().unwrap() >= 3, "{listed}");
+
+    // Cancel over the socket.
+    send(
+        &mut ws,
+        json!({"type": "chat", "payload": {"message": "/sleep 30000\nlate"}}),
+    )
+    .await;
+    // The run is accepted before the cancel frame is read (frames are handled in order)…
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    send(&mut ws, json!({"type": "cancel", "payload": {}})).await;
+    let evs = until_done_or_hitl(&mut ws).await;
+    let done = evs.last().unwrap();
+    assert_eq!(done["event_type"], "done");
+    assert_eq!(done["data"]["cancelled"], true, "{done}");
+    let last_seq = done["seq"].as_u64().unwrap();
+    drop(ws);
+
+    // Reconnecting with `?after_seq=` replays exactly what came after it, in order.
+    let mut req = format!(
+        "ws://127.0.0.1:{}/ws/chat/{sid}?after_seq={after}",
+        ctx.server.port
+    )
+    .into_client_request()
+    .unwrap();
+    req.headers_mut()
+        .insert("authorization", format!("Bearer {key}").parse().unwrap());
+    let mut ws = tokio_tungstenite::connect_async(req).await.unwrap().0;
+    let mut replayed = Vec::new();
+    while replayed.last().is_none_or(|s| *s < last_seq) {
+        replayed.push(next_json(&mut ws).await["seq"].as_u64().unwrap());
+    }
+    assert_eq!(replayed, ((after + 1)..=last_seq).collect::<Vec<_>>());
+    // The `resume` frame does the same on an open socket.
+    send(
+        &mut ws,
+        json!({"type": "resume", "payload": {"after_seq": last_seq - 2}}),
+    )
+    .await;
+    let again: Vec<u64> = [next_json(&mut ws).await, next_json(&mut ws).await]
+        .iter()
+        .map(|e| e["seq"].as_u64().unwrap())
+        .collect();
+    assert_eq!(again, [last_seq - 1, last_seq]);
+}
+
+/// Quotas refuse with 429 and `Retry-After`, before anything is created.
+pub async fn quotas(ctx: &Ctx) {
+    let t: TenantFx = ctx.tenant_with(json!({ "max_sessions_per_user": 1 })).await;
+    let key = &t.member.key;
+    new_session(ctx, key).await;
+    for (path, body) in [
+        ("/api/v1/sessions", json!({})),
+        ("/api/v1/chat", json!({ "message": "hi" })),
+        ("/api/v1/chat/stream", json!({ "message": "hi" })),
+    ] {
+        let r = ctx.call(Method::POST, path, Some(key), Some(&body)).await;
+        assert_eq!(
+            (r.status, r.code()),
+            (429, "quota_exceeded"),
+            "{path}: {}",
+            r.body
+        );
+        assert!(r.headers.contains_key("retry-after"), "{path}");
+    }
+    assert_eq!(session_count(ctx, key).await, 1);
+    // Another user of the tenant has their own allowance.
+    new_session(ctx, &t.member2.key).await;
+}
+
+/// A server holding `server.max_connections` WebSockets refuses the next with 503.
+pub async fn full_server(ctx: &Ctx) {
+    let t = ctx.tenant().await;
+    let key = &t.member.key;
+    let sid = new_session(ctx, key).await;
+    let mut held = ws_connect(ctx, key, &sid).await;
+    let mut req = format!("ws://127.0.0.1:{}/ws/chat/{sid}", ctx.server.port)
+        .into_client_request()
+        .unwrap();
+    req.headers_mut()
+        .insert("authorization", format!("Bearer {key}").parse().unwrap());
+    match tokio_tungstenite::connect_async(req.clone()).await {
+        Err(tokio_tungstenite::tungstenite::Error::Http(res)) => {
+            assert_eq!(res.status(), 503);
+            assert!(res.headers().contains_key("retry-after"));
+        }
+        other => panic!("a second socket should be refused: {:?}", other.map(|_| ())),
+    }
+    // Closing the first frees its slot.
+    held.close(None).await.unwrap();
+    drop(held);
+    let mut tries = 0;
+    loop {
+        match tokio_tungstenite::connect_async(req.clone()).await {
+            Ok(_) => break,
+            Err(_) if tries < 50 => {
+                tries += 1;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("the slot was never freed: {e}"),
+        }
+    }
+}
