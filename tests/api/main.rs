@@ -193,6 +193,35 @@ async fn session_quotas_refuse_with_429_before_creating_anything() {
 }
 
 #[tokio::test]
+async fn rest_sse_and_websocket_show_the_same_run_and_sessions_do_not_block_each_other() {
+    streaming::one_stream_many_views(&Ctx::start().await).await;
+}
+
+#[tokio::test]
+async fn an_undecided_approval_times_out_and_the_run_ends() {
+    let ctx = Ctx::start_with(&[("AGENTRY_HITL__TIMEOUT_SECS", "1")], None).await;
+    streaming::approval_times_out(&ctx).await;
+}
+
+#[tokio::test]
+async fn a_websocket_client_that_stops_answering_is_dropped() {
+    let ctx = Ctx::start_with(
+        &[
+            ("AGENTRY_SERVER__WS_HEARTBEAT_SECS", "1"),
+            ("AGENTRY_SERVER__WS_CLIENT_TIMEOUT_SECS", "2"),
+        ],
+        None,
+    )
+    .await;
+    streaming::silent_clients_are_dropped(&ctx).await;
+}
+
+#[tokio::test]
+async fn the_documented_websocket_client_chats_and_approves() {
+    streaming::example_client(&Ctx::start().await).await;
+}
+
+#[tokio::test]
 async fn a_full_server_refuses_websockets_with_503() {
     let ctx = Ctx::start_with(&[("AGENTRY_SERVER__MAX_CONNECTIONS", "1")], None).await;
     streaming::full_server(&ctx).await;

@@ -320,7 +320,7 @@ pub async fn rest_and_sse(ctx: &Ctx) {
 
     // Cancel over REST: the stream ends with `done{cancelled: true}`; a second cancel finds
     // nothing to cancel.
-    let (running, busy) = start_sleeping_run(ctx, key, None, 30_000).await;
+    let (running, busy) = start_sleeping_run(ctx, key, None, 120_000).await;
     let c = ctx
         .ok(
             Method::POST,
@@ -528,7 +528,7 @@ pub async fn websocket(ctx: &Ctx) {
     // Cancel over the socket.
     send(
         &mut ws,
-        json!({"type": "chat", "payload": {"message": "/sleep 30000\nlate"}}),
+        json!({"type": "chat", "payload": {"message": "/sleep 120000\nlate"}}),
     )
     .await;
     // The run is accepted before the cancel frame is read (frames are handled in order)…
@@ -625,4 +625,297 @@ pub async fn full_server(ctx: &Ctx) {
             Err(e) => panic!("the slot was never freed: {e}"),
         }
     }
+}
+
+async fn ws_with_query(ctx: &Ctx, key: &str, session: &str, query: &str) -> Socket {
+    let mut req = format!(
+        "ws://127.0.0.1:{}/ws/chat/{session}{query}",
+        ctx.server.port
+    )
+    .into_client_request()
+    .unwrap();
+    req.headers_mut()
+        .insert("authorization", format!("Bearer {key}").parse().unwrap());
+    tokio_tungstenite::connect_async(req).await.unwrap().0
+}
+
+/// What a run says, without what differs between sessions and runs by nature.
+fn script_of(events: &[Value]) -> Vec<(String, Value)> {
+    events
+        .iter()
+        .map(|e| {
+            (
+                e["event_type"].as_str().unwrap().to_string(),
+                e["data"].clone(),
+            )
+        })
+        .collect()
+}
+
+/// The same script gives the same events over `/chat`, `/chat/stream` and the WebSocket; two
+/// sockets watching one session both get every event; a long run in one session does not hold
+/// up another; an approval can be edited.
+pub async fn one_stream_many_views(ctx: &Ctx) {
+    let t = ctx.tenant().await;
+    let key = &t.member.key;
+    let script = r#"/tool list_directory {"path": "."}"#;
+
+    let rest = ctx
+        .ok(
+            Method::POST,
+            "/api/v1/chat",
+            key,
+            Some(json!({ "message": script })),
+            200,
+        )
+        .await;
+    let rest = rest["events"].as_array().unwrap().clone();
+    let sse_body = ctx
+        .request(Method::POST, "/api/v1/chat/stream", Some(key))
+        .json(&json!({ "message": script }))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let sse: Vec<Value> = sse_events(&sse_body).into_iter().map(|(_, e)| e).collect();
+    let sid = new_session(ctx, key).await;
+    let mut ws1 = ws_connect(ctx, key, &sid).await;
+    let mut ws2 = ws_with_query(ctx, key, &sid, "").await;
+    send(
+        &mut ws1,
+        json!({"type": "chat", "payload": {"message": script}}),
+    )
+    .await;
+    let over_ws = until_done_or_hitl(&mut ws1).await;
+    let watcher = until_done_or_hitl(&mut ws2).await;
+    assert!(types(&rest).contains(&"tool_result"), "{rest:?}");
+    assert_eq!(script_of(&rest), script_of(&sse), "REST and SSE differ");
+    assert_eq!(
+        script_of(&rest),
+        script_of(&over_ws),
+        "REST and WebSocket differ"
+    );
+    assert_eq!(
+        over_ws, watcher,
+        "both sockets get every event, identically"
+    );
+
+    // A run that sleeps in one session does not hold up another session of the same user.
+    let (sleeping, busy) = start_sleeping_run(ctx, key, None, 120_000).await;
+    send(
+        &mut ws2,
+        json!({"type": "chat", "payload": {"message": "/echo not blocked"}}),
+    )
+    .await;
+    let evs = until_done_or_hitl(&mut ws1).await;
+    assert_eq!(text_of(&evs), "not blocked");
+    assert_eq!(until_done_or_hitl(&mut ws2).await, evs);
+    ctx.ok(
+        Method::POST,
+        &format!("/api/v1/sessions/{busy}/cancel"),
+        key,
+        None,
+        200,
+    )
+    .await;
+    assert!(
+        sleeping
+            .text()
+            .await
+            .unwrap()
+            .contains("\"cancelled\":true")
+    );
+
+    // Edit: the tool runs with the arguments the user gave instead.
+    let write = r#"/tool write_file {"file_path": "draft.txt", "content": "draft"}"#;
+    send(
+        &mut ws1,
+        json!({"type": "chat", "payload": {"message": write}}),
+    )
+    .await;
+    let evs = until_done_or_hitl(&mut ws1).await;
+    let hitl = evs.last().unwrap();
+    assert_eq!(
+        hitl["data"]["action_requests"][0]["name"], "write_file",
+        "{hitl}"
+    );
+    let request = hitl["data"]["request_id"].as_str().unwrap().to_string();
+    send(
+        &mut ws1,
+        json!({"type": "hitl_decision", "payload": {"request_id": request, "type": "edit",
+            "args": {"file_path": "final.txt", "content": "edited by a human"}}}),
+    )
+    .await;
+    let evs = until_done_or_hitl(&mut ws1).await;
+    assert_eq!(types(&evs).last(), Some(&"done"));
+    let read = ctx
+        .ok(
+            Method::POST,
+            "/api/v1/chat",
+            key,
+            Some(json!({ "message": r#"/tool read_file {"file_path": "final.txt"}"#, "session_id": sid })),
+            200,
+        )
+        .await;
+    assert!(
+        text_of(read["events"].as_array().unwrap()).contains("edited by a human"),
+        "{read}"
+    );
+    let missing = ctx
+        .ok(
+            Method::POST,
+            "/api/v1/chat",
+            key,
+            Some(json!({ "message": r#"/tool read_file {"file_path": "draft.txt"}"#, "session_id": sid })),
+            200,
+        )
+        .await;
+    assert!(
+        text_of(missing["events"].as_array().unwrap()).contains("Tool read_file failed"),
+        "the original arguments never ran: {missing}"
+    );
+}
+
+/// With `hitl.timeout_secs = 1`, an undecided approval is rejected and the run goes on to
+/// `done`; deciding it afterwards is 409.
+pub async fn approval_times_out(ctx: &Ctx) {
+    let t = ctx.tenant().await;
+    let key = &t.member.key;
+    let sid = new_session(ctx, key).await;
+    let mut ws = ws_connect(ctx, key, &sid).await;
+    let write = r#"/tool write_file {"file_path": "late.txt", "content": "x"}"#;
+    send(
+        &mut ws,
+        json!({"type": "chat", "payload": {"message": write}}),
+    )
+    .await;
+    let evs = until_done_or_hitl(&mut ws).await;
+    let request = evs.last().unwrap()["data"]["request_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let evs = until_done_or_hitl(&mut ws).await;
+    let result = evs
+        .iter()
+        .find(|e| e["event_type"] == "tool_result")
+        .expect("the call gets a result");
+    assert_eq!(result["data"]["status"], "error", "{result}");
+    assert!(result.to_string().contains("hitl_timeout"), "{result}");
+    assert_eq!(types(&evs).last(), Some(&"done"));
+    let r = ctx
+        .call(
+            Method::POST,
+            &format!("/api/v1/sessions/{sid}/approvals/{request}"),
+            Some(key),
+            Some(&json!({"type": "approve"})),
+        )
+        .await;
+    assert_eq!((r.status, r.code()), (409, "approval_not_pending"));
+}
+
+/// With a 1 s heartbeat and a 2 s client timeout, a client that stops answering pings is
+/// dropped and its connection slot given back.
+pub async fn silent_clients_are_dropped(ctx: &Ctx) {
+    let t = ctx.tenant().await;
+    let key = &t.member.key;
+    let sid = new_session(ctx, key).await;
+    let gauge = || async {
+        let text = ctx
+            .http
+            .get(ctx.url("/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        text.lines()
+            .find(|l| l.starts_with("agentry_ws_connections "))
+            .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+            .unwrap_or(0.0)
+    };
+    // Never polled, so it never answers a ping.
+    let silent = ws_connect(ctx, key, &sid).await;
+    assert_eq!(gauge().await, 1.0);
+    let mut waited = 0;
+    while gauge().await > 0.0 {
+        assert!(waited < 300, "the silent client was never dropped");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        waited += 1;
+    }
+    // An answering client on the same server stays connected through several heartbeats.
+    let mut live = ws_connect(ctx, key, &sid).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(4);
+    while tokio::time::Instant::now() < deadline {
+        // Reading answers the server's pings (tungstenite replies on its own).
+        let _ = tokio::time::timeout(Duration::from_millis(200), live.next()).await;
+    }
+    send(&mut live, json!({"type": "ping", "payload": {}})).await;
+    assert_eq!(next_json(&mut live).await["type"], "pong");
+    drop(silent);
+}
+
+/// `docs/examples/ws_chat.mjs`, the small WebSocket client the docs point to, run with Node 22
+/// against the real server: it authenticates with the browser subprotocol, asks on stdin about
+/// the approval, and ends at `done`.
+pub async fn example_client(ctx: &Ctx) {
+    use tokio::io::AsyncWriteExt;
+    let t = ctx.tenant().await;
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/examples/ws_chat.mjs");
+    let base = format!("http://127.0.0.1:{}", ctx.server.port);
+    let run = |message: &str, session: Option<&str>, stdin: &'static str| {
+        let mut cmd = tokio::process::Command::new(agentry_mcp::testing::node());
+        cmd.arg(&script).arg(&base).arg(&t.member.key).arg(message);
+        if let Some(s) = session {
+            cmd.arg(s);
+        }
+        cmd.stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true);
+        async move {
+            let mut child = cmd.spawn().expect("node runs");
+            let mut input = child.stdin.take().unwrap();
+            input.write_all(stdin.as_bytes()).await.unwrap();
+            let out = tokio::time::timeout(WAIT, child.wait_with_output())
+                .await
+                .expect("the example ends within 60 s")
+                .unwrap();
+            let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+            let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+            (out.status.success(), stdout, stderr)
+        }
+    };
+    let (ok, out, err) = run(
+        r#"/tool write_file {"file_path": "from-node.txt", "content": "hi"}"#,
+        None,
+        "y\n",
+    )
+    .await;
+    assert!(ok, "stdout:\n{out}\nstderr:\n{err}");
+    assert!(out.contains("[tool_call] write_file"), "{out}");
+    assert!(out.contains("[tool_result success]"), "{out}");
+    assert!(out.contains("[done] completed"), "{out}");
+    assert!(err.contains("approve? [y/N]"), "{err}");
+    let session = out
+        .lines()
+        .find_map(|l| l.strip_prefix("session "))
+        .expect("it prints the session")
+        .to_string();
+    let (ok, out, err) = run("/echo again", Some(&session), "").await;
+    assert!(ok, "stdout:\n{out}\nstderr:\n{err}");
+    assert!(out.contains("again"), "{out}");
+    let msgs = ctx
+        .ok(
+            Method::GET,
+            &format!("/api/v1/sessions/{session}/messages"),
+            &t.member.key,
+            None,
+            200,
+        )
+        .await;
+    assert_eq!(msgs["total"], 6, "{msgs}");
 }

@@ -98,6 +98,10 @@ pub struct ServerSettings {
     pub workers: usize,
     /// How long a graceful shutdown waits for in-flight requests.
     pub shutdown_timeout_secs: u64,
+    /// The server pings each WebSocket this often.
+    pub ws_heartbeat_secs: u64,
+    /// A WebSocket client silent (no frame, no pong) this long is dropped.
+    pub ws_client_timeout_secs: u64,
 }
 
 impl Default for ServerSettings {
@@ -111,6 +115,8 @@ impl Default for ServerSettings {
             cors_origins: vec!["*".into()],
             workers: 0,
             shutdown_timeout_secs: 30,
+            ws_heartbeat_secs: 15,
+            ws_client_timeout_secs: 45,
         }
     }
 }
@@ -356,6 +362,15 @@ impl Settings {
         }
         if self.server.frame_limit_bytes < 1024 {
             return bad("server.frame_limit_bytes", "must be at least 1024");
+        }
+        if self.server.ws_heartbeat_secs == 0 {
+            return bad("server.ws_heartbeat_secs", "must be at least 1");
+        }
+        if self.server.ws_client_timeout_secs <= self.server.ws_heartbeat_secs {
+            return bad(
+                "server.ws_client_timeout_secs",
+                "must be longer than server.ws_heartbeat_secs, or every client would be dropped",
+            );
         }
         if let Some(why) = cors_problem(&self.server.cors_origins) {
             return bad("server.cors_origins", &why);

@@ -34,8 +34,6 @@ use crate::extract::{ApiPath, ApiQuery, param};
 use crate::routes::resource::endpoint;
 use crate::state::AppState;
 
-const HEARTBEAT: Duration = Duration::from_secs(15);
-const CLIENT_TIMEOUT: Duration = Duration::from_secs(45);
 pub const WS_GAUGE: &str = "agentry_ws_connections";
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
@@ -91,7 +89,11 @@ pub async fn connect(
         .open_session(caller.tenant(), &caller.user(), session.id)
         .await?;
     let frame_limit = state.settings.server.frame_limit_bytes;
+    let heartbeat = Duration::from_secs(state.settings.server.ws_heartbeat_secs);
+    let client_timeout = Duration::from_secs(state.settings.server.ws_client_timeout_secs);
     let actor = WsConnection {
+        heartbeat,
+        client_timeout,
         engine: state.engine.clone(),
         caller,
         handle,
@@ -145,6 +147,8 @@ pub struct WsConnection {
     last_seen: Instant,
     frame_limit: usize,
     initial_after: Option<u64>,
+    heartbeat: Duration,
+    client_timeout: Duration,
     _slot: Slot,
 }
 
@@ -265,8 +269,8 @@ impl Actor for WsConnection {
     fn started(&mut self, ctx: &mut Self::Context) {
         let after = self.initial_after;
         self.subscribe(ctx, after);
-        ctx.run_interval(HEARTBEAT, |act, ctx| {
-            if act.last_seen.elapsed() > CLIENT_TIMEOUT {
+        ctx.run_interval(self.heartbeat, |act, ctx| {
+            if act.last_seen.elapsed() > act.client_timeout {
                 tracing::debug!(session_id = %act.handle.session.id, "WebSocket client stopped answering; dropping it");
                 ctx.close(Some(ws::CloseReason {
                     code: ws::CloseCode::Away,
