@@ -423,16 +423,19 @@ impl Ctx {
 
     /// `(method, route pattern, status)` of every request the server counted.
     pub async fn observed(&self) -> BTreeSet<(String, String, u16)> {
-        let text = self
-            .http
+        parse_observed(&self.metrics().await)
+    }
+
+    /// The server's `/metrics` text.
+    pub async fn metrics(&self) -> String {
+        self.http
             .get(self.url("/metrics"))
             .send()
             .await
             .unwrap()
             .text()
             .await
-            .unwrap();
-        parse_observed(&text)
+            .unwrap()
     }
 }
 

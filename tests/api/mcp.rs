@@ -265,17 +265,34 @@ pub async fn mcp_without_key(ctx: &Ctx) {
     assert_eq!(kept["url"], "https://x.example/mcp", "{kept}");
 }
 
+/// The upgrade request for a session's WebSocket, with the key in `Authorization` and an
+/// optional query (`"?after_seq=3"`).
+pub fn ws_request(
+    ctx: &Ctx,
+    key: &str,
+    session: &str,
+    query: &str,
+) -> tokio_tungstenite::tungstenite::handshake::client::Request {
+    let mut req = format!(
+        "ws://127.0.0.1:{}/ws/chat/{session}{query}",
+        ctx.server.port
+    )
+    .into_client_request()
+    .unwrap();
+    req.headers_mut()
+        .insert("authorization", format!("Bearer {key}").parse().unwrap());
+    req
+}
+
 pub async fn ws_connect(
     ctx: &Ctx,
     key: &str,
     session: &str,
 ) -> tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>> {
-    let mut req = format!("ws://127.0.0.1:{}/ws/chat/{session}", ctx.server.port)
-        .into_client_request()
-        .unwrap();
-    req.headers_mut()
-        .insert("authorization", format!("Bearer {key}").parse().unwrap());
-    tokio_tungstenite::connect_async(req).await.unwrap().0
+    tokio_tungstenite::connect_async(ws_request(ctx, key, session, ""))
+        .await
+        .unwrap()
+        .0
 }
 
 /// Send a chat frame and collect events until `done`; approve every approval request.

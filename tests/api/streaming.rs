@@ -9,10 +9,9 @@ use futures::{SinkExt, StreamExt};
 use reqwest::Method;
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
 use crate::ctx::{Ctx, TenantFx};
-use crate::mcp::{types, ws_connect};
+use crate::mcp::{types, ws_connect, ws_request};
 
 type Socket =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
@@ -542,14 +541,7 @@ pub async fn websocket(ctx: &Ctx) {
     drop(ws);
 
     // Reconnecting with `?after_seq=` replays exactly what came after it, in order.
-    let mut req = format!(
-        "ws://127.0.0.1:{}/ws/chat/{sid}?after_seq={after}",
-        ctx.server.port
-    )
-    .into_client_request()
-    .unwrap();
-    req.headers_mut()
-        .insert("authorization", format!("Bearer {key}").parse().unwrap());
+    let req = ws_request(ctx, key, &sid, &format!("?after_seq={after}"));
     let mut ws = tokio_tungstenite::connect_async(req).await.unwrap().0;
     let mut replayed = Vec::new();
     while replayed.last().is_none_or(|s| *s < last_seq) {
@@ -599,11 +591,7 @@ pub async fn full_server(ctx: &Ctx) {
     let key = &t.member.key;
     let sid = new_session(ctx, key).await;
     let mut held = ws_connect(ctx, key, &sid).await;
-    let mut req = format!("ws://127.0.0.1:{}/ws/chat/{sid}", ctx.server.port)
-        .into_client_request()
-        .unwrap();
-    req.headers_mut()
-        .insert("authorization", format!("Bearer {key}").parse().unwrap());
+    let req = ws_request(ctx, key, &sid, "");
     match tokio_tungstenite::connect_async(req.clone()).await {
         Err(tokio_tungstenite::tungstenite::Error::Http(res)) => {
             assert_eq!(res.status(), 503);
@@ -625,18 +613,6 @@ pub async fn full_server(ctx: &Ctx) {
             Err(e) => panic!("the slot was never freed: {e}"),
         }
     }
-}
-
-async fn ws_with_query(ctx: &Ctx, key: &str, session: &str, query: &str) -> Socket {
-    let mut req = format!(
-        "ws://127.0.0.1:{}/ws/chat/{session}{query}",
-        ctx.server.port
-    )
-    .into_client_request()
-    .unwrap();
-    req.headers_mut()
-        .insert("authorization", format!("Bearer {key}").parse().unwrap());
-    tokio_tungstenite::connect_async(req).await.unwrap().0
 }
 
 /// What a run says, without what differs between sessions and runs by nature.
@@ -682,7 +658,7 @@ pub async fn one_stream_many_views(ctx: &Ctx) {
     let sse: Vec<Value> = sse_events(&sse_body).into_iter().map(|(_, e)| e).collect();
     let sid = new_session(ctx, key).await;
     let mut ws1 = ws_connect(ctx, key, &sid).await;
-    let mut ws2 = ws_with_query(ctx, key, &sid, "").await;
+    let mut ws2 = ws_connect(ctx, key, &sid).await;
     send(
         &mut ws1,
         json!({"type": "chat", "payload": {"message": script}}),
@@ -750,30 +726,20 @@ pub async fn one_stream_many_views(ctx: &Ctx) {
     .await;
     let evs = until_done_or_hitl(&mut ws1).await;
     assert_eq!(types(&evs).last(), Some(&"done"));
-    let read = ctx
-        .ok(
-            Method::POST,
-            "/api/v1/chat",
-            key,
-            Some(json!({ "message": r#"/tool read_file {"file_path": "final.txt"}"#, "session_id": sid })),
-            200,
-        )
-        .await;
+    let read = |file: &'static str| {
+        let body = json!({ "message": format!(r#"/tool read_file {{"file_path": "{file}"}}"#), "session_id": sid });
+        async move {
+            let r = ctx
+                .ok(Method::POST, "/api/v1/chat", key, Some(body), 200)
+                .await;
+            text_of(r["events"].as_array().unwrap())
+        }
+    };
+    let edited = read("final.txt").await;
+    assert!(edited.contains("edited by a human"), "{edited}");
+    let missing = read("draft.txt").await;
     assert!(
-        text_of(read["events"].as_array().unwrap()).contains("edited by a human"),
-        "{read}"
-    );
-    let missing = ctx
-        .ok(
-            Method::POST,
-            "/api/v1/chat",
-            key,
-            Some(json!({ "message": r#"/tool read_file {"file_path": "draft.txt"}"#, "session_id": sid })),
-            200,
-        )
-        .await;
-    assert!(
-        text_of(missing["events"].as_array().unwrap()).contains("Tool read_file failed"),
+        missing.contains("Tool read_file failed"),
         "the original arguments never ran: {missing}"
     );
 }
@@ -822,16 +788,9 @@ pub async fn silent_clients_are_dropped(ctx: &Ctx) {
     let key = &t.member.key;
     let sid = new_session(ctx, key).await;
     let gauge = || async {
-        let text = ctx
-            .http
-            .get(ctx.url("/metrics"))
-            .send()
+        ctx.metrics()
             .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        text.lines()
+            .lines()
             .find(|l| l.starts_with("agentry_ws_connections "))
             .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
             .unwrap_or(0.0)

@@ -256,6 +256,17 @@ impl<M: param::Param> FromRequest for ApiPath<M> {
 }
 
 /// The path parameters of this API: each marker names the parameter and its id type.
+/// An id from a JSON body field (`assistant_id`, …): absent is `None`, malformed is 422 naming
+/// the field.
+pub fn body_id<T>(field: &str, raw: Option<&str>) -> Result<Option<T>, ApiError>
+where
+    T: for<'a> TryFrom<&'a str>,
+    for<'a> <T as TryFrom<&'a str>>::Error: std::fmt::Display,
+{
+    raw.map(|r| T::try_from(r).map_err(|e| ApiError::validation(field, e.to_string())))
+        .transpose()
+}
+
 pub mod param {
     use std::str::FromStr;
 

@@ -14,7 +14,7 @@ use futures::stream::StreamExt;
 
 use crate::auth::TenantCaller;
 use crate::error::{ApiError, ApiResult};
-use crate::extract::ApiJson;
+use crate::extract::{ApiJson, body_id};
 use crate::routes::resource::endpoint;
 use crate::state::AppState;
 
@@ -53,14 +53,7 @@ async fn start(
                 .await?
         }
         None => {
-            let assistant_id = req
-                .assistant_id
-                .as_deref()
-                .map(|a| {
-                    AssistantId::try_from(a)
-                        .map_err(|e| ApiError::validation("assistant_id", e.to_string()))
-                })
-                .transpose()?;
+            let assistant_id = body_id::<AssistantId>("assistant_id", req.assistant_id.as_deref())?;
             let s = state
                 .engine
                 .create_session(

@@ -17,7 +17,7 @@ use utoipa::IntoParams;
 use crate::access;
 use crate::auth::TenantCaller;
 use crate::error::{ApiError, ApiResult};
-use crate::extract::{ApiJson, ApiPath, ApiQuery, param};
+use crate::extract::{ApiJson, ApiPath, ApiQuery, body_id, param};
 use crate::routes::resource::endpoint;
 use crate::routes::{PageQuery, page, page_of};
 use crate::state::AppState;
@@ -240,14 +240,7 @@ pub async fn create_session(
     body: ApiJson<CreateSessionRequest>,
 ) -> ApiResult<HttpResponse> {
     let req = body.into_inner();
-    let assistant_id = req
-        .assistant_id
-        .as_deref()
-        .map(|a| {
-            AssistantId::try_from(a)
-                .map_err(|e| ApiError::validation("assistant_id", e.to_string()))
-        })
-        .transpose()?;
+    let assistant_id = body_id::<AssistantId>("assistant_id", req.assistant_id.as_deref())?;
     if let Some(m) = &req.metadata {
         if !m.is_object() {
             return Err(ApiError::validation(
