@@ -204,7 +204,7 @@ async fn an_undecided_approval_times_out_and_the_run_ends() {
 }
 
 #[tokio::test]
-async fn a_websocket_client_that_stops_answering_is_dropped() {
+async fn silent_websocket_clients_are_dropped_and_deleted_sessions_close_their_sockets() {
     let ctx = Ctx::start_with(
         &[
             ("AGENTRY_SERVER__WS_HEARTBEAT_SECS", "1"),

@@ -814,6 +814,31 @@ pub async fn silent_clients_are_dropped(ctx: &Ctx) {
     send(&mut live, json!({"type": "ping", "payload": {}})).await;
     assert_eq!(next_json(&mut live).await["type"], "pong");
     drop(silent);
+
+    // Deleting the session ends its sockets: an `error` event, then a close.
+    ctx.ok(
+        Method::DELETE,
+        &format!("/api/v1/sessions/{sid}"),
+        key,
+        None,
+        204,
+    )
+    .await;
+    let ev = next_json(&mut live).await;
+    assert_eq!(
+        (ev["event_type"].as_str(), ev["data"]["error_code"].as_str()),
+        (Some("error"), Some("not_found")),
+        "{ev}"
+    );
+    loop {
+        match tokio::time::timeout(WAIT, live.next())
+            .await
+            .expect("closed within 60 s")
+        {
+            Some(Ok(Message::Close(_))) | None | Some(Err(_)) => break,
+            Some(Ok(_)) => continue,
+        }
+    }
 }
 
 /// `docs/examples/ws_chat.mjs`, the small WebSocket client the docs point to, run with Node 22

@@ -279,6 +279,21 @@ impl Actor for WsConnection {
                 ctx.stop();
                 return;
             }
+            // A session actor with a subscriber only stops when the session is deleted (or its
+            // tenant is removed): tell the client and let it go.
+            if !act.handle.addr.connected() {
+                act.send_error(
+                    ctx,
+                    ErrorCode::NotFound,
+                    "the session was deleted; open another one",
+                );
+                ctx.close(Some(ws::CloseReason {
+                    code: ws::CloseCode::Normal,
+                    description: Some("session deleted".into()),
+                }));
+                ctx.stop();
+                return;
+            }
             ctx.ping(b"");
         });
     }
