@@ -402,6 +402,13 @@ pub async fn websocket(ctx: &Ctx) {
     }
     send(&mut ws, json!({"type": "ping", "payload": {}})).await;
     assert_eq!(next_json(&mut ws).await["type"], "pong");
+    // A frame over `server.frame_limit_bytes` (256 KiB) is refused and the socket stays open.
+    let big = json!({"type": "chat", "payload": {"message": "x".repeat(300 * 1024)}});
+    send(&mut ws, big).await;
+    let ev = next_json(&mut ws).await;
+    assert_eq!(ev["data"]["error_code"], "payload_too_large", "{ev}");
+    send(&mut ws, json!({"type": "ping", "payload": {}})).await;
+    assert_eq!(next_json(&mut ws).await["type"], "pong");
 
     // A chat over the socket.
     send(
@@ -539,6 +546,25 @@ pub async fn websocket(ctx: &Ctx) {
     assert_eq!(done["data"]["cancelled"], true, "{done}");
     let last_seq = done["seq"].as_u64().unwrap();
     drop(ws);
+
+    // Past twice the limit the codec refuses to buffer it: the socket is closed (1009).
+    let mut huge = ws_connect(ctx, key, &sid).await;
+    let frame = json!({"type": "chat", "payload": {"message": "x".repeat(600 * 1024)}});
+    // The server may close while the frame is still being written.
+    let _ = huge.send(Message::text(frame.to_string())).await;
+    loop {
+        match tokio::time::timeout(WAIT, huge.next())
+            .await
+            .expect("closed within 60 s")
+        {
+            Some(Ok(Message::Close(Some(c)))) => {
+                assert_eq!(u16::from(c.code), 1009, "{c:?}");
+                break;
+            }
+            Some(Ok(Message::Close(None))) | None | Some(Err(_)) => break,
+            Some(Ok(_)) => continue,
+        }
+    }
 
     // Reconnecting with `?after_seq=` replays exactly what came after it, in order.
     let req = ws_request(ctx, key, &sid, &format!("?after_seq={after}"));
