@@ -58,6 +58,8 @@ error_codes! {
     /// The route does not exist.
     RouteNotFound = ("route_not_found", 404),
     MethodNotAllowed = ("method_not_allowed", 405),
+    /// The `Accept` header rules out every form of the answer (`/mcp` needs JSON and SSE).
+    NotAcceptable = ("not_acceptable", 406),
     /// The resource already exists (a duplicate name, say).
     Conflict = ("conflict", 409),
     /// A chat message arrived while a run is active and the client did not ask to enqueue it.

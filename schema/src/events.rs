@@ -7,6 +7,13 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+/// Deserializes a field that is there as `Some`, even when it is `null`: an absent field is
+/// `None` (through `#[serde(default)]`) and an explicit `null` stays `Some(Null)`, so every event
+/// reads back exactly as it was written.
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(d).map(Some)
+}
+
 /// One event of a session's stream, as sent on the wire.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ExecutionEvent {
@@ -107,6 +114,23 @@ impl EventPayload {
             error: error.into(),
             error_code: error_code.into(),
             recoverable,
+            details: None,
+        })
+    }
+
+    /// An error event carrying `details` (left out of the JSON when empty).
+    pub fn error_with_details(
+        error_code: impl Into<String>,
+        error: impl Into<String>,
+        recoverable: bool,
+        details: Value,
+    ) -> Self {
+        let has_details = details.as_object().is_none_or(|o| !o.is_empty());
+        EventPayload::Error(ErrorData {
+            error: error.into(),
+            error_code: error_code.into(),
+            recoverable,
+            details: has_details.then_some(details),
         })
     }
 }
@@ -167,7 +191,11 @@ pub struct Question {
     /// Seconds the server waits for an answer.
     pub timeout: u64,
     /// For MCP elicitation: the JSON Schema the answer must satisfy.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub schema: Option<Value>,
 }
 
@@ -243,6 +271,14 @@ pub struct ErrorData {
     pub error: String,
     pub error_code: String,
     pub recoverable: bool,
+    /// What REST would put in the error body's `details` (the quota's name and limit of a
+    /// `quota_exceeded`, say), so a WebSocket client learns as much as a REST one.
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub details: Option<Value>,
 }
 
 /// How a run ended. Exactly one `done` per run carries one of these.

@@ -164,8 +164,20 @@ fn payload() -> impl Strategy<Value = EventPayload> {
                 message: m,
             })
         });
-    let error = ("[a-z_]{1,20}", ".{0,40}", any::<bool>())
-        .prop_map(|(code, msg, rec)| EventPayload::error(code, msg, rec));
+    let error = (
+        "[a-z_]{1,20}",
+        ".{0,40}",
+        any::<bool>(),
+        proptest::option::of(json_value()),
+    )
+        .prop_map(|(code, msg, rec, details)| {
+            EventPayload::Error(ErrorData {
+                error: msg,
+                error_code: code,
+                recoverable: rec,
+                details,
+            })
+        });
     let done = (
         done_status(),
         proptest::option::of("[a-z_]{1,20}"),
@@ -278,4 +290,41 @@ proptest! {
             prop_assert_eq!(parse_client_frame(&raw).unwrap(), frame);
         }
     }
+}
+
+/// Found by the round-trip property in CI: an explicit `null` schema or error `details` read
+/// back as absent. Absent and `null` are now kept apart.
+#[test]
+fn explicit_null_and_absent_optional_values_stay_apart() {
+    let with_null = r#"{"event_type":"hitl_request","seq":0,"session_id":"","run_id":"","timestamp":0.0,
+        "data":{"request_id":"-","kind":"question","question":{"text":"","question_type":"text","timeout":0,"schema":null}}}"#;
+    let without = with_null.replace(r#","schema":null"#, "");
+    let schema_of = |json: &str| match serde_json::from_str::<ExecutionEvent>(json)
+        .unwrap()
+        .payload
+    {
+        EventPayload::HitlRequest(h) => h.question.unwrap().schema,
+        other => panic!("not a question: {other:?}"),
+    };
+    assert_eq!(schema_of(with_null), Some(Value::Null));
+    assert_eq!(schema_of(&without), None);
+
+    let error = ExecutionEvent {
+        seq: 1,
+        session_id: "s".into(),
+        run_id: "r".into(),
+        timestamp: 1.5,
+        payload: EventPayload::Error(ErrorData {
+            error: "e".into(),
+            error_code: "c".into(),
+            recoverable: true,
+            details: Some(Value::Null),
+        }),
+    };
+    let json = serde_json::to_string(&error).unwrap();
+    assert!(json.contains(r#""details":null"#), "{json}");
+    assert_eq!(
+        serde_json::from_str::<ExecutionEvent>(&json).unwrap(),
+        error
+    );
 }
