@@ -30,7 +30,7 @@ mod wire;
 use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -312,6 +312,25 @@ pub struct FakeConfig {
     /// How many requests to keep for [`FakeModelServer::requests`] (oldest dropped first);
     /// 0 records nothing (benchmarks).
     pub record_limit: usize,
+    /// How many [`ModelTiming`]s to keep for [`FakeModelServer::take_timings`] (oldest dropped
+    /// first); 0 (the default) measures nothing.
+    pub timing_limit: usize,
+}
+
+/// When the server worked on one answered request, for benchmarks: the client's time minus
+/// the model's time is what the client itself spent. `Instant`s compare with the benchmark's
+/// own clock when the server runs in the benchmark's process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelTiming {
+    /// The last user message of the conversation: a benchmark makes it unique per run, so the
+    /// model calls of one run can be found (a tool run calls the model twice).
+    pub key: String,
+    /// The request was received.
+    pub received: Instant,
+    /// The first body frame was handed to the connection (after the configured latency).
+    pub first_byte: Option<Instant>,
+    /// The last frame was handed to the connection.
+    pub done: Instant,
 }
 
 impl Default for FakeConfig {
@@ -325,6 +344,7 @@ impl Default for FakeConfig {
             api_key: None,
             workers: 1,
             record_limit: 10_000,
+            timing_limit: 0,
         }
     }
 }
@@ -341,6 +361,8 @@ pub(crate) struct State {
     pub requests: VecDeque<RecordedRequest>,
     pub record_limit: usize,
     pub served: u64,
+    pub timings: VecDeque<ModelTiming>,
+    pub timing_limit: usize,
 }
 
 #[derive(Debug)]
@@ -384,6 +406,8 @@ impl FakeModelServer {
                 requests: VecDeque::new(),
                 record_limit: config.record_limit,
                 served: 0,
+                timings: VecDeque::new(),
+                timing_limit: config.timing_limit,
             }),
         });
         let (addr, server) = server::run(shared.clone(), config.port, config.workers.max(1))?;
@@ -461,6 +485,13 @@ impl FakeModelServer {
 
     pub fn clear_requests(&self) {
         self.shared.lock().requests.clear();
+    }
+
+    /// The timings of the requests answered since the last call (needs
+    /// [`FakeConfig::timing_limit`]), oldest first. A response the client dropped before its
+    /// end is not counted.
+    pub fn take_timings(&self) -> Vec<ModelTiming> {
+        self.shared.lock().timings.drain(..).collect()
     }
 
     /// Stop accepting and close connections; waits for the workers to stop.

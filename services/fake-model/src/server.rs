@@ -4,17 +4,20 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use actix_web::http::StatusCode;
 use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
 use agentry_llm::{ChatRequest, ScriptedAction, estimate_tokens, estimate_usage, scripted_reply};
 use bytes::Bytes;
-use futures::Stream;
+use futures::{Stream, StreamExt};
 use serde_json::Value;
 
 use crate::wire::{self, Answer, Invalid, Pieces};
-use crate::{DefaultReply, Endpoint, FakeReply, FakeToolCall, RecordedRequest, ReplyKind, Shared};
+use crate::{
+    DefaultReply, Endpoint, FakeReply, FakeToolCall, ModelTiming, RecordedRequest, ReplyKind,
+    Shared,
+};
 use crate::{State, StreamEnd};
 
 /// Big conversations are fine; the real APIs accept tens of megabytes.
@@ -39,6 +42,8 @@ pub(crate) fn run(
             .route("/v1/messages", web::post().to(anthropic))
     })
     .workers(workers)
+    // Streamed frames must leave at once, as from a real provider, not wait for an ACK.
+    .tcp_nodelay(true)
     .disable_signals()
     .shutdown_timeout(1)
     .bind(("127.0.0.1", port))?;
@@ -71,6 +76,7 @@ async fn handle(
     body: Bytes,
     shared: web::Data<Shared>,
 ) -> HttpResponse {
+    let received = Instant::now();
     let raw_body = String::from_utf8_lossy(&body).into_owned();
     let json: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let mut headers = BTreeMap::new();
@@ -132,10 +138,15 @@ async fn handle(
         Ok(conversation) => conversation,
         Err(Invalid(message)) => return error_response(endpoint, 400, &message, None, None),
     };
-    let (reply, n) = {
+    let (reply, n, timed) = {
         let mut state = shared.lock();
-        (next_reply(&mut state), state.served)
+        (next_reply(&mut state), state.served, state.timing_limit > 0)
     };
+    let timing = timed.then(|| Timing {
+        shared: shared.clone().into_inner(),
+        key: last_user_message(&conversation),
+        received,
+    });
 
     let mut latency = reply.latency.unwrap_or(profile.latency);
     let pieces = Pieces {
@@ -219,7 +230,7 @@ async fn handle(
         HttpResponse::Ok()
             .content_type("text/event-stream; charset=utf-8")
             .insert_header(("cache-control", "no-cache"))
-            .streaming(deliver(frames, chunk_delay, reply.end))
+            .streaming(timed_by(timing, deliver(frames, chunk_delay, reply.end)))
     } else {
         let document = match endpoint {
             Endpoint::OpenAiChat => {
@@ -245,8 +256,61 @@ async fn handle(
         };
         HttpResponse::Ok()
             .content_type("application/json")
-            .streaming(deliver(frames, Duration::ZERO, end))
+            .streaming(timed_by(timing, deliver(frames, Duration::ZERO, end)))
     }
+}
+
+/// What is known of a request whose timing is measured, until its body has been sent.
+struct Timing {
+    shared: Arc<Shared>,
+    key: String,
+    received: Instant,
+}
+
+fn last_user_message(conversation: &ChatRequest) -> String {
+    conversation
+        .messages
+        .iter()
+        .rev()
+        .find_map(|m| match m {
+            agentry_llm::ChatMessage::User { content } => Some(content.clone()),
+            _ => None,
+        })
+        .unwrap_or_default()
+}
+
+/// `body`, noting when its first frame and its end were handed on (when `timing` is given).
+fn timed_by(
+    timing: Option<Timing>,
+    body: impl Stream<Item = Result<Bytes, std::io::Error>> + 'static,
+) -> impl Stream<Item = Result<Bytes, std::io::Error>> {
+    let body = Box::pin(body);
+    futures::stream::unfold(
+        (body, timing, None::<Instant>),
+        |(mut body, timing, first)| async move {
+            match body.next().await {
+                Some(frame) => {
+                    let first = first.or_else(|| Some(Instant::now()));
+                    Some((frame, (body, timing, first)))
+                }
+                None => {
+                    if let Some(t) = timing {
+                        let mut state = t.shared.lock();
+                        while state.timings.len() >= state.timing_limit {
+                            state.timings.pop_front();
+                        }
+                        state.timings.push_back(ModelTiming {
+                            key: t.key,
+                            received: t.received,
+                            first_byte: first,
+                            done: Instant::now(),
+                        });
+                    }
+                    None
+                }
+            }
+        },
+    )
 }
 
 fn record(state: &mut State, request: RecordedRequest) {

@@ -201,12 +201,19 @@ pub(crate) fn parse_anthropic(body: &Value) -> Result<ChatRequest, Invalid> {
         };
         match role {
             "user" => {
-                let mut text = Vec::new();
                 for block in &blocks {
                     match block.get("type").and_then(Value::as_str) {
-                        Some("text") => {
-                            text.push(block.get("text").and_then(Value::as_str).unwrap_or(""))
-                        }
+                        // Clients merge consecutive user messages into one turn of several
+                        // text blocks (the API wants turns to alternate); each block is one of
+                        // those messages, so the scripted decision sees the same last message
+                        // as over the chat completions format.
+                        Some("text") => request.messages.push(ChatMessage::User {
+                            content: block
+                                .get("text")
+                                .and_then(Value::as_str)
+                                .unwrap_or("")
+                                .to_string(),
+                        }),
                         Some("tool_result") => {
                             let id = block
                                 .get("tool_use_id")
@@ -231,11 +238,6 @@ pub(crate) fn parse_anthropic(body: &Value) -> Result<ChatRequest, Invalid> {
                         }
                         _ => {}
                     }
-                }
-                if !text.is_empty() {
-                    request.messages.push(ChatMessage::User {
-                        content: text.join(""),
-                    });
                 }
             }
             "assistant" => {
@@ -683,6 +685,26 @@ mod tests {
                 content: "out".into(),
                 is_error: true
             }
+        );
+        // A turn of several text blocks (consecutive user messages merged by the client) is
+        // as many user messages: `/sleep` in the last one still starts its line.
+        let merged = json!({
+            "model": "m", "max_tokens": 10,
+            "messages": [{"role": "user", "content": [
+                {"type": "text", "text": "talk"},
+                {"type": "text", "text": "/sleep 5\nlate"},
+            ]}]
+        });
+        assert_eq!(
+            parse_anthropic(&merged).unwrap().messages,
+            [
+                ChatMessage::User {
+                    content: "talk".into()
+                },
+                ChatMessage::User {
+                    content: "/sleep 5\nlate".into()
+                },
+            ]
         );
         let mut no_max = body.clone();
         no_max.as_object_mut().unwrap().remove("max_tokens");

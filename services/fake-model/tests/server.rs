@@ -229,3 +229,64 @@ async fn a_stopped_server_refuses_connections() {
         .await;
     assert!(outcome.is_err_and(|e| e.is_connect()));
 }
+
+#[tokio::test]
+async fn timings_are_kept_per_answered_request_when_asked_for() {
+    let latency = Duration::from_millis(30);
+    let server = FakeModelServer::start(FakeConfig {
+        latency,
+        chunks: 4,
+        chunk_delay: Duration::from_millis(5),
+        timing_limit: 2,
+        ..FakeConfig::default()
+    });
+    let client = reqwest::Client::new();
+    let ask = |content: &'static str, stream: bool| {
+        let client = client.clone();
+        let url = format!("{}/chat/completions", server.base_url_openai());
+        async move {
+            let before = std::time::Instant::now();
+            let body = client
+                .post(url)
+                .json(&json!({"model": "m", "stream": stream, "messages": [
+                    {"role": "user", "content": "earlier"},
+                    {"role": "assistant", "content": "ok"},
+                    {"role": "user", "content": content}]}))
+                .send()
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap();
+            (before, body)
+        }
+    };
+    let (before, _) = ask("first", true).await;
+    let timings = server.take_timings();
+    assert_eq!(timings.len(), 1);
+    let t = &timings[0];
+    assert_eq!(t.key, "first", "keyed by the last user message");
+    assert!(t.received >= before);
+    let first_byte = t.first_byte.expect("a body was sent");
+    assert!(first_byte - t.received >= latency, "{t:?}");
+    // Four chunks 5 ms apart after the first frame: the end is later than the first byte.
+    assert!(t.done - first_byte >= Duration::from_millis(15), "{t:?}");
+    assert!(server.take_timings().is_empty(), "taken once");
+
+    // Not streamed too; the oldest is dropped past the limit.
+    for content in ["a", "b", "c"] {
+        ask(content, false).await;
+    }
+    let keys: Vec<String> = server.take_timings().into_iter().map(|t| t.key).collect();
+    assert_eq!(keys, ["b", "c"]);
+
+    // Off by default.
+    let plain = FakeModelServer::start(FakeConfig::default());
+    reqwest::Client::new()
+        .post(format!("{}/chat/completions", plain.base_url_openai()))
+        .json(&json!({"model": "m", "messages": [{"role": "user", "content": "x"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert!(plain.take_timings().is_empty());
+}

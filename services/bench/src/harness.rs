@@ -1,0 +1,360 @@
+//! One measured server: the fake model in this process, the real `agentry` binary as a child
+//! process on a free port with its own data directory, and a tenant with a key and the
+//! benchmark's assistants.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use agentry_fake_model::{FakeConfig, FakeModelServer};
+use anyhow::{Context, Result, bail};
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+/// The assistant of one-tool runs: calls are approved without asking.
+pub const AUTO_ASSISTANT: &str = "bench-auto";
+/// The assistant whose `write_todos` calls wait for a human's decision.
+pub const HITL_ASSISTANT: &str = "bench-hitl";
+
+/// Where the server keeps its data.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Database {
+    /// A new SQLite file in a temporary data directory (the embedded default).
+    Sqlite,
+    /// A `postgres://` or `mysql://` URL.
+    Url(String),
+}
+
+impl Database {
+    pub fn parse(value: &str) -> Result<Self> {
+        match value {
+            "sqlite" => Ok(Database::Sqlite),
+            url if url.starts_with("postgres://")
+                || url.starts_with("postgresql://")
+                || url.starts_with("mysql://") =>
+            {
+                Ok(Database::Url(url.to_string()))
+            }
+            other => bail!(
+                "--database takes `sqlite`, a postgres:// URL or a mysql:// URL, not `{other}`"
+            ),
+        }
+    }
+
+    /// `sqlite`, `postgres` or `mysql`: how results are labelled.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Database::Sqlite => "sqlite",
+            Database::Url(url) if url.starts_with("mysql") => "mysql",
+            Database::Url(_) => "postgres",
+        }
+    }
+}
+
+/// The fake model's timing: latency before the response head, and the streaming profile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct ModelProfile {
+    pub latency_ms: u64,
+    /// Text chunks per streamed answer (0 = one per word).
+    pub chunks: usize,
+    pub chunk_delay_ms: u64,
+}
+
+impl ModelProfile {
+    pub const INSTANT: ModelProfile = ModelProfile {
+        latency_ms: 0,
+        chunks: 0,
+        chunk_delay_ms: 0,
+    };
+}
+
+/// What a scenario needs to start its server.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub agentry: PathBuf,
+    pub database: Database,
+    /// `AGENTRY_SERVER__WORKERS` (0 = one per core).
+    pub workers: usize,
+}
+
+pub struct Harness {
+    pub model: FakeModelServer,
+    child: Child,
+    pub pid: u32,
+    pub port: u16,
+    pub http: reqwest::Client,
+    /// A tenant user's key (role admin, so it may create assistants).
+    pub key: String,
+    _data_dir: tempfile::TempDir,
+}
+
+impl Harness {
+    /// Start the model and the server, and create a tenant with no quotas, a user, a key and
+    /// the benchmark's assistants. `env` adds `AGENTRY_*` settings.
+    pub async fn start(
+        target: &Target,
+        profile: ModelProfile,
+        env: &[(&str, String)],
+    ) -> Result<Self> {
+        let model = FakeModelServer::try_start(FakeConfig {
+            latency: Duration::from_millis(profile.latency_ms),
+            chunks: profile.chunks,
+            chunk_delay: Duration::from_millis(profile.chunk_delay_ms),
+            workers: 1,
+            record_limit: 0,
+            timing_limit: 1_000_000,
+            ..FakeConfig::default()
+        })
+        .context("starting the fake model server")?;
+        let data_dir = tempfile::tempdir().context("creating a data directory")?;
+        let admin_key = format!("bench-admin-{}", std::process::id());
+        let mut cmd = Command::new(&target.agentry);
+        cmd.arg("serve")
+            .env("AGENTRY_DATA_DIR", data_dir.path())
+            .env("AGENTRY_SERVER__PORT", "0")
+            .env("AGENTRY_SERVER__WORKERS", target.workers.to_string())
+            .env("AGENTRY_SERVER__MAX_CONNECTIONS", "1000000")
+            .env("AGENTRY_LOG__FORMAT", "json")
+            .env("AGENTRY_LOG__LEVEL", "info")
+            .env("AGENTRY_AUTH__ADMIN_KEY", &admin_key)
+            .env("AGENTRY_LLM__PROVIDER", "openai")
+            .env("AGENTRY_LLM__BASE_URL", model.base_url_openai())
+            .env("AGENTRY_LLM__API_KEY", "bench")
+            .env("AGENTRY_LLM__MODEL", "fake")
+            .env_remove("RUST_LOG")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        if let Database::Url(url) = &target.database {
+            cmd.env("AGENTRY_DATABASE__URL", url);
+        }
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd
+            .spawn()
+            .with_context(|| format!("starting {}", target.agentry.display()))?;
+        let pid = child.id().context("the server exited at once")?;
+        let stderr = child.stderr.take().context("no stderr pipe")?;
+        let port = listening_port(stderr).await?;
+        let http = reqwest::Client::builder()
+            .pool_max_idle_per_host(256)
+            .build()
+            .context("building the HTTP client")?;
+        let mut harness = Harness {
+            model,
+            child,
+            pid,
+            port,
+            http,
+            key: String::new(),
+            _data_dir: data_dir,
+        };
+        harness.key = harness.create_tenant(&admin_key).await?;
+        harness.create_assistants().await?;
+        Ok(harness)
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    pub fn ws_url(&self, session_id: &str) -> String {
+        format!("ws://127.0.0.1:{}/ws/chat/{session_id}", self.port)
+    }
+
+    async fn post(&self, path: &str, bearer: &str, body: Value) -> Result<Value> {
+        let response = self
+            .http
+            .post(self.url(path))
+            .bearer_auth(bearer)
+            .json(&body)
+            .send()
+            .await
+            .with_context(|| format!("POST {path}"))?;
+        let status = response.status();
+        let text = response.text().await.unwrap_or_default();
+        if !status.is_success() {
+            bail!("POST {path} answered {status}: {text}");
+        }
+        serde_json::from_str(&text).with_context(|| format!("POST {path}: the answer is not JSON"))
+    }
+
+    async fn create_tenant(&self, admin_key: &str) -> Result<String> {
+        // Every quota 0 = no limit: the benchmark measures the server, not its limits. A shared
+        // database keeps earlier runs' tenants, and names are unique.
+        let name = format!("bench-{}", chrono::Utc::now().format("%Y%m%dT%H%M%S%.6f"));
+        let tenant = self
+            .post(
+                "/api/v1/admin/tenants",
+                admin_key,
+                json!({"name": name, "max_users": 0, "max_sessions_per_user": 0,
+                       "requests_per_minute": 0, "tokens_per_day": 0, "max_concurrent_runs": 0}),
+            )
+            .await?;
+        let tenant_id = str_field(&tenant, "id")?;
+        let user = self
+            .post(
+                &format!("/api/v1/admin/tenants/{tenant_id}/users"),
+                admin_key,
+                json!({"name": "bench", "role": "admin"}),
+            )
+            .await?;
+        let user_id = str_field(&user, "id")?;
+        let key = self
+            .post(
+                &format!("/api/v1/admin/tenants/{tenant_id}/api-keys"),
+                admin_key,
+                json!({"user_id": user_id, "name": "bench"}),
+            )
+            .await?;
+        str_field(&key, "key")
+    }
+
+    async fn create_assistants(&self) -> Result<()> {
+        self.post(
+            "/api/v1/agents",
+            &self.key,
+            json!({"id": AUTO_ASSISTANT, "tools": ["write_todos"], "auto_approve": true}),
+        )
+        .await?;
+        self.post(
+            "/api/v1/agents",
+            &self.key,
+            json!({"id": HITL_ASSISTANT, "tools": ["write_todos"],
+                   "interrupt_on": ["write_todos"], "auto_approve": false}),
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// A new session of `assistant`; its id.
+    pub async fn create_session(&self, assistant: &str) -> Result<String> {
+        let session = self
+            .post(
+                "/api/v1/sessions",
+                &self.key,
+                json!({"assistant_id": assistant}),
+            )
+            .await?;
+        str_field(&session, "session_id")
+    }
+
+    /// The server's resident memory, from `/proc`.
+    pub fn rss_bytes(&self) -> Result<u64> {
+        rss_bytes(self.pid)
+    }
+
+    /// CPU time the server has used (user + system).
+    pub fn cpu_time(&self) -> Result<Duration> {
+        cpu_time(self.pid)
+    }
+
+    /// Stop the server (SIGTERM, then a kill after 10 s).
+    pub async fn stop(mut self) {
+        if let Ok(pid) = i32::try_from(self.pid) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+        }
+        if tokio::time::timeout(Duration::from_secs(10), self.child.wait())
+            .await
+            .is_err()
+        {
+            let _ = self.child.kill().await;
+        }
+        self.model.stop().await;
+    }
+}
+
+fn str_field(v: &Value, name: &str) -> Result<String> {
+    v.get(name)
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .with_context(|| format!("no `{name}` in {v}"))
+}
+
+/// Read the server's JSON log until it says which port it listens on, then keep draining it
+/// (a full pipe would block the server).
+async fn listening_port(stderr: tokio::process::ChildStderr) -> Result<u16> {
+    let mut lines = BufReader::new(stderr).lines();
+    let mut last = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let line = tokio::time::timeout_at(deadline.into(), lines.next_line())
+            .await
+            .context("the server did not listen within 120 s")?
+            .context("reading the server's log")?;
+        let Some(line) = line else {
+            bail!("the server exited before listening:\n{}", last.join("\n"));
+        };
+        if let Ok(v) = serde_json::from_str::<Value>(&line)
+            && let Some(port) = v.get("port").and_then(Value::as_u64)
+        {
+            let port = u16::try_from(port).context("port out of range")?;
+            tokio::spawn(async move {
+                while let Ok(Some(line)) = lines.next_line().await {
+                    // Warnings and errors during a benchmark are worth seeing.
+                    if line.contains("\"level\":\"ERROR\"") || line.contains("\"level\":\"WARN\"") {
+                        eprintln!("agentry: {line}");
+                    }
+                }
+            });
+            return Ok(port);
+        }
+        last.push(line);
+        if last.len() > 20 {
+            last.remove(0);
+        }
+    }
+}
+
+pub fn rss_bytes(pid: u32) -> Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .with_context(|| format!("reading /proc/{pid}/status"))?;
+    let kb = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .context("no VmRSS in /proc status")?;
+    Ok(kb * 1024)
+}
+
+/// User + system CPU time of a process, from `/proc/{pid}/stat` (clock ticks of 1/100 s on
+/// Linux).
+pub fn cpu_time(pid: u32) -> Result<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .with_context(|| format!("reading /proc/{pid}/stat"))?;
+    // The command name may hold spaces and parentheses: fields count from the last `)`.
+    let rest = stat
+        .rsplit_once(')')
+        .map(|(_, r)| r)
+        .context("malformed /proc stat")?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // After `)`: state is field 0, utime 11, stime 12.
+    let ticks = |i: usize| -> Result<u64> {
+        fields
+            .get(i)
+            .and_then(|v| v.parse().ok())
+            .context("malformed /proc stat")
+    };
+    let ticks = ticks(11)? + ticks(12)?;
+    Ok(Duration::from_millis(ticks * 10))
+}
+
+/// The `agentry` binary beside this executable (`target/<profile>/agentry`), or `None`.
+pub fn agentry_beside_me() -> Option<PathBuf> {
+    let me = std::env::current_exe().ok()?;
+    let dir = me.parent()?;
+    // A test binary lives in `deps/`, one level further down.
+    [dir, dir.parent().unwrap_or(dir)]
+        .iter()
+        .map(|d| d.join("agentry"))
+        .find(|p| is_file(p))
+}
+
+fn is_file(p: &Path) -> bool {
+    p.metadata().map(|m| m.is_file()).unwrap_or(false)
+}

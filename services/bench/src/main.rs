@@ -1,0 +1,221 @@
+//! `agentry-bench`: see `docs/benchmarks.md`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use agentry_bench::harness::{Database, Target, agentry_beside_me};
+use agentry_bench::report::{self, Record};
+use agentry_bench::scenarios::{
+    self, CancelParams, HitlParams, IdleParams, RunsParams, StreamParams,
+};
+use agentry_bench::suite::{Sizes, run_all};
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+
+/// A load generator for Agentry: drives the real `agentry` binary over WebSocket and HTTP with
+/// a fake model server as the model, and writes what it measured.
+#[derive(Debug, Parser)]
+#[command(name = "agentry-bench", version)]
+struct Cli {
+    /// The `agentry` binary to measure [default: the one beside this executable].
+    #[arg(long, global = true)]
+    agentry: Option<PathBuf>,
+    /// `sqlite` (a new file per scenario), or a postgres:// or mysql:// URL.
+    #[arg(long, global = true, default_value = "sqlite")]
+    database: String,
+    /// Where the JSON records go.
+    #[arg(long, global = true, default_value = "bench/results")]
+    out: PathBuf,
+    /// HTTP worker threads of the server (0 = one per core).
+    #[arg(long, global = true, default_value_t = 0)]
+    workers: usize,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Every scenario below at the sizes of docs/benchmarks.md (`--smoke`: tiny counts).
+    All {
+        #[arg(long)]
+        smoke: bool,
+    },
+    /// C clients doing one-tool runs (model → tool call → auto-approve → tool → model → answer).
+    Runs {
+        #[arg(long, default_value_t = 32)]
+        clients: usize,
+        #[arg(long, default_value_t = 20)]
+        duration_secs: u64,
+        /// Stop each client after this many runs (0 = only the duration counts).
+        #[arg(long, default_value_t = 0)]
+        max_runs: u64,
+        #[arg(long, default_value_t = 0)]
+        model_latency_ms: u64,
+    },
+    /// Streamed answers: model's first byte → client's first text event; events/s.
+    Stream {
+        #[arg(long, default_value_t = 4)]
+        clients: usize,
+        #[arg(long, default_value_t = 50)]
+        runs: u64,
+        #[arg(long, default_value_t = 200)]
+        chunks: usize,
+        #[arg(long, default_value_t = 0)]
+        chunk_delay_ms: u64,
+        #[arg(long, default_value_t = 400)]
+        words: usize,
+    },
+    /// Cancel mid-run: cancel frame → done{cancelled: true}.
+    Cancel {
+        #[arg(long, default_value_t = 8)]
+        clients: usize,
+        #[arg(long, default_value_t = 50)]
+        runs: u64,
+        #[arg(long, default_value_t = 20)]
+        cancel_after_ms: u64,
+    },
+    /// A tool needing approval: hitl_decision frame → next event.
+    Hitl {
+        #[arg(long, default_value_t = 8)]
+        clients: usize,
+        #[arg(long, default_value_t = 100)]
+        runs: u64,
+    },
+    /// N idle WebSocket sessions: server RSS per session, how many are held.
+    Idle {
+        #[arg(long, default_value_t = 10_000)]
+        sessions: usize,
+        #[arg(long, default_value_t = 64)]
+        concurrency: usize,
+        #[arg(long, default_value_t = 5)]
+        hold_secs: u64,
+    },
+    /// Rewrite the table in a benchmarks document from the newest record of each scenario.
+    Report {
+        #[arg(long, default_value = "docs/benchmarks.md")]
+        doc: PathBuf,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("agentry-bench: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("agentry-bench: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> Result<()> {
+    if let Command::Report { doc } = &cli.command {
+        let n = report::update_doc(doc, &cli.out)?;
+        eprintln!("{}: {n} rows from {}", doc.display(), cli.out.display());
+        return Ok(());
+    }
+    let agentry = match cli.agentry {
+        Some(path) => path,
+        None => agentry_beside_me().context(
+            "no `agentry` binary beside agentry-bench: build it (cargo build --release -p agentry-gateway) or pass --agentry PATH",
+        )?,
+    };
+    let target = Target {
+        agentry,
+        database: Database::parse(&cli.database)?,
+        workers: cli.workers,
+    };
+    let one = |record: Record| -> Result<()> {
+        let path = record.write(&cli.out)?;
+        eprintln!("    → {}", path.display());
+        Ok(())
+    };
+    match cli.command {
+        Command::All { smoke } => {
+            let sizes = if smoke { Sizes::smoke() } else { Sizes::full() };
+            let records = run_all(&target, &sizes, &cli.out).await?;
+            let errors: u64 = records.iter().map(|(r, _)| r.errors).sum();
+            if errors > 0 {
+                anyhow::bail!("{errors} errors during the runs (see the records)");
+            }
+        }
+        Command::Runs {
+            clients,
+            duration_secs,
+            max_runs,
+            model_latency_ms,
+        } => one(scenarios::runs(
+            &target,
+            &RunsParams {
+                clients,
+                duration_secs,
+                max_runs_per_client: max_runs,
+                model_latency_ms,
+            },
+        )
+        .await?)?,
+        Command::Stream {
+            clients,
+            runs,
+            chunks,
+            chunk_delay_ms,
+            words,
+        } => one(scenarios::stream(
+            &target,
+            &StreamParams {
+                clients,
+                runs_per_client: runs,
+                chunks,
+                chunk_delay_ms,
+                words,
+            },
+        )
+        .await?)?,
+        Command::Cancel {
+            clients,
+            runs,
+            cancel_after_ms,
+        } => one(scenarios::cancel(
+            &target,
+            &CancelParams {
+                clients,
+                runs_per_client: runs,
+                cancel_after_ms,
+            },
+        )
+        .await?)?,
+        Command::Hitl { clients, runs } => one(scenarios::hitl(
+            &target,
+            &HitlParams {
+                clients,
+                runs_per_client: runs,
+            },
+        )
+        .await?)?,
+        Command::Idle {
+            sessions,
+            concurrency,
+            hold_secs,
+        } => one(scenarios::idle(
+            &target,
+            &IdleParams {
+                sessions,
+                concurrency,
+                hold_secs,
+            },
+        )
+        .await?)?,
+        Command::Report { .. } => {}
+    }
+    Ok(())
+}

@@ -1,0 +1,119 @@
+//! The benchmark harness on tiny counts, against the real binary on SQLite and PostgreSQL, so
+//! it never rots: every scenario runs, finds no error, and reports figures that add up. The
+//! figures themselves are not judged here (timed assertions flake on shared machines); the full
+//! runs are `scripts/bench.sh`, and their numbers are in docs/benchmarks.md.
+
+use std::path::PathBuf;
+
+use agentry_bench::harness::{Database, Target};
+use agentry_bench::report;
+use agentry_bench::suite::{Sizes, run_all};
+use serde_json::Value;
+
+fn target(database: Database) -> Target {
+    Target {
+        agentry: PathBuf::from(env!("CARGO_BIN_EXE_agentry")),
+        database,
+        workers: 2,
+    }
+}
+
+async fn smoke(database: Database) {
+    let out = tempfile::tempdir().unwrap();
+    let sizes = Sizes::smoke();
+    let records = run_all(&target(database.clone()), &sizes, out.path())
+        .await
+        .expect("the suite runs");
+    let by_variant = |v: &str| {
+        records
+            .iter()
+            .map(|(r, _)| r)
+            .find(|r| r.variant == v)
+            .unwrap_or_else(|| panic!("no {v} record"))
+    };
+    for (record, path) in &records {
+        assert_eq!(
+            record.errors, 0,
+            "{}: {:?}",
+            record.variant, record.first_error
+        );
+        assert_eq!(record.database, database.label());
+        // What was written is what was returned.
+        let written: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        assert_eq!(written["figures"], record.figures);
+        assert_eq!(
+            written["machine"]["cores"].as_u64().map(|c| c > 0),
+            Some(true)
+        );
+    }
+    let expected_runs = sizes.runs.clients as u64 * sizes.runs.max_runs_per_client;
+    for variant in ["runs-0ms", "runs-50ms"] {
+        let f = &by_variant(variant).figures;
+        assert_eq!(f["runs"].as_u64(), Some(expected_runs), "{variant}: {f}");
+        assert_eq!(f["end_to_end"]["count"].as_u64(), Some(expected_runs));
+        // One model call for the tool, one for the answer.
+        assert_eq!(
+            f["model_calls_per_run"].as_f64(),
+            Some(2.0),
+            "{variant}: {f}"
+        );
+        let e2e = f["end_to_end"]["p50_ms"].as_f64().unwrap();
+        let overhead = f["server_overhead"]["p50_ms"].as_f64().unwrap();
+        assert!(overhead > 0.0 && overhead <= e2e, "{variant}: {f}");
+    }
+    // The model's 50 ms per call is inside the end-to-end time and outside the overhead.
+    let slow = &by_variant("runs-50ms").figures;
+    let e2e = slow["end_to_end"]["p50_ms"].as_f64().unwrap();
+    let overhead = slow["server_overhead"]["p50_ms"].as_f64().unwrap();
+    assert!(e2e - overhead >= 100.0, "two 50 ms model calls: {slow}");
+
+    let stream = &by_variant("stream").figures;
+    let runs = (sizes.stream.clients as u64 * sizes.stream.runs_per_client) as usize;
+    assert_eq!(stream["runs"].as_u64(), Some(runs as u64), "{stream}");
+    assert_eq!(
+        stream["first_event_after_model_first_byte"]["count"].as_u64(),
+        Some(runs as u64),
+        "every run's first byte was matched: {stream}"
+    );
+    assert!(
+        stream["text_events_per_run"].as_f64().unwrap() >= 2.0,
+        "{stream}"
+    );
+
+    let cancel = &by_variant("cancel").figures;
+    let cancels = sizes.cancel.clients as u64 * sizes.cancel.runs_per_client;
+    assert_eq!(cancel["cancels"].as_u64(), Some(cancels), "{cancel}");
+    let hitl = &by_variant("hitl").figures;
+    let approvals = sizes.hitl.clients as u64 * sizes.hitl.runs_per_client;
+    assert_eq!(hitl["approvals"].as_u64(), Some(approvals), "{hitl}");
+
+    let idle = &by_variant("idle").figures;
+    let sessions = sizes.idle.sessions as u64;
+    assert_eq!(idle["sessions_held"].as_u64(), Some(sessions), "{idle}");
+    assert_eq!(idle["health_with_sessions_open"].as_u64(), Some(200));
+    assert!(idle["server_rss_after_bytes"].as_u64() > Some(0));
+
+    // And the records make the table of the benchmarks document.
+    let doc = out.path().join("benchmarks.md");
+    std::fs::write(&doc, format!("# B\n{}\n{}\n", report::BEGIN, report::END)).unwrap();
+    assert_eq!(report::update_doc(&doc, out.path()).unwrap(), 6);
+    let text = std::fs::read_to_string(&doc).unwrap();
+    for variant in ["runs-0ms", "runs-50ms", "stream", "cancel", "hitl", "idle"] {
+        assert!(
+            text.contains(&format!("| {variant} | {} |", database.label())),
+            "{variant} row in:\n{text}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_benchmark_suite_runs_on_sqlite() {
+    smoke(Database::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_benchmark_suite_runs_on_postgres() {
+    let url = std::env::var("AGENTRY_TEST_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/agentry_test".into());
+    smoke(Database::parse(&url).unwrap()).await;
+}
