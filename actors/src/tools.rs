@@ -7,6 +7,7 @@ use agentry_mcp::builtin::{BuiltinConfig, BuiltinService, builtin_registry};
 use agentry_mcp::rbac::{self, RolePermissions};
 use agentry_mcp::tool::{ToolRegistry, ToolSpec};
 use agentry_store::Role;
+use agentry_store::tenants::Tenant;
 use async_trait::async_trait;
 
 use crate::deps::{ToolPolicy, ToolProvider, ToolRequest, ToolSet};
@@ -61,6 +62,35 @@ impl PlatformTools {
         self.db = Some(db);
         self
     }
+
+    /// Every built-in tool, with the memory tools when a database was given: what a run starts
+    /// from before its assistant's `tools` narrow it, and what `/mcp` serves.
+    pub fn builtin_tools(&self) -> ToolRegistry {
+        let mut registry: ToolRegistry = builtin_registry(&self.builtin, &BuiltinService::ALL);
+        if let Some(db) = &self.db {
+            for t in crate::memory_tools::memory_tools(db.clone()) {
+                let _ = registry.register(t);
+            }
+        }
+        registry
+    }
+}
+
+/// The tenant's tool permissions (`tool_permissions`, or the defaults when unset or invalid)
+/// for a role.
+pub fn role_policy(tenant: &Tenant, role: Role) -> RbacPolicy {
+    let permissions = match tenant.tool_permissions.as_ref() {
+        None => RolePermissions::default(),
+        Some(v) => RolePermissions::from_json(v).unwrap_or_else(|e| {
+            tracing::warn!(tenant = %tenant.id, error = %e, "the tenant's tool permissions are invalid; using the defaults");
+            RolePermissions::default()
+        }),
+    };
+    let role = match role {
+        Role::Admin => rbac::Role::Admin,
+        Role::Member => rbac::Role::Member,
+    };
+    RbacPolicy { permissions, role }
 }
 
 #[async_trait]
@@ -68,12 +98,7 @@ impl ToolProvider for PlatformTools {
     async fn tools_for(&self, req: &ToolRequest) -> ToolSet {
         let patterns = req.assistant.spec.tools.as_deref();
         let mut warnings = Vec::new();
-        let mut registry: ToolRegistry = builtin_registry(&self.builtin, &BuiltinService::ALL);
-        if let Some(db) = &self.db {
-            for t in crate::memory_tools::memory_tools(db.clone()) {
-                let _ = registry.register(t);
-            }
-        }
+        let mut registry = self.builtin_tools();
         registry.retain(|s| assistant_allows(patterns, s));
         if let Some(pool) = &req.mcp {
             match pool.send(UserTools { user: req.user_id }).await {
@@ -100,20 +125,9 @@ impl ToolProvider for PlatformTools {
                 ),
             }
         }
-        let permissions = match req.tenant.tool_permissions.as_ref() {
-            None => RolePermissions::default(),
-            Some(v) => RolePermissions::from_json(v).unwrap_or_else(|e| {
-                tracing::warn!(tenant = %req.tenant.id, error = %e, "the tenant's tool permissions are invalid; using the defaults");
-                RolePermissions::default()
-            }),
-        };
-        let role = match req.role {
-            Role::Admin => rbac::Role::Admin,
-            Role::Member => rbac::Role::Member,
-        };
         ToolSet {
             registry,
-            policy: Arc::new(RbacPolicy { permissions, role }),
+            policy: Arc::new(role_policy(&req.tenant, req.role)),
             warnings,
         }
     }

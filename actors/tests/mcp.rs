@@ -16,7 +16,7 @@ use agentry_actors::mcp_pool::{
 use agentry_fake_model::FakeReply;
 use agentry_mcp::client::McpServerConfig;
 use agentry_mcp::config_file::ServerPolicy;
-use agentry_mcp::testing::{everything, filesystem};
+use agentry_mcp::testing::{everything, filesystem, probe, set_env};
 use agentry_schema::events::{DoneStatus, EventPayload, ToolStatus};
 use agentry_schema::frames::Decision;
 use agentry_schema::ids::UserId;
@@ -73,6 +73,10 @@ fn pool_cfg() -> McpPoolConfig {
 }
 
 async fn harness(configs: Arc<Configs>, session_timeout: Duration) -> Harness {
+    harness_with(configs, session_timeout, Options::default()).await
+}
+
+async fn harness_with(configs: Arc<Configs>, session_timeout: Duration, opts: Options) -> Harness {
     let quotas = agentry_store::tenants::Quotas {
         max_mcp_servers: 5,
         ..Default::default()
@@ -86,7 +90,7 @@ async fn harness(configs: Arc<Configs>, session_timeout: Duration) -> Harness {
             mcp_pool: pool_cfg(),
             session_timeout,
             quotas,
-            ..Options::default()
+            ..opts
         },
     )
     .await
@@ -465,4 +469,197 @@ async fn one_users_mcp_config_never_changes_anothers() {
         assert_eq!(named(&b_second.warnings), b, "case {case}");
         assert!(b_first.tools.is_empty() && b_second.tools.is_empty());
     }
+}
+
+/// Polls `f` until it holds or `within` passes.
+async fn eventually(within: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + within;
+    while !f() {
+        if Instant::now() > deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    true
+}
+
+/// The probe server (official Python SDK) with markers for "the handler started" and "the
+/// handler was cancelled".
+fn probe_with_markers(
+    dir: &std::path::Path,
+) -> (McpServerConfig, std::path::PathBuf, std::path::PathBuf) {
+    let started = dir.join("started");
+    let cancelled = dir.join("cancelled");
+    let mut cfg = probe("probe");
+    set_env(&mut cfg, "PROBE_STARTED_MARKER", &started.to_string_lossy());
+    set_env(
+        &mut cfg,
+        "PROBE_CANCEL_MARKER",
+        &cancelled.to_string_lossy(),
+    );
+    (cfg, started, cancelled)
+}
+
+/// DESIGN §4: cancelling a run while an MCP tool runs sends the server
+/// `notifications/cancelled` — its handler really stops — and `done{cancelled, user_cancelled}`
+/// arrives within a second.
+#[actix_rt::test]
+async fn cancelling_a_run_cancels_the_mcp_call_on_the_server() {
+    let configs = Arc::new(Configs::default());
+    let h = harness(configs.clone(), Duration::from_secs(3600)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (cfg, started, cancelled) = probe_with_markers(dir.path());
+    configs.set(h.user.user_id, vec![cfg]);
+    h.fake().push(FakeReply::tool_call(
+        "w1",
+        "probe__wait_until_cancelled",
+        json!({}),
+    ));
+    let s = h.new_session(false).await;
+    let (mut ev, run) = h.send(&s, "wait").await;
+    assert!(
+        eventually(Duration::from_secs(20), || started.exists()).await,
+        "the call never reached the server"
+    );
+    let t0 = Instant::now();
+    h.engine
+        .cancel(&h.tenant, &h.user, s.session.id)
+        .await
+        .unwrap();
+    let all = ev.until_done(run).await;
+    let elapsed = t0.elapsed();
+    assert!(elapsed < Duration::from_secs(1), "cancel took {elapsed:?}");
+    let d = done(&all);
+    assert_eq!(
+        (d.status, d.cancelled, d.reason.as_deref()),
+        (DoneStatus::Cancelled, true, Some("user_cancelled"))
+    );
+    // The server's handler was cancelled (it records that itself)...
+    assert!(
+        eventually(Duration::from_secs(10), || cancelled.exists()).await,
+        "the server never saw notifications/cancelled"
+    );
+    assert_eq!(std::fs::read_to_string(&cancelled).unwrap(), "cancelled");
+    // ...by the notification, not by its connection closing: the same server is still up.
+    let pool = h.engine.mcp_pool(&h.tenant).await.unwrap().unwrap();
+    let groups = pool
+        .send(ProcessGroups {
+            user: h.user.user_id,
+        })
+        .await
+        .unwrap();
+    assert_eq!(groups.len(), 1);
+    assert!(agentry_mcp::client::stdio::process_group_alive(groups[0].1));
+}
+
+/// The engine's per-call timeout stands still while the user answers an elicitation, like the
+/// MCP client's own: an answer given well after the server's `timeout_secs` still completes the
+/// call.
+#[actix_rt::test]
+async fn an_elicitation_answered_after_the_server_timeout_still_succeeds() {
+    let configs = Arc::new(Configs::default());
+    let h = harness(configs.clone(), Duration::from_secs(3600)).await;
+    let mut cfg = everything("ev");
+    cfg.timeout_secs = 1;
+    configs.set(h.user.user_id, vec![cfg]);
+    wait_for_tool(&h, h.user.user_id, "ev__trigger-elicitation-request").await;
+    h.fake().push(FakeReply::tool_call(
+        "q1",
+        "ev__trigger-elicitation-request",
+        json!({}),
+    ));
+    h.fake().push(FakeReply::text("thanks"));
+    let s = h.new_session(false).await;
+    let (mut ev, run) = h.send(&s, "ask me").await;
+    let upto = ev
+        .until(|e| matches!(e.payload, EventPayload::HitlRequest(_)))
+        .await;
+    // Twice the server's timeout.
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    h.decide(
+        &s,
+        hitl_request_id(&upto),
+        Decision::Answer {
+            answer: json!({"name": "Grace Hopper", "check": true, "integer": 3}),
+        },
+    )
+    .await;
+    let all = ev.until_done(run).await;
+    let results = tool_results(&all);
+    assert_eq!(
+        results[0].status,
+        ToolStatus::Success,
+        "{}",
+        results[0].result
+    );
+    assert!(results[0].result.to_string().contains("Grace Hopper"));
+    assert!(errors(&all).is_empty(), "{:?}", errors(&all));
+    assert_eq!(done(&all).status, DoneStatus::Completed);
+}
+
+/// A server that dies under a call fails that call at once with `mcp_error`: the loop does not
+/// retry it on the dead connection (with this base delay, retries would take 14 s).
+#[actix_rt::test]
+async fn a_call_whose_server_dies_is_not_retried_on_the_dead_connection() {
+    let configs = Arc::new(Configs::default());
+    let h = harness_with(
+        configs.clone(),
+        Duration::from_secs(3600),
+        Options {
+            base_delay_ms: 2000,
+            ..Options::default()
+        },
+    )
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let (cfg, started, _) = probe_with_markers(dir.path());
+    configs.set(h.user.user_id, vec![cfg]);
+    h.fake().push(FakeReply::tool_call(
+        "k1",
+        "probe__wait_until_cancelled",
+        json!({}),
+    ));
+    h.fake().push(FakeReply::text("the server went away"));
+    let s = h.new_session(false).await;
+    let (mut ev, run) = h.send(&s, "wait").await;
+    assert!(eventually(Duration::from_secs(20), || started.exists()).await);
+    let pool = h.engine.mcp_pool(&h.tenant).await.unwrap().unwrap();
+    let groups = pool
+        .send(ProcessGroups {
+            user: h.user.user_id,
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        groups.len(),
+        1,
+        "the server is connected while its call runs"
+    );
+    let t0 = Instant::now();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(-groups[0].1),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let all = ev.until_done(run).await;
+    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+    assert_well_formed(&all);
+    let results = tool_results(&all);
+    assert_eq!(results[0].status, ToolStatus::Error);
+    assert_eq!(results[0].result["error"]["code"], "mcp_error");
+    assert!(
+        results[0].result["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("disconnected:"),
+        "{}",
+        results[0].result
+    );
+    let errs = errors(&all);
+    assert_eq!(errs.len(), 1, "{errs:?}");
+    assert_eq!(
+        (errs[0].error_code.as_str(), errs[0].recoverable),
+        ("mcp_error", true)
+    );
+    assert_eq!(done(&all).status, DoneStatus::Completed);
 }

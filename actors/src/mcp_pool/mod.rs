@@ -109,6 +109,8 @@ pub(crate) struct Slot {
     pub generation: u64,
     /// The slot was connected once; a failure after that is reconnected in the background.
     pub was_connected: bool,
+    /// When the connection was last pinged (or made).
+    pub last_checked: Instant,
 }
 
 impl Slot {
@@ -169,6 +171,7 @@ impl McpPoolActor {
                 last_used: Instant::now(),
                 generation,
                 was_connected,
+                last_checked: Instant::now(),
             },
         );
         let me = ctx.address();
@@ -289,8 +292,20 @@ impl McpPoolActor {
                 close_slot(slot);
             }
         }
-        for (key, slot) in &self.slots {
+        let default_interval = self.cfg.health_interval;
+        let mut due = Vec::new();
+        for (key, slot) in &mut self.slots {
             if let SlotState::Connected { conn, .. } = &slot.state {
+                // A server of the config file may set its own `health_check.interval`.
+                let every = slot
+                    .server
+                    .policy
+                    .health_interval
+                    .unwrap_or(default_interval);
+                if !health_due(slot.last_checked, now, every) {
+                    continue;
+                }
+                slot.last_checked = now;
                 let conn = conn.clone();
                 let key = key.clone();
                 let generation = slot.generation;
@@ -299,16 +314,19 @@ impl McpPoolActor {
                     .policy
                     .health_timeout
                     .unwrap_or(Duration::from_secs(10));
-                let fut = async move { tokio::time::timeout(timeout, conn.ping()).await };
-                ctx.spawn(fut.into_actor(self).map(move |res, act, ctx| {
-                    let error = match res {
-                        Ok(Ok(_)) => return,
-                        Ok(Err(e)) => e.to_string(),
-                        Err(_) => "health check timed out".to_string(),
-                    };
-                    act.lost(ctx, key, generation, error);
-                }));
+                due.push((conn, key, generation, timeout));
             }
+        }
+        for (conn, key, generation, timeout) in due {
+            let fut = async move { tokio::time::timeout(timeout, conn.ping()).await };
+            ctx.spawn(fut.into_actor(self).map(move |res, act, ctx| {
+                let error = match res {
+                    Ok(Ok(_)) => return,
+                    Ok(Err(e)) => e.to_string(),
+                    Err(_) => "health check timed out".to_string(),
+                };
+                act.lost(ctx, key, generation, error);
+            }));
         }
     }
 
@@ -472,8 +490,14 @@ impl Actor for McpPoolActor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
-        let every = self.cfg.health_interval.max(Duration::from_millis(50));
-        ctx.run_interval(every, |act, ctx| act.sweep(ctx));
+        // Each server is pinged on its own interval (the config file's `health_check.interval`,
+        // else the pool's); the sweep runs often enough for the shortest of them.
+        let tick = self
+            .cfg
+            .health_interval
+            .min(Duration::from_secs(1))
+            .max(Duration::from_millis(50));
+        ctx.run_interval(tick, |act, ctx| act.sweep(ctx));
     }
 
     fn stopped(&mut self, _: &mut Self::Context) {
@@ -483,9 +507,26 @@ impl Actor for McpPoolActor {
     }
 }
 
+/// Whether a connection last checked at `last` is due for a ping at `now`, every `every`.
+fn health_due(last: Instant, now: Instant, every: Duration) -> bool {
+    now.saturating_duration_since(last) >= every
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_connection_is_pinged_once_its_own_interval_has_passed() {
+        let t0 = Instant::now();
+        let every = Duration::from_secs(60);
+        assert!(!health_due(t0, t0, every));
+        assert!(!health_due(t0, t0 + Duration::from_secs(59), every));
+        assert!(health_due(t0, t0 + every, every));
+        assert!(health_due(t0, t0 + Duration::from_secs(61), every));
+        // A clock read before `last` (another thread's Instant) is not due, and does not panic.
+        assert!(!health_due(t0 + every, t0, every));
+    }
 
     #[test]
     fn backoff_doubles_and_caps() {

@@ -88,6 +88,18 @@ pub fn time(name: &str) -> McpServerConfig {
     )
 }
 
+/// `tests/support/probe_server.py` (a small server on the official Python SDK, `mcp`) on the
+/// venv's Python. Its `wait_until_cancelled` tool records a server-side cancellation in the file
+/// named by the `PROBE_CANCEL_MARKER` env var (see [`set_env`]).
+pub fn probe(name: &str) -> McpServerConfig {
+    let python = require(
+        cache_dir().join("venv/bin/python"),
+        "the mcp-server-time venv",
+    );
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/probe_server.py");
+    McpServerConfig::stdio(name, python.to_string_lossy(), &[&script.to_string_lossy()])
+}
+
 pub fn set_args(c: &mut McpServerConfig, args: Vec<String>) {
     if let McpTransportConfig::Stdio(s) = &mut c.transport {
         s.args = args;

@@ -7,8 +7,8 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use agentry_schema::error::ErrorCode;
 use agentry_schema::events::{EventPayload, Question};
@@ -242,9 +242,15 @@ pub enum ToolError {
     Timeout(Duration),
     #[error("cancelled")]
     Cancelled,
-    /// The tool's backend (an MCP server, say) is not reachable right now.
+    /// The tool's backend (an MCP server, say) is not reachable right now; the same call may
+    /// work a moment later.
     #[error("unavailable: {0}")]
     Unavailable(String),
+    /// The connection this tool is bound to is gone for good (the server exited or closed it):
+    /// no call through it can succeed, so retrying is pointless. A pool reconnects the server
+    /// and later runs get tools bound to the new connection.
+    #[error("disconnected: {0}")]
+    Disconnected(String),
     #[error("{message}")]
     Failed { message: String, retryable: bool },
 }
@@ -272,7 +278,7 @@ impl ToolError {
             ToolError::QuotaExceeded(_) => ErrorCode::QuotaExceeded,
             ToolError::Timeout(_) => ErrorCode::Timeout,
             ToolError::Cancelled => ErrorCode::BadRequest,
-            ToolError::Unavailable(_) => ErrorCode::McpError,
+            ToolError::Unavailable(_) | ToolError::Disconnected(_) => ErrorCode::McpError,
             ToolError::Failed { .. } => ErrorCode::ToolError,
         }
     }
@@ -299,6 +305,105 @@ impl ToolError {
                 "details": details,
             }
         })
+    }
+}
+
+/// A call's timeout clock that stops while the call waits for its user (an MCP elicitation, a
+/// question): the minutes a person takes to answer are not the tool being slow. The agent loop
+/// times every call on one, and the MCP client times its per-server timeout on another; the
+/// call's [`UserInteraction`] pauses them.
+#[derive(Debug, Default)]
+pub struct PauseClock {
+    state: Mutex<PauseState>,
+    changed: tokio::sync::Notify,
+}
+
+#[derive(Debug, Default)]
+struct PauseState {
+    /// Questions being asked right now; the clock stands still while any is open.
+    asking: u32,
+    /// When the current pause began (`asking` went from 0 to 1).
+    since: Option<Instant>,
+    /// Total time stood still, over finished pauses.
+    paused: Duration,
+}
+
+impl PauseClock {
+    fn state(&self) -> std::sync::MutexGuard<'_, PauseState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Stop the clock until the guard drops. Overlapping pauses count once. A guard (not a
+    /// pair of calls) so a question abandoned mid-way — its future dropped on a cancel — never
+    /// leaves the clock stopped for good.
+    pub fn pause(self: &Arc<Self>) -> PauseGuard {
+        {
+            let mut s = self.state();
+            if s.asking == 0 {
+                s.since = Some(Instant::now());
+            }
+            s.asking += 1;
+        }
+        self.changed.notify_waiters();
+        PauseGuard {
+            clock: self.clone(),
+        }
+    }
+
+    fn resume(&self) {
+        {
+            let mut s = self.state();
+            s.asking = s.asking.saturating_sub(1);
+            if s.asking == 0
+                && let Some(since) = s.since.take()
+            {
+                s.paused += since.elapsed();
+            }
+        }
+        self.changed.notify_waiters();
+    }
+
+    /// Time stood still so far (finished pauses only).
+    pub fn paused(&self) -> Duration {
+        self.state().paused
+    }
+
+    /// Resolves when `timeout` of running (unpaused) time has passed since `started`. Pauses
+    /// that finished before `started` must not exist: give each timed call its own clock.
+    pub async fn deadline(&self, started: Instant, timeout: Duration) {
+        loop {
+            // Registered before the state is read, so a change in between still wakes us.
+            let changed = self.changed.notified();
+            let target = {
+                let s = self.state();
+                (s.asking == 0).then(|| started + timeout + s.paused)
+            };
+            let Some(target) = target else {
+                changed.await;
+                continue;
+            };
+            tokio::select! {
+                _ = tokio::time::sleep_until(target.into()) => {
+                    let s = self.state();
+                    if s.asking == 0 && started + timeout + s.paused <= Instant::now() {
+                        return;
+                    }
+                }
+                _ = changed => {}
+            }
+        }
+    }
+}
+
+/// Keeps its [`PauseClock`] stopped; dropping it starts the clock again.
+#[derive(Debug)]
+pub struct PauseGuard {
+    clock: Arc<PauseClock>,
+}
+
+impl Drop for PauseGuard {
+    fn drop(&mut self) {
+        self.clock.resume();
     }
 }
 
@@ -517,5 +622,65 @@ mod tests {
             reg.register(bad),
             Err(RegistryError::InvalidSchema { .. })
         ));
+    }
+
+    #[tokio::test]
+    async fn a_paused_clock_does_not_count_the_pause() {
+        let clock = Arc::new(PauseClock::default());
+        let started = Instant::now();
+        let timeout = Duration::from_millis(200);
+        let c = clock.clone();
+        let pauser = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let guard = c.pause();
+            // A second, overlapping pause counts once.
+            let overlapping = c.pause();
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            drop(overlapping);
+            drop(guard);
+        });
+        clock.deadline(started, timeout).await;
+        let elapsed = started.elapsed();
+        pauser.await.unwrap();
+        assert!(
+            elapsed >= Duration::from_millis(500),
+            "200 ms running + 300 ms paused, got {elapsed:?}"
+        );
+        assert!(
+            elapsed < Duration::from_millis(900),
+            "the overlapping pause was counted twice: {elapsed:?}"
+        );
+        assert!(clock.paused() >= Duration::from_millis(300));
+    }
+
+    #[tokio::test]
+    async fn a_dropped_pause_lets_the_clock_run_again() {
+        let clock = Arc::new(PauseClock::default());
+        let started = Instant::now();
+        // A question abandoned mid-way (its future dropped) must not stop the clock for good.
+        let asking = {
+            let c = clock.clone();
+            async move {
+                let _paused = c.pause();
+                std::future::pending::<()>().await;
+            }
+        };
+        let _ = tokio::time::timeout(Duration::from_millis(100), asking).await;
+        tokio::time::timeout(
+            Duration::from_secs(2),
+            clock.deadline(started, Duration::from_millis(100)),
+        )
+        .await
+        .expect("the clock runs again once the pause is dropped");
+        assert!(started.elapsed() >= Duration::from_millis(200));
+    }
+
+    #[test]
+    fn a_disconnected_backend_is_not_retryable() {
+        let e = ToolError::Disconnected("the server exited".into());
+        assert!(!e.is_retryable());
+        assert_eq!(e.code(), ErrorCode::McpError);
+        assert_eq!(e.to_model_json()["error"]["code"], "mcp_error");
+        assert!(ToolError::Unavailable("down".into()).is_retryable());
     }
 }

@@ -104,7 +104,15 @@ impl Tool for McpTool {
         self.conn
             .call_tool(&self.remote.name, args, ctx)
             .await
-            .map_err(ToolError::from)
+            .map_err(|e| {
+                // This tool stays bound to its connection: once that is dead, every retry would
+                // fail the same way at once, so the loop must not retry (see `Disconnected`).
+                if e.is_transport() && self.conn.is_closed() {
+                    ToolError::Disconnected(e.to_string())
+                } else {
+                    ToolError::from(e)
+                }
+            })
     }
 }
 

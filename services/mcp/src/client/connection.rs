@@ -9,7 +9,7 @@
 //! (a `ToolError::Unavailable` for the loop). Reconnecting is connecting again: a connection
 //! is not reused after its transport died.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -25,14 +25,13 @@ use rmcp::service::{
 use rmcp::transport::{StreamableHttpClientTransport, Transport};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
-use tokio::sync::Notify;
 
 use super::config::{McpServerConfig, McpTransportConfig};
 use super::error::McpError;
 use super::handler::{AgentryClientHandler, InFlightGuard, Shared, elicit};
 use super::http::{SessionAwareClient, transport_config};
 use super::stdio::{self, ProcessGroup, StderrTail};
-use crate::tool::{ToolContext, ToolOutput};
+use crate::tool::{PauseClock, ToolContext, ToolOutput};
 
 /// MRTR (`input_required`) rounds driven for one call before giving up.
 const MAX_INPUT_ROUNDS: usize = 8;
@@ -317,6 +316,12 @@ impl McpConnection {
         self.inner.process_group.as_ref().map(|g| g.pgid)
     }
 
+    /// Whether this connection is finished: closed by us, or its transport ended (the server
+    /// exited or hung up). Nothing sent on it can succeed again; a pool connects anew.
+    pub fn is_closed(&self) -> bool {
+        self.inner.dead.load(Ordering::SeqCst) || self.status() == ConnectionStatus::Disconnected
+    }
+
     /// Calls currently running on this connection.
     pub fn in_flight_calls(&self) -> usize {
         self.inner.shared.in_flight_calls()
@@ -361,7 +366,8 @@ impl McpConnection {
         }
     }
 
-    /// A `ping` round trip within the connect timeout. For health checks.
+    /// A `ping` round trip within the connect timeout. For health checks: a JSON-RPC error
+    /// answer counts as a round trip too (the server is alive, it just does not do `ping`).
     pub async fn ping(&self) -> Result<Duration, McpError> {
         self.usable()?;
         let start = Instant::now();
@@ -382,6 +388,13 @@ impl McpConnection {
             Ok(start.elapsed())
         }
         .await;
+        // Any answer proves the server is there and reading. Some servers do not implement
+        // `ping` (the official Python SDK answers "method not found"); a health check that
+        // took that for a dead server would reconnect it every interval and kill its calls.
+        let r = match r {
+            Err(McpError::Server { .. }) => Ok(start.elapsed()),
+            other => other,
+        };
         self.observe(&r);
         r
     }
@@ -497,15 +510,24 @@ impl McpConnection {
             &ctx.tool_call_id,
             ctx.events.clone(),
         );
-        let id = handle.id.clone();
+        // Until the server answers, dropping this future (the agent loop stops waiting on a
+        // cancel or its own timeout, or its task is aborted) must still tell the server: the
+        // guard sends `notifications/cancelled` for a request left unanswered.
+        let mut pending = PendingRequest {
+            conn: self,
+            id: Some(handle.id.clone()),
+        };
         let response = tokio::select! {
-            r = handle.await_response() => r,
+            r = handle.await_response() => {
+                pending.answered();
+                r
+            }
             _ = ctx.cancel.cancelled() => {
-                self.send_cancel(id, "the run was cancelled");
+                pending.cancel("the run was cancelled");
                 return Err(McpError::Cancelled);
             }
             _ = clock.deadline(started, timeout) => {
-                self.send_cancel(id, "timed out");
+                pending.cancel("timed out");
                 return Err(McpError::Timeout { server: server.to_string(), after: timeout });
             }
         };
@@ -556,10 +578,18 @@ impl McpConnection {
     }
 
     /// Send `notifications/cancelled` for `id` in the background, so the caller returns at
-    /// once however slow the transport is.
+    /// once however slow the transport is. Outside a Tokio runtime (a drop during shutdown)
+    /// there is nothing to send it with; the server learns when the transport closes.
     fn send_cancel(&self, id: RequestId, reason: &'static str) {
+        if self.inner.dead.load(Ordering::SeqCst) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            tracing::info!(%id, "no runtime to send notifications/cancelled on");
+            return;
+        };
         let peer = self.inner.peer.clone();
-        tokio::spawn(async move {
+        runtime.spawn(async move {
             let sent = tokio::time::timeout(
                 CANCEL_SEND_TIMEOUT,
                 peer.notify_cancelled(CancelledNotificationParam::new(
@@ -713,6 +743,32 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// A `tools/call` sent and not yet answered. Dropped while still armed, it cancels the request
+/// on the server.
+struct PendingRequest<'a> {
+    conn: &'a McpConnection,
+    id: Option<RequestId>,
+}
+
+impl PendingRequest<'_> {
+    /// The server answered (or the transport failed): nothing left to cancel.
+    fn answered(&mut self) {
+        self.id = None;
+    }
+
+    fn cancel(&mut self, reason: &'static str) {
+        if let Some(id) = self.id.take() {
+            self.conn.send_cancel(id, reason);
+        }
+    }
+}
+
+impl Drop for PendingRequest<'_> {
+    fn drop(&mut self) {
+        self.cancel("the caller stopped waiting (the run was cancelled or timed out)");
+    }
+}
+
 enum Round {
     Done(CallToolResult),
     InputRequired(InputRequiredResult),
@@ -741,49 +797,6 @@ pub fn to_output(r: CallToolResult) -> ToolOutput {
         ToolOutput::failed(Value::Object(out))
     } else {
         ToolOutput::ok(Value::Object(out))
-    }
-}
-
-/// Time a call spent waiting for the user (elicitation) does not count against its timeout.
-#[derive(Default)]
-pub(crate) struct PauseClock {
-    asking: AtomicU64,
-    paused: Mutex<Duration>,
-    changed: Notify,
-}
-
-impl PauseClock {
-    pub(crate) fn pause(&self) {
-        self.asking.fetch_add(1, Ordering::SeqCst);
-        self.changed.notify_waiters();
-    }
-
-    pub(crate) fn resume(&self, waited: Duration) {
-        *lock(&self.paused) += waited;
-        self.asking.fetch_sub(1, Ordering::SeqCst);
-        self.changed.notify_waiters();
-    }
-
-    /// Resolves when `timeout` of unpaused time has passed since `started`.
-    async fn deadline(&self, started: Instant, timeout: Duration) {
-        loop {
-            let changed = self.changed.notified();
-            if self.asking.load(Ordering::SeqCst) > 0 {
-                changed.await;
-                continue;
-            }
-            let target = started + timeout + *lock(&self.paused);
-            tokio::select! {
-                _ = tokio::time::sleep_until(target.into()) => {
-                    if self.asking.load(Ordering::SeqCst) == 0
-                        && started + timeout + *lock(&self.paused) <= Instant::now()
-                    {
-                        return;
-                    }
-                }
-                _ = changed => {}
-            }
-        }
     }
 }
 

@@ -20,8 +20,8 @@ use rmcp::service::{NotificationContext, RequestContext, RoleClient};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use super::connection::{ClientHooks, ConnectionStatus, PauseClock};
-use crate::tool::{EventSink, InteractionError, UserInteraction};
+use super::connection::{ClientHooks, ConnectionStatus};
+use crate::tool::{EventSink, InteractionError, PauseClock, UserInteraction};
 
 /// How long a user has to answer an elicitation (the HITL default).
 pub const ELICITATION_TIMEOUT_SECS: u64 = 300;
@@ -280,11 +280,8 @@ pub(crate) async fn elicit(shared: &Shared, request: ElicitRequestParams) -> Eli
         tracing::info!(server = %shared.server, "elicitation outside any tool call: declined");
         return ElicitResult::new(ElicitationAction::Decline);
     };
-    let asked_at = std::time::Instant::now();
-    clock.pause();
-    let result = ask_until_valid(shared, &message, schema, interaction, cancel).await;
-    clock.resume(asked_at.elapsed());
-    result
+    let _paused = clock.pause();
+    ask_until_valid(shared, &message, schema, interaction, cancel).await
 }
 
 async fn ask_until_valid(

@@ -8,7 +8,6 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use agentry_mcp::client::McpServerConfig;
 use agentry_mcp::tool::{EventSink, InteractionError, ToolContext, UserInteraction, WorkspaceInfo};
 use agentry_schema::events::{EventPayload, Question};
 use agentry_schema::ids::{RunId, SessionId, TenantId, UserId};
@@ -208,14 +207,4 @@ pub fn init_tracing() {
             .with_test_writer()
             .try_init();
     }
-}
-
-/// `tests/support/probe_server.py` on the venv's Python (the official `mcp` SDK).
-pub fn probe(name: &str) -> McpServerConfig {
-    let python = require(
-        cache_dir().join("venv/bin/python"),
-        "the mcp-server-time venv",
-    );
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/probe_server.py");
-    McpServerConfig::stdio(name, python.to_string_lossy(), &[&script.to_string_lossy()])
 }

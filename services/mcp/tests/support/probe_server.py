@@ -3,7 +3,9 @@ the reference servers cannot show:
 
 - `tools/list` is paginated: PROBE_TOOLS tools (default 10), PROBE_PAGE_SIZE per page (default 4);
 - `wait_until_cancelled` sleeps; when the client's `notifications/cancelled` arrives the SDK
-  cancels the handler, which writes "cancelled" to the file named by PROBE_CANCEL_MARKER.
+  cancels the handler, which writes "cancelled" to the file named by PROBE_CANCEL_MARKER. It
+  writes "started" to PROBE_STARTED_MARKER first, so a test knows the request reached the
+  handler before it cancels.
 """
 
 import os
@@ -16,6 +18,7 @@ from mcp.server.stdio import stdio_server
 TOOLS = int(os.environ.get("PROBE_TOOLS", "10"))
 PAGE = int(os.environ.get("PROBE_PAGE_SIZE", "4"))
 MARKER = os.environ.get("PROBE_CANCEL_MARKER")
+STARTED = os.environ.get("PROBE_STARTED_MARKER")
 
 
 def all_tools() -> list[types.Tool]:
@@ -47,6 +50,9 @@ async def list_tools(ctx, params: types.PaginatedRequestParams | None) -> types.
 
 async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
     if params.name == "wait_until_cancelled":
+        if STARTED:
+            with open(STARTED, "w") as f:
+                f.write("started")
         try:
             await anyio.sleep(120)
         except anyio.get_cancelled_exc_class():
