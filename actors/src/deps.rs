@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agentry_llm::{ChatModel, LlmError, ModelConfig, build_model};
+use agentry_llm::{ChatModel, LlmError, ModelConfig, RetryPolicy, build_model};
 use agentry_mcp::tool::{ToolRegistry, ToolSpec};
 use agentry_schema::ids::{SessionId, UserId};
 use agentry_store::Role;
@@ -59,6 +59,13 @@ impl Default for EngineConfig {
 /// Picks the model client for an assistant.
 pub trait ModelProvider: Send + Sync {
     fn model_for(&self, assistant: &Assistant) -> Result<Arc<dyn ChatModel>, LlmError>;
+
+    /// The delays the agent loop waits between its own retries (a model answer that broke off,
+    /// an unavailable tool backend): the operator's configured `base_delay`, so one setting
+    /// paces every retry of a run. The assistant's `max_retries` still decides how many.
+    fn retry_policy(&self, _assistant: &Assistant) -> RetryPolicy {
+        RetryPolicy::default()
+    }
 }
 
 /// (provider, model, base URL): what makes two model clients different.
@@ -105,6 +112,11 @@ impl ModelProvider for ConfiguredModels {
             cache.insert(key, model.clone());
         }
         Ok(model)
+    }
+
+    fn retry_policy(&self, _assistant: &Assistant) -> RetryPolicy {
+        // Per-assistant overrides change the provider and model, never the retry pacing.
+        self.base.retry_policy()
     }
 }
 

@@ -19,7 +19,7 @@ use tokio::sync::mpsc;
 use crate::deps::EngineDeps;
 use crate::error::EngineError;
 use crate::quota::{AdmitRequest, QuotaActor, ReleaseSession, ReserveSession};
-use crate::registry::{GetTenant, LiveTenant, Registry, StopTenant};
+use crate::registry::{GetTenant, LiveTenant, Registry, StopTenant, TenantCount};
 use crate::session::{
     CancelRun, ChatAccepted, Decide, GetStatus, SessionActor, SessionEvent, SessionStatus,
     Shutdown, StartChat, Subscribe, SubscriptionId, Unsubscribe,
@@ -50,12 +50,16 @@ pub struct CreateSession {
     pub auto_approve: Option<bool>,
 }
 
-#[derive(Debug, Clone)]
+/// A message for [`Engine::chat`].
+#[derive(Debug, Clone, Default)]
 pub struct ChatCommand {
+    /// The caller's session; `None` creates one as `new_session` says.
     pub session_id: Option<SessionId>,
-    pub assistant_id: Option<AssistantId>,
+    pub new_session: CreateSession,
     pub message: String,
     pub enqueue: bool,
+    /// Subscribed before the message is sent, so it gets every event of the run.
+    pub subscriber: Option<Recipient<SessionEvent>>,
 }
 
 pub struct ChatStarted {
@@ -75,6 +79,11 @@ impl Engine {
 
     pub fn deps(&self) -> &Arc<EngineDeps> {
         &self.deps
+    }
+
+    /// How many tenants have a live supervisor (for metrics and tests).
+    pub async fn live_tenants(&self) -> Result<usize, EngineError> {
+        Ok(self.registry.send(TenantCount).await?)
     }
 
     async fn supervisor(&self, tenant: &Tenant) -> Result<Addr<TenantSupervisor>, EngineError> {
@@ -238,42 +247,51 @@ impl Engine {
     }
 
     /// Send a message: into an existing session, or a new one. The message is stored before this
-    /// returns; the run's events go to the session's subscribers.
+    /// returns; the run's events go to the session's subscribers. A session created for a
+    /// message that is then refused (a quota, a run in progress) is deleted again: a refused
+    /// request changes nothing, and no empty session counts against `max_sessions_per_user`.
     pub async fn chat(
         &self,
         tenant: &Tenant,
         user: &UserScope,
         cmd: ChatCommand,
     ) -> Result<ChatStarted, EngineError> {
-        if cmd.message.trim().is_empty() {
-            return Err(EngineError::BadRequest("message must not be empty".into()));
-        }
-        if cmd.message.len() > MAX_MESSAGE_BYTES {
-            return Err(EngineError::BadRequest(format!(
-                "message is {} bytes; the limit is {MAX_MESSAGE_BYTES}",
-                cmd.message.len()
-            )));
-        }
+        check_message(&cmd.message)?;
         let handle = match cmd.session_id {
             Some(id) => self.open_session(tenant, user, id).await?,
             None => {
-                let s = self
-                    .create_session(
-                        tenant,
-                        user,
-                        CreateSession {
-                            assistant_id: cmd.assistant_id.clone(),
-                            ..Default::default()
-                        },
-                    )
-                    .await?;
-                self.open_session(tenant, user, s.id).await?
+                let s = self.create_session(tenant, user, cmd.new_session).await?;
+                match self.open_session(tenant, user, s.id).await {
+                    Ok(handle) => handle,
+                    Err(e) => {
+                        self.discard_session(tenant, user, s.id).await;
+                        return Err(e);
+                    }
+                }
             }
         };
-        let accepted = self
-            .start_chat(&handle, user, cmd.message, cmd.enqueue)
-            .await?;
-        Ok(ChatStarted { handle, accepted })
+        let started = async {
+            if let Some(to) = cmd.subscriber {
+                self.subscribe(&handle, None, to).await?;
+            }
+            self.start_chat(&handle, user, cmd.message, cmd.enqueue)
+                .await
+        };
+        match started.await {
+            Ok(accepted) => Ok(ChatStarted { handle, accepted }),
+            Err(e) => {
+                if cmd.session_id.is_none() {
+                    self.discard_session(tenant, user, handle.session.id).await;
+                }
+                Err(e)
+            }
+        }
+    }
+
+    async fn discard_session(&self, tenant: &Tenant, user: &UserScope, id: SessionId) {
+        if let Err(e) = self.delete_session(tenant, user, id).await {
+            tracing::warn!(error = %e, session_id = %id, "removing the session of a refused chat failed");
+        }
     }
 
     /// Send a message into an open session.
@@ -284,15 +302,7 @@ impl Engine {
         message: String,
         enqueue: bool,
     ) -> Result<ChatAccepted, EngineError> {
-        if message.trim().is_empty() {
-            return Err(EngineError::BadRequest("message must not be empty".into()));
-        }
-        if message.len() > MAX_MESSAGE_BYTES {
-            return Err(EngineError::BadRequest(format!(
-                "message is {} bytes; the limit is {MAX_MESSAGE_BYTES}",
-                message.len()
-            )));
-        }
+        check_message(&message)?;
         handle
             .addr
             .send(StartChat {
@@ -437,6 +447,19 @@ impl Engine {
         }
         Ok(seen.len())
     }
+}
+
+fn check_message(message: &str) -> Result<(), EngineError> {
+    if message.trim().is_empty() {
+        return Err(EngineError::BadRequest("message must not be empty".into()));
+    }
+    if message.len() > MAX_MESSAGE_BYTES {
+        return Err(EngineError::BadRequest(format!(
+            "message is {} bytes; the limit is {MAX_MESSAGE_BYTES}",
+            message.len()
+        )));
+    }
+    Ok(())
 }
 
 /// A subscriber that forwards a session's events into a channel: for REST and SSE, which are

@@ -455,6 +455,25 @@ async fn tool_errors_go_back_to_the_model_not_the_run() {
         results[1].result["error"]["details"]["violations"][0]["path"],
         "/file_path"
     );
+    // Each failed call is also a recoverable `error` event right after its `tool_result`,
+    // carrying the tool error's code.
+    for (id, code) in [
+        ("c1", "not_found"),
+        ("c2", "validation_error"),
+        ("c3", "permission_denied"),
+    ] {
+        let at = all
+            .iter()
+            .position(|e| matches!(&e.payload, EventPayload::ToolResult(r) if r.tool_call_id == id))
+            .unwrap();
+        let EventPayload::Error(err) = &all[at + 1].payload else {
+            panic!("no error event after the result of {id}: {:?}", types(&all));
+        };
+        assert_eq!(err.error_code, code, "{id}");
+        assert!(err.recoverable, "{id}");
+        assert!(err.error.contains(id), "{}", err.error);
+    }
+    assert_eq!(errors(&all).len(), 3);
     assert_eq!(done(&all).status, DoneStatus::Completed);
     let audit = tool_calls::list_by_execution(&h.db.db, &h.tenant.scope(), run)
         .await
@@ -1120,4 +1139,349 @@ async fn memories_are_remembered_recalled_and_private_to_their_user() {
     assert_eq!(recalled.unwrap()["count"], 0);
     let system = h.fake().requests().last().unwrap().body["messages"][0]["content"].to_string();
     assert!(!system.contains("French"), "{system}");
+}
+
+/// A tool that ran and reported failure in its result (a non-zero exit) gets `tool_result
+/// {status: error}` and no `error` event: the tool did its job, and said how it went.
+#[actix_rt::test]
+async fn a_reported_failure_is_a_result_not_an_error_event() {
+    let Some(h) = Harness::with(
+        Backend::Sqlite,
+        Wire::Anthropic,
+        Options {
+            extra_tools: vec![ReportsFailure::new()],
+            ..Options::default()
+        },
+    )
+    .await
+    else {
+        return;
+    };
+    h.fake()
+        .push(FakeReply::tool_call("x1", "exits_nonzero", json!({})));
+    h.fake().push(FakeReply::text("it failed"));
+    let s = h.new_session(true).await;
+    let (mut ev, run) = h.send(&s, "run it").await;
+    let all = ev.until_done(run).await;
+    assert_well_formed(&all);
+    let results = tool_results(&all);
+    assert_eq!(results.len(), 1);
+    assert_eq!(results[0].status, ToolStatus::Error);
+    assert_eq!(results[0].result["exit_code"], 1);
+    assert!(errors(&all).is_empty(), "{:?}", types(&all));
+    assert_eq!(done(&all).status, DoneStatus::Completed);
+}
+
+/// The assistant's `timeout_secs` bounds the whole run: `done{status: timeout, reason:
+/// run_timeout}` after a non-recoverable `error` event.
+#[actix_rt::test]
+async fn a_run_past_its_timeout_ends_with_a_timeout_done() {
+    let Some(h) = Harness::with(
+        Backend::Sqlite,
+        Wire::OpenAi,
+        Options {
+            extra_tools: vec![Sleepy::new()],
+            ..Options::default()
+        },
+    )
+    .await
+    else {
+        return;
+    };
+    set_default_assistant(
+        &h,
+        agentry_store::assistants::AssistantSpec {
+            timeout_secs: 1,
+            ..Default::default()
+        },
+    )
+    .await;
+    h.fake()
+        .push(FakeReply::tool_call("s1", "sleepy", json!({"ms": 10_000})));
+    let s = h.new_session(true).await;
+    let t0 = Instant::now();
+    let (mut ev, run) = h.send(&s, "sleep long").await;
+    let all = ev.until_done(run).await;
+    let elapsed = t0.elapsed();
+    assert_well_formed(&all);
+    assert!(
+        elapsed >= Duration::from_secs(1) && elapsed < Duration::from_secs(5),
+        "{elapsed:?}"
+    );
+    let d = done(&all);
+    assert_eq!(
+        (d.status, d.cancelled, d.reason.as_deref()),
+        (DoneStatus::Timeout, false, Some("run_timeout"))
+    );
+    let errs = errors(&all);
+    assert_eq!(errs.len(), 1, "{:?}", types(&all));
+    assert_eq!(errs[0].error_code, "timeout");
+    assert!(!errs[0].recoverable);
+    assert_eq!(
+        executions::get(&h.db.db, &h.tenant.scope(), run)
+            .await
+            .unwrap()
+            .unwrap()
+            .status,
+        ExecutionStatus::Timeout
+    );
+}
+
+/// A call past its tool's timeout is abandoned: an error result with code `timeout` and a
+/// recoverable `error` event; the model hears about it and the run goes on.
+#[actix_rt::test]
+async fn a_tool_past_its_timeout_fails_the_call_not_the_run() {
+    let Some(h) = Harness::with(
+        Backend::Sqlite,
+        Wire::Anthropic,
+        Options {
+            extra_tools: vec![Sleepy::with_timeout(Duration::from_millis(300))],
+            ..Options::default()
+        },
+    )
+    .await
+    else {
+        return;
+    };
+    h.fake()
+        .push(FakeReply::tool_call("s1", "sleepy", json!({"ms": 10_000})));
+    h.fake().push(FakeReply::text("it took too long"));
+    let s = h.new_session(true).await;
+    let t0 = Instant::now();
+    let (mut ev, run) = h.send(&s, "sleep").await;
+    let all = ev.until_done(run).await;
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+    assert_well_formed(&all);
+    let results = tool_results(&all);
+    assert_eq!(results[0].status, ToolStatus::Error);
+    assert_eq!(results[0].result["error"]["code"], "timeout");
+    let errs = errors(&all);
+    assert_eq!(errs.len(), 1, "{:?}", types(&all));
+    assert_eq!(
+        (errs[0].error_code.as_str(), errs[0].recoverable),
+        ("timeout", true)
+    );
+    assert_eq!(done(&all).status, DoneStatus::Completed);
+    assert_eq!(final_text(&all).as_deref(), Some("it took too long"));
+    let last = h.fake().requests().last().unwrap().body.to_string();
+    assert!(
+        last.contains("timed out"),
+        "the model saw the timeout: {last}"
+    );
+}
+
+/// A tool's timeout counts the tool's own time only: a question it asks the user (as an MCP
+/// elicitation does) may take longer than the whole timeout.
+#[actix_rt::test]
+async fn time_spent_answering_does_not_count_against_a_tool_timeout() {
+    let Some(h) = Harness::with(
+        Backend::Sqlite,
+        Wire::OpenAi,
+        Options {
+            extra_tools: vec![Asker::new(Duration::from_millis(300))],
+            ..Options::default()
+        },
+    )
+    .await
+    else {
+        return;
+    };
+    h.fake()
+        .push(FakeReply::tool_call("a1", "asker", json!({})));
+    h.fake().push(FakeReply::text("hello Ada"));
+    let s = h.new_session(true).await;
+    let (mut ev, run) = h.send(&s, "ask me").await;
+    let upto = ev
+        .until(|e| matches!(e.payload, EventPayload::HitlRequest(_)))
+        .await;
+    // Three times the tool's timeout.
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    h.decide(
+        &s,
+        hitl_request_id(&upto),
+        Decision::Answer {
+            answer: json!("Ada"),
+        },
+    )
+    .await;
+    let all = ev.until_done(run).await;
+    let results = tool_results(&all);
+    assert_eq!(results[0].status, ToolStatus::Success, "{:?}", results[0]);
+    assert_eq!(results[0].result["name"], "Ada");
+    assert!(errors(&all).is_empty(), "{:?}", types(&all));
+    assert_eq!(done(&all).status, DoneStatus::Completed);
+}
+
+/// A backend that is unavailable for a moment is retried (up to `max_retries`); one whose
+/// connection is gone for good is not — every retry would fail the same way.
+#[actix_rt::test]
+async fn unavailable_backends_are_retried_and_disconnected_ones_are_not() {
+    let flaky = Failing::new(
+        "flaky_backend",
+        vec![
+            agentry_mcp::tool::ToolError::Unavailable("restarting".into()),
+            agentry_mcp::tool::ToolError::Unavailable("restarting".into()),
+        ],
+    );
+    let gone = Failing::new(
+        "gone_backend",
+        vec![agentry_mcp::tool::ToolError::Disconnected(
+            "the server exited".into(),
+        )],
+    );
+    let Some(h) = Harness::with(
+        Backend::Sqlite,
+        Wire::OpenAi,
+        Options {
+            extra_tools: vec![flaky.clone(), gone.clone()],
+            ..Options::default()
+        },
+    )
+    .await
+    else {
+        return;
+    };
+    h.fake()
+        .push(FakeReply::tool_call("f1", "flaky_backend", json!({})));
+    h.fake()
+        .push(FakeReply::tool_call("g1", "gone_backend", json!({})));
+    h.fake().push(FakeReply::text("done"));
+    let s = h.new_session(true).await;
+    let (mut ev, run) = h.send(&s, "go").await;
+    let all = ev.until_done(run).await;
+    assert_well_formed(&all);
+    let results = tool_results(&all);
+    assert_eq!(results[0].status, ToolStatus::Success);
+    assert_eq!(flaky.calls.load(std::sync::atomic::Ordering::SeqCst), 3);
+    assert_eq!(results[1].status, ToolStatus::Error);
+    assert_eq!(results[1].result["error"]["code"], "mcp_error");
+    assert_eq!(gone.calls.load(std::sync::atomic::Ordering::SeqCst), 1);
+    let errs = errors(&all);
+    assert_eq!(errs.len(), 1, "{:?}", types(&all));
+    assert_eq!(
+        (errs[0].error_code.as_str(), errs[0].recoverable),
+        ("mcp_error", true)
+    );
+    assert_eq!(done(&all).status, DoneStatus::Completed);
+}
+
+/// The loop's own retries (a model answer that broke off, an unavailable tool backend) wait the
+/// configured `base_delay * 2^n`, not a built-in default.
+#[actix_rt::test]
+async fn loop_retries_wait_the_configured_base_delay() {
+    let flaky = Failing::new(
+        "flaky_backend",
+        vec![agentry_mcp::tool::ToolError::Unavailable(
+            "restarting".into(),
+        )],
+    );
+    let Some(h) = Harness::with(
+        Backend::Sqlite,
+        Wire::OpenAi,
+        Options {
+            extra_tools: vec![flaky.clone()],
+            // Longer than the built-in default (500 ms), so using the default shows.
+            base_delay_ms: 1200,
+            ..Options::default()
+        },
+    )
+    .await
+    else {
+        return;
+    };
+    let s = h.new_session(true).await;
+
+    // A model answer that breaks off mid-stream.
+    h.fake()
+        .push(FakeReply::broken("this answer breaks off", 2));
+    h.fake().push(FakeReply::text("second try works"));
+    let (mut ev, run) = h.send(&s, "hi").await;
+    let upto = ev
+        .until(|e| matches!(e.payload, EventPayload::Error(_)))
+        .await;
+    let t0 = Instant::now();
+    let err = errors(&upto).pop().unwrap();
+    assert!(err.recoverable);
+    assert!(err.error.contains("retrying in 1200 ms"), "{}", err.error);
+    let all = ev.until_done(run).await;
+    assert!(
+        t0.elapsed() >= Duration::from_millis(1200),
+        "{:?}",
+        t0.elapsed()
+    );
+    assert_eq!(final_text(&all).as_deref(), Some("second try works"));
+
+    // A tool backend that is unavailable once.
+    h.fake()
+        .push(FakeReply::tool_call("f1", "flaky_backend", json!({})));
+    h.fake().push(FakeReply::text("done"));
+    let (mut ev, run) = h.send(&s, "call it").await;
+    ev.until(|e| matches!(e.payload, EventPayload::ToolCall(_)))
+        .await;
+    let t0 = Instant::now();
+    let all = ev.until_done(run).await;
+    let results = tool_results(&all);
+    assert_eq!(results[0].status, ToolStatus::Success);
+    assert_eq!(flaky.calls.load(std::sync::atomic::Ordering::SeqCst), 2);
+    assert!(
+        t0.elapsed() >= Duration::from_millis(1200),
+        "{:?}",
+        t0.elapsed()
+    );
+}
+
+#[actix_rt::test]
+async fn an_idle_tenant_supervisor_stops_and_comes_back_on_next_use() {
+    let Some(h) = Harness::with(
+        Backend::Sqlite,
+        Wire::OpenAi,
+        Options {
+            session_timeout: Duration::from_millis(300),
+            tenant_idle_after: Duration::from_millis(300),
+            ..Options::default()
+        },
+    )
+    .await
+    else {
+        return;
+    };
+    h.fake().push(FakeReply::text("first"));
+    let s = h.new_session(false).await;
+    let (to, rx) = agentry_actors::channel_subscriber();
+    h.engine.subscribe(&s, None, to).await.unwrap();
+    let run = h
+        .engine
+        .start_chat(&s, &h.user, "hi".into(), false)
+        .await
+        .unwrap()
+        .run_id;
+    Events { rx }.until_done(run).await;
+    assert_eq!(h.engine.live_tenants().await.unwrap(), 1);
+    // The session actor stops after its idle timeout, then the tenant's supervisor after its own.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while h.engine.live_tenants().await.unwrap() > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the idle tenant's supervisor did not stop"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The next use starts it again, and the session works.
+    h.fake().push(FakeReply::text("second"));
+    let reopened = h
+        .engine
+        .open_session(&h.tenant, &h.user, s.session.id)
+        .await
+        .unwrap();
+    assert_eq!(h.engine.live_tenants().await.unwrap(), 1);
+    let (to, rx) = agentry_actors::channel_subscriber();
+    h.engine.subscribe(&reopened, None, to).await.unwrap();
+    let run = h
+        .engine
+        .start_chat(&reopened, &h.user, "again".into(), false)
+        .await
+        .unwrap()
+        .run_id;
+    let events = Events { rx }.until_done(run).await;
+    assert_eq!(done(&events).status, DoneStatus::Completed);
 }

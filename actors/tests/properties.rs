@@ -1,5 +1,9 @@
 //! Properties of the engine (seed 000 properties 7, 8, 13, 14, 29; seed 002 properties 2, 4,
 //! 8, 15, 16), each over at least 100 generated cases, against the real engine.
+//!
+//! The engine properties run against both wire formats of the fake model server (issue 3): the
+//! cases alternate between an OpenAI and an Anthropic harness, so each wire gets half of them
+//! and every property still has at least 100 in total.
 
 mod support;
 
@@ -8,7 +12,7 @@ use std::time::Duration;
 use actix::prelude::*;
 use agentry_actors::engine::{CHECKPOINT_VERSION, Node, RunCheckpoint};
 use agentry_actors::quota::{AcquireRun, AdmitRequest, QuotaActor, QuotaState};
-use agentry_fake_model::FakeReply;
+use agentry_fake_model::{Endpoint, FakeReply};
 use agentry_llm::ToolCall;
 use agentry_schema::events::{DoneStatus, EventPayload, Todo, TodoStatus, TokenUsage};
 use agentry_schema::frames::Decision;
@@ -24,6 +28,33 @@ use serde_json::json;
 use support::*;
 
 const CASES: usize = 100;
+
+/// Both wire formats of the fake model server, each with its own engine and database. Case `i`
+/// runs on `harnesses[i % 2]`.
+async fn both_wires(opts: impl Fn() -> Options) -> Option<[Harness; 2]> {
+    let openai = Harness::with(Backend::Sqlite, Wire::OpenAi, opts()).await?;
+    let anthropic = Harness::with(Backend::Sqlite, Wire::Anthropic, opts()).await?;
+    Some([openai, anthropic])
+}
+
+fn wire_name(i: usize) -> &'static str {
+    ["openai", "anthropic"][i % 2]
+}
+
+/// Each harness's model calls really went over its own wire.
+fn assert_each_wire_was_used(hs: &[Harness; 2]) {
+    for (h, endpoint) in hs
+        .iter()
+        .zip([Endpoint::OpenAiChat, Endpoint::AnthropicMessages])
+    {
+        let requests = h.fake().requests();
+        assert!(!requests.is_empty(), "no model call over {endpoint:?}");
+        assert!(
+            requests.iter().all(|r| r.endpoint == endpoint),
+            "a request went over the wrong wire"
+        );
+    }
+}
 
 fn cases<S: Strategy>(strategy: S) -> Vec<S::Value> {
     let mut runner = TestRunner::new(Config {
@@ -62,18 +93,21 @@ fn turn() -> impl Strategy<Value = Turn> {
 }
 
 /// Any script of tools, bad calls and errors: the stream is ordered and gap-free, ends in
-/// exactly one `done`; errors become `error` events (never a panic); a run that finishes
+/// exactly one `done`; errors become `error` events (never a panic) — a model error a
+/// non-recoverable one before a failed `done`, a tool error a recoverable one right after its
+/// call's `tool_result`, with the tool error's code, and the run goes on; a run that finishes
 /// normally has `done.cancelled == false`.
 #[actix_rt::test]
 async fn every_run_ends_in_one_done_with_a_gap_free_stream_and_errors_as_events() {
-    let Some(h) = Harness::new(Backend::Sqlite, Wire::OpenAi).await else {
+    let Some(hs) = both_wires(Options::default).await else {
         return;
     };
-    let s = h.new_session(true).await;
+    let sessions = [hs[0].new_session(true).await, hs[1].new_session(true).await];
     for (i, script) in cases(prop::collection::vec(turn(), 0..5))
         .into_iter()
         .enumerate()
     {
+        let (h, s, wire) = (&hs[i % 2], &sessions[i % 2], wire_name(i));
         let mut expect_failed = false;
         for (j, t) in script.iter().enumerate() {
             match t {
@@ -112,28 +146,78 @@ async fn every_run_ends_in_one_done_with_a_gap_free_stream_and_errors_as_events(
         if !expect_failed && !script.iter().any(|t| matches!(t, Turn::Text)) {
             h.fake().push(FakeReply::text("final answer"));
         }
-        let (mut ev, run) = h.send(&s, &format!("case {i}")).await;
+        let (mut ev, run) = h.send(s, &format!("case {i}")).await;
         let all = ev.until_done(run).await;
         assert_well_formed(&all);
         let d = done(&all);
+        // The tool calls that ran: the turns before the first text or model error.
+        let ran: Vec<(usize, &Turn)> = script
+            .iter()
+            .enumerate()
+            .take_while(|(_, t)| !matches!(t, Turn::Text | Turn::ModelError(_)))
+            .collect();
+        for (j, t) in &ran {
+            let id = format!("c{i}_{j}");
+            let at = all
+                .iter()
+                .position(
+                    |e| matches!(&e.payload, EventPayload::ToolResult(r) if r.tool_call_id == id),
+                )
+                .unwrap_or_else(|| panic!("{wire} case {i}: no result for {id}: {script:?}"));
+            let next = all.get(at + 1).map(|e| &e.payload);
+            let expected_code = match t {
+                Turn::BadArgs => Some("validation_error"),
+                Turn::Unknown => Some("not_found"),
+                _ => None,
+            };
+            match (expected_code, next) {
+                (Some(code), Some(EventPayload::Error(x))) => {
+                    assert_eq!(x.error_code, code, "{wire} case {i}: {id}");
+                    assert!(x.recoverable, "{wire} case {i}: {id}");
+                }
+                (Some(_), other) => {
+                    panic!("{wire} case {i}: no error event after {id}'s result: {other:?}")
+                }
+                (None, Some(EventPayload::Error(x))) => {
+                    panic!("{wire} case {i}: a successful call {id} got an error event: {x:?}")
+                }
+                (None, _) => {}
+            }
+        }
+        let tool_errors = ran
+            .iter()
+            .filter(|(_, t)| matches!(t, Turn::BadArgs | Turn::Unknown))
+            .count();
+        let errs = errors(&all);
+        assert_eq!(
+            errs.iter().filter(|e| e.recoverable).count(),
+            tool_errors,
+            "{wire} case {i}: one recoverable error per failed call: {script:?}"
+        );
         if expect_failed {
-            assert_eq!(d.status, DoneStatus::Failed, "case {i}: {script:?}");
-            assert!(all.iter().any(
-                |e| matches!(&e.payload, EventPayload::Error(x) if x.error_code == "model_error")
+            assert_eq!(d.status, DoneStatus::Failed, "{wire} case {i}: {script:?}");
+            let fatal: Vec<_> = errs.iter().filter(|e| !e.recoverable).collect();
+            assert_eq!(fatal.len(), 1, "{wire} case {i}: {script:?}");
+            assert_eq!(fatal[0].error_code, "model_error");
+            assert!(matches!(
+                &all[all.len() - 2].payload,
+                EventPayload::Error(x) if !x.recoverable
             ));
         } else {
             assert_eq!(
                 (d.status, d.cancelled),
                 (DoneStatus::Completed, false),
-                "case {i}: {script:?}"
+                "{wire} case {i}: {script:?}"
             );
+            assert!(errs.iter().all(|e| e.recoverable), "{wire} case {i}");
         }
         assert_eq!(
             h.fake().pending(),
             0,
-            "case {i}: every scripted reply was consumed"
+            "{wire} case {i}: every scripted reply was consumed"
         );
     }
+    assert_each_wire_was_used(&hs);
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -148,7 +232,7 @@ enum Verdict {
 /// `hitl_request` is ever sent.
 #[actix_rt::test]
 async fn decisions_decide_and_auto_approve_approves_all() {
-    let Some(h) = Harness::new(Backend::Sqlite, Wire::Anthropic).await else {
+    let Some(hs) = both_wires(Options::default).await else {
         return;
     };
     let verdict = prop_oneof![
@@ -156,12 +240,17 @@ async fn decisions_decide_and_auto_approve_approves_all() {
         Just(Verdict::Edit),
         Just(Verdict::Reject)
     ];
-    let auto_s = h.new_session(true).await;
-    let manual_s = h.new_session(false).await;
+    let auto_sessions = [hs[0].new_session(true).await, hs[1].new_session(true).await];
+    let manual_sessions = [
+        hs[0].new_session(false).await,
+        hs[1].new_session(false).await,
+    ];
     for (i, (auto, verdicts)) in cases((any::<bool>(), prop::collection::vec(verdict, 1..4)))
         .into_iter()
         .enumerate()
     {
+        let (h, auto_s, manual_s) = (&hs[i % 2], &auto_sessions[i % 2], &manual_sessions[i % 2]);
+        let wire = wire_name(i);
         let n = verdicts.len();
         let call = |j: usize| {
             FakeReply::tool_call(
@@ -179,7 +268,7 @@ async fn decisions_decide_and_auto_approve_approves_all() {
         } else {
             h.fake().push(call(0));
         }
-        let s = if auto { &auto_s } else { &manual_s };
+        let s = if auto { auto_s } else { manual_s };
         let (mut ev, run) = h.send(s, &format!("case {i}")).await;
         let mut all = Vec::new();
         if !auto {
@@ -220,32 +309,46 @@ async fn decisions_decide_and_auto_approve_approves_all() {
             .count();
         let ran = all.iter().filter(|e| matches!(&e.payload, EventPayload::ToolResult(r) if r.status == agentry_schema::events::ToolStatus::Success)).count();
         if auto {
-            assert_eq!(hitl, 0, "case {i}");
-            assert_eq!(ran, n, "case {i}");
-            assert_eq!((d.status, d.cancelled), (DoneStatus::Completed, false));
+            assert_eq!(hitl, 0, "{wire} case {i}");
+            assert_eq!(ran, n, "{wire} case {i}");
+            assert_eq!(
+                (d.status, d.cancelled),
+                (DoneStatus::Completed, false),
+                "{wire} case {i}"
+            );
         } else if let Some(k) = first_reject {
-            assert_eq!(hitl, k + 1, "case {i}");
-            assert_eq!(ran, k, "case {i}: calls before the reject ran");
+            assert_eq!(hitl, k + 1, "{wire} case {i}");
+            assert_eq!(ran, k, "{wire} case {i}: calls before the reject ran");
             assert_eq!(
                 (d.status, d.cancelled),
                 (DoneStatus::Rejected, true),
-                "case {i}"
+                "{wire} case {i}"
             );
-            assert_eq!(h.fake().pending(), 0, "no model call after a reject");
+            assert_eq!(
+                h.fake().pending(),
+                0,
+                "{wire}: no model call after a reject"
+            );
         } else {
-            assert_eq!((hitl, ran), (n, n), "case {i}");
-            assert_eq!((d.status, d.cancelled), (DoneStatus::Completed, false));
+            assert_eq!((hitl, ran), (n, n), "{wire} case {i}");
+            assert_eq!(
+                (d.status, d.cancelled),
+                (DoneStatus::Completed, false),
+                "{wire} case {i}"
+            );
         }
     }
+    assert_each_wire_was_used(&hs);
 }
 
 /// After N tool calls the stored history holds all N requests and their results, in order.
 #[actix_rt::test]
 async fn history_holds_every_call_and_result_in_order() {
-    let Some(h) = Harness::new(Backend::Sqlite, Wire::OpenAi).await else {
+    let Some(hs) = both_wires(Options::default).await else {
         return;
     };
     for (i, n) in cases(0usize..6).into_iter().enumerate() {
+        let (h, wire) = (&hs[i % 2], wire_name(i));
         let s = h.new_session(true).await;
         for j in 0..n {
             h.fake().push(FakeReply::tool_call(
@@ -265,7 +368,7 @@ async fn history_holds_every_call_and_result_in_order() {
         )
         .await
         .unwrap();
-        assert_eq!(msgs.len(), 2 + 2 * n, "case {i}");
+        assert_eq!(msgs.len(), 2 + 2 * n, "{wire} case {i}");
         assert_eq!(msgs[0].role, MessageRole::User);
         for j in 0..n {
             let call = &msgs[1 + 2 * j];
@@ -282,45 +385,47 @@ async fn history_holds_every_call_and_result_in_order() {
             );
             assert!(
                 result.content.contains(&format!("item {i}.{j}")),
-                "the result itself is stored: {}",
+                "{wire}: the result itself is stored: {}",
                 result.content
             );
         }
         assert_eq!(msgs.last().unwrap().content, "done");
     }
+    assert_each_wire_was_used(&hs);
 }
 
 /// No decision within `hitl_timeout` is a reject.
 #[actix_rt::test]
 async fn a_hitl_timeout_always_rejects() {
-    let Some(h) = Harness::with(
-        Backend::Sqlite,
-        Wire::OpenAi,
-        Options {
-            hitl_timeout: Duration::from_millis(25),
-            ..Options::default()
-        },
-    )
+    let Some(hs) = both_wires(|| Options {
+        hitl_timeout: Duration::from_millis(25),
+        ..Options::default()
+    })
     .await
     else {
         return;
     };
-    let s = h.new_session(false).await;
+    let sessions = [
+        hs[0].new_session(false).await,
+        hs[1].new_session(false).await,
+    ];
     for (i, path) in cases("[a-z]{1,8}\\.txt").into_iter().enumerate() {
+        let (h, s, wire) = (&hs[i % 2], &sessions[i % 2], wire_name(i));
         h.fake().push(FakeReply::tool_call(
             &format!("t{i}"),
             "write_file",
             json!({"file_path": path, "content": "x"}),
         ));
-        let (mut ev, run) = h.send(&s, "write").await;
+        let (mut ev, run) = h.send(s, "write").await;
         let all = ev.until_done(run).await;
         let d = done(&all);
         assert_eq!(
             (d.status, d.cancelled, d.reason.as_deref()),
             (DoneStatus::Rejected, true, Some("hitl_timeout")),
-            "case {i}"
+            "{wire} case {i}"
         );
     }
+    assert_each_wire_was_used(&hs);
 }
 
 /// Checkpoints round-trip through JSON and through every backend unchanged.

@@ -15,11 +15,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use agentry_llm::{
-    ChatMessage, ChatModel, ChatRequest, LlmError, StreamEvent, ToolCall, ToolSchema,
+    ChatMessage, ChatModel, ChatRequest, LlmError, RetryPolicy, StreamEvent, ToolCall, ToolSchema,
 };
 use agentry_mcp::tool::{
-    EventSink, InteractionError, Tool, ToolContext, ToolError, ToolOutput, UserInteraction,
-    WorkspaceInfo,
+    EventSink, InteractionError, PauseClock, Tool, ToolContext, ToolError, ToolOutput,
+    UserInteraction, WorkspaceInfo,
 };
 use agentry_schema::error::ErrorCode;
 use agentry_schema::events::{
@@ -180,6 +180,11 @@ struct ModelAnswer {
 impl Agent {
     fn progress(&self) -> Progress {
         read(&self.progress)
+    }
+
+    /// The configured pacing of the loop's own retries (see `ModelProvider::retry_policy`).
+    fn retry_policy(&self) -> RetryPolicy {
+        self.deps.models.retry_policy(&self.input.assistant)
     }
 
     fn update_progress(&self, f: impl FnOnce(&mut Progress)) {
@@ -454,11 +459,7 @@ impl Agent {
                             format!("the model call failed: {err}"),
                         ));
                     }
-                    let delay = agentry_llm::retry_delay(
-                        &agentry_llm::RetryPolicy::default(),
-                        attempt,
-                        None,
-                    );
+                    let delay = agentry_llm::retry_delay(&self.retry_policy(), attempt, None);
                     self.sink.emit(EventPayload::error(
                         ErrorCode::ModelError.as_str(),
                         format!(
@@ -783,16 +784,10 @@ impl Agent {
             .await
     }
 
-    /// Run the tool with its timeout, under the run's cancellation. Unavailable backends are
-    /// retried with `base_delay * 2^n`: the call never reached them, so retrying is safe.
-    async fn invoke(
-        &mut self,
-        tool: Arc<dyn Tool>,
-        call: &ToolCall,
-        args: Value,
-        _tools: &ToolSet,
-    ) -> Step<Result<ToolOutput, ToolError>> {
-        let ctx = ToolContext {
+    /// What a call may know about where it runs. `clock` is the call's timeout clock: the
+    /// call's questions to the user stop it.
+    fn tool_context(&self, call: &ToolCall, clock: Arc<PauseClock>) -> ToolContext {
+        ToolContext {
             tenant_id: self.input.tenant.id,
             user_id: self.input.user_id,
             session_id: self.input.session_id,
@@ -812,31 +807,47 @@ impl Agent {
                 run_id: self.input.run_id,
                 tool_call_id: call.id.clone(),
                 sink: self.sink.clone(),
+                clock,
             }),
             events: Arc::new(SinkEvents(self.sink.clone())),
-        };
+        }
+    }
+
+    /// Run the tool with its timeout, under the run's cancellation. The timeout counts only the
+    /// tool's own time: while it waits for the user (an MCP elicitation, a question) its clock
+    /// stands still, since an answer may take minutes. Unavailable backends are retried with
+    /// the configured `base_delay * 2^n`: the call never reached them, so retrying is safe. A
+    /// backend known to be gone for good (`Disconnected`) is not: every retry would fail alike.
+    async fn invoke(
+        &mut self,
+        tool: Arc<dyn Tool>,
+        call: &ToolCall,
+        args: Value,
+        _tools: &ToolSet,
+    ) -> Step<Result<ToolOutput, ToolError>> {
         let timeout = tool.spec().timeout;
         let max_retries = self.input.assistant.spec.max_retries;
         let mut attempt = 0;
         loop {
+            // Each attempt gets its own clock and context: a pause of an earlier attempt must
+            // not lengthen this one's timeout.
+            let clock = Arc::new(PauseClock::default());
+            let ctx = self.tool_context(call, clock.clone());
+            let started = Instant::now();
             let result = tokio::select! {
                 biased;
                 _ = self.cancel.cancelled() => {
+                    // Dropping the call is what stops it; an MCP call dropped unanswered sends
+                    // the server `notifications/cancelled` on its way out.
                     ctx.cancel.cancel();
                     return Err(self.cancelled());
                 }
-                r = tokio::time::timeout(timeout, tool.call(args.clone(), &ctx)) => match r {
-                    Ok(r) => r,
-                    Err(_) => Err(ToolError::Timeout(timeout)),
-                },
+                r = tool.call(args.clone(), &ctx) => r,
+                _ = clock.deadline(started, timeout) => Err(ToolError::Timeout(timeout)),
             };
             match result {
                 Err(ToolError::Unavailable(msg)) if attempt < max_retries => {
-                    let delay = agentry_llm::retry_delay(
-                        &agentry_llm::RetryPolicy::default(),
-                        attempt,
-                        None,
-                    );
+                    let delay = agentry_llm::retry_delay(&self.retry_policy(), attempt, None);
                     tracing::warn!(tool = %call.name, attempt, "tool backend unavailable ({msg}); retrying in {delay:?}");
                     tokio::select! {
                         biased;
@@ -865,12 +876,18 @@ impl Agent {
         approved_by: Option<UserId>,
     ) -> Step<()> {
         let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-        let (content, is_error, events, error_text) = match result {
+        let (content, is_error, events, error_text, failure) = match result {
             Ok(out) => {
                 let err_text = out.is_error.then(|| out.content.to_string());
-                (out.content, out.is_error, out.events, err_text)
+                (out.content, out.is_error, out.events, err_text, None)
             }
-            Err(e) => (e.to_model_json(), true, Vec::new(), Some(e.to_string())),
+            Err(e) => (
+                e.to_model_json(),
+                true,
+                Vec::new(),
+                Some(e.to_string()),
+                Some((e.code(), e.to_string())),
+            ),
         };
         self.sink.emit(EventPayload::ToolResult(ToolResultData {
             tool_call_id: call.id.clone(),
@@ -881,6 +898,17 @@ impl Agent {
                 ToolStatus::Success
             },
         }));
+        if let Some((code, message)) = failure {
+            // The call did not produce a result (DESIGN §4: errors become `error` events). A
+            // tool that ran and reported failure in its result (a non-zero exit, an HTTP 404)
+            // is not this: its `tool_result` already says so. Recoverable: the model reads the
+            // error and the run goes on.
+            self.sink.emit(EventPayload::error(
+                code.as_str(),
+                format!("the call {} ({}) failed: {message}", call.name, call.id),
+                true,
+            ));
+        }
         for ev in events {
             if let EventPayload::TodoUpdate(t) = &ev {
                 self.todos = t.todos.clone();
@@ -988,11 +1016,14 @@ struct LoopInteraction {
     run_id: RunId,
     tool_call_id: String,
     sink: Arc<dyn RunSink>,
+    /// The asking call's timeout clock: it stands still until the user has answered.
+    clock: Arc<PauseClock>,
 }
 
 #[async_trait]
 impl UserInteraction for LoopInteraction {
     async fn ask(&self, question: Question) -> Result<Value, InteractionError> {
+        let _paused = self.clock.pause();
         let id = ApprovalId::new();
         let timeout = if question.timeout == 0 {
             self.deps.config.hitl_timeout

@@ -43,6 +43,10 @@ pub struct Options {
     pub quotas: Quotas,
     pub extra_tools: Vec<Arc<dyn Tool>>,
     pub session_timeout: Duration,
+    /// The model config's `base_delay_ms`: paces the client's retries and the loop's own.
+    pub base_delay_ms: u64,
+    /// A tenant supervisor without live sessions this long is stopped.
+    pub tenant_idle_after: Duration,
 }
 
 impl Default for Options {
@@ -55,6 +59,8 @@ impl Default for Options {
             quotas: Quotas::default(),
             extra_tools: Vec::new(),
             session_timeout: Duration::from_secs(3600),
+            base_delay_ms: 10,
+            tenant_idle_after: Duration::from_secs(600),
         }
     }
 }
@@ -110,7 +116,7 @@ impl Harness {
                 base_url: Some(f.base_url_openai()),
                 api_key: Some("test-key".into()),
                 max_retries: 1,
-                base_delay_ms: 10,
+                base_delay_ms: opts.base_delay_ms,
                 timeout_secs: 20,
                 ..ModelConfig::for_provider(Provider::OpenAi)
             },
@@ -118,7 +124,7 @@ impl Harness {
                 base_url: Some(f.base_url_anthropic()),
                 api_key: Some("test-key".into()),
                 max_retries: 1,
-                base_delay_ms: 10,
+                base_delay_ms: opts.base_delay_ms,
                 timeout_secs: 20,
                 ..ModelConfig::for_provider(Provider::Anthropic)
             },
@@ -151,7 +157,7 @@ impl Harness {
             },
             runtime: tokio::runtime::Handle::current(),
         };
-        let engine = Engine::start(deps, 0, Duration::from_secs(600));
+        let engine = Engine::start(deps, 0, opts.tenant_idle_after);
         let tenant = tenants::create(
             &db.db,
             &PlatformScope::new(),
@@ -235,9 +241,8 @@ impl Harness {
                 &self.user,
                 ChatCommand {
                     session_id: Some(session),
-                    assistant_id: None,
                     message: message.to_string(),
-                    enqueue: false,
+                    ..ChatCommand::default()
                 },
             )
             .await
@@ -366,13 +371,19 @@ pub struct Sleepy {
 
 impl Sleepy {
     pub fn new() -> Arc<Sleepy> {
+        Self::with_timeout(Duration::from_secs(60))
+    }
+
+    /// A sleepy tool the loop abandons after `timeout`.
+    pub fn with_timeout(timeout: Duration) -> Arc<Sleepy> {
         Arc::new(Sleepy {
             spec: ToolSpec::new(
                 "test",
                 "sleepy",
                 "Sleeps for ms milliseconds",
                 json!({"type": "object", "properties": {"ms": {"type": "integer"}}, "required": ["ms"]}),
-            ),
+            )
+            .with_timeout(timeout),
         })
     }
 }
@@ -389,6 +400,124 @@ impl Tool for Sleepy {
             _ = tokio::time::sleep(Duration::from_millis(ms)) => Ok(ToolOutput::ok(json!({"slept_ms": ms}))),
         }
     }
+}
+
+/// A tool that asks the user a question (as an MCP elicitation does) and returns the answer.
+/// Its own timeout is short; the user may take longer.
+pub struct Asker {
+    spec: ToolSpec,
+}
+
+impl Asker {
+    pub fn new(timeout: Duration) -> Arc<Asker> {
+        Arc::new(Asker {
+            spec: ToolSpec::new(
+                "test",
+                "asker",
+                "Asks the user for a name",
+                json!({"type": "object"}),
+            )
+            .with_timeout(timeout),
+        })
+    }
+}
+
+#[async_trait]
+impl Tool for Asker {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+    async fn call(&self, _args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let answer = ctx
+            .interaction
+            .ask(agentry_schema::events::Question {
+                text: "Your name?".into(),
+                question_type: "text".into(),
+                options: Vec::new(),
+                timeout: 0,
+                schema: None,
+            })
+            .await
+            .map_err(|e| ToolError::failed(e.to_string()))?;
+        Ok(ToolOutput::ok(json!({"name": answer})))
+    }
+}
+
+/// A tool that fails with the errors it is given, in order, then succeeds; it counts its calls.
+pub struct Failing {
+    spec: ToolSpec,
+    errors: std::sync::Mutex<Vec<ToolError>>,
+    pub calls: AtomicU32,
+}
+
+impl Failing {
+    pub fn new(name: &str, errors: Vec<ToolError>) -> Arc<Failing> {
+        Arc::new(Failing {
+            spec: ToolSpec::new("test", name, "Fails as scripted", json!({"type": "object"})),
+            errors: std::sync::Mutex::new(errors.into_iter().rev().collect()),
+            calls: AtomicU32::new(0),
+        })
+    }
+}
+
+#[async_trait]
+impl Tool for Failing {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+    async fn call(&self, _args: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        match self.errors.lock().unwrap().pop() {
+            Some(e) => Err(e),
+            None => Ok(ToolOutput::ok(json!({"ok": true}))),
+        }
+    }
+}
+
+/// A tool that runs and reports failure in its result (like a command exiting non-zero).
+pub struct ReportsFailure {
+    spec: ToolSpec,
+}
+
+impl ReportsFailure {
+    pub fn new() -> Arc<ReportsFailure> {
+        Arc::new(ReportsFailure {
+            spec: ToolSpec::new(
+                "test",
+                "exits_nonzero",
+                "Runs and reports a failure",
+                json!({"type": "object"}),
+            ),
+        })
+    }
+}
+
+#[async_trait]
+impl Tool for ReportsFailure {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+    async fn call(&self, _args: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        Ok(ToolOutput::failed(
+            json!({"exit_code": 1, "stderr": "no such thing"}),
+        ))
+    }
+}
+
+/// Sets the tenant's `default` assistant to `spec` (what a tenant admin's PUT does).
+pub async fn set_default_assistant(h: &Harness, spec: agentry_store::assistants::AssistantSpec) {
+    let scope = h.tenant.scope();
+    agentry_store::assistants::ensure_default(&h.db.db, &scope, spec.clone())
+        .await
+        .unwrap();
+    agentry_store::assistants::update(
+        &h.db.db,
+        &scope,
+        &agentry_schema::ids::AssistantId::default_assistant(),
+        spec,
+    )
+    .await
+    .unwrap();
 }
 
 /// The results of the run's tool calls, in order.
