@@ -17,6 +17,11 @@
 //!   its user and retries with the answer, and the suspended call goes on where it stopped.
 //!   A client that declares no elicitation support gets "no interactive user".
 //! - Cancellation (`notifications/cancelled`) cancels the tool's context.
+//!
+//! What a request may see comes from a [`ToolSource`]: `agentry tool-server` serves one fixed
+//! registry ([`FixedTools`]); the gateway's `/mcp` resolves the authenticated caller of each
+//! request into that tenant user's tools ([`CallerTools`]), with approvals asked by
+//! elicitation ([`CallerTools::enforce_approval`]) and every call recorded ([`CallAudit`]).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -24,6 +29,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use agentry_schema::events::{EventPayload, Question};
+use agentry_schema::ids::{RunId, SessionId};
 use async_trait::async_trait;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ElicitRequest,
@@ -40,7 +46,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::builtin::{BuiltinConfig, builtin_registry, parse_selection};
 use crate::tool::{
-    EventSink, InteractionError, Tool, ToolContext, ToolError, ToolOutput, ToolRegistry,
+    EventSink, InteractionError, Tool, ToolContext, ToolError, ToolOutput, ToolRegistry, ToolSpec,
     UserInteraction, WorkspaceInfo,
 };
 
@@ -49,6 +55,11 @@ const QUESTION_KEY: &str = "question";
 /// A suspended call whose client never comes back is dropped this long after its question's
 /// own timeout.
 const SUSPENDED_GRACE: Duration = Duration::from_secs(60);
+/// After a cancel, how long a tool gets to wind down by itself (an `ask_<assistant>` call
+/// cancels its run and waits for the run's `done`) before its task is dropped.
+const CANCEL_GRACE: Duration = Duration::from_secs(3);
+/// How long an approval asked by elicitation waits when the source sets no timeout.
+const DEFAULT_APPROVAL_TIMEOUT_SECS: u64 = 300;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
@@ -155,8 +166,9 @@ struct RunningCall {
 
 impl Drop for RunningCall {
     fn drop(&mut self) {
+        // Cancel, but do not abort: the task stops within CANCEL_GRACE by itself, and in between
+        // it records the call in the audit (and an `ask_<assistant>` call cancels its run).
         self.cancel.cancel();
-        self.task.abort();
     }
 }
 
@@ -183,28 +195,159 @@ struct Suspended {
     call: RunningCall,
     answer: oneshot::Sender<Result<Value, InteractionError>>,
     deadline: Instant,
+    /// Only the caller who started the call may resume it.
+    owner: String,
 }
 
-/// An MCP server over a tool registry.
+/// How a finished call becomes an MCP result; [`to_mcp_result`] unless a source says otherwise.
+pub type Presenter =
+    Arc<dyn Fn(&ToolSpec, Result<ToolOutput, ToolError>) -> CallToolResponse + Send + Sync>;
+
+/// The tools one request may see and call, and the rules around calling them.
+#[derive(Clone)]
+pub struct CallerTools {
+    pub registry: ToolRegistry,
+    /// What every call starts from: the ids and the workspace. Each call gets its own
+    /// cancellation, user interaction (elicitation) and progress sink on top.
+    pub context: ToolContext,
+    /// Ask the user by elicitation before a call that needs approval, and refuse the call when
+    /// the client cannot ask. Off for `agentry tool-server`, whose client (an agent loop, ours
+    /// or another host) asks its own user before it calls; on for `/mcp`, where the MCP client
+    /// is the only way to reach the user.
+    pub enforce_approval: bool,
+    /// How long an approval waits for the user's answer.
+    pub approval_timeout_secs: u64,
+    /// Records every call (the tool-call audit); `None` records nothing.
+    pub audit: Option<Arc<dyn CallAudit>>,
+    /// Who is calling (`tenant/user`); a call parked on `input_required` resumes only for them.
+    pub owner: String,
+    pub presenter: Option<Presenter>,
+}
+
+impl CallerTools {
+    /// A registry in a workspace with nothing around the calls: `agentry tool-server`.
+    pub fn plain(registry: ToolRegistry, workspace: WorkspaceInfo) -> Self {
+        Self {
+            registry,
+            context: ToolContext::standalone(workspace),
+            enforce_approval: false,
+            approval_timeout_secs: DEFAULT_APPROVAL_TIMEOUT_SECS,
+            audit: None,
+            owner: String::new(),
+            presenter: None,
+        }
+    }
+
+    fn present(
+        &self,
+        spec: Option<&ToolSpec>,
+        result: Result<ToolOutput, ToolError>,
+    ) -> CallToolResponse {
+        match (&self.presenter, spec) {
+            (Some(p), Some(spec)) => p(spec, result),
+            _ => to_mcp_result(result),
+        }
+    }
+}
+
+/// Where a [`ToolServer`] gets the tools of a request.
+#[async_trait]
+pub trait ToolSource: Send + Sync + 'static {
+    /// The tools the caller of this request may see and call. An error is a JSON-RPC error.
+    async fn tools_for(
+        &self,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<CallerTools, McpError>;
+
+    /// A tool by name without a request (rmcp checks standard headers against it); `None`
+    /// when the tools depend on who asks.
+    fn tool_without_request(&self, _name: &str) -> Option<rmcp::model::Tool> {
+        None
+    }
+}
+
+/// One registry for every request: `agentry tool-server`.
+pub struct FixedTools(pub CallerTools);
+
+#[async_trait]
+impl ToolSource for FixedTools {
+    async fn tools_for(
+        &self,
+        _context: &RequestContext<RoleServer>,
+    ) -> Result<CallerTools, McpError> {
+        Ok(self.0.clone())
+    }
+
+    fn tool_without_request(&self, name: &str) -> Option<rmcp::model::Tool> {
+        self.0
+            .registry
+            .get(name)
+            .map(|t| ToolServer::mcp_tool(t.as_ref()))
+    }
+}
+
+/// One finished call, for the audit.
+#[derive(Debug, Clone)]
+pub struct CallRecord {
+    pub tool: ToolSpec,
+    pub tool_call_id: String,
+    pub args: Value,
+    pub result: Result<ToolOutput, ToolError>,
+    pub duration: Duration,
+    /// `None` when the call needed no approval; `Some(false)` when it was refused for want of one.
+    pub approved: Option<bool>,
+}
+
+/// Records calls: before one runs it names the session and run the call belongs to (so the tool
+/// sees them in its context), after it ends it gets the outcome.
+#[async_trait]
+pub trait CallAudit: Send + Sync {
+    /// `None` leaves this call unrecorded (a tool whose work is recorded elsewhere, like an
+    /// assistant run). An error refuses the call.
+    async fn begin(
+        &self,
+        tool: &ToolSpec,
+        args: &Value,
+    ) -> Result<Option<(SessionId, RunId)>, ToolError>;
+
+    async fn record(&self, ids: (SessionId, RunId), call: CallRecord);
+}
+
+/// An MCP server over the tools of a [`ToolSource`].
 #[derive(Clone)]
 pub struct ToolServer {
     name: String,
-    registry: ToolRegistry,
-    workspace: WorkspaceInfo,
+    instructions: String,
+    source: Arc<dyn ToolSource>,
     suspended: Arc<Mutex<HashMap<String, Suspended>>>,
 }
 
 impl ToolServer {
     pub fn new(name: impl Into<String>, registry: ToolRegistry, workspace: WorkspaceInfo) -> Self {
+        Self::with_source(
+            name,
+            "Agentry built-in tools. File paths are relative to the workspace this server was \
+             started in; tools marked destructive need the user's approval before you call them.",
+            Arc::new(FixedTools(CallerTools::plain(registry, workspace))),
+        )
+    }
+
+    /// A server whose tools depend on the request (the gateway's `/mcp`). Clones share the
+    /// calls parked on `input_required`, so one server can be cloned per MCP session.
+    pub fn with_source(
+        name: impl Into<String>,
+        instructions: impl Into<String>,
+        source: Arc<dyn ToolSource>,
+    ) -> Self {
         Self {
             name: name.into(),
-            registry,
-            workspace,
+            instructions: instructions.into(),
+            source,
             suspended: Arc::default(),
         }
     }
 
-    fn mcp_tool(tool: &dyn Tool) -> rmcp::model::Tool {
+    pub fn mcp_tool(tool: &dyn Tool) -> rmcp::model::Tool {
         let spec = tool.spec();
         let schema: JsonObject = match &spec.input_schema {
             Value::Object(map) => map.clone(),
@@ -228,6 +371,7 @@ impl ToolServer {
 
     fn start(
         &self,
+        tools: &CallerTools,
         tool: Arc<dyn Tool>,
         args: Value,
         peer: Peer<RoleServer>,
@@ -235,20 +379,24 @@ impl ToolServer {
     ) -> RunningCall {
         let (tx, rx) = mpsc::channel(1);
         let cancel = CancellationToken::new();
-        let ctx = ToolContext::standalone(self.workspace.clone())
+        let ctx = tools
+            .context
+            .clone()
             .with_interaction(Arc::new(ChannelInteraction(tx)))
             .with_events(Arc::new(ProgressSink {
                 peer,
                 token: progress,
             }))
             .with_cancel(cancel.clone());
-        let timeout = tool.spec().timeout;
-        let task = tokio::spawn(async move {
-            match tokio::time::timeout(timeout, tool.call(args, &ctx)).await {
-                Ok(result) => result,
-                Err(_) => Err(ToolError::Timeout(timeout)),
-            }
-        });
+        let task = tokio::spawn(run_call(
+            tool,
+            args,
+            ctx,
+            tools
+                .enforce_approval
+                .then_some(tools.approval_timeout_secs),
+            tools.audit.clone(),
+        ));
         RunningCall {
             task,
             questions: rx,
@@ -259,6 +407,8 @@ impl ToolServer {
     /// Drive a call until it completes or (on 2026-07-28) parks on a question.
     async fn drive(
         &self,
+        tools: &CallerTools,
+        spec: Option<&ToolSpec>,
         mut call: RunningCall,
         context: &RequestContext<RoleServer>,
     ) -> CallToolResponse {
@@ -270,7 +420,7 @@ impl ToolServer {
             .is_some_and(|c| c.elicitation.is_some());
         loop {
             match call.next(&context.ct).await {
-                Step::Done(result) => return to_mcp_result(result),
+                Step::Done(result) => return tools.present(spec, result),
                 Step::Asks(asked) if !elicitation => {
                     let _ = asked.answer.send(Err(InteractionError::Unavailable(
                         "no interactive user: the MCP client does not support elicitation".into(),
@@ -297,6 +447,7 @@ impl ToolServer {
                             call,
                             answer: asked.answer,
                             deadline,
+                            owner: tools.owner.clone(),
                         },
                     );
                     return InputRequiredResult::new(Some(requests), Some(handle)).into();
@@ -305,7 +456,7 @@ impl ToolServer {
                     let timeout = Duration::from_secs(asked.question.timeout.max(1));
                     let reply = tokio::select! {
                         r = context.peer.create_elicitation_with_timeout(elicit_params(&asked.question), Some(timeout)) => r,
-                        _ = context.ct.cancelled() => return to_mcp_result(Err(ToolError::Cancelled)),
+                        _ = context.ct.cancelled() => return tools.present(spec, Err(ToolError::Cancelled)),
                     };
                     let answer = match reply {
                         Ok(result) => elicit_answer(result.action, result.content),
@@ -325,15 +476,19 @@ impl ToolServer {
     /// A retry of a parked call with the client's answer.
     async fn resume(
         &self,
+        tools: &CallerTools,
         state: &str,
         request: &CallToolRequestParams,
         context: &RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        let parked = self
-            .suspended
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(state);
+        let parked = {
+            let mut parked = self.suspended.lock().unwrap_or_else(|p| p.into_inner());
+            // Another caller's handle is as unknown as a made-up one, and stays parked.
+            match parked.get(state) {
+                Some(p) if p.owner == tools.owner => parked.remove(state),
+                _ => None,
+            }
+        };
         let Some(parked) = parked else {
             return Ok(to_mcp_result(Err(ToolError::invalid(
                 "this call's requestState is unknown or has expired; call the tool again",
@@ -361,7 +516,8 @@ impl ToolServer {
             )),
         };
         let _ = parked.answer.send(answer);
-        Ok(self.drive(parked.call, context).await)
+        let spec = tools.registry.get(&request.name).map(|t| t.spec().clone());
+        Ok(self.drive(tools, spec.as_ref(), parked.call, context).await)
     }
 }
 
@@ -476,31 +632,51 @@ pub fn to_mcp_result(result: Result<ToolOutput, ToolError>) -> CallToolResponse 
 }
 
 impl ServerHandler for ToolServer {
+    // Logging is deprecated by SEP-2577 (the 2026 era) but part of 2025-11-25, which most
+    // clients still speak; see `set_level`.
+    #[allow(deprecated)]
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_server_info(Implementation::new(self.name.clone(), env!("CARGO_PKG_VERSION")))
-            .with_instructions(
-                "Agentry built-in tools. File paths are relative to the workspace this server was \
-                 started in; tools marked destructive need the user's approval before you call them.",
-            )
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_logging()
+                .build(),
+        )
+        .with_server_info(Implementation::new(
+            self.name.clone(),
+            env!("CARGO_PKG_VERSION"),
+        ))
+        .with_instructions(self.instructions.clone())
     }
 
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        let tools = self
+        let tools = self.source.tools_for(&context).await?;
+        let listed = tools
             .registry
             .names()
-            .filter_map(|n| self.registry.get(n))
+            .filter_map(|n| tools.registry.get(n))
             .map(|t| Self::mcp_tool(t.as_ref()))
             .collect();
-        Ok(ListToolsResult::with_all_items(tools))
+        Ok(ListToolsResult::with_all_items(listed))
     }
 
     fn get_tool(&self, name: &str) -> Option<rmcp::model::Tool> {
-        self.registry.get(name).map(|t| Self::mcp_tool(t.as_ref()))
+        self.source.tool_without_request(name)
+    }
+
+    /// Accepted so clients that set a level work; the server sends no log notifications (a
+    /// tool's output and errors are in its result), so there is nothing to filter.
+    #[allow(deprecated)]
+    async fn set_level(
+        &self,
+        _request: rmcp::model::SetLevelRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        Ok(())
     }
 
     async fn call_tool(
@@ -508,26 +684,152 @@ impl ServerHandler for ToolServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
+        let tools = self.source.tools_for(&context).await?;
         if let Some(state) = request.request_state.clone() {
-            return self.resume(&state, &request, &context).await;
+            return self.resume(&tools, &state, &request, &context).await;
         }
-        let Some(tool) = self.registry.get(&request.name) else {
+        let Some(tool) = tools.registry.get(&request.name) else {
             return Err(McpError::invalid_params(
                 format!("unknown tool {:?}", request.name),
                 None,
             ));
         };
+        let spec = tool.spec().clone();
         let args = Value::Object(request.arguments.clone().unwrap_or_default());
-        if let Err(e) = self.registry.validate(&request.name, &args) {
-            return Ok(to_mcp_result(Err(e)));
+        if let Err(e) = tools.registry.validate(&request.name, &args) {
+            return Ok(tools.present(Some(&spec), Err(e)));
         }
         let call = self.start(
+            &tools,
             tool,
             args,
             context.peer.clone(),
             context.meta.get_progress_token(),
         );
-        Ok(self.drive(call, &context).await)
+        Ok(self.drive(&tools, Some(&spec), call, &context).await)
+    }
+}
+
+/// One call from start to end, on its own task: the approval (when enforced), the tool within
+/// its timeout, and the audit row, which is written whatever the outcome — a refusal, a
+/// failure, a cancel.
+async fn run_call(
+    tool: Arc<dyn Tool>,
+    args: Value,
+    mut ctx: ToolContext,
+    approval_timeout: Option<u64>,
+    audit: Option<Arc<dyn CallAudit>>,
+) -> Result<ToolOutput, ToolError> {
+    let spec = tool.spec().clone();
+    ctx.tool_call_id = format!("mcp_{}", uuid::Uuid::new_v4().simple());
+    let ids = match &audit {
+        Some(a) => a.begin(&spec, &args).await?,
+        None => None,
+    };
+    if let Some((session, run)) = ids {
+        ctx.session_id = session;
+        ctx.run_id = run;
+    }
+    let started = Instant::now();
+    let mut approved = None;
+    let result = async {
+        if let Some(timeout) = approval_timeout
+            && tool.needs_approval(&args)
+        {
+            let decision = tokio::select! {
+                d = ask_approval(&spec, &args, timeout, &ctx) => d,
+                _ = ctx.cancel.cancelled() => Err(ToolError::Cancelled),
+            };
+            approved = Some(decision.is_ok());
+            decision?;
+        }
+        let call = tokio::time::timeout(spec.timeout, tool.call(args.clone(), &ctx));
+        tokio::pin!(call);
+        let timed_out = |_| Err(ToolError::Timeout(spec.timeout));
+        tokio::select! {
+            r = &mut call => r.unwrap_or_else(timed_out),
+            _ = ctx.cancel.cancelled() => {
+                match tokio::time::timeout(CANCEL_GRACE, &mut call).await {
+                    Ok(r) => r.unwrap_or_else(timed_out),
+                    Err(_) => Err(ToolError::Cancelled),
+                }
+            }
+        }
+    }
+    .await;
+    if let (Some(audit), Some(ids)) = (&audit, ids) {
+        audit
+            .record(
+                ids,
+                CallRecord {
+                    tool: spec,
+                    tool_call_id: ctx.tool_call_id.clone(),
+                    args,
+                    result: result.clone(),
+                    duration: started.elapsed(),
+                    approved,
+                },
+            )
+            .await;
+    }
+    result
+}
+
+/// Ask the user, through the call's interaction (an elicitation), whether the call may run.
+/// Only a clear yes runs it; a client that cannot ask gets a refusal that says so.
+async fn ask_approval(
+    spec: &ToolSpec,
+    args: &Value,
+    timeout: u64,
+    ctx: &ToolContext,
+) -> Result<(), ToolError> {
+    let shown = serde_json::to_string_pretty(args).unwrap_or_else(|_| args.to_string());
+    let question = approval_question(
+        format!(
+            "Allow the tool {} to run with these arguments?\n{shown}",
+            spec.name
+        ),
+        timeout,
+    );
+    match ctx.interaction.ask(question).await {
+        Ok(answer) if is_yes(&answer) => Ok(()),
+        Ok(_) | Err(InteractionError::Declined) => Err(ToolError::PermissionDenied(format!(
+            "the user did not approve the call to {}; it was not made",
+            spec.name
+        ))),
+        Err(InteractionError::TimedOut(secs)) => Err(ToolError::PermissionDenied(format!(
+            "no approval for {} within {secs} s; the call was not made",
+            spec.name
+        ))),
+        Err(InteractionError::Cancelled) => Err(ToolError::Cancelled),
+        Err(InteractionError::Unavailable(why)) => Err(ToolError::PermissionDenied(format!(
+            "{} needs the user's approval and none can be asked ({why}); the call was not \
+             made. Use an MCP client that supports elicitation.",
+            spec.name
+        ))),
+    }
+}
+
+/// A yes/no question, as elicitation shows it: one boolean field.
+pub fn approval_question(text: String, timeout: u64) -> Question {
+    Question {
+        text,
+        question_type: "confirm".into(),
+        options: vec!["yes".into(), "no".into()],
+        timeout,
+        schema: None,
+    }
+}
+
+/// Whether an answer to [`approval_question`] is a yes.
+pub fn is_yes(answer: &Value) -> bool {
+    match answer {
+        Value::Bool(b) => *b,
+        Value::String(s) => matches!(
+            s.trim().to_ascii_lowercase().as_str(),
+            "yes" | "y" | "true" | "approve" | "approved"
+        ),
+        _ => false,
     }
 }
 

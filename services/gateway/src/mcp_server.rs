@@ -1,0 +1,847 @@
+//! `/mcp`: Agentry as an MCP server (Streamable HTTP), for other MCP clients (DESIGN §6, issue 5
+//! item 7). rmcp's transport is mounted in actix by `rmcp-actix-web`; the server behind it is
+//! the same [`ToolServer`] `agentry tool-server` runs over stdio, fed by [`CallerToolSource`]:
+//!
+//! - the calling user's built-in tools (the registry the agent loop mounts, in the user's
+//!   workspace with the tenant's quota), narrowed by the tenant's RBAC permissions for the
+//!   caller's role;
+//! - one `ask_<assistant>` tool per assistant of the tenant ([`AskAssistant`]): a real chat run
+//!   through the engine, its approvals and questions put to the MCP client's user by
+//!   elicitation, an MCP cancel cancelling the run.
+//!
+//! Every request is authenticated by [`guard`] before rmcp reads its body: the API key (the
+//! same as the REST API's), then the MCP session: a session id belongs to the tenant user whose
+//! `initialize` created it, and is "not found" for every other key. Built-in tools that need
+//! approval are asked by elicitation, refused when the client cannot ask; every built-in call
+//! writes an execution and a tool-call audit row ([`McpAudit`]).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use actix_web::body::{BoxBody, MessageBody};
+use actix_web::dev::{ServiceRequest, ServiceResponse};
+use actix_web::http::{Method, header};
+use actix_web::middleware::{Next, from_fn};
+use actix_web::{FromRequest, HttpMessage, ResponseError, web};
+use agentry_actors::tools::{PlatformTools, role_policy};
+use agentry_actors::{
+    ChatCommand, ChatStarted, CreateSession, Engine, EngineError, ToolPolicy, channel_subscriber,
+};
+use agentry_mcp::server::{
+    CallAudit, CallRecord, CallerTools, Presenter, ToolServer, ToolSource, approval_question,
+    is_yes, to_mcp_result,
+};
+use agentry_mcp::tool::{
+    InteractionError, Tool, ToolContext, ToolError, ToolOutput, ToolSpec, WorkspaceInfo,
+};
+use agentry_schema::error::ErrorCode;
+use agentry_schema::events::{DoneStatus, EventPayload, HitlKind, HitlRequestData};
+use agentry_schema::frames::Decision;
+use agentry_schema::ids::{ApprovalId, AssistantId, RunId, SessionId, TenantId, UserId};
+use agentry_store::executions::{self, ExecutionStatus, NewExecution};
+use agentry_store::tenants::Tenant;
+use agentry_store::{UserScope, assistants, sessions, tool_calls};
+use async_trait::async_trait;
+use rmcp::model::{CallToolResponse, CallToolResult, ContentBlock};
+use rmcp::service::{RequestContext, RoleServer};
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp_actix_web::transport::{StreamableHttpService, on_request_extensions};
+use sea_orm::DatabaseConnection;
+use serde_json::{Value, json};
+
+use crate::auth::TenantCaller;
+use crate::error::ApiError;
+use crate::settings::Settings;
+
+/// The RBAC service of the `ask_<assistant>` tools.
+const ASSISTANTS_SERVICE: &str = "assistants";
+/// The MCP session header.
+const SESSION_HEADER: &str = "mcp-session-id";
+/// MCP session bindings older than this are forgotten; the client then gets 404 and starts a
+/// new session, as the MCP spec has clients do for an expired session.
+const BINDING_TTL: Duration = Duration::from_secs(24 * 3600);
+/// How long a cancelled `ask_<assistant>` call waits for its run's `done`.
+const CANCEL_WAIT: Duration = Duration::from_millis(1500);
+
+const INSTRUCTIONS: &str = "Agentry: your built-in tools (files in your workspace, shell, web, \
+system, services, todos, memory, questions) and one ask_<assistant> tool per assistant of your \
+tenant, which runs a full chat with that assistant and returns its answer (pass the returned \
+session_id to continue the conversation). Tools marked destructive ask you for approval first.";
+
+/// Everything `/mcp` needs, built once at start-up and shared by every worker.
+pub struct McpEndpoint {
+    service: StreamableHttpService<ToolServer, LocalSessionManager>,
+    bindings: web::Data<SessionBindings>,
+}
+
+impl McpEndpoint {
+    pub fn new(settings: &Settings, engine: Engine, db: DatabaseConnection) -> Self {
+        let source = CallerToolSource {
+            engine: engine.clone(),
+            db: db.clone(),
+            tools: PlatformTools::new(settings.tools.clone()).with_memory(db.clone()),
+            hitl_timeout_secs: settings.hitl.timeout_secs,
+            sessions: Arc::default(),
+            arbiter: actix::Arbiter::current(),
+        };
+        let server = ToolServer::with_source("agentry", INSTRUCTIONS, Arc::new(source));
+        let hosts = &settings.mcp.server_allowed_hosts;
+        // `*` accepts any Host header (behind a proxy that checks it); rmcp's empty list means
+        // the same, which is why an empty list is refused at start instead.
+        let allowed_hosts: Vec<String> = if hosts.iter().any(|h| h == "*") {
+            Vec::new()
+        } else {
+            hosts.clone()
+        };
+        let service = StreamableHttpService::builder()
+            .service_factory(Arc::new(move || Ok(server.clone())))
+            .session_manager(Arc::new(LocalSessionManager::default()))
+            .allowed_hosts(allowed_hosts)
+            .max_request_body_bytes(settings.server.body_limit_bytes)
+            .on_request_fn(|req, ext| {
+                if let Some(caller) = req.extensions().get::<TenantCaller>() {
+                    ext.insert(caller.clone());
+                }
+            })
+            .build();
+        McpEndpoint {
+            service,
+            bindings: web::Data::new(SessionBindings::default()),
+        }
+    }
+
+    /// Mount `/mcp` (call once per worker).
+    pub fn configure(&self, cfg: &mut web::ServiceConfig) {
+        cfg.service(
+            self.service
+                .clone()
+                .scope_with_path("/mcp")
+                .app_data(self.bindings.clone())
+                .wrap(from_fn(guard)),
+        );
+    }
+}
+
+/// Which tenant user each MCP session belongs to.
+#[derive(Default)]
+pub struct SessionBindings(Mutex<HashMap<String, (Owner, Instant)>>);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct Owner {
+    tenant: TenantId,
+    user: UserId,
+}
+
+impl SessionBindings {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Owner, Instant)>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn owner(&self, session: &str) -> Option<Owner> {
+        let now = Instant::now();
+        self.lock()
+            .get(session)
+            .filter(|(_, at)| now.duration_since(*at) < BINDING_TTL)
+            .map(|(o, _)| *o)
+    }
+
+    fn bind(&self, session: String, owner: Owner) {
+        let now = Instant::now();
+        let mut map = self.lock();
+        map.retain(|_, (_, at)| now.duration_since(*at) < BINDING_TTL);
+        map.insert(session, (owner, now));
+    }
+
+    fn forget(&self, session: &str) {
+        self.lock().remove(session);
+    }
+}
+
+fn mcp_error(code: ErrorCode, message: impl Into<String>) -> ApiError {
+    ApiError::new(code, message)
+}
+
+fn session_not_found(id: &str) -> ApiError {
+    mcp_error(
+        ErrorCode::NotFound,
+        format!(
+            "MCP session {id:?} not found (it ended, expired, or belongs to another key); send a \
+             new initialize without the Mcp-Session-Id header"
+        ),
+    )
+}
+
+/// Middleware around rmcp: the method, the key, then the session's owner — all before rmcp
+/// reads a byte of the body. Afterwards a new session is bound to its creator, and rmcp's plain
+/// text errors become our error JSON.
+async fn guard(
+    req: ServiceRequest,
+    next: Next<impl MessageBody + 'static>,
+) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
+    let method = req.method().clone();
+    if !matches!(method, Method::GET | Method::POST | Method::DELETE) {
+        let err = mcp_error(
+            ErrorCode::MethodNotAllowed,
+            format!("{method} is not allowed on /mcp; use POST, GET or DELETE"),
+        );
+        let mut res = err.error_response();
+        res.headers_mut().insert(
+            header::ALLOW,
+            header::HeaderValue::from_static("GET, POST, DELETE"),
+        );
+        return Ok(req.into_response(res));
+    }
+    let caller = match TenantCaller::extract(req.request()).await {
+        Ok(c) => c,
+        Err(e) => return Ok(req.into_response(e.error_response())),
+    };
+    let owner = Owner {
+        tenant: caller.tenant_id(),
+        user: caller.user_id(),
+    };
+    let Some(bindings) = req.app_data::<web::Data<SessionBindings>>().cloned() else {
+        let e = ApiError::internal("mcp", "the MCP session bindings are not registered");
+        return Ok(req.into_response(e.error_response()));
+    };
+    let session = match req.headers().get(SESSION_HEADER).map(|v| v.to_str()) {
+        None => None,
+        Some(Ok(s)) => Some(s.to_string()),
+        Some(Err(_)) => {
+            let e = mcp_error(ErrorCode::BadRequest, "Mcp-Session-Id is not valid text");
+            return Ok(req.into_response(e.error_response()));
+        }
+    };
+    if let Some(id) = &session
+        && bindings.owner(id) != Some(owner)
+    {
+        // Another tenant's (or user's) session is as unknown as a made-up one.
+        return Ok(req.into_response(session_not_found(id).error_response()));
+    }
+    req.extensions_mut().insert(caller);
+    let res = next.call(req).await?.map_into_boxed_body();
+    let status = res.status();
+    if status.is_success() {
+        match (&session, res.headers().get(SESSION_HEADER)) {
+            (None, Some(new)) => {
+                if let Ok(new) = new.to_str() {
+                    bindings.bind(new.to_string(), owner);
+                }
+            }
+            (Some(id), _) if method == Method::DELETE => bindings.forget(id),
+            _ => {}
+        }
+        return Ok(res);
+    }
+    if !(status.is_client_error() || status.is_server_error()) || is_json(&res) {
+        // JSON-RPC errors are the MCP client's business: left as rmcp wrote them.
+        return Ok(res);
+    }
+    Ok(as_error_json(res, session.as_deref()).await)
+}
+
+fn is_json(res: &ServiceResponse<BoxBody>) -> bool {
+    res.headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"))
+}
+
+/// rmcp answers transport errors in plain text; ours are `{error_code, message, details}`.
+async fn as_error_json(res: ServiceResponse<BoxBody>, session: Option<&str>) -> ServiceResponse {
+    let status = res.status();
+    let (req, res) = res.into_parts();
+    let allow = res.headers().get(header::ALLOW).cloned();
+    let text = actix_web::body::to_bytes_limited(res.into_body(), 2048)
+        .await
+        .ok()
+        .and_then(|b| b.ok())
+        .map(|b| String::from_utf8_lossy(&b).trim().to_string())
+        .unwrap_or_default();
+    let err = match status.as_u16() {
+        404 => session_not_found(session.unwrap_or_default()),
+        403 => mcp_error(
+            ErrorCode::Forbidden,
+            format!(
+                "{text}: the Host of this request is not in mcp.server_allowed_hosts (add the \
+                 name clients use to reach this server, or `*` behind a proxy that checks it)"
+            ),
+        ),
+        405 => mcp_error(ErrorCode::MethodNotAllowed, text),
+        406 => mcp_error(
+            ErrorCode::NotAcceptable,
+            format!("{text} (send `Accept: application/json, text/event-stream`)"),
+        ),
+        413 => mcp_error(ErrorCode::PayloadTooLarge, text),
+        415 => mcp_error(ErrorCode::UnsupportedMediaType, text),
+        422 => mcp_error(ErrorCode::ValidationError, text),
+        s if s >= 500 => ApiError::internal("mcp transport", text),
+        _ => mcp_error(ErrorCode::BadRequest, text),
+    };
+    let mut out = err.error_response();
+    if let Some(allow) = allow {
+        out.headers_mut().insert(header::ALLOW, allow);
+    }
+    ServiceResponse::new(req, out)
+}
+
+/// The tools of the request's caller.
+struct CallerToolSource {
+    engine: Engine,
+    db: DatabaseConnection,
+    tools: PlatformTools,
+    hitl_timeout_secs: u64,
+    /// The session each (tenant, user, MCP session) records its built-in calls under.
+    sessions: Arc<Mutex<HashMap<AuditKey, SessionId>>>,
+    /// An actix arbiter for the actors an `ask_<assistant>` call starts: rmcp runs calls on
+    /// plain tokio tasks, where no actor can start.
+    arbiter: actix::ArbiterHandle,
+}
+
+type AuditKey = (TenantId, UserId, Option<String>);
+
+fn internal(message: impl Into<String>) -> rmcp::ErrorData {
+    rmcp::ErrorData::internal_error(message.into(), None)
+}
+
+#[async_trait]
+impl ToolSource for CallerToolSource {
+    async fn tools_for(
+        &self,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<CallerTools, rmcp::ErrorData> {
+        let caller = on_request_extensions(&context.extensions)
+            .and_then(|e| e.get::<TenantCaller>())
+            .cloned()
+            // The guard puts the caller on every request before rmcp sees it.
+            .ok_or_else(|| internal("the request reached the MCP server unauthenticated"))?;
+        // rmcp hands the handler the request's HTTP parts; `None` on a sessionless request.
+        let mcp_session = context
+            .extensions
+            .get::<http::request::Parts>()
+            .and_then(|p| p.headers.get(SESSION_HEADER))
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let tenant = caller.tenant_arc();
+        let user = caller.user();
+        let policy = role_policy(&tenant, user.role);
+        let mut registry = self.tools.builtin_tools();
+        registry.retain(|spec| policy.check(spec).is_ok());
+        let assistants = assistants::list(&self.db, &caller.scope())
+            .await
+            .map_err(|e| internal(format!("loading the tenant's assistants: {e}")))?;
+        for a in assistants {
+            let ask = AskAssistant::new(
+                self.engine.clone(),
+                self.arbiter.clone(),
+                tenant.clone(),
+                user,
+                a.id.clone(),
+                &a.spec.name,
+                &a.spec.description,
+                Duration::from_secs(
+                    u64::from(a.spec.timeout_secs) + 4 * self.hitl_timeout_secs + 60,
+                ),
+            );
+            let name = ask.spec.name.clone();
+            if policy.check(&ask.spec).is_err() {
+                continue;
+            }
+            if let Err(e) = registry.register(Arc::new(ask)) {
+                // Two ids that sanitize to the same name: the first keeps it.
+                tracing::warn!(tool = %name, error = %e, "assistant left out of /mcp");
+            }
+        }
+        let workspace = WorkspaceInfo {
+            root: self.engine.deps().workspace_root(&tenant, user.user_id),
+            quota_bytes: tenant.quotas.workspace_quota_bytes,
+        };
+        if let Err(e) = std::fs::create_dir_all(&workspace.root) {
+            return Err(internal(format!("preparing the user's workspace: {e}")));
+        }
+        let mut context = ToolContext::standalone(workspace);
+        context.tenant_id = tenant.id;
+        context.user_id = user.user_id;
+        let presenter: Presenter = Arc::new(present);
+        Ok(CallerTools {
+            registry,
+            context,
+            enforce_approval: true,
+            approval_timeout_secs: self.hitl_timeout_secs,
+            audit: Some(Arc::new(McpAudit {
+                engine: self.engine.clone(),
+                db: self.db.clone(),
+                tenant: tenant.clone(),
+                user,
+                key: (tenant.id, user.user_id, mcp_session),
+                sessions: self.sessions.clone(),
+            })),
+            owner: format!("{}/{}", tenant.id, user.user_id),
+            presenter: Some(presenter),
+        })
+    }
+}
+
+/// An `ask_<assistant>` result shows the assistant's answer as text, with the ids to continue
+/// in `structuredContent`; every other tool's result is the standard one.
+fn present(spec: &ToolSpec, result: Result<ToolOutput, ToolError>) -> CallToolResponse {
+    match result {
+        Ok(out) if spec.service == ASSISTANTS_SERVICE => {
+            let text = out.content["text"].as_str().unwrap_or_default().to_string();
+            let structured = json!({
+                "session_id": out.content["session_id"],
+                "run_id": out.content["run_id"],
+                "status": out.content["status"],
+            });
+            let mut r = if out.is_error {
+                CallToolResult::error(vec![ContentBlock::text(text)])
+            } else {
+                CallToolResult::success(vec![ContentBlock::text(text)])
+            };
+            r.structured_content = Some(structured);
+            r.into()
+        }
+        other => to_mcp_result(other),
+    }
+}
+
+/// The audit of `/mcp` calls: each built-in call is one execution (so it shows under
+/// `GET /api/v1/executions` with its tool-call row), in one session per MCP session of the user
+/// (metadata `{"source": "mcp"}`), made on the first call.
+struct McpAudit {
+    engine: Engine,
+    db: DatabaseConnection,
+    tenant: Arc<Tenant>,
+    user: UserScope,
+    key: AuditKey,
+    sessions: Arc<Mutex<HashMap<AuditKey, SessionId>>>,
+}
+
+impl McpAudit {
+    fn known_session(&self) -> Option<SessionId> {
+        self.sessions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&self.key)
+            .copied()
+    }
+
+    async fn session(&self) -> Result<SessionId, ToolError> {
+        let scope = self.tenant.scope();
+        if let Some(id) = self.known_session() {
+            match sessions::get(&self.db, &scope, id).await {
+                Ok(Some(_)) => return Ok(id),
+                // Deleted (by the user, or as expired): record into a new one.
+                Ok(None) => {}
+                Err(e) => return Err(ToolError::Unavailable(format!("the audit store: {e}"))),
+            }
+        }
+        let created = self
+            .engine
+            .create_session(
+                &self.tenant,
+                &self.user,
+                CreateSession {
+                    metadata: Some(json!({"source": "mcp", "mcp_session_id": self.key.2})),
+                    ..Default::default()
+                },
+            )
+            .await
+            .map_err(engine_tool_error)?;
+        self.sessions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(self.key.clone(), created.id);
+        Ok(created.id)
+    }
+
+    async fn write(
+        &self,
+        (session, run): (SessionId, RunId),
+        call: CallRecord,
+    ) -> Result<(), String> {
+        let scope = self.tenant.scope();
+        let (status, output, error) = match &call.result {
+            Ok(out) if !out.is_error => {
+                (ExecutionStatus::Completed, Some(out.content.clone()), None)
+            }
+            Ok(out) => (
+                ExecutionStatus::Failed,
+                Some(out.content.clone()),
+                Some(out.content.to_string()),
+            ),
+            Err(ToolError::Cancelled) => {
+                (ExecutionStatus::Cancelled, None, Some("cancelled".into()))
+            }
+            Err(e) if call.approved == Some(false) => {
+                (ExecutionStatus::Rejected, None, Some(e.to_string()))
+            }
+            Err(ToolError::Timeout(_)) => {
+                (ExecutionStatus::Timeout, None, Some("timed out".into()))
+            }
+            Err(e) => (ExecutionStatus::Failed, None, Some(e.to_string())),
+        };
+        executions::create(
+            &self.db,
+            &scope,
+            NewExecution {
+                id: run,
+                user_id: self.user.user_id,
+                session_id: session,
+                assistant_id: AssistantId::DEFAULT.to_string(),
+                input: format!("MCP tools/call {}", call.tool.name),
+                trace_id: None,
+                status: ExecutionStatus::Running,
+            },
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+        tool_calls::insert(
+            &self.db,
+            &scope,
+            tool_calls::NewToolCallLog {
+                session_id: session,
+                execution_id: run,
+                tool_call_id: call.tool_call_id,
+                tool_name: call.tool.name.clone(),
+                input: call.args,
+                output,
+                error: error.clone(),
+                duration_ms: u64::try_from(call.duration.as_millis()).unwrap_or(u64::MAX),
+                approved: call.approved,
+                // The caller is the one the MCP client asked.
+                approved_by: call.approved.map(|_| self.user.user_id),
+            },
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+        executions::update(
+            &self.db,
+            &scope,
+            run,
+            status,
+            1,
+            Default::default(),
+            error.as_deref(),
+        )
+        .await
+        .map_err(|e| e.to_string())
+    }
+}
+
+#[async_trait]
+impl CallAudit for McpAudit {
+    async fn begin(
+        &self,
+        tool: &ToolSpec,
+        _args: &Value,
+    ) -> Result<Option<(SessionId, RunId)>, ToolError> {
+        if tool.service == ASSISTANTS_SERVICE {
+            // The assistant's run is its own execution, its tool calls audited by the loop.
+            return Ok(None);
+        }
+        Ok(Some((self.session().await?, RunId::new())))
+    }
+
+    async fn record(&self, ids: (SessionId, RunId), call: CallRecord) {
+        let tool = call.tool.name.clone();
+        if let Err(e) = self.write(ids, call).await {
+            tracing::error!(tool = %tool, error = %e, "writing the audit of an /mcp call failed");
+        }
+    }
+}
+
+fn engine_tool_error(e: EngineError) -> ToolError {
+    match e {
+        EngineError::NotFound(what) => ToolError::NotFound(what),
+        EngineError::BadRequest(m) => ToolError::invalid(m),
+        EngineError::Quota { .. } => ToolError::QuotaExceeded(e.to_string()),
+        EngineError::Forbidden(m) => ToolError::PermissionDenied(m),
+        EngineError::Unavailable => ToolError::Unavailable(e.to_string()),
+        other => ToolError::failed(other.to_string()),
+    }
+}
+
+/// `ask_<assistant>` as an MCP tool name: `^[a-zA-Z0-9_-]{1,64}$`.
+pub fn ask_tool_name(assistant: &str) -> String {
+    let clean: String = assistant
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let mut name = format!("ask_{clean}");
+    name.truncate(64);
+    name
+}
+
+/// One assistant as a tool: `{message, session_id?}` runs a chat to its `done`.
+struct AskAssistant {
+    spec: ToolSpec,
+    engine: Engine,
+    arbiter: actix::ArbiterHandle,
+    tenant: Arc<Tenant>,
+    user: UserScope,
+    assistant: AssistantId,
+}
+
+impl AskAssistant {
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        engine: Engine,
+        arbiter: actix::ArbiterHandle,
+        tenant: Arc<Tenant>,
+        user: UserScope,
+        assistant: AssistantId,
+        title: &str,
+        description: &str,
+        timeout: Duration,
+    ) -> Self {
+        let name = ask_tool_name(assistant.as_str());
+        let mut spec = ToolSpec::new(
+            ASSISTANTS_SERVICE,
+            &name,
+            &format!(
+                "Ask the assistant {:?} ({title}): {description} Runs a full chat (it may use \
+                 its tools, asking you to approve the risky ones) and returns its answer. Pass \
+                 the returned session_id to continue the same conversation.",
+                assistant.as_str()
+            ),
+            json!({
+                "type": "object",
+                "properties": {
+                    "message": {"type": "string", "minLength": 1, "description": "What to say to the assistant"},
+                    "session_id": {"type": "string", "description": "Continue this conversation (from an earlier answer's structuredContent)"},
+                },
+                "required": ["message"],
+                "additionalProperties": false,
+            }),
+        )
+        .with_timeout(timeout);
+        spec.service_tool = assistant.as_str().to_string();
+        AskAssistant {
+            spec,
+            engine,
+            arbiter,
+            tenant,
+            user,
+            assistant,
+        }
+    }
+
+    /// Put a `hitl_request` of the run to the MCP client's user and send the decision back.
+    async fn decide(&self, session: SessionId, req: &HitlRequestData, ctx: &ToolContext) {
+        let Ok(request_id) = req.request_id.parse::<ApprovalId>() else {
+            tracing::warn!(request_id = %req.request_id, "a hitl_request with a bad id");
+            return;
+        };
+        let decision = match (req.kind, &req.question) {
+            (HitlKind::Question, Some(q)) => match ctx.interaction.ask(q.clone()).await {
+                Ok(answer) => Decision::Answer { answer },
+                Err(e) => Decision::Reject {
+                    message: Some(no_answer(&e)),
+                },
+            },
+            _ => {
+                let calls: Vec<String> = req
+                    .action_requests
+                    .iter()
+                    .map(|a| format!("{} {}", a.name, a.args))
+                    .collect();
+                let q = approval_question(
+                    format!(
+                        "The assistant {:?} wants to call: {}. Allow it?",
+                        self.assistant.as_str(),
+                        calls.join("; ")
+                    ),
+                    req.question.as_ref().map(|q| q.timeout).unwrap_or(300),
+                );
+                match ctx.interaction.ask(q).await {
+                    Ok(a) if is_yes(&a) => Decision::Approve { message: None },
+                    Ok(_) => Decision::Reject {
+                        message: Some("rejected by the MCP client's user".into()),
+                    },
+                    // Never approve for a user who could not be asked.
+                    Err(e) => Decision::Reject {
+                        message: Some(no_answer(&e)),
+                    },
+                }
+            }
+        };
+        if let Err(e) = self
+            .engine
+            .decide(&self.tenant, &self.user, session, request_id, decision)
+            .await
+        {
+            // Timed out or the run ended meanwhile: its `done` says how.
+            tracing::debug!(error = %e, "an /mcp decision was not taken");
+        }
+    }
+}
+
+fn no_answer(e: &InteractionError) -> String {
+    format!("the MCP client's user could not be asked or did not answer: {e}")
+}
+
+#[async_trait]
+impl Tool for AskAssistant {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn call(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let message = args["message"].as_str().unwrap_or_default().to_string();
+        let session_id = match args.get("session_id").and_then(Value::as_str) {
+            Some(raw) => {
+                let id: SessionId = raw
+                    .parse()
+                    .map_err(|e| ToolError::invalid(format!("session_id: {e}")))?;
+                let existing = self
+                    .engine
+                    .load_session(&self.tenant, &self.user, id)
+                    .await
+                    .map_err(engine_tool_error)?;
+                if existing.assistant_id != self.assistant {
+                    return Err(ToolError::invalid(format!(
+                        "session {id} is a conversation with {:?}; use ask_{} for it, or leave \
+                         session_id out to start a new one",
+                        existing.assistant_id.as_str(),
+                        existing.assistant_id.as_str()
+                    )));
+                }
+                Some(id)
+            }
+            None => None,
+        };
+        // The subscriber is an actor: start it on the arbiter.
+        let (made, subscriber) = tokio::sync::oneshot::channel();
+        if !self.arbiter.spawn(async move {
+            let _ = made.send(channel_subscriber());
+        }) {
+            return Err(ToolError::Unavailable("the server is shutting down".into()));
+        }
+        let (to, mut rx) = subscriber
+            .await
+            .map_err(|_| ToolError::Unavailable("the server is shutting down".into()))?;
+        let ChatStarted { handle, accepted } = self
+            .engine
+            .chat(
+                &self.tenant,
+                &self.user,
+                ChatCommand {
+                    session_id,
+                    new_session: CreateSession {
+                        assistant_id: Some(self.assistant.clone()),
+                        metadata: Some(json!({"source": "mcp"})),
+                        ..Default::default()
+                    },
+                    message,
+                    enqueue: false,
+                    subscriber: Some(to),
+                },
+            )
+            .await
+            .map_err(engine_tool_error)?;
+        let session = handle.session.id;
+        let run = accepted.run_id.to_string();
+        let mut text = String::new();
+        let mut errors = Vec::new();
+        let status = loop {
+            let ev = tokio::select! {
+                ev = rx.recv() => ev,
+                _ = ctx.cancel.cancelled() => {
+                    // An MCP cancel of the call cancels the run; its `done` follows within a second.
+                    let _ = self.engine.cancel(&self.tenant, &self.user, session).await;
+                    let _ = tokio::time::timeout(CANCEL_WAIT, async {
+                        while let Some(ev) = rx.recv().await {
+                            if ev.event.run_id == run && ev.event.is_done() {
+                                break;
+                            }
+                        }
+                    })
+                    .await;
+                    return Err(ToolError::Cancelled);
+                }
+            };
+            let Some(ev) = ev else {
+                return Err(ToolError::failed(
+                    "the session stopped before its run ended; see GET /api/v1/sessions/{id}/events",
+                ));
+            };
+            if ev.event.run_id != run {
+                continue;
+            }
+            match &ev.event.payload {
+                EventPayload::Text(t) if t.is_final => text = t.content.clone(),
+                EventPayload::Error(e) => errors.push(e.error.clone()),
+                EventPayload::HitlRequest(req) => {
+                    tokio::select! {
+                        _ = self.decide(session, req, ctx) => {}
+                        _ = ctx.cancel.cancelled() => {}
+                    }
+                }
+                EventPayload::Done(d) => break d.status,
+                _ => {}
+            }
+        };
+        if text.is_empty() && status != DoneStatus::Completed {
+            text = match errors.last() {
+                Some(e) => format!("The run ended {}: {e}", status.as_str()),
+                None => format!("The run ended {}.", status.as_str()),
+            };
+        }
+        let content = json!({
+            "text": text,
+            "session_id": session.to_string(),
+            "run_id": run,
+            "status": status.as_str(),
+        });
+        Ok(if status == DoneStatus::Completed {
+            ToolOutput::ok(content)
+        } else {
+            ToolOutput::failed(content)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ask_tool_names_fit_the_mcp_pattern() {
+        let re = regex_lite_check;
+        assert_eq!(ask_tool_name("default"), "ask_default");
+        assert_eq!(ask_tool_name("sre.bot/1"), "ask_sre_bot_1");
+        let long = "a".repeat(100);
+        assert_eq!(ask_tool_name(&long).len(), 64);
+        for id in ["default", "x y", "ünïcode", &long] {
+            assert!(re(&ask_tool_name(id)), "{id}");
+        }
+    }
+
+    fn regex_lite_check(name: &str) -> bool {
+        (1..=64).contains(&name.len())
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    }
+
+    #[test]
+    fn bindings_belong_to_one_owner() {
+        let b = SessionBindings::default();
+        let a = Owner {
+            tenant: TenantId::new(),
+            user: UserId::new(),
+        };
+        b.bind("s1".into(), a);
+        assert_eq!(b.owner("s1"), Some(a));
+        assert_eq!(b.owner("s2"), None);
+        b.forget("s1");
+        assert_eq!(b.owner("s1"), None);
+    }
+}

@@ -1,0 +1,625 @@
+//! `/mcp`, Agentry as an MCP server, from the outside: rmcp's own Streamable HTTP client (the
+//! official Rust SDK, not our code) connects with a tenant key, lists and calls the built-in
+//! tools and `ask_default`, answers approvals and questions by elicitation, and cancels; raw
+//! HTTP checks the key and the session's owner.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use reqwest::Method;
+use rmcp::ClientHandler;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, ElicitRequestParams,
+    ElicitResult, ElicitationAction, ErrorData, Implementation, JsonObject,
+};
+use rmcp::service::{RequestContext, RoleClient, RunningService, ServiceExt};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use serde_json::{Value, json};
+
+use crate::ctx::{ADMIN_KEY, Ctx, Member, TenantFx};
+
+/// The MCP client's user: answers each elicitation with the next answer (declines when there
+/// is none) and remembers what it was asked.
+#[derive(Clone)]
+pub struct User {
+    elicitation: bool,
+    answers: Arc<Mutex<VecDeque<Value>>>,
+    pub asked: Arc<Mutex<Vec<String>>>,
+}
+
+impl User {
+    pub fn answering(answers: Vec<Value>) -> Self {
+        User {
+            elicitation: true,
+            answers: Arc::new(Mutex::new(answers.into())),
+            asked: Arc::default(),
+        }
+    }
+
+    /// A client that declares no elicitation support.
+    pub fn unreachable() -> Self {
+        User {
+            elicitation: false,
+            ..Self::answering(vec![])
+        }
+    }
+
+    fn asked(&self) -> Vec<String> {
+        self.asked.lock().unwrap().clone()
+    }
+}
+
+impl ClientHandler for User {
+    fn get_info(&self) -> ClientConfig {
+        let caps = if self.elicitation {
+            ClientCapabilities::builder().enable_elicitation().build()
+        } else {
+            ClientCapabilities::default()
+        };
+        ClientConfig::new(caps, Implementation::new("agentry-e2e", "0.0.0"))
+    }
+
+    async fn create_elicitation(
+        &self,
+        request: ElicitRequestParams,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, ErrorData> {
+        if let ElicitRequestParams::FormElicitationParams { message, .. } = &request {
+            self.asked.lock().unwrap().push(message.clone());
+        }
+        let next = self.answers.lock().unwrap().pop_front();
+        Ok(match next {
+            Some(a) => {
+                ElicitResult::new(ElicitationAction::Accept).with_content(json!({"answer": a}))
+            }
+            None => ElicitResult::new(ElicitationAction::Decline),
+        })
+    }
+}
+
+pub type Client = RunningService<RoleClient, User>;
+
+/// Connect rmcp's Streamable HTTP client to `/mcp` with `key`.
+pub async fn connect(ctx: &Ctx, key: &str, user: User) -> Client {
+    let config =
+        StreamableHttpClientTransportConfig::with_uri(ctx.url("/mcp")).auth_header(key.to_string());
+    let transport = StreamableHttpClientTransport::with_client(reqwest::Client::new(), config);
+    user.serve(transport)
+        .await
+        .expect("the MCP client connects")
+}
+
+fn params(name: &str, args: Value) -> CallToolRequestParams {
+    let args: JsonObject = args.as_object().cloned().unwrap_or_default();
+    CallToolRequestParams::new(name.to_string()).with_arguments(args)
+}
+
+pub async fn call(client: &Client, name: &str, args: Value) -> CallToolResult {
+    tokio::time::timeout(
+        Duration::from_secs(60),
+        client.call_tool(params(name, args)),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("{name} answered within 60 s"))
+    .unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+fn text(r: &CallToolResult) -> String {
+    r.content
+        .iter()
+        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn workspace(ctx: &Ctx, t: &TenantFx, m: &Member) -> std::path::PathBuf {
+    ctx.server
+        .data_dir
+        .path()
+        .join("workspaces")
+        .join(&t.id)
+        .join(&m.user_id)
+}
+
+/// The audit rows of the caller's runs whose tool is `tool`, newest run first.
+async fn audited(ctx: &Ctx, key: &str, tool: &str) -> Vec<Value> {
+    let runs = ctx
+        .ok(Method::GET, "/api/v1/executions?limit=50", key, None, 200)
+        .await;
+    let mut rows = Vec::new();
+    for run in runs["items"].as_array().unwrap() {
+        let id = run["id"].as_str().unwrap().to_string();
+        let detail = ctx
+            .ok(
+                Method::GET,
+                &format!("/api/v1/executions/{id}"),
+                key,
+                None,
+                200,
+            )
+            .await;
+        for call in detail["tool_calls"].as_array().unwrap() {
+            if call["tool_name"] == tool {
+                let mut call = call.clone();
+                call["run_status"] = run["status"].clone();
+                rows.push(call);
+            }
+        }
+    }
+    rows
+}
+
+/// Built-in tools over `/mcp`: listed by RBAC, run in the caller's workspace, approvals by
+/// elicitation (and refused without it), every call audited.
+pub async fn builtin_tools(ctx: &Ctx) {
+    let t = ctx.tenant().await;
+    let me = &t.member;
+    let user = User::answering(vec![json!(true)]);
+    let client = connect(ctx, &me.key, user.clone()).await;
+
+    let listed = client.list_all_tools().await.unwrap();
+    let names: Vec<String> = listed.iter().map(|t| t.name.to_string()).collect();
+    for want in [
+        "read_file",
+        "write_file",
+        "list_directory",
+        "write_todos",
+        "remember",
+        "ask_question",
+        "ask_default",
+    ] {
+        assert!(names.contains(&want.to_string()), "{want} in {names:?}");
+    }
+    let write = listed.iter().find(|t| t.name == "write_file").unwrap();
+    assert_eq!(
+        write.annotations.as_ref().and_then(|a| a.destructive_hint),
+        Some(true),
+        "write_file needs approval and says so"
+    );
+
+    // write_file needs approval: the user is asked, says yes, the file lands in *this* user's
+    // workspace.
+    let r = call(
+        &client,
+        "write_file",
+        json!({"file_path": "notes/mcp.txt", "content": "written over MCP\n"}),
+    )
+    .await;
+    assert_eq!(r.is_error, Some(false), "{r:?}");
+    let asked = user.asked();
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    assert!(asked[0].contains("write_file"), "{asked:?}");
+    let file = workspace(ctx, &t, me).join("notes/mcp.txt");
+    assert_eq!(
+        std::fs::read_to_string(&file).unwrap(),
+        "written over MCP\n"
+    );
+    assert!(
+        !workspace(ctx, &t, &t.member2)
+            .join("notes/mcp.txt")
+            .exists(),
+        "another user's workspace is untouched"
+    );
+
+    // read_file needs none; it reads the same file back.
+    let r = call(&client, "read_file", json!({"file_path": "notes/mcp.txt"})).await;
+    assert_eq!(r.is_error, Some(false), "{r:?}");
+    assert!(text(&r).contains("written over MCP"), "{}", text(&r));
+    assert_eq!(user.asked().len(), 1, "reading asked nobody");
+
+    // Invalid arguments: a validation error result, not a call.
+    let r = call(&client, "read_file", json!({"path": "x"})).await;
+    assert_eq!(r.is_error, Some(true));
+    assert_eq!(
+        r.structured_content.as_ref().unwrap()["error"]["code"],
+        "validation_error"
+    );
+
+    // The user says no (no answers left: decline): refused, nothing written.
+    let r = call(
+        &client,
+        "write_file",
+        json!({"file_path": "notes/declined.txt", "content": "no"}),
+    )
+    .await;
+    assert_eq!(r.is_error, Some(true));
+    assert!(text(&r).contains("did not approve"), "{}", text(&r));
+    assert!(!workspace(ctx, &t, me).join("notes/declined.txt").exists());
+    client.cancel().await.unwrap();
+
+    // A client that cannot ask its user never gets an unapproved call.
+    let blind = connect(ctx, &me.key, User::unreachable()).await;
+    let r = call(
+        &blind,
+        "write_file",
+        json!({"file_path": "notes/blind.txt", "content": "no"}),
+    )
+    .await;
+    assert_eq!(r.is_error, Some(true));
+    assert!(text(&r).contains("elicitation"), "{}", text(&r));
+    assert_eq!(
+        r.structured_content.as_ref().unwrap()["error"]["code"],
+        "permission_denied"
+    );
+    assert!(!workspace(ctx, &t, me).join("notes/blind.txt").exists());
+    blind.cancel().await.unwrap();
+
+    // Every call has its audit row: two writes refused, one approved; the read needed nothing.
+    let writes = audited(ctx, &me.key, "write_file").await;
+    assert_eq!(writes.len(), 3, "{writes:?}");
+    let approved: Vec<&Value> = writes.iter().filter(|w| w["approved"] == true).collect();
+    assert_eq!(approved.len(), 1, "{writes:?}");
+    assert_eq!(approved[0]["input"]["file_path"], "notes/mcp.txt");
+    assert_eq!(approved[0]["run_status"], "completed");
+    assert_eq!(
+        writes.iter().filter(|w| w["approved"] == false).count(),
+        2,
+        "{writes:?}"
+    );
+    assert!(
+        writes
+            .iter()
+            .filter(|w| w["approved"] == false)
+            .all(|w| w["run_status"] == "rejected")
+    );
+    let reads = audited(ctx, &me.key, "read_file").await;
+    assert_eq!(reads.len(), 1, "{reads:?}");
+    assert_eq!(reads[0]["approved"], Value::Null);
+    assert!(reads[0]["output"].to_string().contains("written over MCP"));
+    // The other member sees none of it.
+    assert!(audited(ctx, &t.member2.key, "write_file").await.is_empty());
+
+    // A tenant whose members may not use files: the file tools are not even listed.
+    let strict = ctx.tenant().await;
+    ctx.ok(
+        Method::PATCH,
+        &format!("/api/v1/admin/tenants/{}", strict.id),
+        ADMIN_KEY,
+        Some(json!({"tool_permissions": {"member": ["todos:*"], "admin": ["*:*"]}})),
+        200,
+    )
+    .await;
+    let member = connect(ctx, &strict.member.key, User::answering(vec![])).await;
+    let names: Vec<String> = member
+        .list_all_tools()
+        .await
+        .unwrap()
+        .iter()
+        .map(|t| t.name.to_string())
+        .collect();
+    assert!(names.contains(&"write_todos".to_string()), "{names:?}");
+    assert!(!names.contains(&"read_file".to_string()), "{names:?}");
+    let r = member
+        .call_tool(params("read_file", json!({"file_path": "x"})))
+        .await;
+    assert!(r.is_err(), "a tool the role may not use is unknown: {r:?}");
+    member.cancel().await.unwrap();
+}
+
+/// `ask_default`: a real chat through the engine, with its approval and question put to the
+/// MCP client's user, a continued conversation, and a cancel.
+pub async fn ask_assistant(ctx: &Ctx) {
+    let t = ctx.tenant().await;
+    let me = &t.member;
+    let user = User::answering(vec![json!(true), json!("blue")]);
+    let client = connect(ctx, &me.key, user.clone()).await;
+
+    let r = call(&client, "ask_default", json!({"message": "hello over MCP"})).await;
+    assert_eq!(r.is_error, Some(false), "{r:?}");
+    assert_eq!(text(&r), "(scripted) You said: hello over MCP");
+    let out = r.structured_content.clone().unwrap();
+    assert_eq!(out["status"], "completed");
+    let session = out["session_id"].as_str().unwrap().to_string();
+    let run = out["run_id"].as_str().unwrap().to_string();
+    // It is a real run of the user's, in a session of theirs.
+    let exec = ctx
+        .ok(
+            Method::GET,
+            &format!("/api/v1/executions/{run}"),
+            &me.key,
+            None,
+            200,
+        )
+        .await;
+    assert_eq!(exec["status"], "completed", "{exec}");
+    assert_eq!(exec["input"], "hello over MCP");
+
+    // The model calls write_file (approval) then ask_question (a question): both reach the
+    // MCP client's user by elicitation.
+    let message = "/tool write_file {\"file_path\": \"asked.txt\", \"content\": \"via ask\"}\n\
+                   /tool ask_question {\"question\": \"Favourite colour?\"}";
+    let r = call(
+        &client,
+        "ask_default",
+        json!({"message": message, "session_id": session}),
+    )
+    .await;
+    assert_eq!(r.is_error, Some(false), "{r:?}");
+    let out = r.structured_content.clone().unwrap();
+    assert_eq!(out["session_id"], session.as_str(), "the same conversation");
+    assert_eq!(out["status"], "completed");
+    let answer = text(&r);
+    assert!(answer.contains("Tool write_file returned"), "{answer}");
+    assert!(answer.contains("blue"), "{answer}");
+    let asked = user.asked();
+    assert_eq!(asked.len(), 2, "{asked:?}");
+    assert!(
+        asked[0].contains("write_file") && asked[0].contains("Allow"),
+        "{asked:?}"
+    );
+    assert!(asked[1].contains("Favourite colour?"), "{asked:?}");
+    assert_eq!(
+        std::fs::read_to_string(workspace(ctx, &t, me).join("asked.txt")).unwrap(),
+        "via ask"
+    );
+    // The loop audited its own call, approved.
+    let rows = audited(ctx, &me.key, "write_file").await;
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0]["approved"], true);
+
+    // A session of another assistant, or of another user, cannot be continued here.
+    let r = call(
+        &client,
+        "ask_default",
+        json!({"message": "hi", "session_id": uuid::Uuid::new_v4().to_string()}),
+    )
+    .await;
+    assert_eq!(r.is_error, Some(true));
+    assert_eq!(
+        r.structured_content.as_ref().unwrap()["error"]["code"],
+        "not_found"
+    );
+    client.cancel().await.unwrap();
+
+    // Without elicitation, an approval the run needs is rejected, never granted.
+    let blind = connect(ctx, &me.key, User::unreachable()).await;
+    let r = call(
+        &blind,
+        "ask_default",
+        json!({"message": "/tool write_file {\"file_path\": \"blind.txt\", \"content\": \"x\"}"}),
+    )
+    .await;
+    assert_eq!(r.is_error, Some(true), "{r:?}");
+    assert_eq!(r.structured_content.as_ref().unwrap()["status"], "rejected");
+    assert!(!workspace(ctx, &t, me).join("blind.txt").exists());
+
+    // Cancelling the MCP request cancels the run: dropping rmcp's call future sends
+    // notifications/cancelled.
+    let slow = blind.call_tool(params(
+        "ask_default",
+        json!({"message": "/sleep 30000\nslow"}),
+    ));
+    assert!(
+        tokio::time::timeout(Duration::from_millis(1500), slow)
+            .await
+            .is_err(),
+        "the slow run is still going"
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let runs = ctx
+            .ok(
+                Method::GET,
+                "/api/v1/executions?status=cancelled",
+                &me.key,
+                None,
+                200,
+            )
+            .await;
+        if runs["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["input"].as_str().is_some_and(|i| i.contains("slow")))
+        {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the run was not cancelled: {runs}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    blind.cancel().await.unwrap();
+}
+
+/// A client on protocol 2026-07-28: no session, and the approval arrives as an
+/// `input_required` result that rmcp's client answers and retries.
+pub async fn sessionless_era(ctx: &Ctx) {
+    use rmcp::model::ProtocolVersion;
+    use rmcp::service::{ClientLifecycleMode, ClientServiceExt};
+    let t = ctx.tenant().await;
+    let me = &t.member;
+    let user = User::answering(vec![json!(true)]);
+    let mut config =
+        StreamableHttpClientTransportConfig::with_uri(ctx.url("/mcp")).auth_header(me.key.clone());
+    config.allow_stateless = true;
+    let transport = StreamableHttpClientTransport::with_client(reqwest::Client::new(), config);
+    let client = user
+        .clone()
+        .serve_with_lifecycle(
+            transport,
+            ClientLifecycleMode::Discover {
+                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            },
+        )
+        .await
+        .expect("a 2026-07-28 client connects");
+    let names: Vec<String> = client
+        .list_all_tools()
+        .await
+        .unwrap()
+        .iter()
+        .map(|t| t.name.to_string())
+        .collect();
+    assert!(names.contains(&"ask_default".to_string()), "{names:?}");
+    let r = tokio::time::timeout(
+        Duration::from_secs(60),
+        client.call_tool(params(
+            "write_file",
+            json!({"file_path": "era.txt", "content": "2026"}),
+        )),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(r.is_error, Some(false), "{r:?}");
+    assert_eq!(user.asked().len(), 1);
+    assert_eq!(
+        std::fs::read_to_string(workspace(ctx, &t, me).join("era.txt")).unwrap(),
+        "2026"
+    );
+    let r = call(&client, "ask_default", json!({"message": "new era"})).await;
+    assert_eq!(text(&r), "(scripted) You said: new era");
+    client.cancel().await.unwrap();
+}
+
+/// An `initialize` request as raw HTTP.
+fn initialize(ctx: &Ctx, key: Option<&str>) -> reqwest::RequestBuilder {
+    ctx.request(Method::POST, "/mcp", key)
+        .header("accept", "application/json, text/event-stream")
+        .json(&json!({
+            "jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                       "clientInfo": {"name": "raw", "version": "0"}}
+        }))
+}
+
+fn on_session(ctx: &Ctx, key: Option<&str>, session: &str, body: Value) -> reqwest::RequestBuilder {
+    ctx.request(Method::POST, "/mcp", key)
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-session-id", session)
+        .header("mcp-protocol-version", "2025-11-25")
+        .json(&body)
+}
+
+/// The key on every request, and a session only for the key that made it.
+pub async fn keys_and_sessions(ctx: &Ctx) {
+    let t = ctx.tenant().await;
+    let other = ctx.tenant().await;
+
+    for key in [
+        None,
+        Some("agk_NotAReal_0000000000000000000000000000000000000000"),
+    ] {
+        let r = ctx.send(initialize(ctx, key)).await;
+        assert_eq!((r.status, r.code()), (401, "unauthorized"), "{}", r.body);
+    }
+    let r = ctx.send(initialize(ctx, Some(ADMIN_KEY))).await;
+    assert_eq!((r.status, r.code()), (403, "forbidden"), "{}", r.body);
+    // The key is checked first: a bad key with a body that is not even JSON is still a 401.
+    let r = ctx
+        .send(
+            ctx.request(Method::POST, "/mcp", None)
+                .header("content-type", "application/json")
+                .body("{not json"),
+        )
+        .await;
+    assert_eq!(r.status, 401);
+
+    // X-API-Key works as on the REST API.
+    let r = ctx
+        .send(initialize(ctx, None).header("x-api-key", &t.member2.key))
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(r.headers.contains_key("mcp-session-id"));
+
+    let r = ctx.send(initialize(ctx, Some(&t.member.key))).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let session = r.headers["mcp-session-id"].to_str().unwrap().to_string();
+    assert!(r.body.to_string().contains("serverInfo"), "{}", r.body);
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
+
+    // Another tenant's key, and another user of the same tenant, do not find the session.
+    for key in [&other.admin.key, &t.member2.key, &t.admin.key] {
+        let r = ctx
+            .send(on_session(ctx, Some(key), &session, list.clone()))
+            .await;
+        assert_eq!((r.status, r.code()), (404, "not_found"), "{}", r.body);
+    }
+    let r = ctx
+        .send(on_session(ctx, None, &session, list.clone()))
+        .await;
+    assert_eq!(r.status, 401);
+    // Its owner goes on using it.
+    let r = ctx
+        .send(on_session(ctx, Some(&t.member.key), &session, initialized))
+        .await;
+    assert_eq!(r.status, 202, "{}", r.body);
+    let r = ctx
+        .send(on_session(ctx, Some(&t.member.key), &session, list.clone()))
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(r.body.to_string().contains("ask_default"), "{}", r.body);
+    // Deleting it by another key does nothing; by its owner ends it.
+    let del = |key: &str| {
+        ctx.request(Method::DELETE, "/mcp", Some(key))
+            .header("mcp-session-id", &session)
+            .header("mcp-protocol-version", "2025-11-25")
+    };
+    let r = ctx.send(del(&other.admin.key)).await;
+    assert_eq!(r.status, 404);
+    let r = ctx.send(del(&t.member.key)).await;
+    assert!(
+        r.status == 202 || r.status == 200,
+        "{} {}",
+        r.status,
+        r.body
+    );
+    let r = ctx
+        .send(on_session(ctx, Some(&t.member.key), &session, list))
+        .await;
+    assert_eq!((r.status, r.code()), (404, "not_found"), "{}", r.body);
+
+    // Transport mistakes answer our error JSON.
+    let r = ctx
+        .send(
+            ctx.request(Method::POST, "/mcp", Some(&t.member.key))
+                .header("accept", "application/json")
+                .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "ping"})),
+        )
+        .await;
+    assert_eq!((r.status, r.code()), (406, "not_acceptable"), "{}", r.body);
+    let r = ctx
+        .send(ctx.request(Method::PUT, "/mcp", Some(&t.member.key)))
+        .await;
+    assert_eq!((r.status, r.code()), (405, "method_not_allowed"));
+    assert_eq!(r.headers["allow"], "GET, POST, DELETE");
+}
+
+/// A Host header outside `mcp.server_allowed_hosts` is refused (DNS rebinding); a configured
+/// name is answered.
+pub async fn allowed_hosts(ctx: &Ctx) {
+    let t = ctx.tenant().await;
+    let configured = Ctx::start_with(
+        &[(
+            "AGENTRY_MCP__SERVER_ALLOWED_HOSTS",
+            "agentry.test,localhost",
+        )],
+        None,
+    )
+    .await;
+    let ct = configured.tenant().await;
+    let r = configured
+        .send(initialize(&configured, Some(&ct.member.key)).header("host", "agentry.test"))
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    // 127.0.0.1 is no longer in the list.
+    let r = configured
+        .send(initialize(&configured, Some(&ct.member.key)))
+        .await;
+    assert_eq!((r.status, r.code()), (403, "forbidden"), "{}", r.body);
+    let r = ctx
+        .send(initialize(ctx, Some(&t.member.key)).header("host", "evil.example"))
+        .await;
+    assert_eq!((r.status, r.code()), (403, "forbidden"), "{}", r.body);
+    assert!(
+        r.body["message"]
+            .as_str()
+            .unwrap()
+            .contains("mcp.server_allowed_hosts")
+    );
+}
