@@ -4,13 +4,34 @@
 //
 //   node ws_chat.mjs http://127.0.0.1:8000 "$KEY" "hello"              # a new session
 //   node ws_chat.mjs http://127.0.0.1:8000 "$KEY" "and then?" SESSION  # continue one
+//   node ws_chat.mjs --cancel-after 1000 http://127.0.0.1:8000 "$KEY" "/sleep 60000" SESSION
+//                                       # send a `cancel` frame 1 s after the message
+//   node ws_chat.mjs --resume 6 http://127.0.0.1:8000 "$KEY" SESSION
+//                                       # send nothing: replay what came after seq 6, then
+//                                       # follow the run live until its `done`
 //
 // The key travels as a subprotocol, as browsers must send it (they cannot set headers).
 import * as readline from "node:readline/promises";
 
-const [base, key, message, given] = process.argv.slice(2);
-if (!base || !key || !message) {
-  console.error("usage: node ws_chat.mjs BASE_URL KEY MESSAGE [SESSION_ID]");
+const args = process.argv.slice(2);
+function option(name) {
+  const i = args.indexOf(name);
+  if (i < 0) return undefined;
+  const [, value] = args.splice(i, 2);
+  if (!/^\d+$/.test(value ?? "")) {
+    console.error(`${name} needs a whole number`);
+    process.exit(2);
+  }
+  return Number(value);
+}
+const cancelAfter = option("--cancel-after");
+const resumeAfter = option("--resume");
+const [base, key, ...positional] = args;
+// With --resume there is no message: the third argument is the session.
+const [message, given] = resumeAfter === undefined ? positional : [undefined, positional[0]];
+if (!base || !key || (resumeAfter === undefined ? !message : !given)) {
+  console.error("usage: node ws_chat.mjs [--cancel-after MS] BASE_URL KEY MESSAGE [SESSION_ID]\n" +
+    "       node ws_chat.mjs --resume SEQ BASE_URL KEY SESSION_ID");
   process.exit(2);
 }
 const api = `${base.replace(/\/$/, "")}/api/v1`;
@@ -35,17 +56,33 @@ async function rest(method, path, body) {
 
 const session = given ?? (await rest("POST", "/sessions", {})).session_id;
 console.log(`session ${session}`);
-let lastSeq = 0;
-let sent = false;
+let lastSeq = resumeAfter ?? 0;
+// Resuming sends no message; nothing after SEQ and no run going means nothing to wait for.
+let sent = resumeAfter !== undefined;
+if (sent) {
+  const missed = await rest("GET", `/sessions/${session}/events?after_seq=${lastSeq}&limit=1`);
+  const { state } = await rest("GET", `/sessions/${session}`);
+  if (missed.events.length === 0 && (state === "idle" || state === "closed")) {
+    console.log(`[nothing after seq ${lastSeq}; no run in progress]`);
+    process.exit(0);
+  }
+}
 
 function connect() {
   const url = `${base.replace(/^http/, "ws").replace(/\/$/, "")}/ws/chat/${session}` +
-    (lastSeq ? `?after_seq=${lastSeq}` : "");
+    (lastSeq || resumeAfter !== undefined ? `?after_seq=${lastSeq}` : "");
   const ws = new WebSocket(url, ["agentry.v1", `agentry.key.${key}`]);
   const frame = (type, payload) => ws.send(JSON.stringify({ type, payload }));
   ws.onopen = () => {
-    if (!sent) frame("chat", { message });
+    if (sent) return;
     sent = true;
+    frame("chat", { message });
+    if (cancelAfter !== undefined) {
+      setTimeout(() => {
+        console.error(`\n[cancel sent after ${cancelAfter} ms]`);
+        frame("cancel", {});
+      }, cancelAfter);
+    }
   };
   ws.onmessage = async ({ data }) => {
     const ev = JSON.parse(data);
@@ -78,7 +115,9 @@ function connect() {
       case "done":
         console.log(`\n[done] ${d.status}${d.cancelled ? " (cancelled)" : ""} tokens=${d.token_usage.total}`);
         ws.close();
-        process.exit(d.status === "completed" ? 0 : 1);
+        // Success: the run completed, was cancelled as asked, or was only being watched.
+        process.exit(d.status === "completed" || resumeAfter !== undefined ||
+          (cancelAfter !== undefined && d.cancelled) ? 0 : 1);
       default:
         console.log(`[${ev.event_type}] ${JSON.stringify(d)}`);
     }

@@ -12,8 +12,11 @@ use serde_json::Value;
 
 type Seen = BTreeSet<(String, String, u16)>;
 
-/// Routes of the documentation UI itself, which is HTML and not part of the API.
-const UI_ROUTES: [&str; 2] = ["/docs", "/docs/{_:.*}"];
+/// Routes that are not part of the REST API and so not in the document: the documentation UI
+/// itself (HTML), and `/mcp`, whose contract is the MCP Streamable HTTP transport (JSON-RPC;
+/// docs/mcp.md), tested by `mcp_server.rs`, the official conformance scenarios
+/// (`mcp_conformance.rs`) and the authorization matrix.
+const UI_ROUTES: [&str; 3] = ["/docs", "/docs/{_:.*}", "/mcp"];
 
 pub fn documented(doc: &Value) -> (BTreeSet<(String, String)>, Seen) {
     let mut ops = BTreeSet::new();

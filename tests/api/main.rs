@@ -7,13 +7,19 @@
 mod support;
 
 mod completeness;
+mod concurrency;
 mod ctx;
 mod edge;
+mod fake_model;
 mod flows;
 mod matrix;
 mod mcp;
+mod mcp_conformance;
+mod mcp_server;
 mod misc;
+mod observability;
 mod properties;
+mod quotas;
 mod streaming;
 mod visibility;
 
@@ -177,6 +183,36 @@ async fn mcp_config_file_servers_reach_every_user_and_reload() {
     mcp::mcp_config_file(&fake).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_server_serves_builtin_tools_with_approvals_and_audit() {
+    mcp_server::builtin_tools(&Ctx::start().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_server_asks_assistants_with_elicitation_and_cancel() {
+    mcp_server::ask_assistant(&Ctx::start().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_server_serves_2026_clients_without_a_session() {
+    mcp_server::sessionless_era(&Ctx::start().await).await;
+}
+
+#[tokio::test]
+async fn mcp_server_checks_the_key_and_the_session_owner_on_every_request() {
+    mcp_server::keys_and_sessions(&Ctx::start().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_server_conformance_scenarios_match_the_recorded_baseline() {
+    mcp_conformance::server_scenarios(&Ctx::start().await).await;
+}
+
+#[tokio::test]
+async fn mcp_server_refuses_hosts_not_allowed() {
+    mcp_server::allowed_hosts(&Ctx::start().await).await;
+}
+
 #[tokio::test]
 async fn chat_over_rest_and_sse_answers_queues_cancels_and_refuses_cleanly() {
     streaming::rest_and_sse(&Ctx::start().await).await;
@@ -225,6 +261,34 @@ async fn the_documented_websocket_client_chats_and_approves() {
 async fn a_full_server_refuses_websockets_with_503() {
     let ctx = Ctx::start_with(&[("AGENTRY_SERVER__MAX_CONNECTIONS", "1")], None).await;
     streaming::full_server(&ctx).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_flows_over_the_fake_model_on_the_openai_wire() {
+    fake_model::all_flows(fake_model::Wire::OpenAi).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_flows_over_the_fake_model_on_the_anthropic_wire() {
+    fake_model::all_flows(fake_model::Wire::Anthropic).await;
+}
+
+#[tokio::test]
+async fn tenant_quotas_refuse_with_429_naming_the_quota_over_rest_and_websocket() {
+    let ctx = Ctx::start().await;
+    quotas::requests_per_minute(&ctx).await;
+    quotas::max_concurrent_runs(&ctx).await;
+    quotas::tokens_per_day(&ctx).await;
+}
+
+#[tokio::test]
+async fn engine_metrics_follow_sessions_runs_tokens_approvals_and_quotas() {
+    observability::engine_metrics(&Ctx::start().await).await;
+}
+
+#[tokio::test]
+async fn the_swagger_ui_is_served_from_the_binary_without_network() {
+    observability::swagger_ui(&Ctx::start().await).await;
 }
 
 #[tokio::test]

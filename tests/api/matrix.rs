@@ -88,6 +88,7 @@ pub enum Route {
     GetMcpServer,
     ReplaceMcpServer,
     DeleteMcpServer,
+    McpInitialize,
 }
 
 use Route::*;
@@ -148,6 +149,7 @@ pub const ROUTES: &[Route] = &[
     GetMcpServer,
     ReplaceMcpServer,
     DeleteMcpServer,
+    McpInitialize,
 ];
 
 /// Expected status per caller, in the order of [`WHO`].
@@ -199,6 +201,8 @@ pub fn expected(route: Route) -> [u16; 7] {
         ListMcpServers | GetMcpServer | ReplaceMcpServer => OWN_ROW,
         AddMcpServer => [401, 401, 401, 404, 201, 201, 403],
         DeleteMcpServer => [401, 401, 401, 404, 204, 204, 403],
+        // Any tenant user may open an MCP session (their own tools); the platform key has none.
+        McpInitialize => [401, 401, 401, 200, 200, 200, 403],
     }
 }
 
@@ -262,10 +266,17 @@ pub struct Req {
     pub method: Method,
     pub path: String,
     pub body: Option<Value>,
+    /// Extra headers (`/mcp` needs its `Accept`).
+    pub headers: Vec<(&'static str, &'static str)>,
 }
 
 fn req(method: Method, path: String, body: Option<Value>) -> Req {
-    Req { method, path, body }
+    Req {
+        method,
+        path,
+        body,
+        headers: Vec::new(),
+    }
 }
 
 /// A fresh tenant, for the routes that replace or delete one.
@@ -486,6 +497,18 @@ pub async fn build(ctx: &Ctx, fx: &MatrixFx, route: Route) -> Req {
             .await;
             req(Method::DELETE, format!("{mcp}/{name}"), None)
         }
+        McpInitialize => Req {
+            headers: vec![("accept", "application/json, text/event-stream")],
+            ..req(
+                Method::POST,
+                "/mcp".into(),
+                Some(json!({
+                    "jsonrpc": "2.0", "id": 1, "method": "initialize",
+                    "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                               "clientInfo": {"name": "matrix", "version": "0"}}
+                })),
+            )
+        },
     }
 }
 
@@ -499,9 +522,14 @@ pub async fn authorization_matrix(ctx: &Ctx) {
         for (who, want) in WHO.iter().zip(want) {
             let r = build(ctx, &fx, route).await;
             let key = key_of(*who, &fx);
-            let got = ctx
-                .call(r.method.clone(), &r.path, key.as_deref(), r.body.as_ref())
-                .await;
+            let mut rb = ctx.request(r.method.clone(), &r.path, key.as_deref());
+            for (name, value) in &r.headers {
+                rb = rb.header(*name, *value);
+            }
+            if let Some(body) = &r.body {
+                rb = rb.json(body);
+            }
+            let got = ctx.send(rb).await;
             cells += 1;
             if got.status != want {
                 mismatches.push(format!(

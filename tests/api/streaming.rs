@@ -13,13 +13,13 @@ use tokio_tungstenite::tungstenite::Message;
 use crate::ctx::{Ctx, TenantFx};
 use crate::mcp::{types, ws_connect, ws_request};
 
-type Socket =
+pub type Socket =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
-const WAIT: Duration = Duration::from_secs(60);
+pub const WAIT: Duration = Duration::from_secs(60);
 
 /// The next JSON text frame (events, errors, pongs), skipping WebSocket control frames.
-async fn next_json(ws: &mut Socket) -> Value {
+pub async fn next_json(ws: &mut Socket) -> Value {
     loop {
         let msg = tokio::time::timeout(WAIT, ws.next())
             .await
@@ -32,12 +32,12 @@ async fn next_json(ws: &mut Socket) -> Value {
     }
 }
 
-async fn send(ws: &mut Socket, frame: Value) {
+pub async fn send(ws: &mut Socket, frame: Value) {
     ws.send(Message::text(frame.to_string())).await.unwrap();
 }
 
 /// Events until (and with) `done`; stops early at a `hitl_request`, returned last.
-async fn until_done_or_hitl(ws: &mut Socket) -> Vec<Value> {
+pub async fn until_done_or_hitl(ws: &mut Socket) -> Vec<Value> {
     let mut events = Vec::new();
     loop {
         let ev = next_json(ws).await;
@@ -51,7 +51,7 @@ async fn until_done_or_hitl(ws: &mut Socket) -> Vec<Value> {
 
 /// The answer: the deltas (`is_final: false`) put together, which must equal the final text
 /// event's content when there is one.
-fn text_of(events: &[Value]) -> String {
+pub fn text_of(events: &[Value]) -> String {
     let texts = events.iter().filter(|e| e["event_type"] == "text");
     let deltas: String = texts
         .clone()
@@ -72,14 +72,14 @@ fn text_of(events: &[Value]) -> String {
     }
 }
 
-async fn session_count(ctx: &Ctx, key: &str) -> u64 {
+pub async fn session_count(ctx: &Ctx, key: &str) -> u64 {
     ctx.ok(Method::GET, "/api/v1/sessions", key, None, 200)
         .await["total"]
         .as_u64()
         .unwrap()
 }
 
-async fn new_session(ctx: &Ctx, key: &str) -> String {
+pub async fn new_session(ctx: &Ctx, key: &str) -> String {
     let s = ctx
         .ok(
             Method::POST,
@@ -95,7 +95,7 @@ async fn new_session(ctx: &Ctx, key: &str) -> String {
 }
 
 /// Parse an SSE body into `(id, event)` pairs.
-fn sse_events(body: &str) -> Vec<(u64, Value)> {
+pub fn sse_events(body: &str) -> Vec<(u64, Value)> {
     let mut out = Vec::new();
     let mut id = None;
     for line in body.lines() {
@@ -111,7 +111,7 @@ fn sse_events(body: &str) -> Vec<(u64, Value)> {
 
 /// Start a long run over SSE and return once the server has accepted it (headers received):
 /// the response to read to its end, and the session id.
-async fn start_sleeping_run(
+pub async fn start_sleeping_run(
     ctx: &Ctx,
     key: &str,
     session: Option<&str>,
@@ -320,6 +320,7 @@ pub async fn rest_and_sse(ctx: &Ctx) {
     // Cancel over REST: the stream ends with `done{cancelled: true}`; a second cancel finds
     // nothing to cancel.
     let (running, busy) = start_sleeping_run(ctx, key, None, 120_000).await;
+    let sent = std::time::Instant::now();
     let c = ctx
         .ok(
             Method::POST,
@@ -334,6 +335,11 @@ pub async fn rest_and_sse(ctx: &Ctx) {
         .into_iter()
         .map(|(_, e)| e)
         .collect();
+    let took = sent.elapsed();
+    assert!(
+        took < Duration::from_secs(1),
+        "done came {took:?} after the cancel"
+    );
     let done = evs.last().unwrap();
     assert_eq!(done["event_type"], "done", "{evs:?}");
     assert_eq!(done["data"]["cancelled"], true, "{done}");
@@ -501,7 +507,7 @@ pub async fn websocket(ctx: &Ctx) {
         .await;
     assert_eq!((r.status, r.code()), (409, "approval_not_pending"));
 
-    // Rejected over the socket: the tool does not run, the model hears why.
+    // Rejected over the socket: the tool does not run and the run ends rejected (DESIGN §4).
     send(
         &mut ws,
         json!({"type": "chat", "payload": {"message": write.replace("notes", "other")}}),
@@ -520,6 +526,12 @@ pub async fn websocket(ctx: &Ctx) {
     let evs = until_done_or_hitl(&mut ws).await;
     assert!(!types(&evs).contains(&"file_operation"), "{evs:?}");
     assert_eq!(types(&evs).last(), Some(&"done"));
+    let done = &evs.last().unwrap()["data"];
+    assert_eq!(
+        (&done["status"], &done["cancelled"]),
+        (&json!("rejected"), &json!(true)),
+        "{done}"
+    );
     let listed = ctx
         .ok(
             Method::GET,
@@ -537,13 +549,38 @@ pub async fn websocket(ctx: &Ctx) {
         json!({"type": "chat", "payload": {"message": "/sleep 120000\nlate"}}),
     )
     .await;
-    // The run is accepted before the cancel frame is read (frames are handled in order)…
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The chat and cancel frames are handled concurrently, so a cancel sent at once could
+    // arrive before the run exists: wait until the run's row is there.
+    let runs = listed["total"].as_u64().unwrap();
+    let deadline = std::time::Instant::now() + WAIT;
+    while ctx
+        .ok(
+            Method::GET,
+            &format!("/api/v1/executions?session_id={sid}"),
+            key,
+            None,
+            200,
+        )
+        .await["total"]
+        == runs
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the run never started"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let sent = std::time::Instant::now();
     send(&mut ws, json!({"type": "cancel", "payload": {}})).await;
     let evs = until_done_or_hitl(&mut ws).await;
+    let took = sent.elapsed();
     let done = evs.last().unwrap();
     assert_eq!(done["event_type"], "done");
     assert_eq!(done["data"]["cancelled"], true, "{done}");
+    assert!(
+        took < Duration::from_secs(1),
+        "done came {took:?} after the cancel"
+    );
     let last_seq = done["seq"].as_u64().unwrap();
     drop(ws);
 
@@ -642,7 +679,33 @@ pub async fn full_server(ctx: &Ctx) {
 }
 
 /// What a run says, without what differs between sessions and runs by nature.
-fn script_of(events: &[Value]) -> Vec<(String, Value)> {
+/// The same message as a sync `/chat` and then as `/chat/stream`, each in a new session: the
+/// events of each.
+pub async fn rest_then_sse(ctx: &Ctx, key: &str, message: &str) -> (Vec<Value>, Vec<Value>) {
+    let rest = ctx
+        .ok(
+            Method::POST,
+            "/api/v1/chat",
+            key,
+            Some(json!({ "message": message })),
+            200,
+        )
+        .await;
+    let rest = rest["events"].as_array().unwrap().clone();
+    let body = ctx
+        .request(Method::POST, "/api/v1/chat/stream", Some(key))
+        .json(&json!({ "message": message }))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let sse = sse_events(&body).into_iter().map(|(_, e)| e).collect();
+    (rest, sse)
+}
+
+pub fn script_of(events: &[Value]) -> Vec<(String, Value)> {
     events
         .iter()
         .map(|e| {
@@ -662,26 +725,7 @@ pub async fn one_stream_many_views(ctx: &Ctx) {
     let key = &t.member.key;
     let script = r#"/tool list_directory {"path": "."}"#;
 
-    let rest = ctx
-        .ok(
-            Method::POST,
-            "/api/v1/chat",
-            key,
-            Some(json!({ "message": script })),
-            200,
-        )
-        .await;
-    let rest = rest["events"].as_array().unwrap().clone();
-    let sse_body = ctx
-        .request(Method::POST, "/api/v1/chat/stream", Some(key))
-        .json(&json!({ "message": script }))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let sse: Vec<Value> = sse_events(&sse_body).into_iter().map(|(_, e)| e).collect();
+    let (rest, sse) = rest_then_sse(ctx, key, script).await;
     let sid = new_session(ctx, key).await;
     let mut ws1 = ws_connect(ctx, key, &sid).await;
     let mut ws2 = ws_connect(ctx, key, &sid).await;
@@ -876,23 +920,26 @@ pub async fn example_client(ctx: &Ctx) {
     let script =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/examples/ws_chat.mjs");
     let base = format!("http://127.0.0.1:{}", ctx.server.port);
-    let run = |message: &str, session: Option<&str>, stdin: &'static str| {
+    // `node ws_chat.mjs OPTIONS… BASE KEY ARGS…`
+    let run = |options: &[&str], args: &[&str], stdin: &'static str| {
         let mut cmd = tokio::process::Command::new(agentry_mcp::testing::node());
-        cmd.arg(&script).arg(&base).arg(&t.member.key).arg(message);
-        if let Some(s) = session {
-            cmd.arg(s);
-        }
+        cmd.arg(&script)
+            .args(options)
+            .arg(&base)
+            .arg(&t.member.key)
+            .args(args);
         cmd.stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .kill_on_drop(true);
+        let what = format!("ws_chat.mjs {options:?} {args:?}");
         async move {
             let mut child = cmd.spawn().expect("node runs");
             let mut input = child.stdin.take().unwrap();
             input.write_all(stdin.as_bytes()).await.unwrap();
             let out = tokio::time::timeout(WAIT, child.wait_with_output())
                 .await
-                .expect("the example ends within 60 s")
+                .unwrap_or_else(|_| panic!("{what} did not end within 60 s"))
                 .unwrap();
             let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
             let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
@@ -900,8 +947,8 @@ pub async fn example_client(ctx: &Ctx) {
         }
     };
     let (ok, out, err) = run(
-        r#"/tool write_file {"file_path": "from-node.txt", "content": "hi"}"#,
-        None,
+        &[],
+        &[r#"/tool write_file {"file_path": "from-node.txt", "content": "hi"}"#],
         "y\n",
     )
     .await;
@@ -915,7 +962,7 @@ pub async fn example_client(ctx: &Ctx) {
         .find_map(|l| l.strip_prefix("session "))
         .expect("it prints the session")
         .to_string();
-    let (ok, out, err) = run("/echo again", Some(&session), "").await;
+    let (ok, out, err) = run(&[], &["/echo again", &session], "").await;
     assert!(ok, "stdout:\n{out}\nstderr:\n{err}");
     assert!(out.contains("again"), "{out}");
     let msgs = ctx
@@ -928,4 +975,47 @@ pub async fn example_client(ctx: &Ctx) {
         )
         .await;
     assert_eq!(msgs["total"], 6, "{msgs}");
+
+    // `--cancel-after MS`: the client cancels its own slow run.
+    let (ok, out, err) = run(
+        &["--cancel-after", "300"],
+        &["/sleep 120000\nlate", &session],
+        "",
+    )
+    .await;
+    assert!(ok, "stdout:\n{out}\nstderr:\n{err}");
+    assert!(err.contains("[cancel sent after 300 ms]"), "{err}");
+    assert!(out.contains("[done] cancelled (cancelled)"), "{out}");
+    let key = &t.member.key;
+    async fn last_seq(ctx: &Ctx, key: &str, session: &str) -> u64 {
+        let path = format!("/api/v1/sessions/{session}/events?after_seq=0&limit=1000");
+        let page = ctx.ok(Method::GET, &path, key, None, 200).await;
+        page["events"].as_array().unwrap().last().unwrap()["seq"]
+            .as_u64()
+            .unwrap()
+    }
+    let before = last_seq(ctx, key, &session).await.to_string();
+
+    // `--resume SEQ` while a run is going: it follows that run to its `done`, and only it.
+    let (running, _) = start_sleeping_run(ctx, key, Some(&session), 3_000).await;
+    let (ok, out, err) = run(&["--resume", &before], &[&session], "").await;
+    assert!(ok, "stdout:\n{out}\nstderr:\n{err}");
+    assert!(out.contains("(scripted) You said: then answer"), "{out}");
+    assert!(out.contains("[done] completed"), "{out}");
+    assert!(
+        !out.contains("again") && !out.contains("[tool_call]"),
+        "{out}"
+    );
+    running.text().await.unwrap();
+    // `--resume 0` replays the session from its first run, up to that run's `done`.
+    let (ok, out, _) = run(&["--resume", "0"], &[&session], "").await;
+    assert!(ok, "{out}");
+    assert!(out.contains("[tool_call] write_file"), "{out}");
+    assert!(out.contains("[done] completed"), "{out}");
+    assert!(!out.contains("then answer"), "{out}");
+    // Nothing after the last event and nothing running: it says so and ends.
+    let end = last_seq(ctx, key, &session).await.to_string();
+    let (ok, out, _) = run(&["--resume", &end], &[&session], "").await;
+    assert!(ok, "{out}");
+    assert!(out.contains(&format!("[nothing after seq {end}")), "{out}");
 }

@@ -7,6 +7,7 @@ pub mod auth;
 pub mod engine;
 pub mod error;
 pub mod extract;
+pub mod mcp_server;
 pub mod metrics;
 pub mod openapi;
 pub mod request_id;

@@ -6,6 +6,12 @@ use std::process::ExitCode;
 use agentry_gateway::{Application, Settings, telemetry};
 use clap::{Parser, Subcommand};
 
+/// glibc's malloc cost ~15% of the server's CPU under load, mostly in its arena locks and
+/// consolidation across the many threads (actix arbiters, the engine runtime, SQLite workers);
+/// docs/benchmarks.md has the profile.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     name = "agentry",

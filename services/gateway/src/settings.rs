@@ -66,6 +66,10 @@ pub struct McpSettings {
     pub idle_timeout_secs: u64,
     /// How long a run waits for a user's servers to connect before it starts without them.
     pub connect_wait_secs: u64,
+    /// `Host` headers `/mcp` answers (names or `name:port`); others get 403, which stops DNS
+    /// rebinding against a server on a laptop. Add the name clients reach the server by; `*`
+    /// accepts any (behind a proxy that checks it).
+    pub server_allowed_hosts: Vec<String>,
 }
 
 impl Default for McpSettings {
@@ -76,6 +80,7 @@ impl Default for McpSettings {
             health_interval_secs: 30,
             idle_timeout_secs: 600,
             connect_wait_secs: 10,
+            server_allowed_hosts: vec!["localhost".into(), "127.0.0.1".into(), "::1".into()],
         }
     }
 }
@@ -258,6 +263,7 @@ const LIST_KEYS: &[&str] = &[
     "server.cors_origins",
     "tools.shell_env_passthrough",
     "tools.allowed_networks",
+    "mcp.server_allowed_hosts",
 ];
 
 /// Sections whose structs (owned by other crates) accept unknown keys: checked here against
@@ -408,6 +414,18 @@ impl Settings {
         if self.mcp.health_interval_secs == 0 {
             return bad("mcp.health_interval_secs", "must be at least 1");
         }
+        if self
+            .mcp
+            .server_allowed_hosts
+            .iter()
+            .all(|h| h.trim().is_empty())
+        {
+            // rmcp reads an empty list as "any host": say so explicitly with `*` instead.
+            return bad(
+                "mcp.server_allowed_hosts",
+                "must name at least one host (or `*` to accept any Host header)",
+            );
+        }
         if self.mcp.idle_timeout_secs == 0 {
             return bad("mcp.idle_timeout_secs", "must be at least 1");
         }
@@ -503,6 +521,33 @@ mod tests {
             vec!["https://a.example", "https://b.example"]
         );
         assert_eq!(s.log.format, LogFormat::Json);
+    }
+
+    #[test]
+    fn mcp_server_allowed_hosts_default_to_loopback_and_never_to_empty() {
+        let s = Settings::load_from(None, env(&[])).unwrap();
+        assert_eq!(
+            s.mcp.server_allowed_hosts,
+            vec!["localhost", "127.0.0.1", "::1"]
+        );
+        let s = Settings::load_from(
+            None,
+            env(&[(
+                "AGENTRY_MCP__SERVER_ALLOWED_HOSTS",
+                "agentry.example,localhost",
+            )]),
+        )
+        .unwrap();
+        assert_eq!(
+            s.mcp.server_allowed_hosts,
+            vec!["agentry.example", "localhost"]
+        );
+        // Empty would mean "any host" to rmcp: refused, naming the key.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("agentry.toml");
+        std::fs::write(&path, "[mcp]\nserver_allowed_hosts = []\n").unwrap();
+        let err = Settings::load_from(Some(&path), env(&[])).unwrap_err();
+        assert!(err.0.contains("mcp.server_allowed_hosts"), "{err}");
     }
 
     #[test]

@@ -104,6 +104,12 @@ impl Application {
                 Err(e) => tracing::error!(error = %e, "recovering unfinished runs failed"),
             }
         });
+        // One MCP endpoint (and so one set of MCP sessions) for every worker.
+        let mcp = std::sync::Arc::new(crate::mcp_server::McpEndpoint::new(
+            &settings,
+            parts.engine.clone(),
+            db.clone(),
+        ));
         let state = web::Data::new(AppState {
             engine: parts.engine,
             secrets: parts.secrets,
@@ -130,11 +136,16 @@ impl Application {
                 .configure(|cfg| extract::configure(cfg, body_limit))
                 .configure(routes::configure)
                 .configure(crate::ws::configure)
+                .configure(|cfg| mcp.configure(cfg))
                 .configure(routes::page::configure)
                 .configure(metrics::configure)
                 .configure(openapi::configure)
                 .default_service(web::to(routes::route_not_found))
         })
+        // Events are small frames written one at a time: with Nagle's algorithm on, a frame
+        // written while the previous one is unacknowledged waits for the client's delayed ACK
+        // (40 ms on Linux). docs/benchmarks.md measured it.
+        .tcp_nodelay(true)
         .listen(listener)?
         .shutdown_timeout(shutdown)
         .disable_signals();

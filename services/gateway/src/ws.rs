@@ -99,6 +99,7 @@ pub async fn connect(
         handle,
         subscription: None,
         expected: None,
+        resyncing: false,
         last_seen: Instant::now(),
         frame_limit,
         initial_after: query.into_inner().after_seq,
@@ -144,6 +145,11 @@ pub struct WsConnection {
     /// The next `seq` to forward; earlier ones are duplicates (after a resume). `None` until the
     /// first event.
     expected: Option<u64>,
+    /// After a `resume` that replaced a subscription, events the old one had already queued for
+    /// this actor arrive before the replay, with later seqs. Until the replay's first event
+    /// (`expected`) comes, later ones are dropped — the replay brings them again, in order —
+    /// instead of moving `expected` past the replay and losing it.
+    resyncing: bool,
     last_seen: Instant,
     frame_limit: usize,
     initial_after: Option<u64>,
@@ -169,17 +175,25 @@ impl WsConnection {
         ctx.text(ev.to_json());
     }
 
+    /// A refused frame, with the same `details` REST would answer (a quota names itself).
     fn engine_error(&self, ctx: &mut ws::WebsocketContext<Self>, e: EngineError) {
-        let code = e.code();
-        self.send_error(ctx, code, e.to_string());
+        let ev = ExecutionEvent::new(
+            0,
+            self.handle.session.id.to_string(),
+            "",
+            EventPayload::error_with_details(e.code().as_str(), e.to_string(), true, e.details()),
+        );
+        ctx.text(ev.to_json());
     }
 
     /// (Re)subscribe, replaying after `after` when given.
     fn subscribe(&mut self, ctx: &mut ws::WebsocketContext<Self>, after: Option<u64>) {
-        if let Some(old) = self.subscription.take() {
+        let replaced = self.subscription.take();
+        if let Some(old) = replaced {
             self.engine.unsubscribe(&self.handle, old);
         }
         self.expected = after.map(|a| a + 1);
+        self.resyncing = replaced.is_some() && after.is_some();
         let engine = self.engine.clone();
         let handle = self.handle.clone();
         let me = ctx.address().recipient();
@@ -312,7 +326,11 @@ impl Handler<SessionEvent> for WsConnection {
         let seq = msg.event.seq;
         match self.expected {
             Some(next) if seq < next => return, // already sent on this connection
-            _ => self.expected = Some(seq + 1),
+            Some(next) if self.resyncing && seq > next => return, // queued before the resume
+            _ => {
+                self.resyncing = false;
+                self.expected = Some(seq + 1);
+            }
         }
         ctx.text(msg.json.to_string());
     }

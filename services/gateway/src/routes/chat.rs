@@ -7,7 +7,7 @@ use std::time::Duration;
 use actix_web::HttpResponse;
 use actix_web::http::header;
 use actix_web::web::{self, Bytes, Json};
-use agentry_actors::{ChatAccepted, CreateSession, SessionHandle, channel_subscriber};
+use agentry_actors::{ChatAccepted, ChatCommand, CreateSession, SessionHandle, channel_subscriber};
 use agentry_schema::api::{ChatRequest, ChatResponse};
 use agentry_schema::ids::{AssistantId, SessionId};
 use futures::stream::StreamExt;
@@ -41,43 +41,38 @@ async fn start(
             "`message` must not be empty",
         ));
     }
-    let user = caller.user();
-    let handle = match req.session_id.as_deref() {
-        Some(raw) => {
-            let id: SessionId = raw.parse().map_err(|e: agentry_schema::ids::InvalidId| {
-                ApiError::validation("session_id", e.to_string())
-            })?;
-            state
-                .engine
-                .open_session(caller.tenant(), &user, id)
-                .await?
-        }
-        None => {
-            let assistant_id = body_id::<AssistantId>("assistant_id", req.assistant_id.as_deref())?;
-            let s = state
-                .engine
-                .create_session(
-                    caller.tenant(),
-                    &user,
-                    CreateSession {
-                        assistant_id,
-                        ..Default::default()
-                    },
-                )
-                .await?;
-            state
-                .engine
-                .open_session(caller.tenant(), &user, s.id)
-                .await?
-        }
+    let session_id = req
+        .session_id
+        .as_deref()
+        .map(|raw| {
+            raw.parse::<SessionId>()
+                .map_err(|e| ApiError::validation("session_id", e.to_string()))
+        })
+        .transpose()?;
+    // The assistant names the session a message creates; with a session it is not used.
+    let assistant_id = match session_id {
+        Some(_) => None,
+        None => body_id::<AssistantId>("assistant_id", req.assistant_id.as_deref())?,
     };
     let (to, rx) = channel_subscriber();
-    state.engine.subscribe(&handle, None, to).await?;
-    let accepted = state
+    let started = state
         .engine
-        .start_chat(&handle, &user, req.message, req.enqueue)
+        .chat(
+            caller.tenant(),
+            &caller.user(),
+            ChatCommand {
+                session_id,
+                new_session: CreateSession {
+                    assistant_id,
+                    ..Default::default()
+                },
+                message: req.message,
+                enqueue: req.enqueue,
+                subscriber: Some(to),
+            },
+        )
         .await?;
-    Ok((handle, accepted, rx))
+    Ok((started.handle, started.accepted, rx))
 }
 
 /// Send a message and wait for the run's `done`. With `enqueue: true` the message may wait

@@ -1,0 +1,225 @@
+//! Tenant quotas at the edge: `requests_per_minute`, `max_concurrent_runs` and `tokens_per_day`
+//! refuse with 429, `Retry-After` and the quota's name in `details` over REST, and with an
+//! `error` event naming it over the WebSocket; each refusal leaves nothing behind, and other
+//! tenants are not affected.
+
+use reqwest::Method;
+use serde_json::{Value, json};
+use tokio_tungstenite::tungstenite;
+
+use crate::ctx::{ADMIN_KEY, Ctx, Resp};
+use crate::mcp::{ws_connect, ws_request};
+use crate::streaming::{
+    new_session, next_json, send, session_count, start_sleeping_run, until_done_or_hitl,
+};
+
+/// A 429 that names `quota` and `limit`, with a `Retry-After` of whole seconds in `1..=max`.
+fn assert_quota(r: &Resp, quota: &str, limit: u64, max_retry: u64, what: &str) {
+    assert_eq!(
+        (r.status, r.code()),
+        (429, "quota_exceeded"),
+        "{what}: {}",
+        r.body
+    );
+    assert_eq!(r.body["details"]["quota"], quota, "{what}: {}", r.body);
+    assert_eq!(r.body["details"]["limit"], limit, "{what}: {}", r.body);
+    let retry: u64 = r.headers["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap_or_else(|_| panic!("{what}: Retry-After is not seconds"));
+    assert!(
+        (1..=max_retry).contains(&retry),
+        "{what}: Retry-After {retry}"
+    );
+}
+
+/// The `error` event a refused WebSocket frame gets, naming the quota.
+fn assert_quota_event(ev: &Value, quota: &str, limit: u64) {
+    assert_eq!(ev["event_type"], "error", "{ev}");
+    assert_eq!(ev["seq"], 0, "not part of the session's stream: {ev}");
+    assert_eq!(ev["data"]["error_code"], "quota_exceeded", "{ev}");
+    assert_eq!(ev["data"]["details"]["quota"], quota, "{ev}");
+    assert_eq!(ev["data"]["details"]["limit"], limit, "{ev}");
+    assert!(
+        ev["data"]["error"].as_str().unwrap().contains(quota),
+        "the message names it: {ev}"
+    );
+}
+
+/// `requests_per_minute` counts every request of the tenant's keys, whichever user: the next
+/// one is 429 (REST and the WebSocket upgrade alike). The platform admin and other tenants go on.
+pub async fn requests_per_minute(ctx: &Ctx) {
+    let limit = 4;
+    let t = ctx
+        .tenant_with(json!({ "requests_per_minute": limit }))
+        .await;
+    let other = ctx.tenant().await;
+    let sid = new_session(ctx, &t.member.key).await;
+    for key in [&t.member.key, &t.member2.key, &t.admin.key] {
+        ctx.ok(Method::GET, "/api/v1/sessions", key, None, 200)
+            .await;
+    }
+    for (key, path) in [
+        (&t.member.key, "/api/v1/sessions"),
+        (&t.member2.key, "/api/v1/executions"),
+        (&t.admin.key, "/api/v1/agents"),
+    ] {
+        let r = ctx.call(Method::GET, path, Some(key), None).await;
+        assert_quota(&r, "requests_per_minute", limit, 60, path);
+    }
+    let r = ctx
+        .call(
+            Method::POST,
+            "/api/v1/chat",
+            Some(&t.member.key),
+            Some(&json!({ "message": "hi", "session_id": sid })),
+        )
+        .await;
+    assert_quota(&r, "requests_per_minute", limit, 60, "POST /chat");
+    match tokio_tungstenite::connect_async(ws_request(ctx, &t.member.key, &sid, "")).await {
+        Err(tungstenite::Error::Http(res)) => {
+            assert_eq!(res.status(), 429);
+            assert!(res.headers().contains_key("retry-after"));
+            let body: Value = serde_json::from_slice(res.body().as_deref().unwrap_or_default())
+                .expect("the refusal is our error JSON");
+            assert_eq!(body["details"]["quota"], "requests_per_minute", "{body}");
+        }
+        other => panic!("the upgrade should be refused: {:?}", other.map(|_| ())),
+    }
+    // Another tenant has its own allowance.
+    ctx.ok(
+        Method::GET,
+        "/api/v1/sessions",
+        &other.member.key,
+        None,
+        200,
+    )
+    .await;
+}
+
+/// `max_concurrent_runs: 1`: while one run sleeps, a second run of the tenant (another user,
+/// another session) is refused over `/chat`, `/chat/stream` and the WebSocket; once the first
+/// ends, the next is admitted.
+pub async fn max_concurrent_runs(ctx: &Ctx) {
+    // Room for one more session each: a refused chat that kept its session would use it up,
+    // and the next refusal would name max_sessions_per_user instead.
+    let t = ctx
+        .tenant_with(json!({ "max_concurrent_runs": 1, "max_sessions_per_user": 2 }))
+        .await;
+    let (running, busy) = start_sleeping_run(ctx, &t.member.key, None, 120_000).await;
+    let key = &t.member2.key;
+    let sid = new_session(ctx, key).await;
+    let sessions = session_count(ctx, key).await;
+    for path in ["/api/v1/chat", "/api/v1/chat/stream"] {
+        for body in [
+            json!({ "message": "me too", "session_id": sid }),
+            json!({ "message": "me too" }),
+        ] {
+            let r = ctx.call(Method::POST, path, Some(key), Some(&body)).await;
+            assert_quota(&r, "max_concurrent_runs", 1, 1, path);
+        }
+    }
+    let mut ws = ws_connect(ctx, key, &sid).await;
+    send(
+        &mut ws,
+        json!({"type": "chat", "payload": {"message": "me too"}}),
+    )
+    .await;
+    assert_quota_event(&next_json(&mut ws).await, "max_concurrent_runs", 1);
+    let runs = ctx
+        .ok(Method::GET, "/api/v1/executions", key, None, 200)
+        .await;
+    assert_eq!(runs["total"], 0, "refused runs leave no execution: {runs}");
+    assert_eq!(
+        session_count(ctx, key).await,
+        sessions,
+        "a refused chat without session_id creates no session"
+    );
+    // …and gives its reservation back: the second session is still there to be made.
+    new_session(ctx, key).await;
+
+    // The first run ends; its slot is free again.
+    ctx.ok(
+        Method::POST,
+        &format!("/api/v1/sessions/{busy}/cancel"),
+        &t.member.key,
+        None,
+        200,
+    )
+    .await;
+    assert!(running.text().await.unwrap().contains("\"cancelled\":true"));
+    send(
+        &mut ws,
+        json!({"type": "chat", "payload": {"message": "/echo my turn"}}),
+    )
+    .await;
+    let evs = until_done_or_hitl(&mut ws).await;
+    assert_eq!(
+        evs.last().unwrap()["data"]["status"],
+        "completed",
+        "{evs:?}"
+    );
+}
+
+/// `tokens_per_day`: the run that crosses the budget finishes; the next is refused until
+/// midnight UTC (`Retry-After` at most a day), for every user of the tenant.
+pub async fn tokens_per_day(ctx: &Ctx) {
+    let budget = 10;
+    let t = ctx.tenant_with(json!({ "tokens_per_day": budget })).await;
+    let r = ctx
+        .ok(
+            Method::POST,
+            "/api/v1/chat",
+            &t.member.key,
+            Some(json!({ "message": "spend the budget" })),
+            200,
+        )
+        .await;
+    let done = r["events"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(done["data"]["status"], "completed", "{done}");
+    let used = done["data"]["token_usage"]["total"].as_u64().unwrap();
+    assert!(used >= budget, "the run used {used} of {budget} tokens");
+    let sid = r["session_id"].as_str().unwrap().to_string();
+    for (key, path) in [
+        (&t.member.key, "/api/v1/chat"),
+        (&t.member2.key, "/api/v1/chat/stream"),
+    ] {
+        let r = ctx
+            .call(
+                Method::POST,
+                path,
+                Some(key),
+                Some(&json!({ "message": "more" })),
+            )
+            .await;
+        assert_quota(&r, "tokens_per_day", budget, 86_400, path);
+    }
+    let mut ws = ws_connect(ctx, &t.member.key, &sid).await;
+    send(
+        &mut ws,
+        json!({"type": "chat", "payload": {"message": "more"}}),
+    )
+    .await;
+    assert_quota_event(&next_json(&mut ws).await, "tokens_per_day", budget);
+    // Raising the budget lets the tenant go on at once.
+    ctx.ok(
+        Method::PATCH,
+        &format!("/api/v1/admin/tenants/{}", t.id),
+        ADMIN_KEY,
+        Some(json!({ "tokens_per_day": 1_000_000 })),
+        200,
+    )
+    .await;
+    send(
+        &mut ws,
+        json!({"type": "chat", "payload": {"message": "/echo budget raised"}}),
+    )
+    .await;
+    let evs = until_done_or_hitl(&mut ws).await;
+    assert_eq!(
+        evs.last().unwrap()["data"]["status"],
+        "completed",
+        "{evs:?}"
+    );
+}
