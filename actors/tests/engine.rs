@@ -1227,6 +1227,48 @@ async fn a_run_past_its_timeout_ends_with_a_timeout_done() {
     );
 }
 
+/// The run timeout counts the run's own time, not a person's: an approval given after longer
+/// than the whole run timeout still lets the run finish.
+#[actix_rt::test]
+async fn time_spent_waiting_for_an_approval_does_not_count_against_the_run_timeout() {
+    let Some(h) = Harness::new(Backend::Sqlite, Wire::OpenAi).await else {
+        return;
+    };
+    set_default_assistant(
+        &h,
+        agentry_store::assistants::AssistantSpec {
+            timeout_secs: 1,
+            ..Default::default()
+        },
+    )
+    .await;
+    h.fake()
+        .push(write_file("call_1", "notes/late.txt", "late\n"));
+    h.fake().push(FakeReply::text("written"));
+    let s = h.new_session(false).await;
+    let (mut ev, run) = h.send(&s, "write it").await;
+    let upto = ev
+        .until(|e| matches!(e.payload, EventPayload::HitlRequest(_)))
+        .await;
+    // One and a half run timeouts.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    h.decide(
+        &s,
+        hitl_request_id(&upto),
+        Decision::Approve { message: None },
+    )
+    .await;
+    let all: Vec<_> = upto.into_iter().chain(ev.until_done(run).await).collect();
+    assert_well_formed(&all);
+    assert!(errors(&all).is_empty(), "{:?}", types(&all));
+    let d = done(&all);
+    assert_eq!(
+        (d.status, d.reason.as_deref()),
+        (DoneStatus::Completed, None)
+    );
+    assert_eq!(final_text(&all).as_deref(), Some("written"));
+}
+
 /// A call past its tool's timeout is abandoned: an error result with code `timeout` and a
 /// recoverable `error` event; the model hears about it and the run goes on.
 #[actix_rt::test]
@@ -1271,7 +1313,7 @@ async fn a_tool_past_its_timeout_fails_the_call_not_the_run() {
 }
 
 /// A tool's timeout counts the tool's own time only: a question it asks the user (as an MCP
-/// elicitation does) may take longer than the whole timeout.
+/// elicitation does) may take longer than the whole timeout, and longer than the run timeout.
 #[actix_rt::test]
 async fn time_spent_answering_does_not_count_against_a_tool_timeout() {
     let Some(h) = Harness::with(
@@ -1286,6 +1328,14 @@ async fn time_spent_answering_does_not_count_against_a_tool_timeout() {
     else {
         return;
     };
+    set_default_assistant(
+        &h,
+        agentry_store::assistants::AssistantSpec {
+            timeout_secs: 1,
+            ..Default::default()
+        },
+    )
+    .await;
     h.fake()
         .push(FakeReply::tool_call("a1", "asker", json!({})));
     h.fake().push(FakeReply::text("hello Ada"));
@@ -1294,8 +1344,8 @@ async fn time_spent_answering_does_not_count_against_a_tool_timeout() {
     let upto = ev
         .until(|e| matches!(e.payload, EventPayload::HitlRequest(_)))
         .await;
-    // Three times the tool's timeout.
-    tokio::time::sleep(Duration::from_millis(900)).await;
+    // Four times the tool's timeout, more than the run's.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
     h.decide(
         &s,
         hitl_request_id(&upto),

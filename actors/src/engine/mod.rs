@@ -113,7 +113,9 @@ fn read(progress: &SharedProgress) -> Progress {
 }
 
 /// Run the loop to its end: completion, rejection, failure, cancellation (`cancel`) or the
-/// assistant's run timeout.
+/// assistant's run timeout. The run timeout counts the run's own time: while it waits for a
+/// person (an approval, a question, an MCP elicitation) its clock stands still, as a tool's does;
+/// `hitl_timeout` bounds those waits.
 pub async fn run_agent(
     deps: Arc<EngineDeps>,
     input: RunInput,
@@ -122,9 +124,11 @@ pub async fn run_agent(
     progress: SharedProgress,
 ) -> RunOutcome {
     let timeout = Duration::from_secs(u64::from(input.assistant.spec.timeout_secs.max(1)));
+    let run_clock = Arc::new(PauseClock::default());
+    let started = Instant::now();
     let mut agent = Agent {
         deps,
-        scope: TenantScope::new(input.tenant.id),
+        scope: input.tenant.scope(),
         input,
         sink,
         cancel: cancel.clone(),
@@ -133,22 +137,22 @@ pub async fn run_agent(
         window_start: 0,
         todos: Vec::new(),
         memories: Vec::new(),
+        run_clock: run_clock.clone(),
     };
+    let sink = agent.sink.clone();
     let result = tokio::select! {
         biased;
         _ = cancel.cancelled() => Err(RunOutcome::new(DoneStatus::Cancelled, Some("user_cancelled"), &read(&progress))),
-        r = tokio::time::timeout(timeout, agent.run()) => match r {
-            Ok(r) => r,
-            Err(_) => {
-                let p = read(&progress);
-                agent.sink.emit(EventPayload::error(
-                    ErrorCode::Timeout.as_str(),
-                    format!("the run took longer than the assistant's timeout of {} s", timeout.as_secs()),
-                    false,
-                ));
-                Err(RunOutcome::new(DoneStatus::Timeout, Some("run_timeout"), &p))
-            }
-        },
+        r = agent.run() => r,
+        _ = run_clock.deadline(started, timeout) => {
+            let p = read(&progress);
+            sink.emit(EventPayload::error(
+                ErrorCode::Timeout.as_str(),
+                format!("the run took longer than the assistant's timeout of {} s", timeout.as_secs()),
+                false,
+            ));
+            Err(RunOutcome::new(DoneStatus::Timeout, Some("run_timeout"), &p))
+        }
     };
     match result {
         Ok(o) | Err(o) => o,
@@ -170,6 +174,8 @@ struct Agent {
     todos: Vec<Todo>,
     /// The user's most recent long-term memories, for the system prompt.
     memories: Vec<String>,
+    /// The run timeout's clock: it stands still while the run waits for a person.
+    run_clock: Arc<PauseClock>,
 }
 
 struct ModelAnswer {
@@ -643,14 +649,16 @@ impl Agent {
         .await
         .map_err(|e| self.store_failed("recording the approval request", e))?;
         self.set_waiting(true).await?;
-        let outcome = self
-            .sink
-            .ask_human(HumanRequest {
-                id,
-                data,
-                timeout: self.deps.config.hitl_timeout,
-            })
-            .await;
+        let outcome = {
+            let _paused = self.run_clock.pause();
+            self.sink
+                .ask_human(HumanRequest {
+                    id,
+                    data,
+                    timeout: self.deps.config.hitl_timeout,
+                })
+                .await
+        };
         let (status, decision_json, by) = match &outcome {
             HumanOutcome::Decided { decision, by } => (
                 match decision {
@@ -808,6 +816,7 @@ impl Agent {
                 tool_call_id: call.id.clone(),
                 sink: self.sink.clone(),
                 clock,
+                run_clock: self.run_clock.clone(),
             }),
             events: Arc::new(SinkEvents(self.sink.clone())),
         }
@@ -1018,12 +1027,14 @@ struct LoopInteraction {
     sink: Arc<dyn RunSink>,
     /// The asking call's timeout clock: it stands still until the user has answered.
     clock: Arc<PauseClock>,
+    /// The run's timeout clock, which stands still too.
+    run_clock: Arc<PauseClock>,
 }
 
 #[async_trait]
 impl UserInteraction for LoopInteraction {
     async fn ask(&self, question: Question) -> Result<Value, InteractionError> {
-        let _paused = self.clock.pause();
+        let _paused = (self.clock.pause(), self.run_clock.pause());
         let id = ApprovalId::new();
         let timeout = if question.timeout == 0 {
             self.deps.config.hitl_timeout
