@@ -76,7 +76,7 @@ every response carries `X-Request-Id`. Authenticate with `Authorization: Bearer 
         openapi_json,
     ),
     components(schemas(agentry_schema::ErrorResponse, agentry_schema::ErrorCode)),
-    modifiers(&SecuritySchemes),
+    modifiers(&SecuritySchemes, &RateLimited),
     security(("bearer" = []), ("api_key" = [])),
     tags(
         (name = "health", description = "Liveness and readiness; no key needed"),
@@ -115,6 +115,60 @@ impl Modify for SecuritySchemes {
                 "The same key in the X-API-Key header",
             ))),
         );
+    }
+}
+
+/// Every request a tenant key makes counts against the tenant's `requests_per_minute`, whatever
+/// the route: every operation that takes a key (all but the public ones and the platform admin's
+/// `/admin` routes) documents the 429 it may answer. Routes with a 429 of their own (a quota of
+/// theirs) keep their description.
+struct RateLimited;
+
+impl Modify for RateLimited {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::{
+            ContentBuilder, ObjectBuilder, Ref, ResponseBuilder, Type, header::HeaderBuilder,
+        };
+        let response = ResponseBuilder::new()
+            .description("The tenant's `requests_per_minute` is reached")
+            .content(
+                "application/json",
+                ContentBuilder::new()
+                    .schema(Some(Ref::from_schema_name("ErrorResponse")))
+                    .build(),
+            )
+            .header(
+                "Retry-After",
+                HeaderBuilder::new()
+                    .schema(Some(ObjectBuilder::new().schema_type(Type::Integer)))
+                    .description(Some("Seconds until a request will be admitted"))
+                    .build(),
+            )
+            .build();
+        for (path, item) in openapi.paths.paths.iter_mut() {
+            if path.starts_with("/api/v1/admin") {
+                continue;
+            }
+            let operations = [
+                &mut item.get,
+                &mut item.put,
+                &mut item.post,
+                &mut item.delete,
+                &mut item.patch,
+            ];
+            for op in operations.into_iter().flatten() {
+                let public = op.security.as_ref().is_some_and(|reqs| {
+                    reqs.iter()
+                        .all(|r| *r == utoipa::openapi::security::SecurityRequirement::default())
+                });
+                if !public {
+                    op.responses
+                        .responses
+                        .entry("429".to_string())
+                        .or_insert_with(|| response.clone().into());
+                }
+            }
+        }
     }
 }
 
@@ -164,5 +218,33 @@ mod tests {
             doc["paths"]["/api/v1/health"]["get"]["security"],
             serde_json::json!([{}])
         );
+    }
+
+    /// `requests_per_minute` applies to every request a tenant key makes, so every operation
+    /// that takes one documents a 429; public routes and the platform admin's do not.
+    #[test]
+    fn every_operation_a_tenant_key_calls_documents_the_rate_limit() {
+        let doc = serde_json::to_value(document()).unwrap();
+        let mut keyed = 0;
+        for (path, item) in doc["paths"].as_object().unwrap() {
+            for (method, op) in item.as_object().unwrap() {
+                let public = op["security"] == serde_json::json!([{}]);
+                let has_429 = op["responses"].get("429").is_some();
+                if public {
+                    assert!(!has_429, "{method} {path} needs no key, so no rate limit");
+                } else if !path.starts_with("/api/v1/admin") {
+                    keyed += 1;
+                    assert!(has_429, "{method} {path} does not document its 429");
+                    assert_eq!(
+                        op["responses"]["429"]["content"]["application/json"]["schema"]["$ref"],
+                        "#/components/schemas/ErrorResponse",
+                        "{method} {path}"
+                    );
+                }
+            }
+        }
+        assert!(keyed > 20, "only {keyed} keyed operations found");
+        let sessions = &doc["paths"]["/api/v1/sessions"]["get"]["responses"]["429"];
+        assert!(sessions["headers"]["Retry-After"].is_object(), "{sessions}");
     }
 }
