@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use agentry_mcp::tool::{Tool, ToolContext, ToolError, ToolOutput, ToolSpec};
-use agentry_store::TenantScope;
+use agentry_store::PlatformScope;
 use agentry_store::memories::{self, NewMemory};
 use async_trait::async_trait;
 use sea_orm::DatabaseConnection;
@@ -74,7 +74,7 @@ impl Tool for Remember {
         let kind = args["kind"].as_str().unwrap_or("fact").to_string();
         let m = memories::create(
             &self.db,
-            &TenantScope::new(ctx.tenant_id),
+            &PlatformScope::new().tenant(ctx.tenant_id),
             NewMemory {
                 user_id: ctx.user_id,
                 assistant_id: None,
@@ -108,7 +108,7 @@ impl Tool for Recall {
         let limit = args["limit"].as_u64().unwrap_or(10).clamp(1, 50);
         let found = memories::search(
             &self.db,
-            &TenantScope::new(ctx.tenant_id),
+            &PlatformScope::new().tenant(ctx.tenant_id),
             ctx.user_id,
             query,
             limit,

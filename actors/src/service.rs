@@ -11,7 +11,7 @@ use agentry_schema::ids::{ApprovalId, AssistantId, RunId, SessionId};
 use agentry_store::approvals::{self, ApprovalStatus};
 use agentry_store::sessions::{self, NewSession, Session};
 use agentry_store::tenants::Tenant;
-use agentry_store::{PlatformScope, TenantScope, UserScope, executions};
+use agentry_store::{PlatformScope, UserScope, executions};
 use chrono::Utc;
 use serde_json::Value;
 use tokio::sync::mpsc;
@@ -427,7 +427,7 @@ impl Engine {
             else {
                 continue;
             };
-            let scope = TenantScope::new(tenant.id);
+            let scope = tenant.scope();
             let Some(session) = sessions::get(&self.deps.db, &scope, exec.session_id).await? else {
                 // The session is gone: its run can only end.
                 executions::update(

@@ -450,7 +450,8 @@ async fn checkpoints_round_trip_through_the_store() {
         let Some(t) = agentry_store::testing::TestDb::open(backend).await else {
             continue;
         };
-        let scope = agentry_store::TenantScope::new(agentry_schema::ids::TenantId::new());
+        let scope =
+            agentry_store::PlatformScope::new().tenant(agentry_schema::ids::TenantId::new());
         for (i, (step, node, window_start, pending, todos, (inp, out))) in
             all_cases.iter().cloned().enumerate()
         {

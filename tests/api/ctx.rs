@@ -64,7 +64,7 @@ pub struct TenantFx {
 
 impl TenantFx {
     pub fn scope(&self) -> TenantScope {
-        TenantScope::new(self.id.parse::<TenantId>().unwrap())
+        agentry_store::PlatformScope::new().tenant(self.id.parse::<TenantId>().unwrap())
     }
 }
 

@@ -168,7 +168,7 @@ impl SessionActor {
     ) -> Self {
         let cap = deps.config.event_ring;
         SessionActor {
-            scope: TenantScope::new(tenant.id),
+            scope: tenant.scope(),
             session_key: session.id.to_string(),
             session,
             tenant,

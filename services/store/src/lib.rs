@@ -39,15 +39,16 @@ pub use sea_orm::{DatabaseConnection as Db, TransactionTrait};
 
 /// Proof that a caller acts inside one tenant. Every repository call takes one.
 ///
-/// Construct it only after authenticating the caller (the gateway's auth extractor does) or from
-/// a row that was itself read under a scope (the actors do).
+/// Outside this crate there are two ways to get one: from a loaded tenant
+/// ([`tenants::Tenant::scope`], as the auth extractor and the actors do), or from an id with
+/// [`PlatformScope::tenant`], which needs platform access in hand and so stands out in review.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct TenantScope {
     tenant_id: TenantId,
 }
 
 impl TenantScope {
-    pub fn new(tenant_id: TenantId) -> Self {
+    pub(crate) fn new(tenant_id: TenantId) -> Self {
         Self { tenant_id }
     }
 
@@ -68,6 +69,12 @@ pub struct PlatformScope(());
 impl PlatformScope {
     pub fn new() -> Self {
         Self(())
+    }
+
+    /// Act inside one tenant, known by id only (a background sweep, a tool told its tenant by
+    /// the engine that runs it).
+    pub fn tenant(&self, tenant_id: TenantId) -> TenantScope {
+        TenantScope::new(tenant_id)
     }
 }
 

@@ -268,7 +268,7 @@ mod tests {
         let db = &tdb.db;
         let resolver = KeyResolver::new("", Duration::ZERO);
         let (tenant, _, _) = tenant_key(db, Role::Member).await;
-        let scope = agentry_store::TenantScope::new(tenant);
+        let scope = agentry_store::PlatformScope::new().tenant(tenant);
         let member = users::create(db, &scope, "m", Role::Member).await.unwrap();
         // A stale admin key of a user who is now a member acts as a member.
         let k = api_keys::create(db, &scope, member.id, "k", Role::Admin, None)
