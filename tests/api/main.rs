@@ -309,6 +309,7 @@ async fn openapi_documents_every_route_and_every_documented_status_is_real() {
     streaming::rest_and_sse(&ctx).await;
     streaming::websocket(&ctx).await;
     streaming::quotas(&ctx).await;
+    quotas::requests_per_minute_on_every_keyed_route(&ctx).await;
     let doc = ctx
         .call(reqwest::Method::GET, "/openapi.json", None, None)
         .await

@@ -98,6 +98,57 @@ pub async fn requests_per_minute(ctx: &Ctx) {
     .await;
 }
 
+/// `requests_per_minute` is checked before routing, so every operation a tenant key calls
+/// answers 429 once the minute is used up, as `/openapi.json` documents. Walks the document, so
+/// a new route is covered without a change here. The platform admin's `/admin` routes and the
+/// public ones are left out (a tenant key is refused there anyway, or needs no key).
+pub async fn requests_per_minute_on_every_keyed_route(ctx: &Ctx) {
+    let doc = ctx
+        .call(Method::GET, "/openapi.json", None, None)
+        .await
+        .body;
+    let t = ctx.tenant_with(json!({ "requests_per_minute": 1 })).await;
+    ctx.ok(Method::GET, "/api/v1/me", &t.member.key, None, 200)
+        .await;
+    let mut checked = 0;
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        if path.starts_with("/api/v1/admin") {
+            continue;
+        }
+        for (method, op) in item.as_object().unwrap() {
+            if op["security"] == json!([{}]) {
+                continue;
+            }
+            // Any value fits: the limit is checked before the path or body is looked at.
+            let concrete = path
+                .split('/')
+                .map(|seg| {
+                    if seg.starts_with('{') {
+                        uuid::Uuid::new_v4().to_string()
+                    } else {
+                        seg.to_string()
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join("/");
+            let m = Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
+            let body = (m != Method::GET && m != Method::DELETE).then(|| json!({}));
+            let r = ctx
+                .call(m, &concrete, Some(&t.member.key), body.as_ref())
+                .await;
+            assert_quota(
+                &r,
+                "requests_per_minute",
+                1,
+                60,
+                &format!("{method} {path}"),
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked > 20, "only {checked} operations checked");
+}
+
 /// `max_concurrent_runs: 1`: while one run sleeps, a second run of the tenant (another user,
 /// another session) is refused over `/chat`, `/chat/stream` and the WebSocket; once the first
 /// ends, the next is admitted.

@@ -947,3 +947,47 @@ async fn a_server_that_answers_ping_with_an_error_is_alive() {
     assert_eq!(conn.status(), ConnectionStatus::Connected);
     conn.close().await;
 }
+
+/// Two calls in flight on one Streamable HTTP connection (a user's two sessions sharing a
+/// server), both asking their user: each elicitation reaches the user of the call it belongs
+/// to, known from the response stream it arrived on, not the most recent call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_http_each_elicitation_reaches_the_user_of_its_own_call() {
+    init_tracing();
+    let server = HttpEverything::start(free_port());
+    let conn = McpConnection::connect(
+        &McpServerConfig::http("remote", server.url()),
+        ClientHooks::default(),
+    )
+    .await
+    .unwrap();
+    wait_for_tool(&conn, "trigger-elicitation-request").await;
+    let ada = ScriptedUser::new(vec![Ok(
+        json!({"name": "Ada Lovelace", "check": true, "integer": 1}),
+    )]);
+    let bob = ScriptedUser::new(vec![Ok(
+        json!({"name": "Bob Kahn", "check": true, "integer": 2}),
+    )]);
+    let ca = ctx_with(
+        "first",
+        ada.clone(),
+        Arc::new(Events::default()),
+        CancellationToken::new(),
+    );
+    let cb = ctx_with(
+        "second",
+        bob.clone(),
+        Arc::new(Events::default()),
+        CancellationToken::new(),
+    );
+    // Both calls are sent before either server request comes back.
+    let (a, b) = tokio::join!(
+        conn.call_tool("trigger-elicitation-request", json!({}), &ca),
+        conn.call_tool("trigger-elicitation-request", json!({}), &cb),
+    );
+    let (a, b) = (text_of(&a.unwrap().content), text_of(&b.unwrap().content));
+    assert!(a.contains("- Name: Ada Lovelace"), "{a}");
+    assert!(b.contains("- Name: Bob Kahn"), "{b}");
+    assert_eq!((ada.questions().len(), bob.questions().len()), (1, 1));
+    conn.close().await;
+}

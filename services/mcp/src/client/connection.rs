@@ -28,7 +28,7 @@ use serde_json::{Map, Value, json};
 
 use super::config::{McpServerConfig, McpTransportConfig};
 use super::error::McpError;
-use super::handler::{AgentryClientHandler, InFlightGuard, Shared, elicit};
+use super::handler::{AgentryClientHandler, ElicitFor, InFlightGuard, Shared, elicit};
 use super::http::{SessionAwareClient, transport_config};
 use super::stdio::{self, ProcessGroup, StderrTail};
 use crate::tool::{PauseClock, ToolContext, ToolOutput};
@@ -472,7 +472,7 @@ impl McpConnection {
             match r? {
                 Round::Done(result) => return Ok(to_output(result)),
                 Round::InputRequired(input) => {
-                    let (responses, state) = self.fulfill_input(input).await?;
+                    let (responses, state) = self.fulfill_input(input, guard.elicit_for()).await?;
                     params.input_responses = responses;
                     params.request_state = state;
                 }
@@ -505,6 +505,7 @@ impl McpConnection {
             )
             .await
             .map_err(|e| McpError::from_service(server, e))?;
+        guard.sent(handle.id.clone());
         guard.route_progress(
             handle.progress_token.clone(),
             &ctx.tool_call_id,
@@ -547,12 +548,13 @@ impl McpConnection {
     async fn fulfill_input(
         &self,
         input: InputRequiredResult,
+        target: ElicitFor,
     ) -> Result<(Option<InputResponses>, Option<String>), McpError> {
         let mut responses = InputResponses::new();
         for (key, request) in input.input_requests.unwrap_or_default() {
             let value = match request {
                 InputRequest::Elicitation(r) => {
-                    serde_json::to_value(elicit(&self.inner.shared, r.params).await)
+                    serde_json::to_value(elicit(&self.inner.shared, r.params, target.clone()).await)
                 }
                 // Roots are not offered: an empty list.
                 InputRequest::ListRoots(_) => Ok(json!({ "roots": [] })),

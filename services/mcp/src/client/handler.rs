@@ -2,8 +2,8 @@
 //! do with what the server sends us unasked — elicitation requests, progress, `list_changed`.
 //!
 //! It also keeps the state the connection shares with its calls: which calls are in flight
-//! (elicitation is asked through the most recent one's `UserInteraction`), where each progress
-//! token's notifications go, the tool-list generation, and the connection status.
+//! (an elicitation is asked through its call's `UserInteraction`, see [`ElicitFor`]), where each
+//! progress token's notifications go, the tool-list generation, and the connection status.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -11,12 +11,13 @@ use std::sync::{Arc, Mutex};
 
 use agentry_schema::events::{EventPayload, ProgressData, Question};
 use rmcp::ClientHandler;
+use rmcp::model::RequestId;
 use rmcp::model::{
     ClientCapabilities, ClientConfig, ElicitRequestParams, ElicitResult, ElicitationAction,
     ElicitationCapability, ErrorData, FormElicitationCapability, Implementation,
     ProgressNotificationParam, ProgressToken, ProtocolVersion,
 };
-use rmcp::service::{NotificationContext, RequestContext, RoleClient};
+use rmcp::service::{InboundStreamOrigin, NotificationContext, RequestContext, RoleClient};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
@@ -35,6 +36,8 @@ const UNCLAIMED_PROGRESS_MAX: usize = 64;
 /// One `tools/call` in flight on this connection.
 struct InFlight {
     seq: u64,
+    /// The `tools/call` request of the call's current round, once sent.
+    request: Option<RequestId>,
     interaction: Arc<dyn UserInteraction>,
     cancel: CancellationToken,
     clock: Arc<PauseClock>,
@@ -51,6 +54,8 @@ pub(crate) struct Shared {
     pub hooks: ClientHooks,
     status: Mutex<ConnectionStatus>,
     in_flight: Mutex<Vec<InFlight>>,
+    /// Wakes elicitations waiting for their call's request id to be recorded.
+    request_sent: tokio::sync::Notify,
     next_seq: AtomicU64,
     progress: Mutex<HashMap<ProgressToken, ProgressRoute>>,
     unclaimed_progress: Mutex<VecDeque<ProgressNotificationParam>>,
@@ -69,6 +74,7 @@ impl Shared {
             hooks,
             status: Mutex::new(ConnectionStatus::Connecting),
             in_flight: Mutex::new(Vec::new()),
+            request_sent: tokio::sync::Notify::new(),
             next_seq: AtomicU64::new(1),
             progress: Mutex::new(HashMap::new()),
             unclaimed_progress: Mutex::new(VecDeque::new()),
@@ -105,6 +111,7 @@ impl Shared {
         let clock = Arc::new(PauseClock::default());
         lock(&self.in_flight).push(InFlight {
             seq,
+            request: None,
             interaction,
             cancel,
             clock: clock.clone(),
@@ -117,12 +124,19 @@ impl Shared {
         }
     }
 
-    fn most_recent_call(
+    /// The call an elicitation belongs to: the one named, or, when the transport cannot say
+    /// (stdio), the most recent.
+    fn call_for(
         &self,
+        target: &ElicitFor,
     ) -> Option<(Arc<dyn UserInteraction>, CancellationToken, Arc<PauseClock>)> {
-        lock(&self.in_flight)
-            .last()
-            .map(|c| (c.interaction.clone(), c.cancel.clone(), c.clock.clone()))
+        let calls = lock(&self.in_flight);
+        let call = match target {
+            ElicitFor::Call(seq) => calls.iter().find(|c| c.seq == *seq),
+            ElicitFor::Request(id) => calls.iter().find(|c| c.request.as_ref() == Some(id)),
+            ElicitFor::MostRecent => calls.last(),
+        };
+        call.map(|c| (c.interaction.clone(), c.cancel.clone(), c.clock.clone()))
     }
 
     pub(crate) fn in_flight_calls(&self) -> usize {
@@ -165,6 +179,22 @@ pub(crate) struct InFlightGuard {
 }
 
 impl InFlightGuard {
+    /// Elicitations arriving on this request's response stream belong to this call.
+    pub(crate) fn sent(&self, request: RequestId) {
+        if let Some(c) = lock(&self.shared.in_flight)
+            .iter_mut()
+            .find(|c| c.seq == self.seq)
+        {
+            c.request = Some(request);
+        }
+        self.shared.request_sent.notify_waiters();
+    }
+
+    /// Who asks the user for this call's own input requests (MRTR).
+    pub(crate) fn elicit_for(&self) -> ElicitFor {
+        ElicitFor::Call(self.seq)
+    }
+
     /// The call's timeout clock, paused while its user answers an elicitation.
     pub(crate) fn clock(&self) -> Arc<PauseClock> {
         self.clock.clone()
@@ -237,9 +267,15 @@ impl ClientHandler for AgentryClientHandler {
     async fn create_elicitation(
         &self,
         request: ElicitRequestParams,
-        _context: RequestContext<RoleClient>,
+        context: RequestContext<RoleClient>,
     ) -> Result<ElicitResult, ErrorData> {
-        Ok(elicit(&self.shared, request).await)
+        // Over Streamable HTTP a server asks on the response stream of the call it is serving,
+        // and rmcp says which; over stdio nothing does.
+        let target = match context.extensions.get::<InboundStreamOrigin>() {
+            Some(InboundStreamOrigin::OutboundRequest(id)) => ElicitFor::Request(id.clone()),
+            _ => ElicitFor::MostRecent,
+        };
+        Ok(elicit(&self.shared, request, target).await)
     }
 
     async fn on_progress(
@@ -259,8 +295,24 @@ impl ClientHandler for AgentryClientHandler {
     }
 }
 
-/// An `elicitation/create` from the server, asked through the call in flight.
-pub(crate) async fn elicit(shared: &Shared, request: ElicitRequestParams) -> ElicitResult {
+/// Which call in flight an elicitation is asked through.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum ElicitFor {
+    /// A call of ours (an MRTR input request in its own result).
+    Call(u64),
+    /// The call whose `tools/call` request's response stream carried the elicitation.
+    Request(RequestId),
+    /// The transport cannot say (stdio): the most recent call. With several calls in flight on
+    /// one connection (a user's sessions sharing a server) this can be the wrong one.
+    MostRecent,
+}
+
+/// An `elicitation/create` from the server, asked through the call it belongs to.
+pub(crate) async fn elicit(
+    shared: &Shared,
+    request: ElicitRequestParams,
+    target: ElicitFor,
+) -> ElicitResult {
     let (message, schema) = match request {
         ElicitRequestParams::FormElicitationParams {
             message,
@@ -276,12 +328,37 @@ pub(crate) async fn elicit(shared: &Shared, request: ElicitRequestParams) -> Eli
             return ElicitResult::new(ElicitationAction::Decline);
         }
     };
-    let Some((interaction, cancel, clock)) = shared.most_recent_call() else {
-        tracing::info!(server = %shared.server, "elicitation outside any tool call: declined");
+    let Some((interaction, cancel, clock)) = find_call(shared, target.clone()).await else {
+        tracing::info!(server = %shared.server, ?target, "elicitation outside any tool call in flight: declined");
         return ElicitResult::new(ElicitationAction::Decline);
     };
     let _paused = clock.pause();
     ask_until_valid(shared, &message, schema, interaction, cancel).await
+}
+
+/// The call for `target`. A server may ask before our side has recorded which request the call
+/// sent (the id is known only once the send returns): wait a moment for it, then fall back to
+/// the most recent call rather than refuse.
+async fn find_call(
+    shared: &Shared,
+    target: ElicitFor,
+) -> Option<(Arc<dyn UserInteraction>, CancellationToken, Arc<PauseClock>)> {
+    const WAIT: std::time::Duration = std::time::Duration::from_millis(500);
+    if let ElicitFor::Request(_) = target {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let sent = shared.request_sent.notified();
+            if let Some(call) = shared.call_for(&target) {
+                return Some(call);
+            }
+            if tokio::time::timeout_at(deadline, sent).await.is_err() {
+                break;
+            }
+        }
+        tracing::info!(server = %shared.server, ?target, "elicitation on a stream no call in flight sent; asking the most recent call");
+        return shared.call_for(&ElicitFor::MostRecent);
+    }
+    shared.call_for(&target)
 }
 
 async fn ask_until_valid(
