@@ -1172,6 +1172,17 @@ async fn a_reported_failure_is_a_result_not_an_error_event() {
     assert_eq!(done(&all).status, DoneStatus::Completed);
 }
 
+async fn with_run_timeout_of_one_second(h: &Harness) {
+    set_default_assistant(
+        h,
+        agentry_store::assistants::AssistantSpec {
+            timeout_secs: 1,
+            ..Default::default()
+        },
+    )
+    .await;
+}
+
 /// The assistant's `timeout_secs` bounds the whole run: `done{status: timeout, reason:
 /// run_timeout}` after a non-recoverable `error` event.
 #[actix_rt::test]
@@ -1188,14 +1199,7 @@ async fn a_run_past_its_timeout_ends_with_a_timeout_done() {
     else {
         return;
     };
-    set_default_assistant(
-        &h,
-        agentry_store::assistants::AssistantSpec {
-            timeout_secs: 1,
-            ..Default::default()
-        },
-    )
-    .await;
+    with_run_timeout_of_one_second(&h).await;
     h.fake()
         .push(FakeReply::tool_call("s1", "sleepy", json!({"ms": 10_000})));
     let s = h.new_session(true).await;
@@ -1234,14 +1238,7 @@ async fn time_spent_waiting_for_an_approval_does_not_count_against_the_run_timeo
     let Some(h) = Harness::new(Backend::Sqlite, Wire::OpenAi).await else {
         return;
     };
-    set_default_assistant(
-        &h,
-        agentry_store::assistants::AssistantSpec {
-            timeout_secs: 1,
-            ..Default::default()
-        },
-    )
-    .await;
+    with_run_timeout_of_one_second(&h).await;
     h.fake()
         .push(write_file("call_1", "notes/late.txt", "late\n"));
     h.fake().push(FakeReply::text("written"));
@@ -1328,14 +1325,7 @@ async fn time_spent_answering_does_not_count_against_a_tool_timeout() {
     else {
         return;
     };
-    set_default_assistant(
-        &h,
-        agentry_store::assistants::AssistantSpec {
-            timeout_secs: 1,
-            ..Default::default()
-        },
-    )
-    .await;
+    with_run_timeout_of_one_second(&h).await;
     h.fake()
         .push(FakeReply::tool_call("a1", "asker", json!({})));
     h.fake().push(FakeReply::text("hello Ada"));
