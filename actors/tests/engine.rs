@@ -718,22 +718,14 @@ async fn recursion_limit_stops_a_looping_model() {
     let Some(h) = Harness::new(Backend::Sqlite, Wire::OpenAi).await else {
         return;
     };
-    let scope = h.tenant.scope();
-    let spec = agentry_store::assistants::AssistantSpec {
-        recursion_limit: 3,
-        ..Default::default()
-    };
-    agentry_store::assistants::ensure_default(&h.db.db, &scope, spec.clone())
-        .await
-        .unwrap();
-    agentry_store::assistants::update(
-        &h.db.db,
-        &scope,
-        &agentry_schema::ids::AssistantId::default_assistant(),
-        spec,
+    set_default_assistant(
+        &h,
+        agentry_store::assistants::AssistantSpec {
+            recursion_limit: 3,
+            ..Default::default()
+        },
     )
-    .await
-    .unwrap();
+    .await;
     for i in 0..5 {
         h.fake().push(FakeReply::tool_call(
             &format!("c{i}"),

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use crate::ctx::{Ctx, TenantFx};
 use crate::fake_model::{chat, model_asked, until_type};
 use crate::mcp::{types, ws_connect, ws_request};
-use crate::streaming::{new_session, send, text_of, until_done_or_hitl};
+use crate::streaming::{new_session, pending_request, send, text_of, until_done_or_hitl};
 
 /// The ids of a listing's `items`, under `field`.
 fn ids(page: &Value, field: &str) -> BTreeSet<String> {
@@ -188,10 +188,7 @@ pub async fn sessions_do_not_block_each_other(ctx: &Ctx, fake: &FakeModelServer)
     )
     .await;
     let hitl = until_type(&mut waiting, "hitl_request").await;
-    let request = hitl.last().unwrap()["data"]["request_id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let request = pending_request(&hitl);
     let before = fake.request_count();
     chat(&mut slow, "/sleep 120000\nmuch later").await;
     model_asked(fake, before).await;

@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use crate::ctx::Ctx;
 use crate::mcp::{types, ws_connect, ws_request};
 use crate::streaming::{
-    Socket, WAIT, new_session, next_json, rest_then_sse, script_of, send, text_of,
+    Socket, WAIT, new_session, next_json, pending_request, rest_then_sse, script_of, send, text_of,
     until_done_or_hitl,
 };
 
@@ -159,10 +159,7 @@ pub async fn approvals(ctx: &Ctx, fake: &FakeModelServer, wire: Wire) {
     )
     .await;
     let evs = until_done_or_hitl(&mut ws).await;
-    let request = evs.last().unwrap()["data"]["request_id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let request = pending_request(&evs);
     send(
         &mut ws,
         json!({"type": "hitl_decision", "payload": {"request_id": request, "type": "edit",
@@ -195,10 +192,7 @@ pub async fn approvals(ctx: &Ctx, fake: &FakeModelServer, wire: Wire) {
     )
     .await;
     let evs = until_done_or_hitl(&mut ws).await;
-    let request = evs.last().unwrap()["data"]["request_id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let request = pending_request(&evs);
     let asked = fake.requests().len();
     send(
         &mut ws,

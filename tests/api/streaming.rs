@@ -51,6 +51,15 @@ pub async fn until_done_or_hitl(ws: &mut Socket) -> Vec<Value> {
 
 /// The answer: the deltas (`is_final: false`) put together, which must equal the final text
 /// event's content when there is one.
+/// The `request_id` of the `hitl_request` that ends `events` (what `until_done_or_hitl` stopped
+/// at when the run waits).
+pub fn pending_request(events: &[Value]) -> String {
+    events.last().unwrap()["data"]["request_id"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
 pub fn text_of(events: &[Value]) -> String {
     let texts = events.iter().filter(|e| e["event_type"] == "text");
     let deltas: String = texts
@@ -514,10 +523,7 @@ pub async fn websocket(ctx: &Ctx) {
     )
     .await;
     let evs = until_done_or_hitl(&mut ws).await;
-    let request = evs.last().unwrap()["data"]["request_id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let request = pending_request(&evs);
     send(
         &mut ws,
         json!({"type": "hitl_decision", "payload": {"request_id": request, "type": "reject", "message": "not now"}}),
@@ -828,10 +834,7 @@ pub async fn approval_times_out(ctx: &Ctx) {
     )
     .await;
     let evs = until_done_or_hitl(&mut ws).await;
-    let request = evs.last().unwrap()["data"]["request_id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let request = pending_request(&evs);
     let evs = until_done_or_hitl(&mut ws).await;
     let result = evs
         .iter()
