@@ -2,7 +2,7 @@
 # The whole test suite, from a fresh clone: make sure PostgreSQL, MariaDB/MySQL and Redis answer
 # on their default local ports (starting them when installed but stopped), create the test
 # databases, install the MCP reference servers the tests use, then run formatting, lints and
-# every test on every backend.
+# every test on every backend, then the deployment files.
 #
 #   scripts/test.sh            # everything
 #   scripts/test.sh -p agentry-store   # extra args go to the test runner
@@ -23,10 +23,20 @@ if [ -z "${AGENTRY_TEST_MYSQL_URL:-}" ]; then
 fi
 ensure_redis
 
+# The sandbox tests run real bubblewrap (docs/security.md); Landlock needs only the kernel.
+if ! command -v bwrap >/dev/null 2>&1; then
+  say "installing bubblewrap (the tenant sandbox)"
+  sudo_=""; [ "$(id -u)" -eq 0 ] || sudo_="sudo"
+  $sudo_ apt-get update -qq && $sudo_ apt-get install -y -qq bubblewrap >/dev/null
+fi
+
 if [ -x scripts/install-mcp-test-servers.sh ]; then
   say "installing the MCP reference servers used by the tests"
   scripts/install-mcp-test-servers.sh
 fi
+
+say "installing the API, terminal-client and deployment checks' dependencies (a Python venv, tmux, docker-compose)"
+scripts/install-api-test-deps.sh
 
 say "cargo fmt --check"
 cargo fmt --all -- --check
@@ -40,3 +50,10 @@ if cargo nextest --version >/dev/null 2>&1; then
 else
   cargo test --workspace --locked --no-fail-fast "$@"
 fi
+
+# The Dockerfile, docker-compose.yml and the Helm chart, checked offline (tests/deploy); they ask
+# the binary for its configuration keys.
+say "deployment files (tests/deploy)"
+cargo build --locked -p agentry-gateway --bin agentry
+AGENTRY_BIN="${CARGO_TARGET_DIR:-target}/debug/agentry" \
+  "${AGENTRY_VENV:-.cache/venv}/bin/pytest" -q -p no:cacheprovider tests/deploy

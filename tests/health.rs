@@ -96,7 +96,7 @@ async fn migrate_subcommand_creates_the_schema_and_bad_config_fails_naming_the_k
 }
 
 #[tokio::test]
-async fn bad_model_or_tools_config_stops_the_start_naming_the_key() {
+async fn bad_model_tools_or_log_config_stops_the_start_naming_the_key() {
     let dir = tempfile::tempdir().unwrap();
     let cases: &[(&[(&str, &str)], &str)] = &[
         (
@@ -116,8 +116,12 @@ async fn bad_model_or_tools_config_stops_the_start_naming_the_key() {
         ),
         (
             &[("AGENTRY_TOOLS__SHELL_TIMEOUT_SEC", "5")],
-            "tools.shell_timeout_sec",
+            "AGENTRY_TOOLS__SHELL_TIMEOUT_SEC (did you mean AGENTRY_TOOLS__SHELL_TIMEOUT_SECS?)",
         ),
+        // A bare word is, to a tracing filter, a target at every level: every other log would
+        // be off. Refused instead, from either source.
+        (&[("AGENTRY_LOG__LEVEL", "verbose")], "log.level"),
+        (&[("RUST_LOG", "verbose")], "RUST_LOG"),
     ];
     for (env, needle) in cases {
         let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_agentry"));
@@ -137,16 +141,66 @@ async fn bad_model_or_tools_config_stops_the_start_naming_the_key() {
 #[tokio::test]
 async fn sigterm_stops_the_server_gracefully() {
     let mut server = Server::start(&[]).await;
-    let pid = server.child.id().unwrap();
-    let status = std::process::Command::new("kill")
-        .arg("-TERM")
-        .arg(pid.to_string())
-        .status()
-        .unwrap();
-    assert!(status.success());
+    server.terminate();
     let exit = tokio::time::timeout(std::time::Duration::from_secs(20), server.child.wait())
         .await
         .expect("server did not stop after SIGTERM")
         .unwrap();
     assert!(exit.success(), "exit status {exit:?}");
+}
+
+#[tokio::test]
+async fn secrets_given_as_files_reach_the_server_and_a_doubled_one_stops_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let key_file = dir.path().join("admin-key");
+    // A Kubernetes secret mounted as a file, with the newline `echo` leaves.
+    std::fs::write(&key_file, "admin-key-from-a-mounted-file\n").unwrap();
+    let key_path = key_file.to_string_lossy().into_owned();
+    let server = Server::start(&[("AGENTRY_AUTH__ADMIN_KEY_FILE", &key_path)]).await;
+    let http = reqwest::Client::new();
+    let admin = |key: &str| {
+        http.get(server.url("/api/v1/admin/tenants"))
+            .bearer_auth(key)
+            .send()
+    };
+    assert_eq!(
+        admin("admin-key-from-a-mounted-file")
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    assert_eq!(
+        admin("admin-key-from-a-mounted-fil")
+            .await
+            .unwrap()
+            .status(),
+        401,
+        "the key is checked"
+    );
+
+    for (env, needle) in [
+        (
+            vec![
+                ("AGENTRY_AUTH__ADMIN_KEY", "a-direct-admin-key-as-well"),
+                ("AGENTRY_AUTH__ADMIN_KEY_FILE", key_path.as_str()),
+            ],
+            "AGENTRY_AUTH__ADMIN_KEY and AGENTRY_AUTH__ADMIN_KEY_FILE".to_string(),
+        ),
+        (
+            vec![("AGENTRY_LLM__API_KEY_FILE", "/nonexistent/llm-key")],
+            "llm.api_key_file: cannot read the file /nonexistent/llm-key".to_string(),
+        ),
+    ] {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_agentry"));
+        cmd.arg("serve")
+            .env("AGENTRY_DATA_DIR", dir.path())
+            .env("AGENTRY_SERVER__PORT", "0")
+            .envs(env.iter().copied());
+        let out = cmd.output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{env:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(&needle), "{env:?}: {err}");
+        assert!(!err.contains("admin-key-from"), "never the secret: {err}");
+    }
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use agentry_llm::{ChatModel, LlmError, ModelConfig, RetryPolicy, build_model};
 use agentry_mcp::tool::{ToolRegistry, ToolSpec};
-use agentry_schema::ids::{SessionId, UserId};
+use agentry_schema::ids::{SessionId, TenantId, UserId};
 use agentry_store::Role;
 use agentry_store::assistants::Assistant;
 use agentry_store::tenants::Tenant;
@@ -156,6 +156,16 @@ pub struct ToolSet {
     pub warnings: Vec<String>,
 }
 
+impl ToolSet {
+    /// The tools the caller may use, the only ones offered to the model (DESIGN §13): a tool
+    /// the policy denies is neither described to the model nor named in its error messages.
+    pub fn offered(&self) -> impl Iterator<Item = &ToolSpec> {
+        self.registry
+            .specs()
+            .filter(|s| self.policy.check(s).is_ok())
+    }
+}
+
 /// Builds the tool set for a run: built-ins the assistant allows plus the user's MCP tools.
 #[async_trait]
 pub trait ToolProvider: Send + Sync {
@@ -177,11 +187,15 @@ pub struct EngineDeps {
 }
 
 impl EngineDeps {
-    pub fn workspace_root(&self, tenant: &Tenant, user: UserId) -> PathBuf {
+    /// Where every workspace of a tenant lives (ids are UUIDs: nothing here can climb out).
+    pub fn tenant_workspaces(&self, tenant: TenantId) -> PathBuf {
         self.config
             .data_dir
             .join("workspaces")
-            .join(tenant.id.to_string())
-            .join(user.to_string())
+            .join(tenant.to_string())
+    }
+
+    pub fn workspace_root(&self, tenant: &Tenant, user: UserId) -> PathBuf {
+        self.tenant_workspaces(tenant.id).join(user.to_string())
     }
 }

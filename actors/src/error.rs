@@ -32,6 +32,12 @@ pub enum EngineError {
     },
     #[error("the session is shutting down")]
     Unavailable,
+    /// The database cannot be reached (the driver's text stays in the log).
+    #[error("the database is unreachable; nothing was changed, retry shortly")]
+    DatabaseUnavailable,
+    /// The process is stopping (SIGTERM): no new runs; the client retries elsewhere or later.
+    #[error("the server is shutting down; retry in a moment")]
+    ShuttingDown,
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -47,7 +53,8 @@ impl EngineError {
             EngineError::Conflict(_) => ErrorCode::Conflict,
             EngineError::Forbidden(_) => ErrorCode::Forbidden,
             EngineError::Quota { .. } => ErrorCode::QuotaExceeded,
-            EngineError::Unavailable => ErrorCode::ServiceUnavailable,
+            EngineError::DatabaseUnavailable => ErrorCode::DatabaseUnavailable,
+            EngineError::Unavailable | EngineError::ShuttingDown => ErrorCode::ServiceUnavailable,
             EngineError::Internal(_) => ErrorCode::InternalError,
         }
     }
@@ -59,6 +66,8 @@ impl EngineError {
                 limit,
                 retry_after,
             } => json!({"quota": quota, "limit": limit, "retry_after_secs": retry_after.as_secs()}),
+            // What REST's `Retry-After` says, for clients on a WebSocket.
+            EngineError::DatabaseUnavailable => json!({"retry_after_secs": 5}),
             _ => json!({}),
         }
     }
@@ -70,6 +79,10 @@ impl From<StoreError> for EngineError {
             StoreError::NotFound(what) => EngineError::NotFound(what),
             StoreError::Invalid(msg) => EngineError::BadRequest(msg),
             StoreError::Conflict(msg) => EngineError::Conflict(msg),
+            e if e.is_unavailable() => {
+                tracing::warn!(error = %e, "database unreachable");
+                EngineError::DatabaseUnavailable
+            }
             other => EngineError::Internal(other.to_string()),
         }
     }

@@ -16,6 +16,7 @@ pub mod deps;
 pub mod engine;
 pub mod error;
 pub mod hitl;
+pub mod journal;
 pub mod mcp_pool;
 pub mod memory_tools;
 pub mod metrics;

@@ -29,10 +29,37 @@ use crate::tenant::{ArbiterPool, GetQuota, LiveSession, StartSession, TenantSupe
 /// The largest chat message accepted.
 pub const MAX_MESSAGE_BYTES: usize = 256 * 1024;
 
+/// Remove a directory tree; one that is not there is already removed.
+async fn remove_tree(path: std::path::PathBuf) -> std::io::Result<()> {
+    match tokio::fs::remove_dir_all(&path).await {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(std::io::Error::new(
+            e.kind(),
+            format!("removing {}: {e}", path.display()),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Switching approvals off (`auto_approve`) is a tenant admin's right, or every member's when
+/// the tenant's policy says `members_may_auto_approve`.
+pub fn may_auto_approve(tenant: &Tenant, user: &UserScope) -> Result<(), EngineError> {
+    if tenant.policy().may_auto_approve(user.is_admin()) {
+        Ok(())
+    } else {
+        Err(EngineError::Forbidden(
+            "switching approvals off (`auto_approve`) is a tenant admin's right; a member needs \
+             the tenant policy `members_may_auto_approve`, which the platform admin sets"
+                .to_string(),
+        ))
+    }
+}
+
 #[derive(Clone)]
 pub struct Engine {
     deps: Arc<EngineDeps>,
     registry: Addr<Registry>,
+    /// Set once the process is stopping: new runs are refused (see [`Engine::drain`]).
+    draining: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// A live session the caller may use.
@@ -60,6 +87,8 @@ pub struct ChatCommand {
     pub enqueue: bool,
     /// Subscribed before the message is sent, so it gets every event of the run.
     pub subscriber: Option<Recipient<SessionEvent>>,
+    /// The id of the request that sent the message (`X-Request-Id`), for the log.
+    pub request_id: Option<String>,
 }
 
 pub struct ChatStarted {
@@ -74,11 +103,26 @@ impl Engine {
         let deps = Arc::new(deps);
         let pool = Arc::new(ArbiterPool::new(arbiters));
         let registry = Registry::new(deps.clone(), pool, tenant_idle_after).start();
-        Engine { deps, registry }
+        Engine {
+            deps,
+            registry,
+            draining: Default::default(),
+        }
     }
 
     pub fn deps(&self) -> &Arc<EngineDeps> {
         &self.deps
+    }
+
+    /// The process is stopping: refuse new runs (`ShuttingDown`) from now on. Runs already
+    /// going continue; what is unfinished when the process exits resumes at the next start.
+    pub fn drain(&self) {
+        self.draining
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// How many tenants have a live supervisor (for metrics and tests).
@@ -163,6 +207,24 @@ impl Engine {
         Ok(self.registry.send(StopTenant(tenant)).await?)
     }
 
+    /// Remove a deleted tenant's files: every user's workspace. Call after its rows are gone
+    /// and its actors stopped.
+    pub async fn remove_tenant_files(
+        &self,
+        tenant: agentry_schema::ids::TenantId,
+    ) -> std::io::Result<()> {
+        remove_tree(self.deps.tenant_workspaces(tenant)).await
+    }
+
+    /// Remove a deleted user's workspace.
+    pub async fn remove_user_files(
+        &self,
+        tenant: agentry_schema::ids::TenantId,
+        user: agentry_schema::ids::UserId,
+    ) -> std::io::Result<()> {
+        remove_tree(self.deps.tenant_workspaces(tenant).join(user.to_string())).await
+    }
+
     /// Create a session for the caller, within `max_sessions_per_user`.
     pub async fn create_session(
         &self,
@@ -171,6 +233,9 @@ impl Engine {
         req: CreateSession,
     ) -> Result<Session, EngineError> {
         let scope = tenant.scope();
+        if req.auto_approve == Some(true) {
+            may_auto_approve(tenant, user)?;
+        }
         let assistant_id = req
             .assistant_id
             .unwrap_or_else(AssistantId::default_assistant);
@@ -274,7 +339,7 @@ impl Engine {
             if let Some(to) = cmd.subscriber {
                 self.subscribe(&handle, None, to).await?;
             }
-            self.start_chat(&handle, user, cmd.message, cmd.enqueue)
+            self.start_chat_for(&handle, user, cmd.message, cmd.enqueue, cmd.request_id)
                 .await
         };
         match started.await {
@@ -302,6 +367,22 @@ impl Engine {
         message: String,
         enqueue: bool,
     ) -> Result<ChatAccepted, EngineError> {
+        self.start_chat_for(handle, user, message, enqueue, None)
+            .await
+    }
+
+    /// [`Engine::start_chat`] on behalf of a request: a run that fails is logged with its id.
+    pub async fn start_chat_for(
+        &self,
+        handle: &SessionHandle,
+        user: &UserScope,
+        message: String,
+        enqueue: bool,
+        request_id: Option<String>,
+    ) -> Result<ChatAccepted, EngineError> {
+        if self.is_draining() {
+            return Err(EngineError::ShuttingDown);
+        }
         check_message(&message)?;
         handle
             .addr
@@ -309,6 +390,7 @@ impl Engine {
                 user: *user,
                 message,
                 enqueue,
+                request_id,
             })
             .await?
     }
@@ -411,39 +493,89 @@ impl Engine {
         Ok(())
     }
 
+    /// At start-up, before anything numbers events: write the run ends the previous process
+    /// could not record (its journal, see [`crate::journal`]) to the database, so those runs
+    /// are never run again and every `seq` their clients saw keeps its meaning. A run whose
+    /// stream already holds a `done` is left as it is. Returns how many were written.
+    pub async fn reconcile_unrecorded(&self) -> Result<usize, EngineError> {
+        let dir = &self.deps.config.data_dir;
+        let entries = crate::journal::read(dir).map_err(|e| {
+            EngineError::Internal(format!("reading the journal of unrecorded runs: {e}"))
+        })?;
+        let mut written = 0;
+        for entry in &entries {
+            let scope = PlatformScope::new().tenant(entry.tenant_id);
+            if agentry_store::events::done_of_run(&self.deps.db, &scope, entry.end.run_id)
+                .await?
+                .is_none()
+            {
+                executions::record_end(&self.deps.db, &scope, &entry.end).await?;
+                written += 1;
+            }
+        }
+        if !entries.is_empty() {
+            crate::journal::clear(dir).map_err(|e| {
+                EngineError::Internal(format!("clearing the journal of unrecorded runs: {e}"))
+            })?;
+            tracing::info!(
+                written,
+                "recorded the run ends the previous process could not"
+            );
+        }
+        Ok(written)
+    }
+
     /// At start-up: every run left unfinished by the previous process is resumed from its
-    /// checkpoint or marked interrupted (its session actor does that when it starts), and queued
-    /// messages are started. Returns how many sessions were picked up.
+    /// checkpoint or marked interrupted (its session actor does that when it starts; a run
+    /// whose stream already holds its `done` only gets that status recorded), queued messages
+    /// are started, and runs of the last week that ended without a `done` in their stream get
+    /// one (`interrupted`). Returns how many sessions were picked up.
     pub async fn recover(&self) -> Result<usize, EngineError> {
-        let unfinished = executions::list_unfinished(&self.deps.db, &PlatformScope::new()).await?;
+        self.reconcile_unrecorded().await?;
+        let platform = PlatformScope::new();
+        let unfinished = executions::list_unfinished(&self.deps.db, &platform).await?;
+        let since = chrono::Utc::now() - chrono::Duration::days(7);
+        let without_done =
+            executions::finished_without_done(&self.deps.db, &platform, since).await?;
+        let mut missing: std::collections::HashMap<_, Vec<_>> = Default::default();
+        for exec in &without_done {
+            missing
+                .entry((exec.tenant_id, exec.session_id))
+                .or_default()
+                .push(exec.id);
+        }
         let mut seen = std::collections::HashSet::new();
-        for exec in unfinished {
+        for exec in unfinished.iter().chain(without_done.iter()) {
             if !seen.insert((exec.tenant_id, exec.session_id)) {
                 continue;
             }
             let Some(tenant) =
-                agentry_store::tenants::get(&self.deps.db, &PlatformScope::new(), exec.tenant_id)
-                    .await?
+                agentry_store::tenants::get(&self.deps.db, &platform, exec.tenant_id).await?
             else {
                 continue;
             };
             let scope = tenant.scope();
             let Some(session) = sessions::get(&self.deps.db, &scope, exec.session_id).await? else {
-                // The session is gone: its run can only end.
-                executions::update(
-                    &self.deps.db,
-                    &scope,
-                    exec.id,
-                    executions::ExecutionStatus::Interrupted,
-                    exec.steps,
-                    exec.token_usage,
-                    Some("session deleted"),
-                )
-                .await?;
+                if !exec.status.is_finished() {
+                    // The session is gone: its run can only end.
+                    executions::update(
+                        &self.deps.db,
+                        &scope,
+                        exec.id,
+                        executions::ExecutionStatus::Interrupted,
+                        exec.steps,
+                        exec.token_usage,
+                        Some("session deleted"),
+                    )
+                    .await?;
+                }
                 continue;
             };
             let sup = self.supervisor(&tenant).await?;
-            sup.send(StartSession { session }).await?;
+            let addr = sup.send(StartSession { session }).await?;
+            if let Some(runs) = missing.remove(&(exec.tenant_id, exec.session_id)) {
+                addr.do_send(crate::session::AddMissingDone(runs));
+            }
         }
         Ok(seen.len())
     }

@@ -366,6 +366,45 @@ async fn auto_approve_runs_tools_without_asking() {
 }
 
 #[actix_rt::test]
+async fn a_member_may_not_switch_approvals_off_without_the_tenant_policy() {
+    let Some(h) = Harness::new(Backend::Sqlite, Wire::OpenAi).await else {
+        return;
+    };
+    let strict = agentry_store::tenants::Tenant {
+        policy: Default::default(),
+        ..h.tenant.clone()
+    };
+    let refused = h
+        .engine
+        .create_session(
+            &strict,
+            &h.user,
+            agentry_actors::CreateSession {
+                auto_approve: Some(true),
+                ..Default::default()
+            },
+        )
+        .await;
+    assert!(
+        matches!(&refused, Err(agentry_actors::EngineError::Forbidden(m)) if m.contains("members_may_auto_approve")),
+        "{:?}",
+        refused.map(|s| s.id)
+    );
+    let ok = h
+        .engine
+        .create_session(
+            &strict,
+            &h.user,
+            agentry_actors::CreateSession {
+                auto_approve: Some(false),
+                ..Default::default()
+            },
+        )
+        .await;
+    assert!(ok.is_ok_and(|s| !s.auto_approve));
+}
+
+#[actix_rt::test]
 async fn model_errors_become_error_events_and_a_failed_done() {
     let Some(h) = Harness::new(Backend::Sqlite, Wire::OpenAi).await else {
         return;
@@ -774,16 +813,47 @@ async fn a_run_whose_loop_panics_resumes_from_its_checkpoint() {
             _ => None,
         })
         .collect();
-    assert_eq!(errs.len(), 1, "{errs:?}");
-    assert!(errs[0].0 && errs[0].1.contains("resuming"));
+    assert_eq!(errs.len(), 2, "{errs:?}");
+    assert!(errs[0].0 && errs[0].1.contains("resuming"), "{errs:?}");
+    assert!(errs[1].0 && errs[1].1.contains("interrupted"), "{errs:?}");
     assert_eq!(done(&all).status, DoneStatus::Completed);
+    // At most once: the call that was running when the loop crashed is not run again; the
+    // model gets an `interrupted` result and decides.
     assert_eq!(
         flaky.calls.load(std::sync::atomic::Ordering::SeqCst),
-        2,
-        "the pending call ran again after the restart"
+        1,
+        "the interrupted call ran again after the restart"
     );
-    // The model was called only twice: the resume continued at the tool, not from scratch.
-    assert_eq!(h.fake().requests().len(), 2);
+    let results: Vec<_> = all
+        .iter()
+        .filter_map(|e| match &e.payload {
+            EventPayload::ToolResult(r) => Some(r.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(results.len(), 1, "{results:?}");
+    assert_eq!(results[0].status, ToolStatus::Error);
+    assert_eq!(results[0].result["error"]["code"], "interrupted");
+    // The model was called only twice: the resume continued at the tool, not from scratch,
+    // and its second request carries the interrupted result.
+    let reqs = h.fake().requests();
+    assert_eq!(reqs.len(), 2);
+    assert!(
+        reqs[1].raw_body.contains("its outcome is unknown"),
+        "{}",
+        reqs[1].raw_body
+    );
+    let audit = tool_calls::list_by_execution(&h.db.db, &h.tenant.scope(), run)
+        .await
+        .unwrap();
+    assert_eq!(audit.len(), 1, "{audit:?}");
+    assert!(
+        audit[0]
+            .error
+            .as_deref()
+            .is_some_and(|e| e.starts_with("interrupted")),
+        "{audit:?}"
+    );
 }
 
 #[actix_rt::test]
@@ -981,6 +1051,7 @@ async fn startup_recovery_resumes_or_interrupts_unfinished_runs() {
         pending: vec![],
         todos: vec![],
         usage: Default::default(),
+        in_flight: None,
     };
     checkpoints::save(
         &h.db.db,

@@ -69,6 +69,8 @@ fn pool_cfg() -> McpPoolConfig {
         connect_wait: Duration::from_secs(30),
         backoff_base: Duration::from_millis(100),
         backoff_max: Duration::from_secs(2),
+        sandbox: agentry_sandbox::SandboxHandle::unconfined_for_tests(),
+        workspaces: std::env::temp_dir().join("agentry-actors-mcp-tests"),
     }
 }
 
@@ -423,6 +425,7 @@ async fn one_users_mcp_config_never_changes_anothers() {
             quotas: Default::default(),
             features_enabled: vec![],
             tool_permissions: None,
+            policy: Default::default(),
         },
     )
     .await

@@ -476,6 +476,17 @@ async fn checkpoints_round_trip_through_the_store() {
                     })
                     .collect(),
                 usage: TokenUsage::new(inp, out),
+                // Every other case has a call in flight (the at-most-once marker).
+                in_flight: (i % 2 == 0).then(|| agentry_actors::engine::InFlight {
+                    call: ToolCall {
+                        id: format!("call_{i}"),
+                        name: "execute".into(),
+                        arguments: json!({"command": "echo ünïcode", "n": i}),
+                    },
+                    args: json!({"command": "echo edited", "n": i}),
+                    approved: Some(true),
+                    approved_by: None,
+                }),
             };
             assert_eq!(RunCheckpoint::from_json(&cp.to_json()).unwrap(), cp);
             let run = agentry_schema::ids::RunId::new();

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::events::{ExecutionEvent, TokenUsage};
+use crate::policy::TenantPolicy;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -41,7 +42,8 @@ pub struct CreateSessionRequest {
     #[serde(default)]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
     pub metadata: Option<Value>,
-    /// Skip approvals for this session's tool calls.
+    /// Skip approvals for this session's tool calls: a tenant admin's right (a member gets 403
+    /// `forbidden` unless the tenant policy has `members_may_auto_approve`).
     #[serde(default)]
     pub auto_approve: Option<bool>,
 }
@@ -56,6 +58,10 @@ pub struct SessionInfo {
     pub state: String,
     #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub metadata: Value,
+    /// Tool calls run without asking for approval. Honoured only while the session's owner has
+    /// the right (a tenant admin, or a member under `members_may_auto_approve`).
+    #[serde(default)]
+    pub auto_approve: bool,
     pub created_at: DateTime<Utc>,
     pub last_active: DateTime<Utc>,
 }
@@ -95,6 +101,25 @@ pub struct HealthResponse {
     pub version: String,
     /// Seconds since the process started.
     pub uptime: f64,
+    /// How tenant programs (`execute`, stdio MCP servers) run.
+    pub sandbox: SandboxHealth,
+}
+
+/// The sandbox in use (docs/security.md).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct SandboxHealth {
+    /// `auto`, `bwrap`, `landlock` or `none`, as configured.
+    pub configured: String,
+    /// The backend in use: `bwrap`, `landlock`, `none` (no isolation), or null when programs
+    /// cannot run on this host (`error` says why).
+    pub backend: Option<String>,
+    /// Why programs cannot run, or why a preferred backend was skipped.
+    pub error: Option<String>,
+    /// How the process limit is enforced: `cgroup`, or `rlimit (…)` (per uid, not binding root).
+    pub process_limit: String,
+    /// Network egress by default.
+    pub egress: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -183,6 +208,9 @@ pub struct TenantInfo {
     /// Tool permissions per role (`{"member": ["files:*"], "admin": ["*:*"]}`); null = defaults.
     #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
     pub tool_permissions: Option<Value>,
+    /// Role rights and sandbox limits (every field shown, defaults filled in).
+    #[serde(default)]
+    pub policy: TenantPolicy,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }
@@ -212,6 +240,9 @@ pub struct CreateTenantRequest {
     #[serde(default)]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
     pub tool_permissions: Option<Value>,
+    /// Role rights and sandbox limits; left out (or a field left out) = the defaults.
+    #[serde(default)]
+    pub policy: Option<TenantPolicy>,
 }
 
 /// `PUT /admin/tenants/{id}`: the whole tenant; what is left out returns to its default.
@@ -242,6 +273,9 @@ pub struct ReplaceTenantRequest {
     #[serde(default)]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
     pub tool_permissions: Option<Value>,
+    /// Role rights and sandbox limits; left out (or a field left out) = the defaults.
+    #[serde(default)]
+    pub policy: Option<TenantPolicy>,
 }
 
 /// `PATCH /admin/tenants/{id}`: only the fields present change. `tool_permissions: null`
@@ -277,6 +311,15 @@ pub struct UpdateTenantRequest {
     )]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
     pub tool_permissions: Option<Option<Value>>,
+    /// A JSON merge patch (RFC 7396) of the policy: only the fields present change, a field
+    /// set to `null` returns to its default, `"policy": null` resets the whole policy.
+    #[serde(
+        default,
+        deserialize_with = "double_option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<TenantPolicy>))]
+    pub policy: Option<Option<Value>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

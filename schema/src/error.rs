@@ -84,6 +84,9 @@ error_codes! {
     McpError = ("mcp_error", 502),
     /// The server is at capacity (connections) or not ready.
     ServiceUnavailable = ("service_unavailable", 503),
+    /// The database cannot be reached (connection refused or lost, no pooled connection within
+    /// `database.acquire_timeout_secs`); `Retry-After` says when to try again. Nothing changed.
+    DatabaseUnavailable = ("database_unavailable", 503),
     /// An operation ran out of time.
     Timeout = ("timeout", 504),
 }

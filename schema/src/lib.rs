@@ -5,6 +5,7 @@
 //! - [`api`]: REST request and response bodies.
 //! - [`error`]: the one table of error codes and the error body.
 //! - [`ids`]: identifier newtypes.
+//! - [`policy`]: a tenant's policy (role rights, sandbox limits).
 //! - `entities`, `migration` (feature `db`): sea-orm entities and migrations.
 
 pub mod api;
@@ -12,6 +13,7 @@ pub mod error;
 pub mod events;
 pub mod frames;
 pub mod ids;
+pub mod policy;
 pub mod secret;
 
 #[cfg(feature = "db")]

@@ -39,10 +39,11 @@ impl<'de> Deserialize<'de> for Secret {
     }
 }
 
-/// Serializes masked, so a config dump never carries the value.
+/// Serializes masked, so a config dump never carries the value; an empty secret says `unset`
+/// so the dump shows which secrets are missing.
 impl Serialize for Secret {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str("***")
+        s.serialize_str(if self.0.is_empty() { "unset" } else { "***" })
     }
 }
 
@@ -69,5 +70,10 @@ mod tests {
         assert!(!format!("{s}").contains("very"));
         assert!(!serde_json::to_string(&s).unwrap().contains("very"));
         assert_eq!(s.expose(), "sk-very-secret");
+        assert_eq!(serde_json::to_string(&s).unwrap(), "\"***\"");
+        assert_eq!(
+            serde_json::to_string(&Secret::default()).unwrap(),
+            "\"unset\""
+        );
     }
 }

@@ -114,6 +114,7 @@ impl Ctx {
             url,
             max_connections: 4,
             connect_timeout: Duration::from_secs(10),
+            acquire_timeout: Duration::from_secs(10),
         })
         .await
         .expect("the test connects to the server's database");

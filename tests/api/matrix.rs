@@ -89,6 +89,10 @@ pub enum Route {
     ReplaceMcpServer,
     DeleteMcpServer,
     McpInitialize,
+    // Rights beyond the route itself (DESIGN §13): the same routes with the body that needs them.
+    CreateSessionAutoApprove,
+    ReplaceAgentAutoApprove,
+    AddStdioMcpServer,
 }
 
 use Route::*;
@@ -150,6 +154,9 @@ pub const ROUTES: &[Route] = &[
     ReplaceMcpServer,
     DeleteMcpServer,
     McpInitialize,
+    CreateSessionAutoApprove,
+    ReplaceAgentAutoApprove,
+    AddStdioMcpServer,
 ];
 
 /// Expected status per caller, in the order of [`WHO`].
@@ -203,6 +210,11 @@ pub fn expected(route: Route) -> [u16; 7] {
         DeleteMcpServer => [401, 401, 401, 404, 204, 204, 403],
         // Any tenant user may open an MCP session (their own tools); the platform key has none.
         McpInitialize => [401, 401, 401, 200, 200, 200, 403],
+        // Switching approvals off is a tenant admin's right (B's admin does it in B).
+        CreateSessionAutoApprove => [401, 401, 401, 201, 403, 201, 403],
+        ReplaceAgentAutoApprove => ADMIN_ROW,
+        // A has the `stdio_mcp` feature; the role right is still the admin's.
+        AddStdioMcpServer => [401, 401, 401, 404, 403, 201, 403],
     }
 }
 
@@ -214,7 +226,9 @@ pub struct MatrixFx {
 }
 
 pub async fn fixture(ctx: &Ctx) -> MatrixFx {
-    let a = ctx.tenant().await;
+    let a = ctx
+        .tenant_with(json!({ "features_enabled": ["stdio_mcp"] }))
+        .await;
     let b = ctx.tenant().await;
     let revoked = ctx.member(&a.id, "admin").await;
     ctx.ok(
@@ -497,6 +511,21 @@ pub async fn build(ctx: &Ctx, fx: &MatrixFx, route: Route) -> Req {
             .await;
             req(Method::DELETE, format!("{mcp}/{name}"), None)
         }
+        CreateSessionAutoApprove => req(
+            Method::POST,
+            "/api/v1/sessions".into(),
+            Some(json!({ "auto_approve": true })),
+        ),
+        ReplaceAgentAutoApprove => req(
+            Method::PUT,
+            "/api/v1/agents/extra".into(),
+            Some(json!({ "auto_approve": true })),
+        ),
+        AddStdioMcpServer => req(
+            Method::POST,
+            mcp.clone(),
+            Some(json!({ "name": unique("stdio"), "command": "sh", "args": ["-c", "id"] })),
+        ),
         McpInitialize => Req {
             headers: vec![("accept", "application/json, text/event-stream")],
             ..req(

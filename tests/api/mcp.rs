@@ -15,14 +15,17 @@ use crate::ctx::{ADMIN_KEY, Ctx, unique};
 
 pub const MCP_KEY: &str = "passphrase:a long enough test passphrase";
 
-fn servers_path(user: &str) -> String {
+pub fn servers_path(user: &str) -> String {
     format!("/api/v1/users/{user}/mcp-servers")
 }
 
 /// Every REST rule of the per-user MCP servers (on a server with an encryption key).
 pub async fn mcp_servers_flow(ctx: &Ctx) {
     let t = ctx
-        .tenant_with(json!({"features_enabled": ["stdio_mcp"], "max_mcp_servers": 2}))
+        .tenant_with(
+            json!({"features_enabled": ["stdio_mcp"], "max_mcp_servers": 2,
+                            "policy": {"stdio_mcp_role": "member"}}),
+        )
         .await;
     let plain = ctx.tenant().await; // no stdio feature
     let me = &t.member;
@@ -340,11 +343,21 @@ pub fn types(events: &[Value]) -> Vec<&str> {
 /// destructive one after an approval, every call audited; a killed server is reconnected.
 pub async fn mcp_tools_in_a_chat(ctx: &Ctx, fake: &FakeModelServer) {
     let t = ctx
-        .tenant_with(json!({"features_enabled": ["stdio_mcp"]}))
+        .tenant_with(
+            json!({"features_enabled": ["stdio_mcp"], "policy": {"stdio_mcp_role": "member"}}),
+        )
         .await;
     let me = &t.member;
-    let root = tempfile::tempdir().unwrap();
-    let root_path = root.path().canonicalize().unwrap();
+    // The server runs sandboxed: it sees the user's workspace, nothing else of the host.
+    let root_path = ctx
+        .server
+        .data_dir
+        .path()
+        .join("workspaces")
+        .join(&t.id)
+        .join(&me.user_id);
+    std::fs::create_dir_all(&root_path).unwrap();
+    let root_path = root_path.canonicalize().unwrap();
     let path = servers_path(&me.user_id);
     ctx.ok(
         Method::POST,

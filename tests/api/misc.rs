@@ -1,12 +1,6 @@
-//! Smaller behaviours: the admin API off, CORS, metrics by route pattern, readiness when the
-//! database goes away.
-
-use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+//! Smaller behaviours: the admin API off, CORS, metrics by route pattern.
 
 use reqwest::Method;
-use tokio::net::{TcpListener, TcpStream};
-use tokio::task::JoinHandle;
 
 use crate::ctx::{ADMIN_KEY, Ctx, parse_observed};
 
@@ -223,87 +217,4 @@ pub async fn metrics(ctx: &Ctx) {
             .any(|l| l.starts_with("agentry_quota_rejections_total{quota=\"max_users\"}")),
         "{text}"
     );
-}
-
-/// A TCP relay to PostgreSQL that can be cut, to take the database away from a running server.
-pub struct Relay {
-    pub addr: SocketAddr,
-    tasks: Arc<Mutex<Vec<JoinHandle<()>>>>,
-    accept: JoinHandle<()>,
-}
-
-impl Relay {
-    pub async fn start(upstream: String) -> Relay {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let tasks: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::default();
-        let t = tasks.clone();
-        let accept = tokio::spawn(async move {
-            while let Ok((mut inbound, _)) = listener.accept().await {
-                let upstream = upstream.clone();
-                let h = tokio::spawn(async move {
-                    if let Ok(mut out) = TcpStream::connect(&upstream).await {
-                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut out).await;
-                    }
-                });
-                t.lock().unwrap().push(h);
-            }
-        });
-        Relay {
-            addr,
-            tasks,
-            accept,
-        }
-    }
-
-    /// Close the listener and every relayed connection.
-    pub fn cut(&self) {
-        self.accept.abort();
-        for t in self.tasks.lock().unwrap().drain(..) {
-            t.abort();
-        }
-    }
-}
-
-/// `host:port` a database URL points at.
-pub fn upstream_of(db_url: &str) -> String {
-    let u = reqwest::Url::parse(db_url).unwrap();
-    format!("{}:{}", u.host_str().unwrap(), u.port().unwrap_or(5432))
-}
-
-/// The same database URL, through the relay.
-pub fn via(db_url: &str, relay: SocketAddr) -> String {
-    let mut u = reqwest::Url::parse(db_url).unwrap();
-    u.set_host(Some("127.0.0.1")).unwrap();
-    u.set_port(Some(relay.port())).unwrap();
-    u.to_string()
-}
-
-/// Ready → not ready (503) when the database goes away; key checks that need the database
-/// answer 503 with Retry-After, never 500.
-pub async fn database_outage(ctx: &Ctx, relay: &Relay) {
-    let r = ctx
-        .call(Method::GET, "/api/v1/health/ready", None, None)
-        .await;
-    assert_eq!((r.status, r.body["status"].as_str()), (200, Some("ready")));
-    relay.cut();
-    let r = ctx
-        .call(Method::GET, "/api/v1/health/ready", None, None)
-        .await;
-    assert_eq!(
-        (r.status, r.body["checks"]["database"].as_str()),
-        (503, Some("unreachable"))
-    );
-    let r = ctx.call(Method::GET, "/api/v1/health", None, None).await;
-    assert_eq!(
-        (r.status, r.body["status"].as_str()),
-        (200, Some("degraded"))
-    );
-    // A key that is not cached cannot be checked → 503 (each waits out the pool's timeout).
-    let key = "agk_Outage00_0000000000000000000000000000000000000000";
-    for path in ["/api/v1/me", "/api/v1/sessions"] {
-        let r = ctx.call(Method::GET, path, Some(key), None).await;
-        assert_eq!((r.status, r.code()), (503, "service_unavailable"), "{path}");
-        assert!(r.headers.contains_key("retry-after"));
-    }
 }

@@ -13,7 +13,7 @@ use crate::streaming::{new_session, send, until_done_or_hitl};
 
 /// The value of the sample `name{labels}` (labels in any order), 0 when absent: a counter that
 /// was never incremented is not rendered.
-fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+pub fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
     text.lines()
         .filter(|l| !l.starts_with('#'))
         .filter_map(|l| {

@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -13,51 +14,141 @@ pub struct Server {
     pub base: String,
     pub port: u16,
     pub data_dir: tempfile::TempDir,
+    /// Every line the server logged (stderr) since it started listening (across restarts).
+    pub logs: Arc<Mutex<Vec<String>>>,
+    /// The settings it was started with, for a restart.
+    env: Vec<(String, String)>,
+}
+
+/// The port a starting `agentry serve` (JSON logs) says it listens on; `seen` gets every log
+/// line before it.
+pub async fn listening_port(
+    lines: &mut tokio::io::Lines<BufReader<tokio::process::ChildStderr>>,
+    mut seen: impl FnMut(&str),
+) -> u16 {
+    tokio::time::timeout(Duration::from_secs(60), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            seen(&line);
+            if let Ok(v) = serde_json::from_str::<serde_json::Value>(&line)
+                && let Some(p) = v.get("port").and_then(|p| p.as_u64())
+            {
+                return p as u16;
+            }
+        }
+        panic!("agentry exited before listening");
+    })
+    .await
+    .expect("agentry did not start listening within 60 s")
 }
 
 impl Server {
     /// Start `agentry serve` with extra `AGENTRY_*` env pairs. Port 0; the bound port is read
     /// from the log line the server prints when it listens.
     pub async fn start(env: &[(&str, &str)]) -> Server {
-        let data_dir = tempfile::tempdir().unwrap();
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_agentry"));
-        cmd.arg("serve")
-            .env("AGENTRY_DATA_DIR", data_dir.path())
-            .env("AGENTRY_SERVER__PORT", "0")
-            .env("AGENTRY_LOG__FORMAT", "json")
-            .env("AGENTRY_SERVER__WORKERS", "2")
-            .stderr(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::null())
-            .kill_on_drop(true);
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        let mut child = cmd.spawn().expect("spawn agentry");
-        let stderr = child.stderr.take().unwrap();
-        let mut lines = BufReader::new(stderr).lines();
-        let port = tokio::time::timeout(Duration::from_secs(60), async {
-            while let Some(line) = lines.next_line().await.unwrap() {
-                if let Ok(v) = serde_json::from_str::<serde_json::Value>(&line)
-                    && let Some(p) = v.get("port").and_then(|p| p.as_u64())
-                {
-                    return p as u16;
-                }
-            }
-            panic!("agentry exited before listening");
-        })
-        .await
-        .expect("agentry did not start listening within 60 s");
-        // Keep draining the log so the child never blocks on a full pipe.
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        Self::start_in(tempfile::tempdir().unwrap(), env).await
+    }
+
+    /// As [`Server::start`], on an existing data dir (a restart).
+    pub async fn start_in(data_dir: tempfile::TempDir, env: &[(&str, &str)]) -> Server {
+        let env: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let logs = Arc::new(Mutex::new(Vec::new()));
+        let (child, port) = spawn(data_dir.path(), &env, logs.clone()).await;
         Server {
             child,
             base: format!("http://127.0.0.1:{port}"),
             port,
             data_dir,
+            logs,
+            env,
         }
+    }
+
+    /// `kill -9` the server (no shutdown of any kind), then start it again on the same data
+    /// dir and settings, as after a crash. The port may change.
+    pub async fn crash_and_restart(&mut self) {
+        self.crash().await;
+        self.restart().await;
+    }
+
+    /// `kill -9` the server and reap it.
+    pub async fn crash(&mut self) {
+        self.child.start_kill().expect("kill -9 the server");
+        self.child
+            .wait()
+            .await
+            .expect("the killed server is reaped");
+    }
+
+    /// Start the server again (after [`Server::crash`]) on the same data dir and settings.
+    pub async fn restart(&mut self) {
+        let (child, port) = spawn(self.data_dir.path(), &self.env, self.logs.clone()).await;
+        self.child = child;
+        self.port = port;
+        self.base = format!("http://127.0.0.1:{port}");
+    }
+
+    /// The logged JSON lines that satisfy `keep`.
+    pub fn log_lines(&self, keep: impl Fn(&serde_json::Value) -> bool) -> Vec<serde_json::Value> {
+        self.logs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|v| keep(v))
+            .collect()
+    }
+
+    /// Send SIGTERM.
+    pub fn terminate(&self) {
+        let pid = self.child.id().expect("the server is running");
+        let status = std::process::Command::new("kill")
+            .arg("-TERM")
+            .arg(pid.to_string())
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "kill -TERM {pid}");
     }
 
     pub fn url(&self, path: &str) -> String {
         format!("{}{}", self.base, path)
     }
+}
+
+async fn spawn(
+    data_dir: &std::path::Path,
+    env: &[(String, String)],
+    logs: Arc<Mutex<Vec<String>>>,
+) -> (Child, u16) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_agentry"));
+    cmd.arg("serve")
+        .env("AGENTRY_DATA_DIR", data_dir)
+        .env("AGENTRY_SERVER__PORT", "0")
+        .env("AGENTRY_LOG__FORMAT", "json")
+        .env("AGENTRY_SERVER__WORKERS", "2")
+        // Sandboxed MCP servers run the reference servers from the test cache (node, the
+        // venv): readable inside the sandbox like an operator's install dir.
+        .env(
+            "AGENTRY_SANDBOX__READ_ONLY_PATHS",
+            agentry_mcp::testing::cache_dir(),
+        )
+        .stderr(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .kill_on_drop(true);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().expect("spawn agentry");
+    let stderr = child.stderr.take().unwrap();
+    let mut lines = BufReader::new(stderr).lines();
+    let port = listening_port(&mut lines, |_| {}).await;
+    // Keep draining the log so the child never blocks on a full pipe; keep it for tests.
+    tokio::spawn(async move {
+        while let Ok(Some(line)) = lines.next_line().await {
+            logs.lock().unwrap_or_else(|e| e.into_inner()).push(line);
+        }
+    });
+    (child, port)
 }

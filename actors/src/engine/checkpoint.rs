@@ -2,6 +2,7 @@
 
 use agentry_llm::ToolCall;
 use agentry_schema::events::{Todo, TokenUsage};
+use agentry_schema::ids::UserId;
 use serde::{Deserialize, Serialize};
 
 /// The run's state machine (DESIGN §4): `reason -> (act | approve | respond)`, `act -> reason`,
@@ -63,6 +64,21 @@ pub struct RunCheckpoint {
     pub pending: Vec<ToolCall>,
     pub todos: Vec<Todo>,
     pub usage: TokenUsage,
+    /// The tool call that was started when this checkpoint was saved (written just before the
+    /// call runs). On resume, if its result is not stored, the call is not run again: the
+    /// model gets an `interrupted` result (at most once, DESIGN §4).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_flight: Option<InFlight>,
+}
+
+/// A tool call being run, as the audit will record it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InFlight {
+    pub call: ToolCall,
+    /// The arguments it runs with (an approval may have edited them).
+    pub args: serde_json::Value,
+    pub approved: Option<bool>,
+    pub approved_by: Option<UserId>,
 }
 
 impl RunCheckpoint {

@@ -42,7 +42,7 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::deps::{EngineDeps, ToolRequest, ToolSet};
-pub use checkpoint::{CHECKPOINT_VERSION, Node, RunCheckpoint};
+pub use checkpoint::{CHECKPOINT_VERSION, InFlight, Node, RunCheckpoint};
 use sink::{HumanOutcome, HumanRequest, RunSink};
 
 /// What a run is about.
@@ -138,6 +138,7 @@ pub async fn run_agent(
         todos: Vec::new(),
         memories: Vec::new(),
         run_clock: run_clock.clone(),
+        stored: StoredRun::default(),
     };
     let sink = agent.sink.clone();
     let result = tokio::select! {
@@ -176,7 +177,24 @@ struct Agent {
     memories: Vec<String>,
     /// The run timeout's clock: it stands still while the run waits for a person.
     run_clock: Arc<PauseClock>,
+    /// On resume: what the store already holds of this run.
+    stored: StoredRun,
 }
+
+/// What a resumed run finds stored of itself, so nothing that happened before the crash
+/// happens again.
+#[derive(Default)]
+struct StoredRun {
+    /// Tool calls whose result is stored: they ran (or were refused) and never run again.
+    results: std::collections::HashSet<String>,
+    /// The run's last stored message when it is the model's answer: the model was called
+    /// after the checkpoint, so it is not called again.
+    last_answer: Option<(String, Vec<ToolCall>)>,
+}
+
+/// What the model reads for a tool call a crash interrupted.
+pub const INTERRUPTED_MESSAGE: &str =
+    "the server restarted while this call was running; its outcome is unknown";
 
 struct ModelAnswer {
     text: String,
@@ -254,7 +272,7 @@ impl Agent {
                 true,
             ));
         }
-        if tools.registry.contains("recall") {
+        if tools.offered().any(|s| s.name == "recall") {
             // Memories are context, not a requirement: a failed read only leaves them out.
             if let Ok((recent, _)) = agentry_store::memories::list(
                 &self.deps.db,
@@ -280,7 +298,31 @@ impl Agent {
                     p.steps = cp.step;
                 });
                 self.load_conversation(Some(cp.window_start)).await?;
-                (cp.node, cp.pending)
+                let mut node = cp.node;
+                let mut pending = cp.pending;
+                if node == Node::Reason
+                    && let Some((text, calls)) = self.stored.last_answer.take()
+                {
+                    // The model answered after this checkpoint and its answer is stored: it is
+                    // not asked (nor billed) again.
+                    if calls.is_empty() {
+                        self.sink.emit(EventPayload::text(text, true));
+                        return Ok(RunOutcome::new(
+                            DoneStatus::Completed,
+                            None,
+                            &self.progress(),
+                        ));
+                    }
+                    self.update_progress(|p| p.steps += 1);
+                    node = Node::Act;
+                    pending = calls;
+                }
+                if let Some(call) = cp.in_flight {
+                    self.settle_interrupted(call).await?;
+                }
+                // A call whose result is stored ran (or was refused) before the crash.
+                pending.retain(|c| !self.stored.results.contains(&c.id));
+                (node, pending)
             }
             None => {
                 self.load_conversation(None).await?;
@@ -297,7 +339,7 @@ impl Agent {
                             "the run reached the assistant's recursion_limit of {limit} model calls without a final answer"
                         )));
                     }
-                    self.checkpoint(Node::Reason, &[]).await?;
+                    self.checkpoint(Node::Reason, &[], None).await?;
                     let answer = self.reason(&model, &tools).await?;
                     self.update_progress(|p| p.steps += 1);
                     if !answer.text.is_empty() || !answer.calls.is_empty() {
@@ -323,16 +365,16 @@ impl Agent {
                     }
                     pending = answer.calls;
                     node = Node::Act;
-                    self.checkpoint(Node::Act, &pending).await?;
+                    self.checkpoint(Node::Act, &pending, None).await?;
                 }
                 Node::Act | Node::Approve => {
                     if pending.is_empty() {
                         node = Node::Reason;
                         continue;
                     }
+                    // The checkpoint before the call runs records it as started (see `act`).
                     let call = pending.remove(0);
-                    self.act(call, &tools).await?;
-                    self.checkpoint(Node::Act, &pending).await?;
+                    self.act(call, &tools, &pending).await?;
                 }
                 Node::Respond | Node::End => {
                     return Ok(RunOutcome::new(
@@ -385,7 +427,92 @@ impl Agent {
             .map_err(|e| self.store_failed("loading the conversation", e))?,
         };
         self.window_start = msgs.first().map(|m| m.id).unwrap_or(self.window_start);
+        if from_id.is_some() {
+            let run = Some(self.input.run_id);
+            self.stored.results = msgs
+                .iter()
+                .filter(|m| m.role == agentry_store::messages::MessageRole::Tool && m.run_id == run)
+                .filter_map(|m| m.tool_call_id.clone())
+                .collect();
+            self.stored.last_answer = msgs
+                .last()
+                .filter(|m| {
+                    m.role == agentry_store::messages::MessageRole::Assistant && m.run_id == run
+                })
+                .map(|m| {
+                    (
+                        m.content.clone(),
+                        history::parse_tool_calls(m.tool_calls.as_ref()),
+                    )
+                });
+        }
         self.conversation = history::to_chat(&msgs);
+        Ok(())
+    }
+
+    /// A tool call the crash interrupted: if its result is not stored it is not run again. The
+    /// model gets an `interrupted` result (with the progress it reported, if any) and decides
+    /// itself; the audit records the call as interrupted.
+    async fn settle_interrupted(&mut self, f: InFlight) -> Step<()> {
+        if self.stored.results.contains(&f.call.id) {
+            return Ok(());
+        }
+        let progress: Vec<String> = agentry_store::events::of_run_by_type(
+            &self.deps.db,
+            &self.scope,
+            self.input.run_id,
+            "progress",
+            1000,
+        )
+        .await
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|e| match e.payload {
+            EventPayload::Progress(p) if p.tool_call_id == f.call.id => p.message,
+            _ => None,
+        })
+        .collect();
+        let mut content = json!({"error": {"code": "interrupted", "message": INTERRUPTED_MESSAGE}});
+        if !progress.is_empty() {
+            content["partial_output"] = json!(progress.join("\n"));
+        }
+        self.sink.emit(EventPayload::ToolResult(ToolResultData {
+            tool_call_id: f.call.id.clone(),
+            result: content.clone(),
+            status: ToolStatus::Error,
+        }));
+        self.sink.emit(EventPayload::error(
+            ErrorCode::ToolError.as_str(),
+            format!(
+                "the call {} ({}) was interrupted: {INTERRUPTED_MESSAGE}",
+                f.call.name, f.call.id
+            ),
+            true,
+        ));
+        let text = content.to_string();
+        self.save(history::tool_message(
+            self.input.run_id,
+            &f.call,
+            &text,
+            true,
+        ))
+        .await?;
+        self.stored.results.insert(f.call.id.clone());
+        self.audit(
+            &f.call,
+            &f.args,
+            (!progress.is_empty()).then(|| json!({"partial_output": progress.join("\n")})),
+            Some(format!("interrupted: {INTERRUPTED_MESSAGE}")),
+            0,
+            f.approved,
+            f.approved_by,
+        )
+        .await?;
+        // Reload, so the conversation holds the stored result in its place.
+        let from = self.window_start;
+        let keep = std::mem::take(&mut self.stored);
+        self.load_conversation(Some(from)).await?;
+        self.stored.results.extend(keep.results);
         Ok(())
     }
 
@@ -396,7 +523,12 @@ impl Agent {
             .map_err(|e| self.store_failed("saving a message", e))
     }
 
-    async fn checkpoint(&self, node: Node, pending: &[ToolCall]) -> Step<()> {
+    async fn checkpoint(
+        &self,
+        node: Node,
+        pending: &[ToolCall],
+        in_flight: Option<InFlight>,
+    ) -> Step<()> {
         let p = self.progress();
         let cp = RunCheckpoint {
             version: CHECKPOINT_VERSION,
@@ -406,6 +538,7 @@ impl Agent {
             pending: pending.to_vec(),
             todos: self.todos.clone(),
             usage: p.usage,
+            in_flight,
         };
         checkpoints::save(
             &self.deps.db,
@@ -441,8 +574,7 @@ impl Agent {
             system: Some(self.system_prompt()),
             messages: self.conversation.clone(),
             tools: tools
-                .registry
-                .specs()
+                .offered()
                 .map(|s| ToolSchema {
                     name: s.name.clone(),
                     description: s.description.clone(),
@@ -486,8 +618,31 @@ impl Agent {
     }
 
     /// One model call. `Ok(Err((e, mid_stream)))` is a model failure, with whether the response
-    /// had already started (the client retries failures before that itself).
+    /// had already started (the client retries failures before that itself). Timed and counted
+    /// in the metrics.
     async fn call_model(
+        &mut self,
+        model: &Arc<dyn ChatModel>,
+        request: ChatRequest,
+    ) -> Step<Result<ModelAnswer, (LlmError, bool)>> {
+        let started = Instant::now();
+        let result = self.stream_model(model, request).await;
+        let (outcome, error) = match &result {
+            Ok(Ok(_)) => ("ok", None),
+            Ok(Err((e, _))) => ("error", Some(crate::metrics::model_error_kind(e))),
+            Err(_) => ("cancelled", None),
+        };
+        crate::metrics::record_model_call(
+            model.provider(),
+            model.model(),
+            started.elapsed(),
+            outcome,
+            error,
+        );
+        result
+    }
+
+    async fn stream_model(
         &mut self,
         model: &Arc<dyn ChatModel>,
         request: ChatRequest,
@@ -552,7 +707,9 @@ impl Agent {
     }
 
     /// Run one tool call: policy, validation, approval, the call, its events, history and audit.
-    async fn act(&mut self, call: ToolCall, tools: &ToolSet) -> Step<()> {
+    /// `rest` are the calls after it: the checkpoint written just before the call runs records
+    /// it as started, so a crash during it never runs it again (at most once).
+    async fn act(&mut self, call: ToolCall, tools: &ToolSet, rest: &[ToolCall]) -> Step<()> {
         self.sink.emit(EventPayload::ToolCall(ToolCallData {
             tool_name: call.name.clone(),
             tool_args: call.arguments.clone(),
@@ -563,7 +720,11 @@ impl Agent {
             let err = ToolError::NotFound(format!(
                 "there is no tool named {:?}; available tools: {}",
                 call.name,
-                tools.registry.names().collect::<Vec<_>>().join(", ")
+                tools
+                    .offered()
+                    .map(|s| s.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ));
             return self
                 .finish_call(&call, &call.arguments, Err(err), started, None, None)
@@ -609,6 +770,17 @@ impl Agent {
                 args = new_args;
             }
         }
+        self.checkpoint(
+            Node::Act,
+            rest,
+            Some(InFlight {
+                call: call.clone(),
+                args: args.clone(),
+                approved,
+                approved_by,
+            }),
+        )
+        .await?;
         let result = self.invoke(tool, &call, args.clone(), tools).await?;
         self.finish_call(&call, &args, result, started, approved, approved_by)
             .await
@@ -806,6 +978,7 @@ impl Agent {
                     .deps
                     .workspace_root(&self.input.tenant, self.input.user_id),
                 quota_bytes: self.input.tenant.quotas.workspace_quota_bytes,
+                sandbox: (&self.input.tenant.policy().sandbox).into(),
             },
             cancel: self.cancel.child_token(),
             interaction: Arc::new(LoopInteraction {
@@ -885,6 +1058,12 @@ impl Agent {
         approved_by: Option<UserId>,
     ) -> Step<()> {
         let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let outcome = match &result {
+            Ok(out) if !out.is_error => "success",
+            Ok(_) => "error",
+            Err(_) => "failed",
+        };
+        crate::metrics::record_tool_call(&call.name, outcome, started.elapsed());
         let (content, is_error, events, error_text, failure) = match result {
             Ok(out) => {
                 let err_text = out.is_error.then(|| out.content.to_string());

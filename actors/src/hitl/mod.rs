@@ -80,8 +80,13 @@ impl Actor for HitlApproval {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
+        crate::metrics::approvals_waiting(1.0);
         ctx.run_later(self.timeout, |act, ctx| {
             act.close(HumanOutcome::TimedOut, ctx)
         });
+    }
+
+    fn stopped(&mut self, _: &mut Self::Context) {
+        crate::metrics::approvals_waiting(-1.0);
     }
 }

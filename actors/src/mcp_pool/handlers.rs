@@ -20,13 +20,17 @@ impl Handler<UserTools> for McpPoolActor {
         let user = msg.user;
         let load = async move { source.servers_for(&tenant, user).await };
         Box::pin(load.into_actor(self).then(move |(servers, mut warnings), act, ctx| {
-            // The user's own server wins over a file server of the same name.
+            // A platform (file) server's name is the platform's: a user's server of the same name
+            // (added before the platform took it; the API refuses new ones) is left out, loudly.
             let mut by_name: BTreeMap<String, PoolServer> = BTreeMap::new();
             for s in servers.into_iter().filter(|s| !s.config.disabled) {
                 let name = s.config.name.clone();
                 match by_name.get(&name) {
-                    Some(existing) if existing.origin == Origin::User && s.origin == Origin::File => {
-                        warnings.push(format!("your MCP server {name:?} replaces the platform's server of the same name"));
+                    Some(existing) if existing.origin != s.origin => {
+                        warnings.push(format!("your MCP server {name:?} is not used: the platform has a server of the same name; delete yours and add it under another name"));
+                        if s.origin == Origin::File {
+                            by_name.insert(name, s);
+                        }
                     }
                     _ => {
                         by_name.insert(name, s);

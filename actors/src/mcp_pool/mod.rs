@@ -18,7 +18,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
-use agentry_mcp::client::{ClientHooks, ConnectionStatus, McpConnection, McpServerConfig};
+use agentry_mcp::client::{
+    ClientHooks, ConnectionStatus, McpConnection, McpServerConfig, StdioLaunch,
+};
 use agentry_mcp::config_file::ServerPolicy;
 use agentry_mcp::tool::Tool;
 use agentry_schema::ids::UserId;
@@ -62,6 +64,11 @@ pub struct McpPoolConfig {
     pub connect_wait: Duration,
     pub backoff_base: Duration,
     pub backoff_max: Duration,
+    /// Where stdio servers run; the default refuses to start them.
+    pub sandbox: agentry_sandbox::SandboxHandle,
+    /// `{data_dir}/workspaces`: a stdio server runs in `{workspaces}/{tenant}/{user}`, its
+    /// user's workspace. Filled in from the engine's data dir when left empty.
+    pub workspaces: std::path::PathBuf,
 }
 
 impl Default for McpPoolConfig {
@@ -72,6 +79,8 @@ impl Default for McpPoolConfig {
             connect_wait: Duration::from_secs(10),
             backoff_base: Duration::from_millis(500),
             backoff_max: Duration::from_secs(60),
+            sandbox: agentry_sandbox::SandboxHandle::default(),
+            workspaces: std::path::PathBuf::new(),
         }
     }
 }
@@ -196,8 +205,24 @@ impl McpPoolActor {
             });
         let config = server.config.clone();
         let policy = server.policy.clone();
+        let launch = StdioLaunch {
+            sandbox: self.cfg.sandbox.clone(),
+            workspace: self
+                .cfg
+                .workspaces
+                .join(self.tenant.id.to_string())
+                .join(key.0.to_string()),
+            tenant: (&self.tenant.policy().sandbox).into(),
+            platform: server.origin == Origin::File,
+            owner: agentry_sandbox::Owner {
+                kind: format!("mcp:{}", config.name),
+                tenant_id: Some(self.tenant.id.to_string()),
+                user_id: Some(key.0.to_string()),
+                ..Default::default()
+            },
+        };
         let fut = async move {
-            let conn = McpConnection::connect(&config, hooks)
+            let conn = McpConnection::connect(&config, hooks, &launch)
                 .await
                 .map_err(|e| e.to_string())?;
             match agentry_mcp::client::tools_for(&conn).await {

@@ -98,9 +98,13 @@ impl Handler<StartChat> for SessionActor {
                 status: ExecutionStatus::Queued,
             };
             let user = msg.user;
+            let request_id = msg.request_id;
             let fut = async move { executions::create(&db, &scope, new).await };
             return Box::pin(fut.into_actor(self).map(move |res, act, ctx| {
                 res.map_err(EngineError::from)?;
+                if let Some(r) = request_id {
+                    act.run_requests.insert(run_id, r);
+                }
                 act.queue.push_back(QueuedRun { run_id, user });
                 // The active run may have ended while the row was written.
                 act.start_next(ctx);
@@ -109,6 +113,9 @@ impl Handler<StartChat> for SessionActor {
                     queued: true,
                 })
             }));
+        }
+        if let Some(r) = msg.request_id {
+            self.run_requests.insert(run_id, r);
         }
         let (tx, rx) = oneshot::channel();
         self.start_run(
@@ -121,7 +128,16 @@ impl Handler<StartChat> for SessionActor {
             0,
             Some(tx),
         );
-        Box::pin(async move { rx.await.unwrap_or(Err(EngineError::Unavailable)) }.into_actor(self))
+        Box::pin(
+            async move { rx.await.unwrap_or(Err(EngineError::Unavailable)) }
+                .into_actor(self)
+                .map(move |res, act, _| {
+                    if res.is_err() {
+                        act.run_requests.remove(&run_id);
+                    }
+                    res
+                }),
+        )
     }
 }
 
@@ -241,5 +257,21 @@ impl Handler<RunFinished> for SessionActor {
     type Result = ();
     fn handle(&mut self, msg: RunFinished, ctx: &mut Self::Context) {
         self.on_run_finished(ctx, msg.run_id, msg.result);
+    }
+}
+
+impl Handler<SeqReserved> for SessionActor {
+    type Result = ();
+    fn handle(&mut self, msg: SeqReserved, _: &mut Self::Context) {
+        self.on_reserved(msg.upto);
+    }
+}
+
+impl Handler<AddMissingDone> for SessionActor {
+    type Result = ();
+    fn handle(&mut self, msg: AddMissingDone, ctx: &mut Self::Context) {
+        for run_id in msg.0 {
+            self.interrupt(ctx, run_id, |_, _| {});
+        }
     }
 }

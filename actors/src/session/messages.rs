@@ -53,6 +53,8 @@ pub struct StartChat {
     pub user: UserScope,
     pub message: String,
     pub enqueue: bool,
+    /// The id of the request that sent the message, for the log line of a run that fails.
+    pub request_id: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -128,3 +130,17 @@ pub(crate) struct RunFinished {
     pub run_id: RunId,
     pub result: Result<RunOutcome, String>,
 }
+
+/// A reservation of event numbers landed (`Some(upto)`) or failed (`None`, retried later).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct SeqReserved {
+    pub upto: Option<u64>,
+}
+
+/// Start-up recovery found runs of this session with a final status but no `done` in the
+/// stream (a crash between the two writes, before they were one transaction): each gets a
+/// `done{interrupted}`; their status stays.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct AddMissingDone(pub Vec<RunId>);

@@ -18,10 +18,10 @@ use actix::prelude::*;
 use agentry_schema::error::ErrorCode;
 use agentry_schema::events::{DoneData, DoneStatus, EventPayload, ExecutionEvent};
 use agentry_schema::ids::{ApprovalId, AssistantId, RunId, UserId};
-use agentry_store::approvals::{self, ApprovalStatus};
+use agentry_store::approvals;
 use agentry_store::assistants::{self, Assistant, AssistantSpec};
 use agentry_store::checkpoints;
-use agentry_store::executions::{self, ExecutionStatus, NewExecution};
+use agentry_store::executions::{self, ExecutionStatus, NewExecution, RunEnd};
 use agentry_store::messages::{self as store_messages, NewMessage};
 use agentry_store::sessions::{self, Session, SessionState};
 use agentry_store::tenants::Tenant;
@@ -39,9 +39,84 @@ use crate::quota::{AcquireRun, QuotaActor, ReleaseRun};
 use crate::tenant::SessionStopped;
 pub use messages::*;
 
+/// How often an unrecorded run end is tried again.
+const UNRECORDED_RETRY: Duration = Duration::from_secs(2);
+
+fn execution_status(status: DoneStatus) -> ExecutionStatus {
+    match status {
+        DoneStatus::Completed => ExecutionStatus::Completed,
+        DoneStatus::Cancelled => ExecutionStatus::Cancelled,
+        DoneStatus::Rejected => ExecutionStatus::Rejected,
+        DoneStatus::Failed => ExecutionStatus::Failed,
+        DoneStatus::Timeout => ExecutionStatus::Timeout,
+        DoneStatus::Interrupted => ExecutionStatus::Interrupted,
+    }
+}
+
+/// Write a run's end, retrying database errors with backoff; each attempt and the whole are
+/// bounded ([`RECORD_BOUND`]), after which the run ends failed in memory.
+async fn record_with_retry(
+    deps: &EngineDeps,
+    scope: &TenantScope,
+    end: &RunEnd,
+) -> Result<(), agentry_store::StoreError> {
+    use agentry_store::StoreError;
+    use backon::{ExponentialBuilder, Retryable};
+    let attempt = || async {
+        match tokio::time::timeout(
+            RECORD_ATTEMPT_TIMEOUT,
+            executions::record_end(&deps.db, scope, end),
+        )
+        .await
+        {
+            Ok(r) => r,
+            Err(_) => Err(StoreError::Db(sea_orm::DbErr::Custom(
+                "the database did not answer in time".into(),
+            ))),
+        }
+    };
+    let retried = attempt
+        .retry(
+            ExponentialBuilder::default()
+                .with_min_delay(Duration::from_millis(100))
+                .with_max_delay(Duration::from_secs(2))
+                .with_max_times(RECORD_RETRIES)
+                .with_total_delay(Some(Duration::from_secs(6))),
+        )
+        .sleep(tokio::time::sleep)
+        .when(|e| matches!(e, StoreError::Db(_)))
+        .notify(|e, after| {
+            tracing::warn!(error = %e, run_id = %end.run_id, "recording the end of a run failed; retrying in {after:?}");
+        });
+    match tokio::time::timeout(RECORD_BOUND, retried).await {
+        Ok(r) => r,
+        Err(_) => Err(StoreError::Db(sea_orm::DbErr::Custom(format!(
+            "the database did not take the run's end within {} s",
+            RECORD_BOUND.as_secs()
+        )))),
+    }
+}
+
+const RECORD_RETRIES: usize = 5;
+const RECORD_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long a run's end may take to be written before the run ends failed in memory.
+const RECORD_BOUND: Duration = Duration::from_secs(8);
+
+/// How many event numbers a session reserves at a time, and how few may be left before it
+/// reserves the next block ahead of need. One reservation is one small write per block, folded
+/// into the run-start write when a run starts.
+const SEQ_BLOCK: u64 = 256;
+const SEQ_LOW_WATER: u64 = 128;
+
 /// How the session log keeps events.
+///
+/// A `seq`, once sent, never names another event, not even after a crash: an event is sent
+/// only when its `seq` is durably reserved (`sessions.seq_reserved`, which a restart numbers
+/// above), stored, or written to the local journal of unrecorded runs. Events numbered beyond
+/// all three wait in `held`, in order, until a reservation lands.
 struct EventLog {
     next_seq: u64,
+    /// Sent events, for replay.
     ring: VecDeque<SessionEvent>,
     cap: usize,
     unflushed: Vec<ExecutionEvent>,
@@ -49,32 +124,99 @@ struct EventLog {
     /// so a replay never finds a hole between the store and memory.
     persisted_upto: u64,
     flushing: bool,
+    /// Every `seq <= reserved` is durably reserved for this session.
+    reserved: u64,
+    /// A reservation is being written.
+    reserving: bool,
+    /// Every `seq <= journaled_upto` is in the local journal of unrecorded runs.
+    journaled_upto: u64,
+    /// Numbered, not sent yet: waiting for a reservation.
+    held: VecDeque<SessionEvent>,
 }
 
 impl EventLog {
-    fn new(last_seq: u64, cap: usize) -> Self {
+    /// A log that numbers from above `floor`: the highest `seq` the session ever stored or
+    /// reserved.
+    fn new(floor: u64, cap: usize) -> Self {
         EventLog {
-            next_seq: last_seq + 1,
+            next_seq: floor + 1,
             ring: VecDeque::new(),
             cap: cap.max(16),
             unflushed: Vec::new(),
-            persisted_upto: last_seq,
+            persisted_upto: floor,
             flushing: false,
+            reserved: floor,
+            reserving: false,
+            journaled_upto: floor,
+            held: VecDeque::new(),
         }
     }
 
-    fn push(&mut self, session_id: &str, run_id: &str, payload: EventPayload) -> SessionEvent {
+    /// Give the event the next `seq` (it is not sent yet: see [`EventLog::accept`]).
+    fn number(&mut self, session_id: &str, run_id: &str, payload: EventPayload) -> SessionEvent {
         let event = ExecutionEvent::new(self.next_seq, session_id, run_id, payload);
         self.next_seq += 1;
         let json: Arc<str> = event.to_json().into();
-        self.unflushed.push(event.clone());
-        let ev = SessionEvent {
+        SessionEvent {
             event: Arc::new(event),
             json,
-        };
-        self.ring.push_back(ev.clone());
+        }
+    }
+
+    fn sendable(&self, seq: u64) -> bool {
+        seq <= self
+            .reserved
+            .max(self.persisted_upto)
+            .max(self.journaled_upto)
+    }
+
+    /// A numbered event: what may be sent now (it, or nothing while earlier ones wait).
+    fn accept(&mut self, ev: SessionEvent) -> Option<SessionEvent> {
+        if self.held.is_empty() && self.sendable(ev.event.seq) {
+            self.keep(ev.clone());
+            Some(ev)
+        } else {
+            self.held.push_back(ev);
+            None
+        }
+    }
+
+    /// The held events that may be sent now, in order.
+    fn release(&mut self) -> Vec<SessionEvent> {
+        let mut out = Vec::new();
+        while let Some(ev) = self.held.front() {
+            if !self.sendable(ev.event.seq) {
+                break;
+            }
+            if let Some(ev) = self.held.pop_front() {
+                self.keep(ev.clone());
+                out.push(ev);
+            }
+        }
+        out
+    }
+
+    /// A sent event stays for replay and is stored.
+    fn keep(&mut self, ev: SessionEvent) {
+        self.unflushed.push((*ev.event).clone());
+        self.ring.push_back(ev);
         self.evict();
-        ev
+    }
+
+    /// The next reservation to make, if the reserved numbers run low.
+    fn wants_reservation(&self) -> Option<u64> {
+        (!self.reserving && self.reserved < self.next_seq + SEQ_LOW_WATER)
+            .then_some(self.next_seq + SEQ_BLOCK)
+    }
+
+    /// Events sent or held that may not be stored yet, in order.
+    fn not_stored(&self) -> Vec<ExecutionEvent> {
+        self.ring
+            .iter()
+            .chain(self.held.iter())
+            .filter(|e| e.event.seq > self.persisted_upto)
+            .map(|e| (*e.event).clone())
+            .collect()
     }
 
     fn evict(&mut self) {
@@ -133,7 +275,7 @@ enum RunStart {
     Queued,
     /// After a crash or a panic: continue from this checkpoint (or from the stored
     /// conversation when there is none).
-    Resume(Option<RunCheckpoint>),
+    Resume(Option<Box<RunCheckpoint>>),
 }
 
 pub struct SessionActor {
@@ -151,9 +293,17 @@ pub struct SessionActor {
     run: Option<ActiveRun>,
     queue: VecDeque<QueuedRun>,
     approvals: HashMap<ApprovalId, (RunId, Addr<HitlApproval>)>,
+    /// The request that started each accepted run, until the run ends (for its log line).
+    run_requests: HashMap<RunId, String>,
     last_activity: Instant,
     shutting_down: bool,
     instance: u64,
+    /// Set when the actor starts: where reservations report back.
+    me: Option<Addr<SessionActor>>,
+    /// Ends of runs that could not be written within the retry bound: the run ended in memory
+    /// (and in the local journal); the write is tried again until it lands.
+    unrecorded: Vec<RunEnd>,
+    unrecorded_tried: Instant,
 }
 
 impl SessionActor {
@@ -182,24 +332,75 @@ impl SessionActor {
             run: None,
             queue: VecDeque::new(),
             approvals: HashMap::new(),
+            run_requests: HashMap::new(),
             last_activity: Instant::now(),
             shutting_down: false,
             instance,
+            me: None,
+            unrecorded: Vec::new(),
+            unrecorded_tried: Instant::now(),
         }
     }
 
     fn busy(&self) -> bool {
-        self.run.is_some() || !self.queue.is_empty()
+        self.run.is_some() || !self.queue.is_empty() || !self.unrecorded.is_empty()
     }
 
-    /// Assign the next `seq`, keep it for replay and persistence, and fan it out.
+    /// Assign the next `seq` and send the event once its `seq` is safe to send (see
+    /// [`EventLog`]); it is kept for replay and persistence.
     fn publish(&mut self, run_id: Option<RunId>, payload: EventPayload) {
         let run = run_id.map(|r| r.to_string()).unwrap_or_default();
-        let ev = self.log.push(&self.session_key, &run, payload);
+        let ev = self.log.number(&self.session_key, &run, payload);
         self.last_activity = Instant::now();
+        if let Some(ev) = self.log.accept(ev) {
+            self.fan_out(std::iter::once(ev));
+        }
+        self.reserve_ahead();
+    }
+
+    fn fan_out(&mut self, events: impl IntoIterator<Item = SessionEvent>) {
         self.subscribers.retain(|_, s| s.connected());
-        for s in self.subscribers.values() {
-            s.do_send(ev.clone());
+        for ev in events {
+            for s in self.subscribers.values() {
+                s.do_send(ev.clone());
+            }
+        }
+    }
+
+    /// Send what was waiting and may go now.
+    fn release_held(&mut self) {
+        let out = self.log.release();
+        if !out.is_empty() {
+            self.fan_out(out);
+        }
+    }
+
+    /// Reserve the next block of event numbers before they run out.
+    fn reserve_ahead(&mut self) {
+        let Some(upto) = self.log.wants_reservation() else {
+            return;
+        };
+        let Some(me) = self.me.clone() else { return };
+        self.log.reserving = true;
+        let db = self.deps.db.clone();
+        let scope = self.scope;
+        let sid = self.session.id;
+        self.deps.runtime.spawn(async move {
+            let res = sessions::reserve_seq(&db, &scope, sid, upto).await;
+            if let Err(e) = &res {
+                tracing::warn!(error = %e, session_id = %sid, "reserving event numbers failed; will retry");
+            }
+            me.do_send(SeqReserved {
+                upto: res.is_ok().then_some(upto),
+            });
+        });
+    }
+
+    fn on_reserved(&mut self, upto: Option<u64>) {
+        self.log.reserving = false;
+        if let Some(upto) = upto {
+            self.log.reserved = self.log.reserved.max(upto);
+            self.release_held();
         }
     }
 
@@ -214,13 +415,14 @@ impl SessionActor {
         let scope = self.scope;
         let sid = self.session.id;
         let fut = async move {
-            let res = store_events::append(&db, &scope, sid, &batch).await;
+            // Idempotent: a run's end record may have stored some of these already.
+            let res = store_events::append_missing(&db, &scope, sid, &batch).await;
             (res, batch)
         };
         ctx.spawn(fut.into_actor(self).map(|(res, batch), act, ctx| {
             act.log.flushing = false;
             match res {
-                Ok(()) | Err(agentry_store::StoreError::Conflict(_)) => {
+                Ok(()) => {
                     if let Some(last) = batch.last() {
                         act.log.persisted_upto = act.log.persisted_upto.max(last.seq);
                     }
@@ -231,6 +433,9 @@ impl SessionActor {
                     let mut rest = std::mem::take(&mut act.log.unflushed);
                     act.log.unflushed = batch;
                     act.log.unflushed.append(&mut rest);
+                    // The next tick tries again: retrying at once spins while the database is
+                    // away (thousands of failed writes a second).
+                    return;
                 }
             }
             if !act.log.unflushed.is_empty() {
@@ -292,6 +497,8 @@ impl SessionActor {
         let quota = self.quota.clone();
         let mcp = self.mcp.clone();
         let resuming = matches!(start, RunStart::Resume(_));
+        let reserve = self.log.next_seq + SEQ_BLOCK;
+        self.log.reserving = true;
         let fut = async move {
             match quota.send(AcquireRun).await {
                 Ok(Ok(())) => {}
@@ -307,7 +514,8 @@ impl SessionActor {
                 Ok(Err(_)) => {}
                 Err(_) => return Err(EngineError::Unavailable),
             }
-            let prepared = prepare_run(&deps, &scope, &session, run_id, &user, start, mcp).await;
+            let prepared =
+                prepare_run(&deps, &scope, &session, run_id, &user, start, mcp, reserve).await;
             if prepared.is_err() {
                 quota.do_send(ReleaseRun { tokens: 0 });
             }
@@ -315,6 +523,8 @@ impl SessionActor {
         };
         ctx.spawn(fut.into_actor(self).map(move |res, act, ctx| {
             let still_ours = act.run.as_ref().is_some_and(|r| r.run_id == run_id);
+            // The run start reserved the next block of event numbers with its session write.
+            act.on_reserved(res.is_ok().then_some(reserve));
             match res {
                 Ok(prepared) if still_ours => {
                     let cancelled = act.run.as_ref().is_some_and(|r| r.cancel.is_cancelled());
@@ -360,40 +570,22 @@ impl SessionActor {
                         }
                         None => {
                             // A queued or resumed run that cannot start still ends with done.
-                            let (code, status) = match &e {
-                                EngineError::Quota { .. } => {
-                                    (ErrorCode::QuotaExceeded, DoneStatus::Failed)
-                                }
-                                _ => (ErrorCode::InternalError, DoneStatus::Failed),
+                            let code = match &e {
+                                EngineError::Quota { .. } => ErrorCode::QuotaExceeded,
+                                _ => e.code(),
                             };
                             act.publish(
                                 Some(run_id),
                                 EventPayload::error(code.as_str(), e.to_string(), false),
                             );
-                            act.publish(
-                                Some(run_id),
-                                EventPayload::Done(DoneData::new(
-                                    status,
-                                    Some(code.as_str().into()),
-                                    Default::default(),
-                                )),
+                            let mut outcome = RunOutcome::new(
+                                DoneStatus::Failed,
+                                Some(code.as_str()),
+                                &Progress::default(),
                             );
-                            let db = act.deps.db.clone();
-                            let scope = act.scope;
-                            let msg = e.to_string();
-                            act.deps.runtime.spawn(async move {
-                                let _ = executions::update(
-                                    &db,
-                                    &scope,
-                                    run_id,
-                                    ExecutionStatus::Failed,
-                                    0,
-                                    Default::default(),
-                                    Some(&msg),
-                                )
-                                .await;
-                            });
-                            act.flush(ctx);
+                            outcome.error = Some(e.to_string());
+                            act.end_run(ctx, run_id, outcome, |act, ctx, _, _| act.start_next(ctx));
+                            return;
                         }
                     }
                     act.start_next(ctx);
@@ -441,80 +633,17 @@ impl SessionActor {
             abort.abort();
         }
         self.close_approvals(Some(run_id));
-        let deps = self.deps.clone();
-        let scope = self.scope;
-        let session_id = self.session.id;
-        let quota = self.quota.clone();
-        let out = outcome.clone();
-        let fut = async move {
-            let status = match out.status {
-                DoneStatus::Completed => ExecutionStatus::Completed,
-                DoneStatus::Cancelled => ExecutionStatus::Cancelled,
-                DoneStatus::Rejected => ExecutionStatus::Rejected,
-                DoneStatus::Failed => ExecutionStatus::Failed,
-                DoneStatus::Timeout => ExecutionStatus::Timeout,
-                DoneStatus::Interrupted => ExecutionStatus::Interrupted,
-            };
-            let error = out.error.clone().or_else(|| {
-                out.reason
-                    .clone()
-                    .filter(|_| status != ExecutionStatus::Completed)
-            });
-            if let Err(e) = executions::update(
-                &deps.db,
-                &scope,
-                run_id,
-                status,
-                out.steps,
-                out.usage,
-                error.as_deref(),
-            )
-            .await
-            {
-                tracing::error!(error = %e, %run_id, "recording the end of a run failed");
-            }
-            // Approvals the run was still waiting on can no longer be answered.
-            if let Ok(pending) = approvals::list_by_execution(&deps.db, &scope, run_id).await {
-                for a in pending
-                    .into_iter()
-                    .filter(|a| a.status == ApprovalStatus::Pending)
-                {
-                    let _ = approvals::decide(
-                        &deps.db,
-                        &scope,
-                        a.id,
-                        ApprovalStatus::Cancelled,
-                        None,
-                        None,
-                    )
-                    .await;
-                }
-            }
-            if let Err(e) =
-                checkpoints::prune(&deps.db, &scope, run_id, deps.config.checkpoint_keep).await
-            {
-                tracing::warn!(error = %e, %run_id, "pruning checkpoints failed");
-            }
-            let _ = sessions::touch(&deps.db, &scope, session_id, SessionState::Idle).await;
-            quota.do_send(ReleaseRun {
-                tokens: out.usage.total,
-            });
-        };
-        ctx.spawn(fut.into_actor(self).map(move |_, act, ctx| {
-            crate::metrics::record_run_done(
-                outcome.status,
-                &act.tenant.id.to_string(),
-                outcome.usage.total,
-            );
-            act.publish(
-                Some(run_id),
-                EventPayload::Done(DoneData::new(
-                    outcome.status,
-                    outcome.reason.clone(),
-                    outcome.usage,
-                )),
-            );
-            act.flush(ctx);
+        self.quota.do_send(ReleaseRun {
+            tokens: outcome.usage.total,
+        });
+        let tenant = self.tenant.id.to_string();
+        let mut logged = outcome.clone();
+        self.end_run(ctx, run_id, outcome, move |act, ctx, status, usage| {
+            crate::metrics::record_run_done(status, &tenant, usage.total);
+            // The status the clients were told (a run whose end could not be written is failed).
+            logged.status = status;
+            let request_id = act.run_requests.remove(&run_id);
+            crate::metrics::log_run_end(&act.session, run_id, &logged, request_id.as_deref());
             if act.run.as_ref().is_some_and(|r| r.run_id == run_id) {
                 act.run = None;
             }
@@ -522,6 +651,162 @@ impl SessionActor {
                 ctx.stop();
             } else {
                 act.start_next(ctx);
+            }
+        });
+    }
+
+    /// Record the end of a run (its final status, its events not stored yet and its `done`, in
+    /// one transaction), then send the `done`: a `done` is never sent or stored without its
+    /// status. Database errors are retried within a bound ([`record_with_retry`]). Past it the
+    /// run ends `failed` in memory: clients get an `error` and a `failed` `done`, the end goes
+    /// to the local journal (reconciled at the next start, so the run is never run again) and
+    /// its write is retried here until it lands. `then` gets the status the clients saw.
+    fn end_run(
+        &mut self,
+        ctx: &mut Context<Self>,
+        run_id: RunId,
+        outcome: RunOutcome,
+        then: impl FnOnce(&mut Self, &mut Context<Self>, DoneStatus, agentry_schema::events::TokenUsage)
+        + 'static,
+    ) {
+        let run = run_id.to_string();
+        let done = self.log.number(
+            &self.session_key,
+            &run,
+            EventPayload::Done(DoneData::new(
+                outcome.status,
+                outcome.reason.clone(),
+                outcome.usage,
+            )),
+        );
+        let done_seq = done.event.seq;
+        let mut events = self.log.not_stored();
+        events.push((*done.event).clone());
+        let status = execution_status(outcome.status);
+        let error = outcome.error.clone().or_else(|| {
+            outcome
+                .reason
+                .clone()
+                .filter(|_| status != ExecutionStatus::Completed)
+        });
+        let end = RunEnd {
+            run_id,
+            session_id: self.session.id,
+            status,
+            steps: outcome.steps,
+            usage: outcome.usage,
+            error,
+            events,
+        };
+        let deps = self.deps.clone();
+        let scope = self.scope;
+        let fut = async move { record_with_retry(&deps, &scope, &end).await.map(|()| end) };
+        ctx.spawn(fut.into_actor(self).map(move |res, act, ctx| match res {
+            Ok(_) => {
+                act.stored_upto(done_seq);
+                // Before the `done` goes out: whoever sees it sees the run's metrics and the
+                // session free for the next run.
+                then(act, ctx, outcome.status, outcome.usage);
+                if let Some(ev) = act.log.accept(done) {
+                    act.fan_out(std::iter::once(ev));
+                }
+                act.release_held();
+                let deps = act.deps.clone();
+                let scope = act.scope;
+                act.deps.runtime.spawn(async move {
+                    if let Err(e) =
+                        checkpoints::prune(&deps.db, &scope, run_id, deps.config.checkpoint_keep)
+                            .await
+                    {
+                        tracing::warn!(error = %e, %run_id, "pruning checkpoints failed");
+                    }
+                });
+            }
+            Err(e) => {
+                tracing::error!(error = %e, %run_id, "recording the end of a run failed; it ends as failed and is recorded once the database is back");
+                let message = format!(
+                    "the run's end could not be recorded ({}); it ended as failed and will be recorded when the database is back",
+                    e.code().as_str()
+                );
+                let error = act.log.number(
+                    &act.session_key,
+                    &run,
+                    EventPayload::error(ErrorCode::InternalError.as_str(), message.clone(), false),
+                );
+                let failed = act.log.number(
+                    &act.session_key,
+                    &run,
+                    EventPayload::Done(DoneData::new(
+                        DoneStatus::Failed,
+                        Some(ErrorCode::InternalError.as_str().into()),
+                        outcome.usage,
+                    )),
+                );
+                let mut events = act.log.not_stored();
+                events.push((*error.event).clone());
+                events.push((*failed.event).clone());
+                let end = RunEnd {
+                    run_id,
+                    session_id: act.session.id,
+                    status: ExecutionStatus::Failed,
+                    steps: outcome.steps,
+                    usage: outcome.usage,
+                    error: Some(message),
+                    events,
+                };
+                // Journaled, the events are safe to send: the next start stores them with the
+                // same numbers before anything else is numbered.
+                match crate::journal::append(&act.deps.config.data_dir, act.tenant.id, &end) {
+                    Ok(()) => act.log.journaled_upto = failed.event.seq,
+                    Err(e) => tracing::error!(error = %e, %run_id, "journaling the unrecorded end of a run failed; its last events wait for the database"),
+                }
+                act.unrecorded.push(end);
+                act.unrecorded_tried = Instant::now();
+                then(act, ctx, DoneStatus::Failed, outcome.usage);
+                for ev in [error, failed] {
+                    if let Some(ev) = act.log.accept(ev) {
+                        act.fan_out(std::iter::once(ev));
+                    }
+                }
+                act.release_held();
+            }
+        }));
+    }
+
+    /// Every event up to `seq` is stored.
+    fn stored_upto(&mut self, seq: u64) {
+        self.log.persisted_upto = self.log.persisted_upto.max(seq);
+        self.log.unflushed.retain(|e| e.seq > seq);
+        self.log.evict();
+    }
+
+    /// Try the unrecorded run ends again (see [`SessionActor::end_run`]).
+    fn retry_unrecorded(&mut self, ctx: &mut Context<Self>) {
+        if self.unrecorded.is_empty() || self.unrecorded_tried.elapsed() < UNRECORDED_RETRY {
+            return;
+        }
+        self.unrecorded_tried = Instant::now();
+        let ends = self.unrecorded.clone();
+        let deps = self.deps.clone();
+        let scope = self.scope;
+        let fut = async move {
+            let mut written = Vec::new();
+            for end in &ends {
+                if executions::record_end(&deps.db, &scope, end).await.is_ok() {
+                    written.push(end.run_id);
+                }
+            }
+            written
+        };
+        ctx.spawn(fut.into_actor(self).map(|written, act, _ctx| {
+            for run_id in written {
+                if let Some(i) = act.unrecorded.iter().position(|e| e.run_id == run_id) {
+                    let end = act.unrecorded.remove(i);
+                    tracing::info!(%run_id, "the end of a run was recorded after the database came back");
+                    if let Some(last) = end.events.last() {
+                        act.stored_upto(last.seq);
+                    }
+                }
             }
         }));
     }
@@ -618,7 +903,14 @@ impl SessionActor {
                             .flatten()
                             .and_then(|c| RunCheckpoint::from_json(&c.state).ok());
                         act.run = None;
-                        act.start_run(ctx, run_id, user, RunStart::Resume(cp), restarts + 1, None);
+                        act.start_run(
+                            ctx,
+                            run_id,
+                            user,
+                            RunStart::Resume(cp.map(Box::new)),
+                            restarts + 1,
+                            None,
+                        );
                     }));
                 } else {
                     let p = run.progress.lock().map(|p| *p).unwrap_or_default();
@@ -639,8 +931,8 @@ impl SessionActor {
         }
     }
 
-    /// After (re)start: pick up a run that was active when the process or actor died, and the
-    /// queued messages, and continue the `seq` where the store left it.
+    /// After (re)start: number events above anything the session stored or reserved, pick up a
+    /// run that was active when the process or actor died, and the queued messages.
     fn recover(&mut self, ctx: &mut Context<Self>) {
         let deps = self.deps.clone();
         let scope = self.scope;
@@ -650,57 +942,65 @@ impl SessionActor {
             let rec = match res {
                 Ok(r) => r,
                 Err(e) => {
-                    tracing::error!(error = %e, session_id = %act.session.id, "loading the session's state failed");
+                    // Without its floor the session cannot number events safely: stop, and let
+                    // the next use start a fresh actor.
+                    tracing::error!(error = %e, session_id = %act.session.id, "loading the session's state failed; stopping its actor");
+                    ctx.stop();
                     return;
                 }
             };
-            act.log = EventLog::new(rec.last_seq, act.deps.config.event_ring);
+            act.log = EventLog::new(rec.seq_floor, act.deps.config.event_ring);
             for (run_id, user) in rec.queued {
                 act.queue.push_back(QueuedRun { run_id, user });
             }
-            if let Some((run_id, user, cp)) = rec.active {
-                match cp {
-                    Some(cp) => {
-                        act.publish(
-                            Some(run_id),
-                            EventPayload::error(
-                                ErrorCode::InternalError.as_str(),
-                                "the server restarted during this run; it is resuming from its last checkpoint",
-                                true,
-                            ),
-                        );
-                        act.start_run(ctx, run_id, user, RunStart::Resume(Some(cp)), 0, None);
-                    }
-                    None => {
-                        act.publish(
-                            Some(run_id),
-                            EventPayload::error(
-                                ErrorCode::InternalError.as_str(),
-                                "the server restarted before this run saved a checkpoint; it was interrupted",
-                                false,
-                            ),
-                        );
-                        act.publish(
-                            Some(run_id),
-                            EventPayload::Done(DoneData::new(DoneStatus::Interrupted, Some("server_restarted".into()), Default::default())),
-                        );
-                        let db = act.deps.db.clone();
-                        act.deps.runtime.spawn(async move {
-                            let _ = executions::update(&db, &scope, run_id, ExecutionStatus::Interrupted, 0, Default::default(), Some("server_restarted")).await;
-                        });
-                        act.flush(ctx);
-                        act.start_next(ctx);
-                    }
+            match rec.active {
+                Some((run_id, user, Some(cp))) => {
+                    act.publish(
+                        Some(run_id),
+                        EventPayload::error(
+                            ErrorCode::InternalError.as_str(),
+                            "the server restarted during this run; it is resuming from its last checkpoint",
+                            true,
+                        ),
+                    );
+                    act.start_run(ctx, run_id, user, RunStart::Resume(Some(Box::new(cp))), 0, None);
                 }
-            } else {
-                act.start_next(ctx);
+                Some((run_id, _, None)) => {
+                    act.publish(
+                        Some(run_id),
+                        EventPayload::error(
+                            ErrorCode::InternalError.as_str(),
+                            "the server restarted before this run saved a checkpoint; it was interrupted",
+                            false,
+                        ),
+                    );
+                    act.interrupt(ctx, run_id, |act, ctx| act.start_next(ctx));
+                }
+                None => act.start_next(ctx),
             }
         }));
+    }
+
+    /// End a run the previous process left without an end: `done{interrupted}`, recorded with
+    /// its status (a run already final keeps its status and gets only the missing `done`).
+    fn interrupt(
+        &mut self,
+        ctx: &mut Context<Self>,
+        run_id: RunId,
+        then: impl FnOnce(&mut Self, &mut Context<Self>) + 'static,
+    ) {
+        let outcome = RunOutcome::new(
+            DoneStatus::Interrupted,
+            Some("server_restarted"),
+            &Progress::default(),
+        );
+        self.end_run(ctx, run_id, outcome, move |act, ctx, _, _| then(act, ctx));
     }
 }
 
 struct Recovery {
-    last_seq: u64,
+    /// The highest `seq` the session stored or reserved: numbering continues above it.
+    seq_floor: u64,
     active: Option<(RunId, UserScope, Option<RunCheckpoint>)>,
     queued: Vec<(RunId, UserScope)>,
 }
@@ -724,18 +1024,40 @@ async fn load_recovery(
     scope: &TenantScope,
     session: &Session,
 ) -> agentry_store::Result<Recovery> {
-    let last_seq = store_events::max_seq(&deps.db, scope, session.id).await?;
+    let seq_floor = sessions::seq_floor(&deps.db, scope, session.id).await?;
     let mut active = None;
     if let Some(exec) = executions::active_for_session(&deps.db, scope, session.id).await? {
-        // Approvals of the interrupted run can no longer be answered; the resumed run asks again.
-        for a in approvals::list_pending_for_session(&deps.db, scope, session.id).await? {
-            approvals::decide(&deps.db, scope, a.id, ApprovalStatus::Cancelled, None, None).await?;
+        if let Some(done) = store_events::done_of_run(&deps.db, scope, exec.id).await? {
+            // Its stream already ended it: record the status that `done` told, never run it
+            // again.
+            let status = match &done.payload {
+                EventPayload::Done(d) => execution_status(d.status),
+                _ => ExecutionStatus::Interrupted,
+            };
+            executions::record_end(
+                &deps.db,
+                scope,
+                &RunEnd {
+                    run_id: exec.id,
+                    session_id: session.id,
+                    status,
+                    steps: exec.steps,
+                    usage: exec.token_usage,
+                    error: exec.error.clone(),
+                    events: Vec::new(),
+                },
+            )
+            .await?;
+        } else {
+            // Approvals of the interrupted run can no longer be answered; the resumed run asks
+            // again.
+            approvals::cancel_pending_of_run(&deps.db, scope, exec.id).await?;
+            let cp = checkpoints::latest(&deps.db, scope, exec.id)
+                .await?
+                .and_then(|c| RunCheckpoint::from_json(&c.state).ok());
+            let user = user_scope(deps, scope, exec.user_id).await;
+            active = Some((exec.id, user, cp));
         }
-        let cp = checkpoints::latest(&deps.db, scope, exec.id)
-            .await?
-            .and_then(|c| RunCheckpoint::from_json(&c.state).ok());
-        let user = user_scope(deps, scope, exec.user_id).await;
-        active = Some((exec.id, user, cp));
     }
     let mut queued = Vec::new();
     for exec in executions::queued_for_session(&deps.db, scope, session.id).await? {
@@ -743,7 +1065,7 @@ async fn load_recovery(
         queued.push((exec.id, user));
     }
     Ok(Recovery {
-        last_seq,
+        seq_floor,
         active,
         queued,
     })
@@ -777,6 +1099,7 @@ pub(crate) async fn assistant_exists(
     load_assistant(deps, scope, id).await.map(|_| ())
 }
 
+#[allow(clippy::too_many_arguments)] // the run's identity, how it starts, and its reservation
 /// Write what must be stored before a run starts (DESIGN §1.5: an acknowledged message is in the
 /// database), and build the loop's input.
 async fn prepare_run(
@@ -787,6 +1110,7 @@ async fn prepare_run(
     user: &UserScope,
     start: RunStart,
     mcp: Option<Addr<crate::mcp_pool::McpPoolActor>>,
+    reserve_seq: u64,
 ) -> Result<PreparedRun, EngineError> {
     let tenant = Arc::new(agentry_store::tenants::get_own(&deps.db, scope).await?);
     let assistant = load_assistant(deps, scope, &session.assistant_id).await?;
@@ -837,11 +1161,21 @@ async fn prepare_run(
                         .to_string(),
                 );
             }
-            cp
+            cp.map(|c| *c)
         }
     };
-    sessions::touch(&deps.db, scope, session.id, SessionState::Running).await?;
-    let auto_approve = session.auto_approve || assistant.spec.auto_approve;
+    sessions::touch_reserving(
+        &deps.db,
+        scope,
+        session.id,
+        SessionState::Running,
+        reserve_seq,
+    )
+    .await?;
+    // A session's `auto_approve` counts only while whoever runs it still has the right: a
+    // policy tightened after the session was made applies to its next run.
+    let auto_approve = (session.auto_approve && tenant.policy().may_auto_approve(user.is_admin()))
+        || assistant.spec.auto_approve;
     Ok(PreparedRun {
         input: RunInput {
             tenant,
@@ -898,9 +1232,16 @@ impl Actor for SessionActor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
+        self.me = Some(ctx.address());
         self.recover(ctx);
         let flush_every = self.deps.config.event_flush_interval;
-        ctx.run_interval(flush_every, |act, ctx| act.flush(ctx));
+        ctx.run_interval(flush_every, |act, ctx| {
+            act.flush(ctx);
+            if !act.log.held.is_empty() {
+                act.reserve_ahead();
+            }
+            act.retry_unrecorded(ctx);
+        });
         let timeout = self.deps.config.session_timeout;
         let check = (timeout / 4).clamp(Duration::from_millis(50), Duration::from_secs(30));
         ctx.run_interval(check, move |act, ctx| {
@@ -917,18 +1258,32 @@ impl Actor for SessionActor {
     }
 
     fn stopped(&mut self, _ctx: &mut Self::Context) {
-        // Whatever is still buffered goes to the store; the actor is gone, so a plain task.
-        let batch = std::mem::take(&mut self.log.unflushed);
-        if !batch.is_empty() {
-            let db = self.deps.db.clone();
-            let scope = self.scope;
-            let sid = self.session.id;
-            self.deps.runtime.spawn(async move {
-                if let Err(e) = store_events::append(&db, &scope, sid, &batch).await {
-                    tracing::warn!(error = %e, "storing the last events of a session failed");
+        // Whatever is still buffered goes to the store, and once everything sent is stored the
+        // unused reservation is given back, so the next actor numbers on without a gap. The
+        // actor is gone, so a plain task.
+        let batch = self.log.not_stored();
+        let unrecorded = std::mem::take(&mut self.unrecorded);
+        let (reserved, last_sent) = (self.log.reserved, self.log.ring.back().map(|e| e.event.seq));
+        let db = self.deps.db.clone();
+        let scope = self.scope;
+        let sid = self.session.id;
+        self.deps.runtime.spawn(async move {
+            for end in &unrecorded {
+                if let Err(e) = executions::record_end(&db, &scope, end).await {
+                    tracing::warn!(error = %e, run_id = %end.run_id, "the end of a run is still unrecorded; the next start records it from the journal");
                 }
-            });
-        }
+            }
+            if let Err(e) = store_events::append_missing(&db, &scope, sid, &batch).await {
+                tracing::warn!(error = %e, "storing the last events of a session failed");
+                return;
+            }
+            if let Some(last) = last_sent
+                && unrecorded.is_empty()
+                && let Err(e) = sessions::release_seq(&db, &scope, sid, reserved, last).await
+            {
+                tracing::debug!(error = %e, "giving back unused event numbers failed");
+            }
+        });
         if let Some(run) = &self.run {
             run.cancel.cancel();
             if let Some(a) = &run.abort {

@@ -119,11 +119,13 @@ impl Actor for TenantSupervisor {
     fn started(&mut self, ctx: &mut Self::Context) {
         if let Some(source) = &self.deps.mcp {
             self.mcp = Some(
-                McpPoolActor::new(
-                    self.tenant.clone(),
-                    source.clone(),
-                    self.deps.config.mcp_pool.clone(),
-                )
+                McpPoolActor::new(self.tenant.clone(), source.clone(), {
+                    let mut cfg = self.deps.config.mcp_pool.clone();
+                    if cfg.workspaces.as_os_str().is_empty() {
+                        cfg.workspaces = self.deps.config.data_dir.join("workspaces");
+                    }
+                    cfg
+                })
                 .start(),
             );
         }

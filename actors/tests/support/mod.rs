@@ -166,6 +166,11 @@ impl Harness {
                 quotas: opts.quotas,
                 features_enabled: vec![],
                 tool_permissions: None,
+                // The harness's user is a member whose tests switch approvals off at will.
+                policy: agentry_store::tenants::TenantPolicy {
+                    members_may_auto_approve: true,
+                    ..Default::default()
+                },
             },
         )
         .await

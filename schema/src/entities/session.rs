@@ -15,6 +15,9 @@ pub struct Model {
     pub metadata: Json,
     pub created_at: DateTimeUtc,
     pub last_active: DateTimeUtc,
+    /// The highest event `seq` the session may have sent: a restarted session numbers its
+    /// events above it (and above the stored ones), so no sent `seq` names another event.
+    pub seq_reserved: i64,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

@@ -21,6 +21,8 @@ pub struct Model {
     pub features_enabled: Json,
     /// Tool permissions per role, `{"member": ["files:*"], "admin": ["*:*"]}`; null = defaults.
     pub tool_permissions: Option<Json>,
+    /// The tenant's policy (`agentry_schema::policy::TenantPolicy`); null = defaults.
+    pub policy: Option<Json>,
     pub created_at: DateTimeUtc,
     pub updated_at: DateTimeUtc,
 }

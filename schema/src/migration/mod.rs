@@ -5,13 +5,19 @@
 use sea_orm_migration::prelude::*;
 
 mod m20261122_000001_initial;
+mod m20261125_000010_tenant_policy;
+mod m20261125_000020_durable_runs;
 
 pub struct Migrator;
 
 #[async_trait::async_trait]
 impl MigratorTrait for Migrator {
     fn migrations() -> Vec<Box<dyn MigrationTrait>> {
-        vec![Box::new(m20261122_000001_initial::Migration)]
+        vec![
+            Box::new(m20261122_000001_initial::Migration),
+            Box::new(m20261125_000010_tenant_policy::Migration),
+            Box::new(m20261125_000020_durable_runs::Migration),
+        ]
     }
 }
 

@@ -108,7 +108,8 @@ impl Harness {
         })
         .context("starting the fake model server")?;
         let data_dir = tempfile::tempdir().context("creating a data directory")?;
-        let admin_key = format!("bench-admin-{}", std::process::id());
+        // The server wants 16+ characters: pad the pid (small pids happen).
+        let admin_key = format!("bench-admin-key-{:08}", std::process::id());
         let mut cmd = Command::new(&target.agentry);
         cmd.arg("serve")
             .env("AGENTRY_DATA_DIR", data_dir.path())

@@ -1,23 +1,28 @@
-//! `agentry chat`: a terminal client. It creates (or resumes) a session over REST, opens the
-//! session's WebSocket, sends messages, prints the event stream, answers approvals and
-//! questions, cancels with `/cancel`, and reconnects with `resume` when the connection drops.
-//! It depends on the wire types only and talks to a server like any other client.
+//! `agentry chat`: a terminal client. It creates (or joins, showing its history) a session over
+//! REST, opens the session's WebSocket, sends what is typed, prints the event stream with a
+//! status line while the model works, answers approvals and questions, cancels on Ctrl-C, and
+//! reconnects with backoff when the connection drops — giving up, with a message, after a set
+//! time. Slash commands are handled here and never reach the model. It depends on the wire
+//! types only and talks to a server like any other client.
 
-use std::io::{IsTerminal, Write};
-use std::time::Duration;
+pub mod input;
+pub mod out;
+pub mod render;
 
-use agentry_schema::events::{
-    DoneStatus, EventPayload, ExecutionEvent, HitlKind, HitlRequestData, ToolStatus,
-};
-use agentry_schema::frames::{
-    CancelFrame, ChatFrame, ClientFrame, Decision, HitlDecisionFrame, ResumeFrame,
-};
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use agentry_schema::events::{DoneStatus, EventPayload, ExecutionEvent, HitlKind, HitlRequestData};
+use agentry_schema::frames::{CancelFrame, ChatFrame, ClientFrame, Decision, HitlDecisionFrame};
 use anyhow::{Context, anyhow, bail};
 use futures::{SinkExt, StreamExt};
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+
+use input::{Input, Keyboard, Printer};
+use render::Out;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum ApprovePolicy {
@@ -34,14 +39,18 @@ pub struct ChatArgs {
     /// Server base URL.
     #[arg(long, env = "AGENTRY_URL", default_value = "http://127.0.0.1:8000")]
     pub server: String,
-    /// API key (a tenant user's key).
-    #[arg(long, env = "AGENTRY_API_KEY", hide_env_values = true)]
-    pub key: String,
-    /// Continue this session instead of creating one.
+    /// A file holding the API key (a tenant user's key). Preferred: a key on the command line
+    /// shows in `ps`.
+    #[arg(long, value_name = "FILE")]
+    pub key_file: Option<PathBuf>,
+    /// The API key. Prefer `--key-file` or the AGENTRY_KEY variable: arguments show in `ps`.
+    #[arg(long, env = "AGENTRY_KEY", hide_env_values = true)]
+    pub key: Option<String>,
+    /// Join this session (its recent history is shown) instead of creating one.
     #[arg(long)]
     pub session: Option<String>,
-    /// Assistant for a new session.
-    #[arg(long)]
+    /// Assistant (id or name) for a new session.
+    #[arg(long, alias = "agent")]
     pub assistant: Option<String>,
     /// Send this message, wait for its `done`, and exit (status 0 when the run completed).
     #[arg(long, short)]
@@ -52,197 +61,766 @@ pub struct ChatArgs {
     /// Print every event as a JSON line instead of formatted text.
     #[arg(long)]
     pub json: bool,
+    /// When the server cannot be reached for this many seconds, stop retrying and exit.
+    #[arg(long, value_name = "SECS", default_value_t = 60)]
+    pub give_up_after: u64,
 }
 
 type Ws =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
-/// Run `agentry chat`. Returns the process exit code.
-pub async fn chat(args: ChatArgs) -> anyhow::Result<i32> {
-    let base = url::Url::parse(&args.server)
-        .with_context(|| format!("--server {:?} is not a URL", args.server))?;
-    let http = reqwest::Client::new();
-    let session = match &args.session {
-        Some(s) => s.clone(),
-        None => create_session(&http, &base, &args.key, args.assistant.as_deref()).await?,
-    };
-    let interactive = args.message.is_none();
-    if !args.json {
-        eprintln!("session {session}");
-        if interactive {
-            eprintln!("type a message; /cancel stops the run, /quit leaves");
+const HELP: &str = "\
+/help            this list
+/cancel          cancel the current run (Ctrl-C does too; a second Ctrl-C quits)
+/sessions        your recent sessions
+/new             start a new session with the same assistant
+/agent [NAME]    list the assistants, or start a new session with NAME
+/quit            leave (Ctrl-D too)
+A line ending in \\ continues on the next line. Start a message with // to send one that
+begins with / (e.g. //tool … for the scripted model).
+";
+
+/// The key: from `--key-file`, else `--key` / AGENTRY_KEY.
+fn resolve_key(args: &ChatArgs) -> anyhow::Result<String> {
+    if let Some(path) = &args.key_file {
+        let key = std::fs::read_to_string(path)
+            .with_context(|| format!("reading the key file {}", path.display()))?;
+        let key = key.trim().to_string();
+        if key.is_empty() {
+            bail!("the key file {} is empty", path.display());
         }
+        return Ok(key);
     }
-    let mut last_seq = 0u64;
-    let mut ws = connect(&base, &args.key, &session).await?;
-    let mut stdin = BufReader::new(tokio::io::stdin()).lines();
-    let mut pending: Option<HitlRequestData> = None;
-    let mut waiting_done = false;
-    if let Some(m) = &args.message {
-        send(
-            &mut ws,
-            &ClientFrame::Chat(ChatFrame {
-                message: m.clone(),
-                enqueue: false,
-            }),
-        )
-        .await?;
-        waiting_done = true;
+    match &args.key {
+        Some(k) if !k.trim().is_empty() => Ok(k.trim().to_string()),
+        _ => bail!(
+            "no API key: pass --key-file FILE or set AGENTRY_KEY (a tenant user's key; see docs/quickstart.md)"
+        ),
     }
-    let mut exit = 0;
-    loop {
-        tokio::select! {
-            msg = ws.next() => {
-                let text = match msg {
-                    Some(Ok(Message::Text(t))) => t.to_string(),
-                    Some(Ok(Message::Close(_))) | None | Some(Err(_)) => {
-                        // Reconnect and resume from the last event seen.
-                        if !args.json {
-                            eprintln!("\n[connection lost; reconnecting]");
-                        }
-                        ws = reconnect(&base, &args.key, &session).await?;
-                        send(&mut ws, &ClientFrame::Resume(ResumeFrame { after_seq: last_seq })).await?;
-                        continue;
-                    }
-                    Some(Ok(_)) => continue,
-                };
-                let ev: ExecutionEvent = match serde_json::from_str(&text) {
-                    Ok(ev) => ev,
-                    Err(_) => {
-                        eprintln!("[unreadable frame] {text}");
-                        continue;
-                    }
-                };
-                if ev.seq <= last_seq && ev.seq != 0 {
-                    continue;
-                }
-                last_seq = last_seq.max(ev.seq);
-                if args.json {
-                    println!("{text}");
-                } else {
-                    render(&ev);
-                }
-                match &ev.payload {
-                    EventPayload::HitlRequest(req) => {
-                        match (req.kind, args.approve) {
-                            (HitlKind::Approval, ApprovePolicy::All) => decide(&mut ws, &req.request_id, Decision::Approve { message: None }).await?,
-                            (HitlKind::Approval, ApprovePolicy::None) => decide(&mut ws, &req.request_id, Decision::Reject { message: Some("rejected by the CLI policy".into()) }).await?,
-                            _ if !std::io::stdin().is_terminal() && !interactive => {
-                                decide(&mut ws, &req.request_id, Decision::Reject { message: Some("no interactive user".into()) }).await?
-                            }
-                            _ => {
-                                prompt_for(req);
-                                pending = Some(req.clone());
-                            }
-                        }
-                    }
-                    EventPayload::Done(d) => {
-                        pending = None;
-                        if waiting_done && !interactive {
-                            exit = if d.status == DoneStatus::Completed { 0 } else { 1 };
-                            break;
-                        }
-                    }
-                    _ => {}
-                }
-            }
-            line = stdin.next_line() => {
-                let Some(line) = line.context("reading stdin")? else {
-                    if interactive { break } else { continue }
-                };
-                let line = line.trim().to_string();
-                if let Some(req) = pending.take() {
-                    match parse_decision(&req, &line) {
-                        Ok(d) => decide(&mut ws, &req.request_id, d).await?,
-                        Err(e) => {
-                            eprintln!("{e}");
-                            prompt_for(&req);
-                            pending = Some(req);
-                        }
-                    }
-                    continue;
-                }
-                match line.as_str() {
-                    "" => {}
-                    "/quit" | "/exit" => break,
-                    "/cancel" => send(&mut ws, &ClientFrame::Cancel(CancelFrame::default())).await?,
-                    _ if interactive => send(&mut ws, &ClientFrame::Chat(ChatFrame { message: line, enqueue: false })).await?,
-                    _ => {}
-                }
-            }
-        }
-    }
-    let _ = ws.close(None).await;
-    Ok(exit)
 }
 
-async fn create_session(
-    http: &reqwest::Client,
-    base: &url::Url,
-    key: &str,
-    assistant: Option<&str>,
-) -> anyhow::Result<String> {
-    let url = base.join("/api/v1/sessions")?;
-    let body = match assistant {
-        Some(a) => json!({"assistant_id": a}),
-        None => json!({}),
-    };
-    let res = http
-        .post(url)
-        .bearer_auth(key)
-        .json(&body)
-        .send()
-        .await
-        .context("creating a session")?;
-    let status = res.status();
-    let v: Value = res.json().await.unwrap_or(Value::Null);
-    if !status.is_success() {
-        bail!(
-            "creating a session failed ({status}): {}",
-            v["message"].as_str().unwrap_or("no message")
-        );
-    }
-    v["session_id"]
-        .as_str()
-        .map(str::to_string)
-        .ok_or_else(|| anyhow!("the server answered without a session_id"))
+/// REST calls of the client.
+struct Api {
+    http: reqwest::Client,
+    base: url::Url,
+    key: String,
 }
 
-async fn connect(base: &url::Url, key: &str, session: &str) -> anyhow::Result<Ws> {
-    let mut url = base.join(&format!("/ws/chat/{session}"))?;
-    let scheme = if base.scheme() == "https" {
+impl Api {
+    async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> anyhow::Result<Value> {
+        let url = self.base.join(path)?;
+        let mut req = self
+            .http
+            .request(method, url)
+            .bearer_auth(&self.key)
+            .timeout(Duration::from_secs(30));
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let res = req
+            .send()
+            .await
+            .with_context(|| format!("cannot reach {}", self.base))?;
+        let status = res.status();
+        let v: Value = res.json().await.unwrap_or(Value::Null);
+        if !status.is_success() {
+            bail!(
+                "{path}: {status}: {}",
+                v["message"].as_str().unwrap_or("no message")
+            );
+        }
+        Ok(v)
+    }
+
+    async fn get(&self, path: &str) -> anyhow::Result<Value> {
+        self.call(reqwest::Method::GET, path, None).await
+    }
+
+    async fn create_session(&self, assistant: Option<&str>) -> anyhow::Result<String> {
+        let body = match assistant {
+            Some(a) => json!({"assistant_id": self.assistant_id(a).await?}),
+            None => json!({}),
+        };
+        let v = self
+            .call(reqwest::Method::POST, "/api/v1/sessions", Some(body))
+            .await
+            .context("creating a session")?;
+        v["session_id"]
+            .as_str()
+            .map(str::to_string)
+            .ok_or_else(|| anyhow!("the server answered without a session_id"))
+    }
+
+    /// An assistant's id from its id or name.
+    async fn assistant_id(&self, wanted: &str) -> anyhow::Result<String> {
+        let agents = self.get("/api/v1/agents").await?;
+        let items = items(&agents);
+        items
+            .iter()
+            .find(|a| {
+                a["id"] == wanted
+                    || a["name"]
+                        .as_str()
+                        .is_some_and(|n| n.eq_ignore_ascii_case(wanted))
+            })
+            .and_then(|a| a["id"].as_str().map(str::to_string))
+            .ok_or_else(|| {
+                let names: Vec<&str> = items.iter().filter_map(|a| a["name"].as_str()).collect();
+                anyhow!("no assistant {wanted:?}; there are: {}", names.join(", "))
+            })
+    }
+}
+
+/// Why a WebSocket could not be opened: worth retrying, or not (a bad key, a gone session).
+enum ConnectError {
+    Retry(String),
+    Fatal(String),
+}
+
+async fn connect(api: &Api, session: &str, after_seq: Option<u64>) -> Result<Ws, ConnectError> {
+    let mut url = api
+        .base
+        .join(&format!("/ws/chat/{session}"))
+        .map_err(|e| ConnectError::Fatal(e.to_string()))?;
+    let scheme = if api.base.scheme() == "https" {
         "wss"
     } else {
         "ws"
     };
     url.set_scheme(scheme)
-        .map_err(|_| anyhow!("cannot use {scheme} with {base}"))?;
-    let mut req = url.as_str().into_client_request()?;
-    req.headers_mut()
-        .insert("authorization", format!("Bearer {key}").parse()?);
-    let (ws, _) = tokio_tungstenite::connect_async(req)
-        .await
-        .map_err(|e| match e {
-            tokio_tungstenite::tungstenite::Error::Http(res) => {
-                anyhow!("the server refused the WebSocket: HTTP {}", res.status())
+        .map_err(|_| ConnectError::Fatal(format!("cannot use {scheme} with {}", api.base)))?;
+    if let Some(after) = after_seq {
+        url.set_query(Some(&format!("after_seq={after}")));
+    }
+    let mut req = url
+        .as_str()
+        .into_client_request()
+        .map_err(|e| ConnectError::Fatal(e.to_string()))?;
+    let auth = format!("Bearer {}", api.key)
+        .parse()
+        .map_err(|_| ConnectError::Fatal("the key is not valid header text".into()))?;
+    req.headers_mut().insert("authorization", auth);
+    let attempt = tokio::time::timeout(
+        Duration::from_secs(10),
+        tokio_tungstenite::connect_async(req),
+    );
+    match attempt.await {
+        Err(_) => Err(ConnectError::Retry("no answer within 10 s".into())),
+        Ok(Ok((ws, _))) => Ok(ws),
+        Ok(Err(tokio_tungstenite::tungstenite::Error::Http(res))) => {
+            let status = res.status();
+            let body = res
+                .body()
+                .as_ref()
+                .and_then(|b| serde_json::from_slice::<Value>(b).ok())
+                .and_then(|v| v["message"].as_str().map(str::to_string))
+                .unwrap_or_default();
+            let msg = format!("the server refused the WebSocket: HTTP {status} {body}");
+            if matches!(status.as_u16(), 400 | 401 | 403 | 404) {
+                Err(ConnectError::Fatal(msg))
+            } else {
+                Err(ConnectError::Retry(msg))
             }
-            other => anyhow!("connecting the WebSocket: {other}"),
-        })?;
-    Ok(ws)
+        }
+        Ok(Err(e)) => Err(ConnectError::Retry(e.to_string())),
+    }
 }
 
-async fn reconnect(base: &url::Url, key: &str, session: &str) -> anyhow::Result<Ws> {
-    let mut delay = Duration::from_millis(200);
-    for _ in 0..8 {
-        match connect(base, key, session).await {
-            Ok(ws) => return Ok(ws),
-            Err(_) => {
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_secs(5));
+/// The terminal: the conversation on stdout, notes on stderr, a status line while the model
+/// works, and — while a line is being edited — everything printed above the prompt.
+struct Screen {
+    printer: Option<Printer>,
+    /// A line is being edited: output goes through the printer.
+    prompt_active: bool,
+    /// The last stdout text did not end a line (a streaming answer).
+    mid_line: bool,
+    status_shown: bool,
+    /// stderr is a terminal: the status line may be drawn.
+    status_tty: bool,
+    frame: usize,
+}
+
+impl Screen {
+    fn new(printer: Option<Printer>, json: bool) -> Screen {
+        Screen {
+            printer,
+            prompt_active: false,
+            mid_line: false,
+            status_shown: false,
+            status_tty: !json && std::io::stderr().is_terminal(),
+            frame: 0,
+        }
+    }
+
+    fn clear_status(&mut self) {
+        if self.status_shown {
+            out::stderr("\r\x1b[2K");
+            self.status_shown = false;
+        }
+    }
+
+    fn show(&mut self, o: Out) {
+        if self.prompt_active
+            && let Some(p) = &mut self.printer
+        {
+            let text = match &o {
+                Out::Stdout(s) | Out::Stderr(s) => s.trim_end_matches('\n').to_string(),
+            };
+            if !text.trim().is_empty() {
+                let _ = p.print(format!("{text}\n"));
+            }
+            return;
+        }
+        self.clear_status();
+        match o {
+            Out::Stdout(s) => {
+                if !s.is_empty() {
+                    self.mid_line = !s.ends_with('\n');
+                }
+                out::stdout(&s);
+            }
+            Out::Stderr(s) => {
+                if self.mid_line {
+                    out::stdout("\n");
+                    self.mid_line = false;
+                }
+                out::stderr(&s);
             }
         }
     }
-    connect(base, key, session).await
+
+    fn note(&mut self, text: &str) {
+        self.show(Out::Stderr(format!("{text}\n")));
+    }
+
+    /// Draw the status line (`⠋ working… 3s`) when nothing else is on the current line.
+    fn spin(&mut self, since: Instant, what: &str) {
+        if !self.status_tty || self.prompt_active || self.mid_line {
+            return;
+        }
+        const FRAMES: [&str; 10] = ["⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"];
+        self.frame = (self.frame + 1) % FRAMES.len();
+        out::stderr(&format!(
+            "\r\x1b[2K{} {what}… {}s (Ctrl-C cancels)",
+            FRAMES[self.frame],
+            since.elapsed().as_secs()
+        ));
+        self.status_shown = true;
+    }
+}
+
+/// The state of one `agentry chat`.
+struct Chat {
+    args: ChatArgs,
+    api: Api,
+    session: String,
+    assistant: Option<String>,
+    screen: Screen,
+    keyboard: Option<Keyboard>,
+    last_seq: u64,
+    pending: Option<HitlRequestData>,
+    /// A run is going on in the session (ours or another client's).
+    running: Option<Instant>,
+    cancel_sent: bool,
+    /// One-shot: the exit status once our run's `done` arrives.
+    waiting_done: bool,
+    /// Piped input ended: leave when the run ends.
+    quit_when_idle: bool,
+    interrupted_at_prompt: bool,
+    last_rx: Instant,
+}
+
+enum Step {
+    Continue,
+    Exit(i32),
+}
+
+/// Run `agentry chat`. Returns the process exit code.
+pub async fn chat(args: ChatArgs) -> anyhow::Result<i32> {
+    let base = url::Url::parse(&args.server)
+        .with_context(|| format!("--server {:?} is not a URL", args.server))?;
+    let key = resolve_key(&args)?;
+    let api = Api {
+        http: reqwest::Client::new(),
+        base,
+        key,
+    };
+    let one_shot = args.message.is_some();
+    // A one-shot run reads the keyboard only to answer approvals, and only from a terminal.
+    let (keyboard, printer) = if !one_shot || std::io::stdin().is_terminal() {
+        let (k, p) = Keyboard::spawn();
+        (Some(k), p)
+    } else {
+        (None, None)
+    };
+    let session = match &args.session {
+        Some(s) => s.clone(),
+        None => api.create_session(args.assistant.as_deref()).await?,
+    };
+    let mut chat = Chat {
+        screen: Screen::new(printer, args.json),
+        assistant: args.assistant.clone(),
+        args,
+        api,
+        session,
+        keyboard,
+        last_seq: 0,
+        pending: None,
+        running: None,
+        cancel_sent: false,
+        waiting_done: false,
+        quit_when_idle: false,
+        interrupted_at_prompt: false,
+        last_rx: Instant::now(),
+    };
+    let result = chat.run().await;
+    if chat.screen.prompt_active {
+        // Whatever main prints next starts on its own line, not after the prompt.
+        out::stderr("\n");
+    }
+    result
+}
+
+impl Chat {
+    async fn run(&mut self) -> anyhow::Result<i32> {
+        if !self.args.json {
+            self.screen.note(&format!("session {}", self.session));
+        }
+        if self.args.session.is_some() {
+            self.show_history().await?;
+        }
+        if self.args.message.is_none() && !self.args.json {
+            self.screen.note(
+                "type a message; /help lists the commands, Ctrl-C cancels a run, /quit leaves",
+            );
+        }
+        let after = self.args.session.is_some().then_some(self.last_seq);
+        let mut ws = self.reconnect(after, false).await?;
+        if let Some(m) = self.args.message.clone() {
+            self.send_chat(&mut ws, m).await?;
+            self.waiting_done = true;
+        }
+        // One handler for the whole chat, so no Ctrl-C falls between two loop turns.
+        let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+            .context("listening for Ctrl-C")?;
+        let mut tick = tokio::time::interval(Duration::from_millis(120));
+        let mut last_ping = Instant::now();
+        loop {
+            self.ask_for_input();
+            let step = tokio::select! {
+                msg = ws.next() => match msg {
+                    Some(Ok(Message::Text(t))) => {
+                        self.last_rx = Instant::now();
+                        self.on_event(&mut ws, t.as_str()).await?
+                    }
+                    Some(Ok(Message::Close(_))) | None | Some(Err(_)) => {
+                        ws = self.reconnect(Some(self.last_seq), true).await?;
+                        Step::Continue
+                    }
+                    Some(Ok(_)) => {
+                        self.last_rx = Instant::now();
+                        Step::Continue
+                    }
+                },
+                got = next_input(&mut self.keyboard) => self.on_input(&mut ws, got).await?,
+                _ = sigint.recv() => self.on_interrupt(&mut ws).await?,
+                _ = tick.tick() => {
+                    if let Some(since) = self.running
+                        && self.pending.is_none()
+                    {
+                        let what = if self.cancel_sent { "cancelling" } else { "working" };
+                        self.screen.spin(since, what);
+                    }
+                    if last_ping.elapsed() > Duration::from_secs(15) {
+                        last_ping = Instant::now();
+                        let _ = ws.send(Message::Ping(Vec::new().into())).await;
+                    }
+                    if self.last_rx.elapsed() > Duration::from_secs(45) {
+                        // The server pings every 15 s: this long without a frame is a dead link.
+                        let _ = ws.close(None).await;
+                        ws = self.reconnect(Some(self.last_seq), true).await?;
+                    }
+                    Step::Continue
+                }
+            };
+            if let Step::Exit(code) = step {
+                self.screen.clear_status();
+                let _ = ws.close(None).await;
+                return Ok(code);
+            }
+        }
+    }
+
+    fn ask_for_input(&mut self) {
+        let Some(k) = &mut self.keyboard else { return };
+        let prompt = match &self.pending {
+            Some(req) => render::hitl_prompt(req),
+            None if self.args.message.is_some() || self.running.is_some() => return,
+            None => "> ",
+        };
+        if !k.waiting {
+            self.screen.clear_status();
+            if self.screen.mid_line {
+                out::stdout("\n");
+                self.screen.mid_line = false;
+            }
+            k.ask(prompt);
+            self.screen.prompt_active = true;
+        }
+    }
+
+    /// Open the session's WebSocket, retrying with backoff until `--give-up-after`; a refusal
+    /// that retrying cannot change (bad key, unknown session) ends at once.
+    async fn reconnect(&mut self, after_seq: Option<u64>, lost: bool) -> anyhow::Result<Ws> {
+        let give_up = Duration::from_secs(self.args.give_up_after);
+        let started = Instant::now();
+        let mut delay = Duration::from_millis(250);
+        let mut attempt = 0u32;
+        if lost {
+            self.screen.note("[connection lost; reconnecting]");
+        }
+        loop {
+            attempt += 1;
+            let err = tokio::select! {
+                r = connect(&self.api, &self.session, after_seq) => match r {
+                    Ok(ws) => {
+                        if attempt > 1 || lost {
+                            self.screen.note("[connected]");
+                        }
+                        self.last_rx = Instant::now();
+                        return Ok(ws);
+                    }
+                    Err(ConnectError::Fatal(e)) => bail!("{e}"),
+                    Err(ConnectError::Retry(e)) => e,
+                },
+                _ = tokio::signal::ctrl_c() => bail!("interrupted while connecting"),
+            };
+            let left = give_up.saturating_sub(started.elapsed());
+            if left.is_zero() {
+                bail!(
+                    "the server at {} has not answered for {} s ({err}); giving up. Continue later with: agentry chat --session {}",
+                    self.api.base,
+                    self.args.give_up_after,
+                    self.session
+                );
+            }
+            let wait = delay.min(left);
+            self.screen.note(&format!(
+                "[cannot reach the server: {err}; retry {attempt} in {:.1} s, giving up in {} s]",
+                wait.as_secs_f32(),
+                left.as_secs()
+            ));
+            tokio::time::sleep(wait).await;
+            delay = (delay * 2).min(Duration::from_secs(5));
+        }
+    }
+
+    async fn send_chat(&mut self, ws: &mut Ws, message: String) -> anyhow::Result<()> {
+        send(
+            ws,
+            &ClientFrame::Chat(ChatFrame {
+                message,
+                enqueue: false,
+            }),
+        )
+        .await?;
+        self.running = Some(Instant::now());
+        self.cancel_sent = false;
+        Ok(())
+    }
+
+    async fn on_event(&mut self, ws: &mut Ws, text: &str) -> anyhow::Result<Step> {
+        let ev: ExecutionEvent = match serde_json::from_str(text) {
+            Ok(ev) => ev,
+            Err(_) => {
+                self.screen.note(&format!("[unreadable frame] {text}"));
+                return Ok(Step::Continue);
+            }
+        };
+        if ev.seq <= self.last_seq && ev.seq != 0 {
+            return Ok(Step::Continue);
+        }
+        self.last_seq = self.last_seq.max(ev.seq);
+        if self.args.json {
+            self.screen.show(Out::Stdout(format!("{text}\n")));
+        } else if let Some(o) = render::event(&ev) {
+            self.screen.show(o);
+        }
+        match &ev.payload {
+            EventPayload::Done(d) => {
+                self.running = None;
+                self.pending = None;
+                self.cancel_sent = false;
+                if self.waiting_done {
+                    return Ok(Step::Exit(if d.status == DoneStatus::Completed {
+                        0
+                    } else {
+                        1
+                    }));
+                }
+                if self.quit_when_idle {
+                    return Ok(Step::Exit(0));
+                }
+            }
+            EventPayload::HitlRequest(req) => {
+                self.running.get_or_insert_with(Instant::now);
+                let auto = match (req.kind, self.args.approve) {
+                    (HitlKind::Approval, ApprovePolicy::All) => {
+                        Some(Decision::Approve { message: None })
+                    }
+                    (HitlKind::Approval, ApprovePolicy::None) => Some(Decision::Reject {
+                        message: Some("rejected by the CLI policy".into()),
+                    }),
+                    _ if self.keyboard.is_none() => Some(Decision::Reject {
+                        message: Some("no interactive user".into()),
+                    }),
+                    _ => None,
+                };
+                match auto {
+                    Some(d) => decide(ws, &req.request_id, d).await?,
+                    None => self.pending = Some(req.clone()),
+                }
+            }
+            _ => {
+                self.running.get_or_insert_with(Instant::now);
+            }
+        }
+        Ok(Step::Continue)
+    }
+
+    async fn on_interrupt(&mut self, ws: &mut Ws) -> anyhow::Result<Step> {
+        if self.running.is_none() {
+            return Ok(Step::Exit(130));
+        }
+        if self.cancel_sent {
+            self.screen
+                .note("[quit; the run goes on being cancelled on the server]");
+            return Ok(Step::Exit(130));
+        }
+        send(ws, &ClientFrame::Cancel(CancelFrame::default())).await?;
+        self.cancel_sent = true;
+        self.screen
+            .note("\n[cancelling the run; Ctrl-C again quits]");
+        Ok(Step::Continue)
+    }
+
+    async fn on_input(&mut self, ws: &mut Ws, got: Input) -> anyhow::Result<Step> {
+        self.screen.prompt_active = false;
+        let line = match got {
+            Input::Eof => {
+                if self.running.is_some() && self.pending.is_none() {
+                    self.quit_when_idle = true;
+                    self.keyboard = None;
+                    return Ok(Step::Continue);
+                }
+                return Ok(Step::Exit(0));
+            }
+            Input::Interrupted => {
+                if self.running.is_some() {
+                    return self.on_interrupt(ws).await;
+                }
+                if self.interrupted_at_prompt {
+                    return Ok(Step::Exit(130));
+                }
+                self.interrupted_at_prompt = true;
+                self.screen.note("(Ctrl-C again, Ctrl-D or /quit leaves)");
+                return Ok(Step::Continue);
+            }
+            Input::Line(l) => l,
+        };
+        self.interrupted_at_prompt = false;
+        if let Some(req) = self.pending.take() {
+            match parse_decision(&req, &line) {
+                Ok(d) => decide(ws, &req.request_id, d).await?,
+                Err(e) => {
+                    self.screen.note(&e);
+                    self.pending = Some(req);
+                }
+            }
+            return Ok(Step::Continue);
+        }
+        let trimmed = line.trim();
+        if let Some(rest) = trimmed.strip_prefix("//") {
+            self.send_chat(ws, format!("/{rest}")).await?;
+            return Ok(Step::Continue);
+        }
+        if !trimmed.starts_with('/') {
+            if !trimmed.is_empty() {
+                self.send_chat(ws, line).await?;
+            }
+            return Ok(Step::Continue);
+        }
+        let (cmd, arg) = trimmed.split_once(' ').unwrap_or((trimmed, ""));
+        let arg = arg.trim();
+        match cmd {
+            "/quit" | "/exit" => return Ok(Step::Exit(0)),
+            "/help" => self.screen.show(Out::Stderr(HELP.into())),
+            "/cancel" => send(ws, &ClientFrame::Cancel(CancelFrame::default())).await?,
+            "/sessions" => self.list_sessions().await,
+            "/new" => {
+                let assistant = self.assistant.clone();
+                self.switch(ws, assistant).await;
+            }
+            "/agent" | "/agents" if arg.is_empty() => self.list_agents().await,
+            "/agent" => self.switch(ws, Some(arg.to_string())).await,
+            other => self.screen.note(&format!(
+                "unknown command {other}: /help lists them (start with // to send a line beginning with /)"
+            )),
+        }
+        Ok(Step::Continue)
+    }
+
+    /// Start a new session (with `assistant`, if given) and move to it.
+    async fn switch(&mut self, ws: &mut Ws, assistant: Option<String>) {
+        let created = self.api.create_session(assistant.as_deref()).await;
+        match created {
+            Err(e) => self.screen.note(&format!("{e:#}")),
+            Ok(id) => {
+                let _ = ws.close(None).await;
+                self.session = id;
+                self.assistant = assistant;
+                self.last_seq = 0;
+                self.running = None;
+                self.pending = None;
+                match self.reconnect(None, false).await {
+                    Ok(new) => {
+                        *ws = new;
+                        self.screen.note(&format!("session {}", self.session));
+                    }
+                    Err(e) => self.screen.note(&format!("{e:#}")),
+                }
+            }
+        }
+    }
+
+    async fn list_sessions(&mut self) {
+        match self.api.get("/api/v1/sessions?limit=20").await {
+            Err(e) => self.screen.note(&format!("{e:#}")),
+            Ok(v) => {
+                let mut s = String::new();
+                for item in v["items"].as_array().into_iter().flatten() {
+                    let id = item["session_id"].as_str().unwrap_or("?");
+                    s.push_str(&format!(
+                        "{} {id}  {:<16} last active {}\n",
+                        if id == self.session { "*" } else { " " },
+                        item["state"].as_str().unwrap_or(""),
+                        item["last_active"].as_str().unwrap_or("")
+                    ));
+                }
+                s.push_str("join one with: agentry chat --session ID\n");
+                self.screen.show(Out::Stderr(s));
+            }
+        }
+    }
+
+    async fn list_agents(&mut self) {
+        match self.api.get("/api/v1/agents").await {
+            Err(e) => self.screen.note(&format!("{e:#}")),
+            Ok(v) => {
+                let mut s = String::new();
+                for a in items(&v) {
+                    s.push_str(&format!(
+                        "  {:<12} {:<24} {}\n",
+                        a["id"].as_str().unwrap_or("?"),
+                        a["name"].as_str().unwrap_or("?"),
+                        a["description"].as_str().unwrap_or("")
+                    ));
+                }
+                s.push_str("start a session with one: /agent ID or /agent NAME\n");
+                self.screen.show(Out::Stderr(s));
+            }
+        }
+    }
+
+    /// The session's recent messages, the last event seen (so the live stream continues after
+    /// it), and an approval still waiting.
+    async fn show_history(&mut self) -> anyhow::Result<()> {
+        const SHOWN: u64 = 40;
+        let base = format!("/api/v1/sessions/{}", self.session);
+        let info = self
+            .api
+            .get(&base)
+            .await
+            .with_context(|| format!("joining session {}", self.session))?;
+        let total = self.api.get(&format!("{base}/messages?limit=1")).await?["total"]
+            .as_u64()
+            .unwrap_or(0);
+        let offset = total.saturating_sub(SHOWN);
+        let page = self
+            .api
+            .get(&format!("{base}/messages?limit={SHOWN}&offset={offset}"))
+            .await?;
+        if !self.args.json {
+            let mut s = String::new();
+            if offset > 0 {
+                s.push_str(&format!("… {offset} earlier messages\n"));
+            }
+            for m in page["items"].as_array().into_iter().flatten() {
+                let content = m["content"].as_str().unwrap_or("");
+                match m["role"].as_str() {
+                    Some("user") => s.push_str(&format!("> {content}\n")),
+                    Some("assistant") if !content.is_empty() => s.push_str(&format!("{content}\n")),
+                    _ => {}
+                }
+            }
+            s.push_str("──\n");
+            self.screen.show(Out::Stdout(s));
+        }
+        // The event stream up to now: where the live stream continues, and what is pending.
+        let mut after = 0;
+        let mut waiting: Option<HitlRequestData> = None;
+        loop {
+            let page = self
+                .api
+                .get(&format!("{base}/events?after_seq={after}&limit=1000"))
+                .await?;
+            for ev in page["events"].as_array().into_iter().flatten() {
+                if let Ok(ev) = serde_json::from_value::<ExecutionEvent>(ev.clone()) {
+                    match ev.payload {
+                        EventPayload::HitlRequest(h) => waiting = Some(h),
+                        EventPayload::Done(_) => waiting = None,
+                        _ => {}
+                    }
+                }
+            }
+            after = page["next_after_seq"].as_u64().unwrap_or(after);
+            if page["has_more"] != true {
+                break;
+            }
+        }
+        self.last_seq = after;
+        if info["state"] == "waiting_approval"
+            && let Some(h) = waiting
+        {
+            self.running = Some(Instant::now());
+            self.screen.show(Out::Stdout(render::hitl_request(&h)));
+            self.pending = Some(h);
+        } else if info["state"] == "running" {
+            self.running = Some(Instant::now());
+        }
+        Ok(())
+    }
+}
+
+/// The items of a list answer: a page (`{items, total, …}`) or a plain array.
+fn items(v: &Value) -> Vec<Value> {
+    v.get("items")
+        .unwrap_or(v)
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+async fn next_input(keyboard: &mut Option<Keyboard>) -> Input {
+    match keyboard {
+        Some(k) if k.waiting => k.next().await,
+        _ => std::future::pending().await,
+    }
 }
 
 async fn send(ws: &mut Ws, frame: &ClientFrame) -> anyhow::Result<()> {
@@ -260,14 +838,6 @@ async fn decide(ws: &mut Ws, request_id: &str, decision: Decision) -> anyhow::Re
         }),
     )
     .await
-}
-
-fn prompt_for(req: &HitlRequestData) {
-    match req.kind {
-        HitlKind::Approval => eprint!("approve? [y]es / [n]o [reason] / e {{new args as JSON}}: "),
-        HitlKind::Question => eprint!("your answer (or /decline): "),
-    }
-    let _ = std::io::stderr().flush();
 }
 
 /// Turn a typed line into a decision for `req`.
@@ -301,79 +871,6 @@ pub fn parse_decision(req: &HitlRequestData, line: &str) -> Result<Decision, Str
             };
             Ok(Decision::Answer { answer })
         }
-    }
-}
-
-fn render(ev: &ExecutionEvent) {
-    let mut out = std::io::stdout();
-    match &ev.payload {
-        EventPayload::Text(t) if !t.is_final => {
-            let _ = write!(out, "{}", t.content);
-            let _ = out.flush();
-        }
-        EventPayload::Text(_) => println!(),
-        EventPayload::ToolCall(c) => println!("\n→ {} {}", c.tool_name, c.tool_args),
-        EventPayload::ToolResult(r) => {
-            let mut s = r.result.to_string();
-            if s.len() > 300 {
-                let mut cut = 300;
-                while !s.is_char_boundary(cut) {
-                    cut -= 1;
-                }
-                s.truncate(cut);
-                s.push('…');
-            }
-            let mark = if r.status == ToolStatus::Success {
-                "✓"
-            } else {
-                "✗"
-            };
-            println!("{mark} {s}");
-        }
-        EventPayload::HitlRequest(h) => match (&h.question, h.action_requests.first()) {
-            (Some(q), _) => println!(
-                "\n? {}{}",
-                q.text,
-                if q.options.is_empty() {
-                    String::new()
-                } else {
-                    format!(" ({})", q.options.join(" / "))
-                }
-            ),
-            (None, Some(a)) => println!("\n! approval needed: {}", a.description),
-            _ => println!("\n! approval needed"),
-        },
-        EventPayload::TodoUpdate(t) => {
-            println!("todos:");
-            for todo in &t.todos {
-                println!("  [{:?}] {}", todo.status, todo.content);
-            }
-        }
-        EventPayload::FileOperation(f) => println!(
-            "  {:?} {} (+{} -{})",
-            f.operation, f.file_path, f.metrics.lines_added, f.metrics.lines_removed
-        ),
-        EventPayload::Progress(p) => println!(
-            "  … {}{}",
-            p.progress,
-            p.total.map(|t| format!("/{t}")).unwrap_or_default()
-        ),
-        EventPayload::Error(e) => eprintln!(
-            "\n[{}{}] {}",
-            e.error_code,
-            if e.recoverable { ", recoverable" } else { "" },
-            e.error
-        ),
-        EventPayload::Done(d) => eprintln!(
-            "[done: {}{} · tokens {} in / {} out]",
-            d.status.as_str(),
-            d.reason
-                .as_deref()
-                .map(|r| format!(" ({r})"))
-                .unwrap_or_default(),
-            d.token_usage.input,
-            d.token_usage.output
-        ),
     }
 }
 

@@ -295,6 +295,8 @@ pub enum DefaultReply {
 
 #[derive(Debug, Clone)]
 pub struct FakeConfig {
+    /// The address to listen on: loopback unless a container must reach it from another.
+    pub host: std::net::IpAddr,
     /// 0 picks a free port.
     pub port: u16,
     /// Delay before each response head (time to first byte).
@@ -336,6 +338,7 @@ pub struct ModelTiming {
 impl Default for FakeConfig {
     fn default() -> Self {
         Self {
+            host: std::net::Ipv4Addr::LOCALHOST.into(),
             port: 0,
             latency: Duration::ZERO,
             chunks: 0,
@@ -385,7 +388,7 @@ pub struct FakeModelServer {
 }
 
 impl FakeModelServer {
-    /// Start on `127.0.0.1:config.port`. Needs a Tokio runtime; panics if the port cannot be
+    /// Start on `config.host:config.port` (loopback by default). Needs a Tokio runtime; panics if the port cannot be
     /// bound (test support: use [`FakeModelServer::try_start`] to handle that).
     pub fn start(config: FakeConfig) -> Self {
         match Self::try_start(config) {
@@ -410,7 +413,11 @@ impl FakeModelServer {
                 timing_limit: config.timing_limit,
             }),
         });
-        let (addr, server) = server::run(shared.clone(), config.port, config.workers.max(1))?;
+        let (addr, server) = server::run(
+            shared.clone(),
+            (config.host, config.port).into(),
+            config.workers.max(1),
+        )?;
         let handle = server.handle();
         tokio::spawn(server);
         Ok(Self {

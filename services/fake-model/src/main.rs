@@ -1,6 +1,6 @@
 //! `agentry-fake-model`: the fake model server as a process, for benchmarks and manual runs.
-//! It answers in auto mode (the scripted model's decisions) forever and prints its URL on the
-//! first line of stdout.
+//! It answers in auto mode (the scripted model's decisions) until SIGINT/SIGTERM and prints its
+//! URL on the first line of stdout.
 
 use std::io::Write;
 use std::time::Duration;
@@ -9,10 +9,13 @@ use agentry_fake_model::{FakeConfig, FakeModelServer};
 use clap::Parser;
 
 /// A fake language model server speaking the OpenAI chat completions and Anthropic messages
-/// wire formats on 127.0.0.1.
+/// wire formats (on 127.0.0.1 unless `--host` says otherwise).
 #[derive(Debug, Parser)]
 #[command(name = "agentry-fake-model", version)]
 struct Args {
+    /// Address to listen on (`0.0.0.0` in a container, so other containers reach it).
+    #[arg(long, default_value = "127.0.0.1")]
+    host: std::net::IpAddr,
     /// Port to listen on (0 = any free port).
     #[arg(long, default_value_t = 0)]
     port: u16,
@@ -37,6 +40,7 @@ struct Args {
 async fn main() -> std::process::ExitCode {
     let args = Args::parse();
     let config = FakeConfig {
+        host: args.host,
         port: args.port,
         latency: Duration::from_millis(args.latency_ms),
         chunks: args.chunks,
@@ -51,8 +55,8 @@ async fn main() -> std::process::ExitCode {
         Ok(server) => server,
         Err(e) => {
             eprintln!(
-                "agentry-fake-model: cannot listen on 127.0.0.1:{}: {e}",
-                args.port
+                "agentry-fake-model: cannot listen on {}:{}: {e}",
+                args.host, args.port
             );
             return std::process::ExitCode::FAILURE;
         }
@@ -64,8 +68,15 @@ async fn main() -> std::process::ExitCode {
     let _ = writeln!(out, "anthropic base url: {}", server.base_url_anthropic());
     let _ = out.flush();
     drop(out);
-    if let Err(e) = tokio::signal::ctrl_c().await {
-        eprintln!("agentry-fake-model: cannot wait for Ctrl-C ({e}); stopping");
+    // Ctrl-C in a terminal, SIGTERM from a container runtime.
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        }
+        Err(e) => eprintln!("agentry-fake-model: cannot wait for signals ({e}); stopping"),
     }
     server.stop().await;
     std::process::ExitCode::SUCCESS

@@ -29,7 +29,7 @@ const BREAK_FLUSH: Duration = Duration::from_millis(50);
 
 pub(crate) fn run(
     shared: Arc<Shared>,
-    port: u16,
+    addr: SocketAddr,
     workers: usize,
 ) -> std::io::Result<(SocketAddr, actix_web::dev::Server)> {
     let data = web::Data::from(shared);
@@ -46,7 +46,7 @@ pub(crate) fn run(
     .tcp_nodelay(true)
     .disable_signals()
     .shutdown_timeout(1)
-    .bind(("127.0.0.1", port))?;
+    .bind(addr)?;
     let addr = server
         .addrs()
         .first()

@@ -168,6 +168,8 @@ pub fn build(settings: &Settings, db: &DatabaseConnection) -> anyhow::Result<Eng
                 health_interval: Duration::from_secs(settings.mcp.health_interval_secs),
                 idle_timeout: Duration::from_secs(settings.mcp.idle_timeout_secs),
                 connect_wait: Duration::from_secs(settings.mcp.connect_wait_secs),
+                sandbox: settings.tools.sandbox.clone(),
+                workspaces: settings.data_dir.join("workspaces"),
                 ..McpPoolConfig::default()
             },
             ..EngineConfig::default()
@@ -217,6 +219,8 @@ impl From<EngineError> for ApiError {
                 "the session is busy shutting down; retry in a moment",
             )
             .with_retry_after(1),
+            EngineError::DatabaseUnavailable => ApiError::database_unavailable(),
+            EngineError::ShuttingDown => ApiError::new(e.code(), e.to_string()).with_retry_after(5),
             EngineError::Internal(msg) => ApiError::internal("engine", msg),
             EngineError::NotFound(what) => ApiError::not_found(what),
             other => ApiError::new(other.code(), other.to_string()).with_details(other.details()),

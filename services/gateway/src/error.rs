@@ -6,7 +6,6 @@ use actix_web::http::header::{self, HeaderValue};
 use actix_web::{HttpResponse, ResponseError};
 use agentry_schema::error::{ErrorCode, ErrorResponse};
 use agentry_store::StoreError;
-use sea_orm::{DbErr, RuntimeErr};
 use serde_json::Value;
 
 #[derive(Debug, Clone)]
@@ -107,21 +106,17 @@ impl ResponseError for ApiError {
 }
 
 /// Seconds a client is asked to wait while the database is unreachable.
-const DATABASE_RETRY_AFTER_SECS: u64 = 5;
+pub const DATABASE_RETRY_AFTER_SECS: u64 = 5;
 
-/// A database that cannot be reached (pool exhausted, connection refused or dropped) is the
-/// server being unavailable, not a fault: 503 with `Retry-After`.
-fn database_unreachable(e: &DbErr) -> bool {
-    use sea_orm::sqlx::Error as Sqlx;
-    match e {
-        DbErr::ConnectionAcquire(_) | DbErr::Conn(_) => true,
-        DbErr::Query(RuntimeErr::SqlxError(s)) | DbErr::Exec(RuntimeErr::SqlxError(s)) => {
-            matches!(
-                **s,
-                Sqlx::Io(_) | Sqlx::PoolTimedOut | Sqlx::PoolClosed | Sqlx::WorkerCrashed
-            )
-        }
-        _ => false,
+/// What a client reads while the database is away (never the driver's text).
+pub const DATABASE_UNAVAILABLE: &str =
+    "the database is unreachable; nothing was changed, retry after the Retry-After seconds";
+
+impl ApiError {
+    /// The database cannot be reached: 503 `database_unavailable` with `Retry-After`.
+    pub fn database_unavailable() -> Self {
+        ApiError::new(ErrorCode::DatabaseUnavailable, DATABASE_UNAVAILABLE)
+            .with_retry_after(DATABASE_RETRY_AFTER_SECS)
     }
 }
 
@@ -131,13 +126,9 @@ impl From<StoreError> for ApiError {
             StoreError::NotFound(what) => ApiError::not_found(what),
             StoreError::Conflict(msg) => ApiError::new(ErrorCode::Conflict, msg),
             StoreError::Invalid(msg) => ApiError::new(ErrorCode::ValidationError, msg),
-            StoreError::Db(db) if database_unreachable(&db) => {
-                tracing::warn!(error = %db, "database unreachable");
-                ApiError::new(
-                    ErrorCode::ServiceUnavailable,
-                    "the database is unreachable; retry shortly",
-                )
-                .with_retry_after(DATABASE_RETRY_AFTER_SECS)
+            e if e.is_unavailable() => {
+                tracing::warn!(error = %e, "database unreachable");
+                ApiError::database_unavailable()
             }
             other => ApiError::internal("database operation failed", other),
         }

@@ -10,6 +10,7 @@ pub mod extract;
 pub mod mcp_server;
 pub mod metrics;
 pub mod openapi;
+pub mod readiness;
 pub mod request_id;
 pub mod routes;
 pub mod settings;

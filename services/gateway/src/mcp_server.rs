@@ -21,9 +21,9 @@ use std::time::{Duration, Instant};
 
 use actix_web::body::{BoxBody, MessageBody};
 use actix_web::dev::{ServiceRequest, ServiceResponse};
-use actix_web::http::{Method, header};
+use actix_web::http::{Method, StatusCode, header};
 use actix_web::middleware::{Next, from_fn};
-use actix_web::{FromRequest, HttpMessage, ResponseError, web};
+use actix_web::{FromRequest, HttpMessage, HttpResponse, ResponseError, web};
 use agentry_actors::tools::{PlatformTools, role_policy};
 use agentry_actors::{
     ChatCommand, ChatStarted, CreateSession, Engine, EngineError, ToolPolicy, channel_subscriber,
@@ -231,6 +231,15 @@ async fn guard(
             (Some(id), _) if method == Method::DELETE => bindings.forget(id),
             _ => {}
         }
+        if method == Method::DELETE && status == StatusCode::ACCEPTED {
+            // rmcp answers a terminated session 202, which the official Python SDK logs as a
+            // failed termination; the session is gone, so say so: 204.
+            let (req, _) = res.into_parts();
+            return Ok(ServiceResponse::new(
+                req,
+                HttpResponse::NoContent().finish(),
+            ));
+        }
         return Ok(res);
     }
     if !(status.is_client_error() || status.is_server_error()) || is_json(&res) {
@@ -355,6 +364,7 @@ impl ToolSource for CallerToolSource {
         let workspace = WorkspaceInfo {
             root: self.engine.deps().workspace_root(&tenant, user.user_id),
             quota_bytes: tenant.quotas.workspace_quota_bytes,
+            sandbox: (&tenant.policy().sandbox).into(),
         };
         if let Err(e) = std::fs::create_dir_all(&workspace.root) {
             return Err(internal(format!("preparing the user's workspace: {e}")));
@@ -557,7 +567,9 @@ fn engine_tool_error(e: EngineError) -> ToolError {
         EngineError::BadRequest(m) => ToolError::invalid(m),
         EngineError::Quota { .. } => ToolError::QuotaExceeded(e.to_string()),
         EngineError::Forbidden(m) => ToolError::PermissionDenied(m),
-        EngineError::Unavailable => ToolError::Unavailable(e.to_string()),
+        EngineError::Unavailable | EngineError::DatabaseUnavailable | EngineError::ShuttingDown => {
+            ToolError::Unavailable(e.to_string())
+        }
         other => ToolError::failed(other.to_string()),
     }
 }
@@ -742,6 +754,7 @@ impl Tool for AskAssistant {
                     message,
                     enqueue: false,
                     subscriber: Some(to),
+                    request_id: None,
                 },
             )
             .await

@@ -9,6 +9,11 @@
 //! HTTP requests are counted and timed by method, the matched route *pattern*
 //! (`/api/v1/sessions/{id}`, never the raw path, so ids cannot blow up the label space;
 //! `unmatched` for unknown routes) and status.
+//!
+//! Labels whose values tenants choose are bounded (`agentry_actors::metrics::BoundedLabel`):
+//! tenant ids only with `metrics.tenant_labels`, model names and MCP tools capped. Each scrape
+//! also samples the process (`process_*`, from `/proc`) and the database pool
+//! (`agentry_db_pool_connections{state}`). With `metrics.token` set, `/metrics` needs it.
 
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -79,6 +84,48 @@ fn describe() {
         "Requests refused by a tenant quota, by quota"
     );
     metrics::describe_gauge!("agentry_ws_connections", "Open WebSocket connections");
+    metrics::describe_histogram!(
+        "agentry_model_call_duration_seconds",
+        metrics::Unit::Seconds,
+        "Model calls until the answer ended, by provider, model and outcome (ok, error, cancelled)"
+    );
+    metrics::describe_counter!(
+        "agentry_model_errors_total",
+        "Failed model calls by provider, model and kind (rate_limited, server, timeout, connect, auth, bad_request, decode, config)"
+    );
+    metrics::describe_counter!(
+        "agentry_tool_calls_total",
+        "Tool calls by tool (MCP tools together as `mcp`) and outcome (success, error, failed)"
+    );
+    metrics::describe_histogram!(
+        "agentry_tool_call_duration_seconds",
+        metrics::Unit::Seconds,
+        "Tool call latency by tool and outcome"
+    );
+    metrics::describe_gauge!(
+        "agentry_approvals_waiting",
+        "Approvals and questions waiting for a human"
+    );
+    metrics::describe_gauge!(
+        "agentry_db_pool_connections",
+        "Database pool connections by state (in_use, idle)"
+    );
+    metrics::describe_gauge!(
+        "agentry_db_pool_max_connections",
+        "Database pool size limit (database.max_connections)"
+    );
+    metrics::describe_gauge!(
+        "process_resident_memory_bytes",
+        metrics::Unit::Bytes,
+        "Resident memory of the process"
+    );
+    metrics::describe_gauge!(
+        "process_cpu_seconds_total",
+        metrics::Unit::Seconds,
+        "CPU time (user and system) the process used since it started"
+    );
+    metrics::describe_gauge!("process_open_fds", "Open file descriptors");
+    metrics::describe_gauge!("process_max_fds", "The open file descriptor limit");
 }
 
 /// Drain histogram buckets now and then so memory stays flat between scrapes.
@@ -145,8 +192,90 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     security(()),
     responses((status = 200, description = "Prometheus text format (version 0.0.4)", body = String, content_type = "text/plain"))
 )]
-pub async fn render(state: web::Data<crate::state::AppState>) -> HttpResponse {
-    HttpResponse::Ok()
+pub async fn render(
+    state: web::Data<crate::state::AppState>,
+    req: actix_web::HttpRequest,
+) -> Result<HttpResponse, crate::error::ApiError> {
+    let token = &state.settings.metrics.token;
+    if !token.is_empty() {
+        let presented = req
+            .headers()
+            .get(actix_web::http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .unwrap_or_default();
+        use subtle::ConstantTimeEq;
+        if !bool::from(presented.as_bytes().ct_eq(token.expose().as_bytes())) {
+            return Err(crate::error::ApiError::new(
+                agentry_schema::error::ErrorCode::Unauthorized,
+                "`/metrics` needs the metrics token: `Authorization: Bearer <metrics.token>`",
+            ));
+        }
+    }
+    sample_process();
+    sample_pool(&state.db, state.settings.database.max_connections);
+    Ok(HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4; charset=utf-8")
-        .body(state.metrics.render())
+        .body(state.metrics.render()))
+}
+
+/// The process's resident memory, CPU time and file descriptors, from `/proc/self` (Linux; on
+/// other systems these gauges are absent).
+fn sample_process() {
+    if let Ok(status) = std::fs::read_to_string("/proc/self/status")
+        && let Some(kb) = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+    {
+        metrics::gauge!("process_resident_memory_bytes").set(kb * 1024.0);
+    }
+    // Fields 14 and 15 (utime, stime) after the parenthesised command name, in clock ticks;
+    // /proc always counts in USER_HZ, which Linux fixes at 100 for user space.
+    if let Ok(stat) = std::fs::read_to_string("/proc/self/stat")
+        && let Some((_, rest)) = stat.rsplit_once(')')
+    {
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok());
+        if let (Some(utime), Some(stime)) = (ticks(11), ticks(12)) {
+            metrics::gauge!("process_cpu_seconds_total").set((utime + stime) / 100.0);
+        }
+    }
+    if let Ok(dir) = std::fs::read_dir("/proc/self/fd") {
+        metrics::gauge!("process_open_fds").set(dir.count() as f64);
+    }
+    if let Ok(limits) = std::fs::read_to_string("/proc/self/limits")
+        && let Some(soft) = limits
+            .lines()
+            .find(|l| l.starts_with("Max open files"))
+            .and_then(|l| l.split_whitespace().nth(3))
+            .and_then(|v| v.parse::<f64>().ok())
+    {
+        metrics::gauge!("process_max_fds").set(soft);
+    }
+}
+
+/// Connections of the database pool in use and idle.
+fn sample_pool(db: &sea_orm::DatabaseConnection, max: u32) {
+    use sea_orm::DbBackend;
+    let (size, idle) = match db.get_database_backend() {
+        DbBackend::Postgres => {
+            let p = db.get_postgres_connection_pool();
+            (p.size(), p.num_idle())
+        }
+        DbBackend::MySql => {
+            let p = db.get_mysql_connection_pool();
+            (p.size(), p.num_idle())
+        }
+        DbBackend::Sqlite => {
+            let p = db.get_sqlite_connection_pool();
+            (p.size(), p.num_idle())
+        }
+        _ => return,
+    };
+    let idle = idle as f64;
+    metrics::gauge!("agentry_db_pool_connections", "state" => "idle").set(idle);
+    metrics::gauge!("agentry_db_pool_connections", "state" => "in_use")
+        .set((f64::from(size) - idle).max(0.0));
+    metrics::gauge!("agentry_db_pool_max_connections").set(f64::from(max));
 }

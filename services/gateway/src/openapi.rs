@@ -76,7 +76,7 @@ every response carries `X-Request-Id`. Authenticate with `Authorization: Bearer 
         openapi_json,
     ),
     components(schemas(agentry_schema::ErrorResponse, agentry_schema::ErrorCode)),
-    modifiers(&SecuritySchemes, &RateLimited),
+    modifiers(&SecuritySchemes, &RateLimited, &DatabaseUnavailable),
     security(("bearer" = []), ("api_key" = [])),
     tags(
         (name = "health", description = "Liveness and readiness; no key needed"),
@@ -118,6 +118,53 @@ impl Modify for SecuritySchemes {
     }
 }
 
+/// An error answer with the `ErrorResponse` body and a `Retry-After` header.
+fn retry_after_response(description: &str, retry_after: &str) -> utoipa::openapi::Response {
+    use utoipa::openapi::{
+        ContentBuilder, ObjectBuilder, Ref, ResponseBuilder, Type, header::HeaderBuilder,
+    };
+    ResponseBuilder::new()
+        .description(description)
+        .content(
+            "application/json",
+            ContentBuilder::new()
+                .schema(Some(Ref::from_schema_name("ErrorResponse")))
+                .build(),
+        )
+        .header(
+            "Retry-After",
+            HeaderBuilder::new()
+                .schema(Some(ObjectBuilder::new().schema_type(Type::Integer)))
+                .description(Some(retry_after))
+                .build(),
+        )
+        .build()
+}
+
+/// Every operation that takes a key (not the public ones), with its path.
+fn keyed_operations(
+    openapi: &mut utoipa::openapi::OpenApi,
+) -> impl Iterator<Item = (&String, &mut utoipa::openapi::path::Operation)> {
+    openapi.paths.paths.iter_mut().flat_map(|(path, item)| {
+        [
+            &mut item.get,
+            &mut item.put,
+            &mut item.post,
+            &mut item.delete,
+            &mut item.patch,
+        ]
+        .into_iter()
+        .flatten()
+        .filter(|op| {
+            !op.security.as_ref().is_some_and(|reqs| {
+                reqs.iter()
+                    .all(|r| *r == utoipa::openapi::security::SecurityRequirement::default())
+            })
+        })
+        .map(move |op| (path, op))
+    })
+}
+
 /// Every request a tenant key makes counts against the tenant's `requests_per_minute`, whatever
 /// the route: every operation that takes a key (all but the public ones and the platform admin's
 /// `/admin` routes) documents the 429 it may answer. Routes with a 429 of their own (a quota of
@@ -126,46 +173,48 @@ struct RateLimited;
 
 impl Modify for RateLimited {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
-        use utoipa::openapi::{
-            ContentBuilder, ObjectBuilder, Ref, ResponseBuilder, Type, header::HeaderBuilder,
-        };
-        let response = ResponseBuilder::new()
-            .description("The tenant's `requests_per_minute` is reached")
-            .content(
-                "application/json",
-                ContentBuilder::new()
-                    .schema(Some(Ref::from_schema_name("ErrorResponse")))
-                    .build(),
-            )
-            .header(
-                "Retry-After",
-                HeaderBuilder::new()
-                    .schema(Some(ObjectBuilder::new().schema_type(Type::Integer)))
-                    .description(Some("Seconds until a request will be admitted"))
-                    .build(),
-            )
-            .build();
-        for (path, item) in openapi.paths.paths.iter_mut() {
+        let response = retry_after_response(
+            "The tenant's `requests_per_minute` is reached",
+            "Seconds until a request will be admitted",
+        );
+        for (path, op) in keyed_operations(openapi) {
             if path.starts_with("/api/v1/admin") {
                 continue;
             }
-            let operations = [
-                &mut item.get,
-                &mut item.put,
-                &mut item.post,
-                &mut item.delete,
-                &mut item.patch,
-            ];
-            for op in operations.into_iter().flatten() {
-                let public = op.security.as_ref().is_some_and(|reqs| {
-                    reqs.iter()
-                        .all(|r| *r == utoipa::openapi::security::SecurityRequirement::default())
-                });
-                if !public {
+            op.responses
+                .responses
+                .entry("429".to_string())
+                .or_insert_with(|| response.clone().into());
+        }
+    }
+}
+
+/// Every operation that takes a key checks it against the database (through a short cache), so
+/// each may answer 503 `database_unavailable` while the database is unreachable; an operation
+/// with a 503 of its own gets the database named in its description.
+struct DatabaseUnavailable;
+
+const DATABASE_UNAVAILABLE_DOC: &str = "The database is unreachable (`database_unavailable`); nothing was changed, retry after `Retry-After` seconds";
+
+impl Modify for DatabaseUnavailable {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::RefOr;
+        let response =
+            retry_after_response(DATABASE_UNAVAILABLE_DOC, "Seconds to wait before retrying");
+        for (_, op) in keyed_operations(openapi) {
+            match op.responses.responses.get_mut("503") {
+                Some(RefOr::T(own)) => {
+                    own.description = format!(
+                        "{}; or: {}",
+                        own.description.trim_end_matches('.'),
+                        DATABASE_UNAVAILABLE_DOC
+                    );
+                }
+                Some(RefOr::Ref(_)) => {}
+                None => {
                     op.responses
                         .responses
-                        .entry("429".to_string())
-                        .or_insert_with(|| response.clone().into());
+                        .insert("503".to_string(), response.clone().into());
                 }
             }
         }
@@ -246,5 +295,54 @@ mod tests {
         assert!(keyed > 20, "only {keyed} keyed operations found");
         let sessions = &doc["paths"]["/api/v1/sessions"]["get"]["responses"]["429"];
         assert!(sessions["headers"]["Retry-After"].is_object(), "{sessions}");
+    }
+
+    /// Code generators name a function per operationId: two operations with one id break them.
+    #[test]
+    fn every_operation_id_is_unique() {
+        let doc = serde_json::to_value(document()).unwrap();
+        let mut seen = std::collections::BTreeMap::new();
+        for (path, item) in doc["paths"].as_object().unwrap() {
+            for (method, op) in item.as_object().unwrap() {
+                let id = op["operationId"].as_str().unwrap_or_default().to_string();
+                assert!(!id.is_empty(), "{method} {path} has no operationId");
+                if let Some(other) = seen.insert(id.clone(), format!("{method} {path}")) {
+                    panic!("operationId {id} is used by {other} and {method} {path}");
+                }
+            }
+        }
+    }
+
+    /// The document passes `openapi-spec-validator` (installed into `.cache/venv` by
+    /// scripts/install-api-test-deps.sh; skipped outside CI when it is missing).
+    #[test]
+    fn the_document_passes_openapi_spec_validator() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let validator = std::env::var_os("AGENTRY_VENV")
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(|| root.join(".cache/venv"))
+            .join("bin/openapi-spec-validator");
+        if !validator.exists() {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "{} is missing: run scripts/install-api-test-deps.sh",
+                validator.display()
+            );
+            eprintln!("skipped: run scripts/install-api-test-deps.sh");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("openapi.json");
+        std::fs::write(&file, serde_json::to_vec(document()).unwrap()).unwrap();
+        let out = std::process::Command::new(&validator)
+            .arg(&file)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 }

@@ -1,18 +1,39 @@
 //! `X-Request-Id` on every response: kept from the request when it is sane, generated
-//! otherwise, and recorded on the request's tracing span.
+//! otherwise, and recorded on the request's tracing span; and the access log, one line per
+//! request (target `agentry::access`).
 
 use actix_web::body::{BoxBody, MessageBody};
 use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::header::{HeaderName, HeaderValue};
 use actix_web::middleware::Next;
+use std::time::Instant;
+
+use actix_web::http::StatusCode;
 use actix_web::{Error, HttpMessage};
 use tracing::Instrument;
 
+use crate::auth::Authentication;
+
 pub const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
-/// The request's id, available to handlers through `req.extensions()`.
+/// The request's id, available to handlers through `req.extensions()` or as an extractor.
 #[derive(Debug, Clone)]
 pub struct RequestId(pub String);
+
+impl actix_web::FromRequest for RequestId {
+    type Error = std::convert::Infallible;
+    type Future = std::future::Ready<Result<Self, Self::Error>>;
+
+    /// The middleware's id; a route mounted without it gets a fresh one.
+    fn from_request(req: &actix_web::HttpRequest, _: &mut actix_web::dev::Payload) -> Self::Future {
+        let id = req
+            .extensions()
+            .get::<RequestId>()
+            .cloned()
+            .unwrap_or_else(|| RequestId(uuid::Uuid::new_v4().to_string()));
+        std::future::ready(Ok(id))
+    }
+}
 
 fn acceptable(v: &HeaderValue) -> Option<String> {
     let s = v.to_str().ok()?;
@@ -30,6 +51,10 @@ pub async fn request_id(
         .and_then(acceptable)
         .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
     req.extensions_mut().insert(RequestId(id.clone()));
+    let start = Instant::now();
+    let method = req.method().to_string();
+    let route = req.match_pattern();
+    let unmatched = route.is_none().then(|| req.path().to_string());
     let span = tracing::info_span!(
         "http",
         request_id = %id,
@@ -39,7 +64,27 @@ pub async fn request_id(
         user_id = tracing::field::Empty,
     );
     let header = HeaderValue::from_str(&id).ok();
-    match next.call(req).instrument(span).await {
+    let result = next.call(req).instrument(span).await;
+    let (status, tenant) = match &result {
+        Ok(res) => (
+            res.status(),
+            res.request()
+                .extensions()
+                .get::<Authentication>()
+                .and_then(Authentication::tenant_id),
+        ),
+        Err(e) => (e.as_response_error().status_code(), None),
+    };
+    access_log(&AccessLine {
+        request_id: &id,
+        method: &method,
+        route: route.as_deref().unwrap_or("unmatched"),
+        path: unmatched.as_deref(),
+        status,
+        duration_ms: start.elapsed().as_secs_f64() * 1000.0,
+        tenant_id: tenant.map(|t| t.to_string()),
+    });
+    match result {
         Ok(res) => {
             let mut res = res.map_into_boxed_body();
             if let Some(v) = header {
@@ -56,5 +101,46 @@ pub async fn request_id(
             }
             Err(actix_web::error::InternalError::from_response(e.to_string(), resp).into())
         }
+    }
+}
+
+/// What the access log says about one request. Never a header: keys travel in headers.
+struct AccessLine<'a> {
+    request_id: &'a str,
+    method: &'a str,
+    /// The matched route's pattern (`/api/v1/sessions/{session_id}`), `unmatched` otherwise.
+    route: &'a str,
+    /// The raw path, only for unmatched routes (a matched one's ids are in the pattern's place).
+    path: Option<&'a str>,
+    status: StatusCode,
+    duration_ms: f64,
+    tenant_id: Option<String>,
+}
+
+/// One line per request: `info` normally, `warn` for refused credentials (401/403) and a server
+/// that cannot serve (503), `error` for any other 5xx. Filter it with the `agentry::access`
+/// target (`AGENTRY_LOG__LEVEL=agentry::access=warn,info` keeps only the warnings).
+fn access_log(line: &AccessLine<'_>) {
+    macro_rules! emit {
+        ($level:expr, $message:literal) => {
+            tracing::event!(
+                target: "agentry::access",
+                $level,
+                request_id = line.request_id,
+                method = line.method,
+                route = line.route,
+                path = line.path,
+                status = line.status.as_u16(),
+                duration_ms = line.duration_ms,
+                tenant_id = line.tenant_id.as_deref(),
+                $message
+            )
+        };
+    }
+    match line.status.as_u16() {
+        401 | 403 => emit!(tracing::Level::WARN, "request refused"),
+        503 => emit!(tracing::Level::WARN, "request refused: unavailable"),
+        500.. => emit!(tracing::Level::ERROR, "request failed"),
+        _ => emit!(tracing::Level::INFO, "request"),
     }
 }

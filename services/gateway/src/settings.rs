@@ -30,6 +30,39 @@ pub struct Settings {
     /// MCP servers: the platform's config file, the key sealing users' MCP secrets, the pool
     /// (`[mcp]`, `AGENTRY_MCP__*`); see docs/mcp.md.
     pub mcp: McpSettings,
+    /// How tenant programs run (`[sandbox]`, `AGENTRY_SANDBOX__*`); see docs/security.md.
+    pub sandbox: agentry_sandbox::SandboxConfig,
+    /// The config file that was read, if any: hidden from sandboxed programs.
+    #[serde(skip)]
+    pub config_file: Option<PathBuf>,
+    /// The files secrets were read from (`*_file` keys): hidden from sandboxed programs too.
+    #[serde(skip)]
+    pub secret_files: Vec<PathBuf>,
+    /// `/metrics`: an optional bearer token, per-tenant labels (`[metrics]`,
+    /// `AGENTRY_METRICS__*`); see docs/api.md.
+    pub metrics: MetricsSettings,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MetricsSettings {
+    /// When set, `/metrics` answers only `Authorization: Bearer <token>` (401 otherwise).
+    pub token: Secret,
+    /// Label `agentry_tokens_total` by tenant id. Off: one series for all tenants.
+    pub tenant_labels: bool,
+    /// With `tenant_labels`, at most this many tenants get a label of their own; later ones
+    /// count as `other`, so the number of series stays bounded.
+    pub max_tenant_labels: usize,
+}
+
+impl Default for MetricsSettings {
+    fn default() -> Self {
+        MetricsSettings {
+            token: Secret::default(),
+            tenant_labels: false,
+            max_tenant_labels: 100,
+        }
+    }
 }
 
 impl Default for Settings {
@@ -46,12 +79,16 @@ impl Default for Settings {
             llm: ModelConfig::default(),
             tools: BuiltinConfig::default(),
             mcp: McpSettings::default(),
+            sandbox: agentry_sandbox::SandboxConfig::default(),
+            config_file: None,
+            secret_files: Vec::new(),
+            metrics: MetricsSettings::default(),
         }
     }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
+#[serde(default)]
 pub struct McpSettings {
     /// The platform's MCP server file (YAML or JSON), offered to every user and hot-reloaded;
     /// empty = none.
@@ -86,7 +123,7 @@ impl Default for McpSettings {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
+#[serde(default)]
 pub struct ServerSettings {
     pub host: String,
     /// 0 picks a free port (tests).
@@ -101,7 +138,8 @@ pub struct ServerSettings {
     pub cors_origins: Vec<String>,
     /// HTTP worker threads; 0 = one per core.
     pub workers: usize,
-    /// How long a graceful shutdown waits for in-flight requests.
+    /// How long a graceful shutdown (SIGTERM) lets running runs finish; what is still running
+    /// then resumes at the next start. Open requests get 5 s more.
     pub shutdown_timeout_secs: u64,
     /// The server pings each WebSocket this often.
     pub ws_heartbeat_secs: u64,
@@ -127,12 +165,16 @@ impl Default for ServerSettings {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
+#[serde(default)]
 pub struct DatabaseSettings {
     /// `sqlite://…`, `postgres://…`, `mysql://…`; empty = SQLite in the data dir.
     pub url: Secret,
     pub max_connections: u32,
+    /// How long start-up waits for the database to accept a connection.
     pub connect_timeout_secs: u64,
+    /// How long a request waits for a pooled connection (opening one included) before it is
+    /// answered 503 `database_unavailable`: short, so an outage fails fast.
+    pub acquire_timeout_secs: u64,
 }
 
 impl Default for DatabaseSettings {
@@ -141,19 +183,20 @@ impl Default for DatabaseSettings {
             url: Secret::default(),
             max_connections: 20,
             connect_timeout_secs: 10,
+            acquire_timeout_secs: 2,
         }
     }
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
+#[serde(default)]
 pub struct RedisSettings {
     /// Set to enable multi-replica mode (`redis://…` or `rediss://…`).
     pub url: Secret,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
+#[serde(default)]
 pub struct AuthSettings {
     /// The platform admin key; the admin API is off (404) while it is empty.
     pub admin_key: Secret,
@@ -173,7 +216,7 @@ impl Default for AuthSettings {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
+#[serde(default)]
 pub struct HitlSettings {
     /// How long an approval or question waits for a human before it counts as a reject.
     pub timeout_secs: u64,
@@ -186,7 +229,7 @@ impl Default for HitlSettings {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
+#[serde(default)]
 pub struct SessionSettings {
     /// An idle session's actor stops after this long (its data stays in the database).
     pub timeout_secs: u64,
@@ -211,7 +254,7 @@ pub enum LogFormat {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
+#[serde(default)]
 pub struct LogSettings {
     pub format: LogFormat,
     /// A tracing filter such as `info` or `agentry=debug,info`; `RUST_LOG` overrides it.
@@ -258,33 +301,194 @@ fn cors_problem(origins: &[String]) -> Option<String> {
 #[error("invalid configuration: {0}")]
 pub struct ConfigError(pub String);
 
+/// Every secret key. Each may instead be given as a file holding the value, the Kubernetes way:
+/// `<key>_file` (`AGENTRY_AUTH__ADMIN_KEY_FILE=/run/secrets/admin-key`, or `admin_key_file` under
+/// `[auth]`), so the secret need not sit in the environment at all.
+pub const SECRET_KEYS: &[&str] = &[
+    "auth.admin_key",
+    "database.url",
+    "redis.url",
+    "llm.api_key",
+    "llm.openai.api_key",
+    "llm.anthropic.api_key",
+    "mcp.encryption_key",
+    "tools.search_api_key",
+    "metrics.token",
+];
+
+/// The env variable that sets `key` (`auth.admin_key` → `AGENTRY_AUTH__ADMIN_KEY`).
+fn env_var(key: &str) -> String {
+    format!("AGENTRY_{}", key.to_uppercase().replace('.', "__"))
+}
+
+/// Read the secret files named by `<key>_file`: each value for its key, with the file's path.
+/// Both a key and its file set, an unreadable file, or an empty one stop the start naming the
+/// key and the path. One trailing newline (`\n` or `\r\n`) is dropped, as `echo` and most
+/// secret stores write one.
+fn secrets_from_files(
+    cfg: &config::Config,
+) -> Result<Vec<(&'static str, String, PathBuf)>, ConfigError> {
+    let mut out = Vec::new();
+    for &key in SECRET_KEYS {
+        let file_key = format!("{key}_file");
+        let Some(path) = cfg
+            .get_string(&file_key)
+            .ok()
+            .filter(|p| !p.trim().is_empty())
+        else {
+            continue;
+        };
+        let direct = cfg.get_string(key).ok().filter(|v| !v.is_empty());
+        if direct.is_some() {
+            return Err(ConfigError(format!(
+                "{key} is set both directly and as a file ({file_key} = {path}; env {} and {}_FILE): give it one way",
+                env_var(key),
+                env_var(key)
+            )));
+        }
+        let path = PathBuf::from(path);
+        let raw = std::fs::read_to_string(&path).map_err(|e| {
+            ConfigError(format!(
+                "{file_key}: cannot read the file {} for {key}: {e}",
+                path.display()
+            ))
+        })?;
+        let value = raw
+            .strip_suffix("\r\n")
+            .or_else(|| raw.strip_suffix('\n'))
+            .unwrap_or(&raw)
+            .to_string();
+        if value.is_empty() {
+            return Err(ConfigError(format!(
+                "{file_key}: the file {} for {key} is empty",
+                path.display()
+            )));
+        }
+        out.push((key, value, path));
+    }
+    Ok(out)
+}
+
+/// Set `key` (dotted) to `value` in the loaded configuration and drop its `<key>_file`.
+fn put_secret(root: &mut config::Value, key: &str, value: String) {
+    let mut node = root;
+    let mut parts: Vec<&str> = key.split('.').collect();
+    let Some(leaf) = parts.pop() else { return };
+    for part in parts {
+        let config::ValueKind::Table(table) = &mut node.kind else {
+            return;
+        };
+        node = table.entry(part.to_string()).or_insert_with(|| {
+            config::Value::new(None, config::ValueKind::Table(Default::default()))
+        });
+    }
+    if let config::ValueKind::Table(table) = &mut node.kind {
+        table.remove(&format!("{leaf}_file"));
+        table.insert(
+            leaf.to_string(),
+            config::Value::new(None, config::ValueKind::String(value)),
+        );
+    }
+}
+
 /// Keys whose env value is a comma-separated list.
 const LIST_KEYS: &[&str] = &[
     "server.cors_origins",
     "tools.shell_env_passthrough",
     "tools.allowed_networks",
     "mcp.server_allowed_hosts",
+    "sandbox.read_only_paths",
+    "sandbox.hidden_paths",
 ];
 
-/// Sections whose structs (owned by other crates) accept unknown keys: checked here against
-/// their defaults so a misspelt key fails at start instead of being ignored.
-fn unknown_keys(
-    section: &str,
-    given: &config::Value,
-    known: &serde_json::Value,
-    out: &mut Vec<String>,
-) {
-    let (Ok(table), serde_json::Value::Object(known)) = (given.clone().into_table(), known) else {
-        return;
-    };
-    for (key, value) in table {
-        let path = format!("{section}.{key}");
-        match known.get(&key) {
-            None => out.push(path),
-            Some(sub @ serde_json::Value::Object(_)) => unknown_keys(&path, &value, sub, out),
-            Some(_) => {}
-        }
+/// `AGENTRY_*` variables that are not server configuration: the terminal client's, the test
+/// suite's and the benchmark's. Every other `AGENTRY_*` variable must name a key.
+const NOT_CONFIG_VARS: &[&str] = &[
+    "AGENTRY_URL",
+    "AGENTRY_KEY",
+    "AGENTRY_MCP_CACHE",
+    "AGENTRY_MCP_NODE",
+];
+const NOT_CONFIG_PREFIXES: &[&str] = &["AGENTRY_TEST_", "AGENTRY_BENCH_"];
+
+/// The configuration file looked for in the working directory when `--config` is not given.
+/// Found by its full name only: the `config` crate's `File::with_name("agentry")` would also
+/// take a file named `agentry` (the binary itself, in the usual `./agentry serve` layout).
+pub const DEFAULT_CONFIG_FILE: &str = "agentry.toml";
+
+/// The config key an `AGENTRY_*` variable sets (`AGENTRY_SERVER__PORT` → `server.port`).
+fn env_key(var: &str) -> Option<String> {
+    var.strip_prefix("AGENTRY_")
+        .map(|k| k.to_lowercase().replace("__", "."))
+}
+
+/// The variables that set `key` or a key below it (`databse` is set by `AGENTRY_DATABSE__URL`),
+/// each with the rest of its name below `key` (`__URL`).
+fn vars_setting(key: &str, env: &HashMap<String, String>) -> Vec<(String, String)> {
+    let mut vars: Vec<(String, String)> = env
+        .keys()
+        .filter_map(|v| {
+            let k = env_key(v)?;
+            let rest = k.strip_prefix(key)?;
+            (rest.is_empty() || rest.starts_with('.'))
+                .then(|| (v.clone(), rest.to_uppercase().replace('.', "__")))
+        })
+        .collect();
+    vars.sort();
+    vars
+}
+
+/// The known key closest to `key` among its siblings in the defaults, if one is close enough to
+/// be a typo of it.
+fn suggestion(key: &str, known: &serde_json::Value) -> Option<String> {
+    let (parent, leaf) = key.rsplit_once('.').unwrap_or(("", key));
+    let mut node = known;
+    for part in parent.split('.').filter(|p| !p.is_empty()) {
+        node = node.get(part)?;
     }
+    let siblings = node.as_object()?;
+    siblings
+        .keys()
+        .map(|k| (strsim::damerau_levenshtein(leaf, k), k))
+        .filter(|(d, k)| *d <= 2.max(k.len() / 3) || k.replace('_', "") == leaf.replace('_', ""))
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, k)| {
+            if parent.is_empty() {
+                k.clone()
+            } else {
+                format!("{parent}.{k}")
+            }
+        })
+}
+
+/// `url` with the password of its user info and any `password=` query value replaced by `***`.
+pub fn mask_password(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let auth_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(auth_end);
+    let authority = match authority.rsplit_once('@') {
+        Some((user_info, host)) => match user_info.split_once(':') {
+            Some((user, _)) => format!("{user}:***@{host}"),
+            None => authority.to_string(),
+        },
+        None => authority.to_string(),
+    };
+    let tail = match tail.split_once('?') {
+        Some((path, query)) => {
+            let query: Vec<String> = query
+                .split('&')
+                .map(|pair| match pair.split_once('=') {
+                    Some((k, _)) if k.eq_ignore_ascii_case("password") => format!("{k}=***"),
+                    _ => pair.to_string(),
+                })
+                .collect();
+            format!("{path}?{}", query.join("&"))
+        }
+        None => tail.to_string(),
+    };
+    format!("{scheme}://{authority}{tail}")
 }
 
 impl Settings {
@@ -300,19 +504,19 @@ impl Settings {
         env: Option<HashMap<String, String>>,
     ) -> Result<Settings, ConfigError> {
         let mut b = config::Config::builder();
-        match file {
-            Some(path) => {
-                if !path.exists() {
-                    return Err(ConfigError(format!(
-                        "config file {} does not exist",
-                        path.display()
-                    )));
-                }
-                b = b.add_source(config::File::from(path).required(true));
+        let file = match file {
+            Some(path) if !path.is_file() => {
+                return Err(ConfigError(format!(
+                    "config file {} does not exist",
+                    path.display()
+                )));
             }
-            None => {
-                b = b.add_source(config::File::with_name("agentry").required(false));
-            }
+            Some(path) => Some(path.to_path_buf()),
+            None => Some(PathBuf::from(DEFAULT_CONFIG_FILE)).filter(|p| p.is_file()),
+        };
+        if let Some(path) = &file {
+            // The format is fixed so the crate never guesses an extension for the name.
+            b = b.add_source(config::File::from(path.as_path()).format(config::FileFormat::Toml));
         }
         let mut envsrc = config::Environment::with_prefix("AGENTRY")
             .prefix_separator("_")
@@ -322,35 +526,62 @@ impl Settings {
         for key in LIST_KEYS {
             envsrc = envsrc.with_list_parse_key(key);
         }
-        // Test-only and tool variables share the prefix; they are not configuration keys.
         let env = env.unwrap_or_else(|| std::env::vars().collect());
-        let filtered: HashMap<String, String> = env
+        let env: HashMap<String, String> = env
             .into_iter()
-            .filter(|(k, _)| k.starts_with("AGENTRY_") && !k.starts_with("AGENTRY_TEST_"))
+            .filter(|(k, _)| {
+                k.starts_with("AGENTRY_")
+                    && !NOT_CONFIG_VARS.contains(&k.as_str())
+                    && !NOT_CONFIG_PREFIXES.iter().any(|p| k.starts_with(p))
+            })
             .collect();
-        envsrc = envsrc.source(Some(filtered.into_iter().collect()));
+        envsrc = envsrc.source(Some(env.clone().into_iter().collect()));
         let cfg = b
             .add_source(envsrc)
             .build()
             .map_err(|e| ConfigError(e.to_string()))?;
-        let mut unknown = Vec::new();
-        for (section, known) in [
-            ("llm", serde_json::to_value(ModelConfig::default())),
-            ("tools", serde_json::to_value(BuiltinConfig::default())),
-        ] {
-            if let (Ok(given), Ok(known)) = (cfg.get::<config::Value>(section), known) {
-                unknown_keys(section, &given, &known, &mut unknown);
-            }
+        // Secrets given as files become the keys' values; the `*_file` keys are consumed here,
+        // so even a section that refuses unknown fields never sees them.
+        let mut cfg = cfg;
+        let mut secret_files = Vec::new();
+        for (key, value, path) in secrets_from_files(&cfg)? {
+            put_secret(&mut cfg.cache, key, value);
+            secret_files.push(path);
         }
+        // Every key that no settings struct consumes is a typo or a key of another version:
+        // refused, so the known keys are exactly the structs' fields (no list to keep).
+        let mut unknown = Vec::new();
+        let settings: Settings =
+            serde_ignored::deserialize(cfg, |path| unknown.push(path.to_string()))
+                .map_err(|e| ConfigError(e.to_string()))?;
         if !unknown.is_empty() {
+            let known = serde_json::to_value(Settings::default()).unwrap_or_default();
+            let mut lines = Vec::new();
+            for key in &unknown {
+                let hint = suggestion(key, &known);
+                let vars = vars_setting(key, &env);
+                if vars.is_empty() {
+                    let hint = hint.as_ref().map(|h| format!(" (did you mean `{h}`?)"));
+                    lines.push(format!("`{key}`{}", hint.unwrap_or_default()));
+                }
+                for (var, rest) in vars {
+                    let hint = hint.as_ref().map(|h| {
+                        format!(
+                            " (did you mean AGENTRY_{}{rest}?)",
+                            h.to_uppercase().replace('.', "__")
+                        )
+                    });
+                    lines.push(format!("{var}{}", hint.unwrap_or_default()));
+                }
+            }
             return Err(ConfigError(format!(
-                "unknown key(s) {}: check the spelling (docs/tools.md, docs/models.md)",
-                unknown.join(", ")
+                "unknown configuration key(s): {}. The keys are listed in README.md (Configuration), docs/models.md and docs/tools.md",
+                lines.join(", ")
             )));
         }
-        let settings: Settings = cfg
-            .try_deserialize()
-            .map_err(|e| ConfigError(e.to_string()))?;
+        let mut settings = settings;
+        settings.config_file = file;
+        settings.secret_files = secret_files;
         settings.validate()?;
         Ok(settings)
     }
@@ -391,6 +622,9 @@ impl Settings {
         if self.database.max_connections == 0 {
             return bad("database.max_connections", "must be at least 1");
         }
+        if self.database.acquire_timeout_secs == 0 {
+            return bad("database.acquire_timeout_secs", "must be at least 1");
+        }
         let redis = self.redis.url.expose();
         if !(redis.is_empty() || redis.starts_with("redis://") || redis.starts_with("rediss://")) {
             return bad("redis.url", "must start with redis:// or rediss://");
@@ -405,11 +639,8 @@ impl Settings {
         if self.session.timeout_secs == 0 {
             return bad("session.timeout_secs", "must be at least 1");
         }
-        if tracing_subscriber::EnvFilter::try_new(&self.log.level).is_err() {
-            return bad(
-                "log.level",
-                "is not a valid tracing filter (try `info` or `agentry=debug,info`)",
-            );
+        if let Err(why) = crate::telemetry::parse_filter(&self.log.level) {
+            return bad("log.level", &why);
         }
         if self.mcp.health_interval_secs == 0 {
             return bad("mcp.health_interval_secs", "must be at least 1");
@@ -447,11 +678,50 @@ impl Settings {
                 "multi-replica mode (Redis) is not available in this version; unset it and run one replica",
             );
         }
+        if let Some((key, why)) = self.sandbox.validate().into_iter().next() {
+            return bad(&format!("sandbox.{key}"), &why);
+        }
         // The model errors name their own key (llm.base_url, AGENTRY_LLM__API_KEY, …).
         self.llm
             .validate()
             .map_err(|e| ConfigError(format!("llm: {e}")))?;
         Ok(())
+    }
+
+    /// Every configuration key as the environment variable that sets it (`AGENTRY_DATA_DIR`,
+    /// `AGENTRY_SERVER__PORT`, …), derived from the settings' own shape, so deployment files
+    /// (docker-compose.yml, the Helm chart) can be checked against the real keys.
+    pub fn env_keys(&self) -> Vec<String> {
+        fn walk(path: &mut Vec<String>, value: &serde_json::Value, out: &mut Vec<String>) {
+            match value {
+                serde_json::Value::Object(map) if !map.is_empty() => {
+                    for (key, sub) in map {
+                        path.push(key.to_uppercase());
+                        walk(path, sub, out);
+                        path.pop();
+                    }
+                }
+                _ => out.push(format!("AGENTRY_{}", path.join("__"))),
+            }
+        }
+        let mut out = Vec::new();
+        if let Ok(value) = serde_json::to_value(self) {
+            walk(&mut Vec::new(), &value, &mut out);
+        }
+        out.sort();
+        out
+    }
+
+    /// The effective configuration as `agentry config` prints it: secrets masked (`***`) or
+    /// marked `unset`, and the database and Redis URLs readable with only their password
+    /// masked, so the kind, host and database name can be checked.
+    pub fn view(&self) -> serde_json::Value {
+        let mut v = serde_json::to_value(self).unwrap_or_default();
+        v["database"]["url"] = mask_password(&self.database_url()).into();
+        if !self.redis.url.is_empty() {
+            v["redis"]["url"] = mask_password(self.redis.url.expose()).into();
+        }
+        v
     }
 
     /// The database URL, defaulting to a SQLite file in the data dir.
@@ -479,6 +749,115 @@ mod tests {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
         )
+    }
+
+    /// A file holding `content`, kept alive with its directory.
+    fn secret_file(dir: &tempfile::TempDir, name: &str, content: &str) -> String {
+        let path = dir.path().join(name);
+        std::fs::write(&path, content).unwrap();
+        path.to_string_lossy().into_owned()
+    }
+
+    #[test]
+    fn every_secret_can_be_a_file_with_its_trailing_newline_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let admin = secret_file(&dir, "admin", "admin-key-from-a-file\n");
+        let llm = secret_file(&dir, "llm", "sk-from-a-file\r\n");
+        let openai = secret_file(&dir, "openai", "sk-openai");
+        let anthropic = secret_file(&dir, "anthropic", "sk-ant\n");
+        let mcp = secret_file(&dir, "mcp", "passphrase:a long enough passphrase\n");
+        let db = secret_file(&dir, "db", "postgres://u:pw@h/db\n");
+        let search = secret_file(&dir, "search", "search key with spaces \n\n");
+        let metrics = secret_file(&dir, "metrics", "metrics-token\n");
+        let s = Settings::load_from(
+            None,
+            env(&[
+                ("AGENTRY_AUTH__ADMIN_KEY_FILE", &admin),
+                ("AGENTRY_LLM__PROVIDER", "openai"),
+                ("AGENTRY_LLM__API_KEY_FILE", &llm),
+                ("AGENTRY_LLM__OPENAI__API_KEY_FILE", &openai),
+                ("AGENTRY_LLM__ANTHROPIC__API_KEY_FILE", &anthropic),
+                ("AGENTRY_MCP__ENCRYPTION_KEY_FILE", &mcp),
+                ("AGENTRY_DATABASE__URL_FILE", &db),
+                ("AGENTRY_TOOLS__SEARCH_API_KEY_FILE", &search),
+                ("AGENTRY_METRICS__TOKEN_FILE", &metrics),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(s.auth.admin_key.expose(), "admin-key-from-a-file");
+        assert_eq!(s.llm.api_key.as_ref().unwrap().expose(), "sk-from-a-file");
+        assert_eq!(s.llm.openai.api_key.as_ref().unwrap().expose(), "sk-openai");
+        assert_eq!(s.llm.anthropic.api_key.as_ref().unwrap().expose(), "sk-ant");
+        assert_eq!(
+            s.mcp.encryption_key.expose(),
+            "passphrase:a long enough passphrase"
+        );
+        assert_eq!(s.database_url(), "postgres://u:pw@h/db");
+        // Only one trailing newline goes: the rest of the file is the value.
+        assert_eq!(s.tools.search_api_key.expose(), "search key with spaces \n");
+        assert_eq!(s.metrics.token.expose(), "metrics-token");
+        assert_eq!(s.secret_files.len(), 8);
+        // The value is checked like a direct one, and never printed.
+        let view = s.view().to_string();
+        assert!(!view.contains("admin-key-from-a-file") && !view.contains("sk-from"));
+
+        // The same from agentry.toml.
+        let toml = dir.path().join("agentry.toml");
+        std::fs::write(
+            &toml,
+            format!("[auth]\nadmin_key_file = {admin:?}\n[metrics]\ntoken_file = {metrics:?}\n"),
+        )
+        .unwrap();
+        let s = Settings::load_from(Some(&toml), env(&[])).unwrap();
+        assert_eq!(s.auth.admin_key.expose(), "admin-key-from-a-file");
+        assert_eq!(s.metrics.token.expose(), "metrics-token");
+        // A redis URL from a file arrives too (and is refused as any redis URL is today).
+        let redis = secret_file(&dir, "redis", "redis://h\n");
+        let e = Settings::load_from(None, env(&[("AGENTRY_REDIS__URL_FILE", &redis)]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("redis.url") && e.contains("not available"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_secret_file_that_is_missing_empty_or_doubled_stops_the_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let admin = secret_file(&dir, "admin", "admin-key-from-a-file\n");
+        let empty = secret_file(&dir, "empty", "\n");
+        let missing = dir.path().join("missing").to_string_lossy().into_owned();
+        let err = |pairs: &[(&str, &str)]| {
+            Settings::load_from(None, env(pairs))
+                .map(|_| ())
+                .unwrap_err()
+                .to_string()
+        };
+        let e = err(&[
+            ("AGENTRY_AUTH__ADMIN_KEY", "a-direct-admin-key-too"),
+            ("AGENTRY_AUTH__ADMIN_KEY_FILE", &admin),
+        ]);
+        assert!(
+            e.contains("AGENTRY_AUTH__ADMIN_KEY and AGENTRY_AUTH__ADMIN_KEY_FILE")
+                && e.contains("one way"),
+            "{e}"
+        );
+        assert!(!e.contains("admin-key-from-a-file"), "never the value: {e}");
+        let e = err(&[("AGENTRY_MCP__ENCRYPTION_KEY_FILE", &missing)]);
+        assert!(
+            e.contains("mcp.encryption_key_file") && e.contains(&missing),
+            "{e}"
+        );
+        let e = err(&[("AGENTRY_LLM__API_KEY_FILE", &empty)]);
+        assert!(e.contains("llm.api_key_file") && e.contains("empty"), "{e}");
+        // The directory itself is not a file.
+        let d = dir.path().to_string_lossy().into_owned();
+        let e = err(&[("AGENTRY_AUTH__ADMIN_KEY_FILE", &d)]);
+        assert!(e.contains("auth.admin_key_file") && e.contains(&d), "{e}");
+        // A `_file` of a key that is not a secret is an unknown key, as before.
+        let e = err(&[("AGENTRY_SERVER__HOST_FILE", &admin)]);
+        assert!(e.contains("AGENTRY_SERVER__HOST_FILE"), "{e}");
     }
 
     #[test]
@@ -575,7 +954,8 @@ mod tests {
             ("AGENTRY_AUTH__ADMIN_KEY", "short", "auth.admin_key"),
             ("AGENTRY_HITL__TIMEOUT_SECS", "0", "hitl.timeout_secs"),
             ("AGENTRY_LOG__FORMAT", "xml", "format"),
-            ("AGENTRY_SERVER__PROT", "1", "prot"),
+            ("AGENTRY_LOG__LEVEL", "verbose", "log.level"),
+            ("AGENTRY_SERVER__PROT", "1", "AGENTRY_SERVER__PROT"),
         ];
         for (k, v, needle) in cases {
             let err = Settings::load_from(None, env(&[(k, v)]))
@@ -634,10 +1014,16 @@ mod tests {
             ),
             (
                 &[("AGENTRY_TOOLS__READ_MAX_BYTE", "1")],
-                "tools.read_max_byte",
+                "AGENTRY_TOOLS__READ_MAX_BYTE (did you mean AGENTRY_TOOLS__READ_MAX_BYTES?)",
             ),
-            (&[("AGENTRY_LLM__PROVIDR", "openai")], "llm.providr"),
-            (&[("AGENTRY_LLM__OPENAI__API_KY", "k")], "llm.openai.api_ky"),
+            (
+                &[("AGENTRY_LLM__PROVIDR", "openai")],
+                "AGENTRY_LLM__PROVIDR",
+            ),
+            (
+                &[("AGENTRY_LLM__OPENAI__API_KY", "k")],
+                "AGENTRY_LLM__OPENAI__API_KY",
+            ),
             (&[("AGENTRY_LLM__PROVIDER", "gemini")], "gemini"),
             (
                 &[("AGENTRY_LLM__PROVIDER", "openai")],
@@ -678,6 +1064,192 @@ mod tests {
                 )])
             )
             .is_ok()
+        );
+    }
+
+    fn toml(text: &str) -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("agentry.toml");
+        std::fs::write(&path, text).unwrap();
+        (dir, path)
+    }
+
+    #[test]
+    fn unknown_sections_and_keys_in_the_file_are_refused_with_a_suggestion() {
+        let cases: &[(&str, &str)] = &[
+            (
+                "[databse]\nurl = \"sqlite://x\"\n",
+                "`databse` (did you mean `database`?)",
+            ),
+            (
+                "[database]\nulr = \"sqlite://x\"\n",
+                "`database.ulr` (did you mean `database.url`?)",
+            ),
+            (
+                "datadir = \"/tmp/x\"\n",
+                "`datadir` (did you mean `data_dir`?)",
+            ),
+            (
+                "[llm.openai]\napi_ky = \"k\"\n",
+                "`llm.openai.api_ky` (did you mean `llm.openai.api_key`?)",
+            ),
+            (
+                "[tools]\nread_max_byte = 1\n",
+                "did you mean `tools.read_max_bytes`?",
+            ),
+            ("[nothing_like_it]\nx = 1\n", "`nothing_like_it`"),
+        ];
+        for (text, needle) in cases {
+            let (_dir, path) = toml(text);
+            let err = Settings::load_from(Some(&path), env(&[]))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(needle), "{text}: {err}");
+        }
+        let (_dir, path) = toml("[nothing_like_it]\nx = 1\n");
+        let err = Settings::load_from(Some(&path), env(&[]))
+            .unwrap_err()
+            .to_string();
+        assert!(!err.contains("did you mean"), "{err}");
+    }
+
+    #[test]
+    fn unknown_agentry_variables_are_refused_with_the_variable_to_use() {
+        let cases: &[(&str, &str)] = &[
+            (
+                "AGENTRY_DATADIR",
+                "AGENTRY_DATADIR (did you mean AGENTRY_DATA_DIR?)",
+            ),
+            (
+                "AGENTRY_DATABASE__ULR",
+                "did you mean AGENTRY_DATABASE__URL?",
+            ),
+            (
+                "AGENTRY_DATABSE__URL",
+                "AGENTRY_DATABSE__URL (did you mean AGENTRY_DATABASE__URL?)",
+            ),
+            ("AGENTRY_SERVER_PORT", "AGENTRY_SERVER_PORT"),
+            (
+                "AGENTRY_LLM__OPENAI__BASEURL",
+                "did you mean AGENTRY_LLM__OPENAI__BASE_URL?",
+            ),
+        ];
+        for (var, needle) in cases {
+            let err = Settings::load_from(None, env(&[(var, "sqlite://x")]))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(needle), "{var}: {err}");
+        }
+        // The terminal client's and the test suite's variables are not server configuration.
+        Settings::load_from(
+            None,
+            env(&[
+                ("AGENTRY_KEY", "k"),
+                ("AGENTRY_URL", "http://127.0.0.1:1"),
+                ("AGENTRY_MCP_CACHE", "/tmp"),
+                ("AGENTRY_TEST_POSTGRES_URL", "postgres://x"),
+                ("AGENTRY_BENCH_POSTGRES_URL", "postgres://x"),
+            ]),
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn the_view_masks_only_passwords_and_marks_unset_secrets() {
+        let s = Settings::load_from(
+            None,
+            env(&[
+                (
+                    "AGENTRY_DATABASE__URL",
+                    "postgres://agentry:hunter2@db.internal:5432/agentry",
+                ),
+                ("AGENTRY_DATA_DIR", "/srv/agentry"),
+            ]),
+        )
+        .unwrap();
+        let v = s.view();
+        assert_eq!(
+            v["database"]["url"],
+            "postgres://agentry:***@db.internal:5432/agentry"
+        );
+        assert_eq!(v["auth"]["admin_key"], "unset");
+        assert_eq!(v["redis"]["url"], "unset");
+        assert!(!v.to_string().contains("hunter2"));
+        let s = Settings::load_from(None, env(&[("AGENTRY_DATA_DIR", "/srv/agentry")])).unwrap();
+        assert_eq!(
+            s.view()["database"]["url"],
+            "sqlite:///srv/agentry/agentry.db?mode=rwc"
+        );
+        let s = Settings::load_from(
+            None,
+            env(&[("AGENTRY_AUTH__ADMIN_KEY", "a-long-enough-admin-key")]),
+        )
+        .unwrap();
+        assert_eq!(s.view()["auth"]["admin_key"], "***");
+        for (url, masked) in [
+            ("mysql://root@127.0.0.1/db", "mysql://root@127.0.0.1/db"),
+            (
+                "postgres://u:p%40ss@h/db?sslmode=require",
+                "postgres://u:***@h/db?sslmode=require",
+            ),
+            (
+                "postgres://h/db?user=u&password=secret",
+                "postgres://h/db?user=u&password=***",
+            ),
+            (
+                "redis://:pw@127.0.0.1:6379/0",
+                "redis://:***@127.0.0.1:6379/0",
+            ),
+        ] {
+            assert_eq!(mask_password(url), masked);
+        }
+    }
+
+    #[test]
+    fn the_sandbox_section_loads_from_env_and_refuses_bad_values() {
+        let s = Settings::load_from(
+            None,
+            env(&[
+                ("AGENTRY_SANDBOX__BACKEND", "landlock"),
+                ("AGENTRY_SANDBOX__READ_ONLY_PATHS", "/opt/mcp,/srv/venv"),
+                ("AGENTRY_SANDBOX__MAX_PROCESSES", "64"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(s.sandbox.backend, agentry_sandbox::BackendChoice::Landlock);
+        assert_eq!(
+            s.sandbox.read_only_paths,
+            vec![PathBuf::from("/opt/mcp"), PathBuf::from("/srv/venv")]
+        );
+        assert_eq!(s.sandbox.max_processes, 64);
+        assert!(Settings::load_from(None, env(&[("AGENTRY_SANDBOX__BACKEND", "docker")])).is_err());
+        let err = Settings::load_from(None, env(&[("AGENTRY_SANDBOX__MAX_PROCESSES", "0")]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("sandbox.max_processes"), "{err}");
+        let err = Settings::load_from(None, env(&[("AGENTRY_SANDBOX__MAX_PROCS", "3")]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("max_procs"), "{err}");
+    }
+
+    #[test]
+    fn env_keys_name_every_leaf_not_sections() {
+        let keys = Settings::default().env_keys();
+        for want in [
+            "AGENTRY_DATA_DIR",
+            "AGENTRY_SERVER__PORT",
+            "AGENTRY_AUTH__ADMIN_KEY",
+            "AGENTRY_LLM__OPENAI__API_KEY",
+            "AGENTRY_LOG__LEVEL",
+        ] {
+            assert!(keys.iter().any(|k| k == want), "{want} in {keys:?}");
+        }
+        // Sections are not keys; secrets are listed like any key.
+        assert!(!keys.iter().any(|k| k == "AGENTRY_SERVER"), "{keys:?}");
+        assert!(
+            keys.iter().any(|k| k == "AGENTRY_DATABASE__URL"),
+            "{keys:?}"
         );
     }
 

@@ -12,6 +12,8 @@ use crate::settings::Settings;
 
 pub struct AppState {
     pub db: DatabaseConnection,
+    /// The database's last known reachability, for the health endpoints.
+    pub db_probe: Arc<crate::readiness::DatabaseProbe>,
     pub settings: Settings,
     pub started: Instant,
     /// Resolves API keys (with a short cache); see `auth`.
@@ -24,6 +26,9 @@ pub struct AppState {
     pub secrets: Option<agentry_mcp::secrets::SecretBox>,
     /// Open WebSocket connections (capped by `server.max_connections`).
     pub ws_connections: Arc<AtomicUsize>,
+    /// Cancelled when the process starts stopping (SIGTERM/SIGINT): every WebSocket closes with
+    /// 1001 "going away" so its client reconnects elsewhere.
+    pub shutdown: tokio_util::sync::CancellationToken,
     /// The MCP config file watcher, kept alive while the server runs.
     pub mcp_file: Option<Arc<agentry_mcp::config_file::McpConfigWatcher>>,
 }

@@ -8,9 +8,12 @@ use agentry_schema::api::{
     ReplaceTenantRequest, UpdateTenantRequest, UpdateUserRequest, UsageReport, UsageTotals,
 };
 use agentry_schema::ids::{ApiKeyId, TenantId, UserId};
+use agentry_schema::policy::merge_patch;
 use agentry_store::api_keys::{self, ApiKey, CreatedKey};
 use agentry_store::assistants::{self, AssistantSpec};
-use agentry_store::tenants::{self, NewTenant, Quotas, Tenant, TenantStatus, TenantUpdate};
+use agentry_store::tenants::{
+    self, NewTenant, Quotas, Tenant, TenantPolicy, TenantStatus, TenantUpdate,
+};
 use agentry_store::users::{self, User};
 use agentry_store::{PageRequest, Role, StoreError, TenantScope, TransactionTrait, usage};
 use chrono::{NaiveDate, Utc};
@@ -81,6 +84,38 @@ fn valid_permissions(value: Option<Value>) -> ApiResult<Option<Value>> {
     }
 }
 
+fn valid_policy(policy: TenantPolicy) -> ApiResult<TenantPolicy> {
+    policy
+        .validate()
+        .map_err(|e| ApiError::validation(&format!("policy.{}", e.field), e.message))?;
+    Ok(policy)
+}
+
+/// The policy after a PATCH: `null` resets it, an object is merged into the current one
+/// (RFC 7396), and the result must be a valid policy.
+fn patched_policy(current: &TenantPolicy, patch: Option<Value>) -> ApiResult<TenantPolicy> {
+    let Some(patch) = patch else {
+        return Ok(TenantPolicy::default());
+    };
+    if !patch.is_object() {
+        return Err(ApiError::validation(
+            "policy",
+            "`policy` must be an object (a merge patch of the policy) or null (the defaults)",
+        ));
+    }
+    let mut merged = current.to_json();
+    merge_patch(&mut merged, &patch);
+    let policy = serde_path_to_error::deserialize(merged).map_err(|e| {
+        let field = match e.path().to_string() {
+            p if p == "." || p.is_empty() => "policy".to_string(),
+            p => format!("policy.{p}"),
+        };
+        let reason = e.inner().to_string();
+        ApiError::validation(&field, format!("invalid field `{field}`: {reason}"))
+    })?;
+    valid_policy(policy)
+}
+
 /// Quotas from optional fields over `base`.
 #[allow(clippy::too_many_arguments)]
 fn quotas_over(
@@ -120,6 +155,7 @@ pub async fn create_tenant(
     let name = valid_name("name", &req.name, 128)?;
     let features = valid_features(req.features_enabled.unwrap_or_default())?;
     let permissions = valid_permissions(req.tool_permissions)?;
+    let policy = valid_policy(req.policy.unwrap_or_default())?;
     let quotas = quotas_over(
         Quotas::default(),
         req.max_users,
@@ -139,6 +175,7 @@ pub async fn create_tenant(
             quotas,
             features_enabled: features,
             tool_permissions: permissions,
+            policy,
         },
     )
     .await?;
@@ -208,6 +245,10 @@ pub async fn update_tenant(
             None => None,
             Some(p) => Some(valid_permissions(p)?),
         },
+        policy: req
+            .policy
+            .map(|p| patched_policy(&current.policy, p))
+            .transpose()?,
     };
     apply_tenant_update(state, admin, id, change).await
 }
@@ -239,11 +280,12 @@ pub async fn replace_tenant(
         )),
         features_enabled: Some(valid_features(req.features_enabled.unwrap_or_default())?),
         tool_permissions: Some(valid_permissions(req.tool_permissions)?),
+        policy: Some(valid_policy(req.policy.unwrap_or_default())?),
     };
     apply_tenant_update(state, admin, id, change).await
 }
 
-/// Delete a tenant and everything it owns.
+/// Delete a tenant and everything it owns: its rows, its live actors, its workspaces on disk.
 #[tracing::instrument(skip_all, fields(tenant_id = %id))]
 pub async fn delete_tenant(state: &AppState, admin: &PlatformAdmin, id: TenantId) -> ApiResult<()> {
     if !tenants::delete(&state.db, &admin.scope(), id).await? {
@@ -252,6 +294,10 @@ pub async fn delete_tenant(state: &AppState, admin: &PlatformAdmin, id: TenantId
     state.auth.forget_tenant(id);
     if let Err(e) = state.engine.tenant_deleted(id).await {
         tracing::warn!(error = %e, "stopping the deleted tenant's actors failed");
+    }
+    // The rows are gone whatever happens here: a leftover directory is logged, not a 5xx.
+    if let Err(e) = state.engine.remove_tenant_files(id).await {
+        tracing::error!(error = %e, "removing the deleted tenant's workspaces failed");
     }
     tracing::info!(tenant_id = %id, "tenant deleted");
     Ok(())
@@ -352,7 +398,7 @@ pub async fn update_user(
     Ok(updated)
 }
 
-/// Delete a user with their keys (their sessions stay until deleted).
+/// Delete a user with their keys and their workspace (their sessions stay until deleted).
 #[tracing::instrument(skip_all, fields(tenant_id = %scope.tenant_id(), user_id = %id))]
 pub async fn delete_user(
     state: &AppState,
@@ -365,6 +411,10 @@ pub async fn delete_user(
         return Err(ApiError::not_found(format!("user {id}")));
     }
     state.auth.forget_tenant(scope.tenant_id());
+    if let Err(e) = state.engine.remove_user_files(scope.tenant_id(), id).await {
+        tracing::error!(error = %e, "removing the deleted user's workspace failed");
+    }
+    tracing::info!(tenant_id = %scope.tenant_id(), user_id = %id, "user deleted");
     Ok(())
 }
 

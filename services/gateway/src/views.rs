@@ -83,6 +83,7 @@ pub fn tenant(t: Tenant) -> TenantInfo {
         quotas: quotas(t.quotas),
         features_enabled: t.features_enabled,
         tool_permissions: t.tool_permissions,
+        policy: t.policy,
         created_at: t.created_at,
         updated_at: t.updated_at,
     }
@@ -142,6 +143,7 @@ pub fn session(s: Session) -> SessionInfo {
         assistant_id: s.assistant_id.to_string(),
         state: s.state.as_str().to_string(),
         metadata: s.metadata,
+        auto_approve: s.auto_approve,
         created_at: s.created_at,
         last_active: s.last_active,
     }

@@ -11,7 +11,8 @@
 //! `{"type": "pong", "payload": {}}`.
 //!
 //! Heartbeats: the server pings every 15 s and drops a client that has sent nothing (not even
-//! a pong) for 45 s, releasing its subscription.
+//! a pong) for 45 s, releasing its subscription. When the server stops (SIGTERM), every socket
+//! is closed with 1001 "going away" at once, so clients reconnect (to another replica).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -28,9 +29,10 @@ use agentry_schema::ids::ApprovalId;
 use serde::Deserialize;
 
 use crate::access;
-use crate::auth::{TenantCaller, WS_PROTOCOL};
+use crate::auth::{self, Forgotten, TenantCaller, WS_PROTOCOL, WsKey};
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{ApiPath, ApiQuery, param};
+use crate::request_id::RequestId;
 use crate::routes::resource::endpoint;
 use crate::state::AppState;
 
@@ -68,9 +70,11 @@ pub async fn connect(
     state: web::Data<AppState>,
     id: ApiPath<param::Session>,
     query: ApiQuery<WsQuery>,
+    request_id: RequestId,
     req: HttpRequest,
     stream: web::Payload,
 ) -> ApiResult<HttpResponse> {
+    let key = WsKey::of(req.headers()).ok_or_else(auth::invalid_key)?;
     let session = access::session(&state.db, &caller, id.into_inner()).await?;
     let max = state.settings.server.max_connections;
     // Reserve a slot before the upgrade; released when the actor stops (or here on failure).
@@ -92,6 +96,8 @@ pub async fn connect(
     let heartbeat = Duration::from_secs(state.settings.server.ws_heartbeat_secs);
     let client_timeout = Duration::from_secs(state.settings.server.ws_client_timeout_secs);
     let actor = WsConnection {
+        state: state.clone(),
+        key,
         heartbeat,
         client_timeout,
         engine: state.engine.clone(),
@@ -103,6 +109,9 @@ pub async fn connect(
         last_seen: Instant::now(),
         frame_limit,
         initial_after: query.into_inner().after_seq,
+        fragments: None,
+        request_id: request_id.0,
+        shutdown: state.shutdown.clone(),
         _slot: slot,
     };
     ws::WsResponseBuilder::new(actor, &req, stream)
@@ -138,7 +147,11 @@ impl Drop for Slot {
 }
 
 pub struct WsConnection {
+    state: web::Data<AppState>,
     engine: Engine,
+    /// The key the socket was opened with: checked again before each chat and decision, and at
+    /// once when this replica revokes it or changes its user or tenant.
+    key: WsKey,
     caller: TenantCaller,
     handle: SessionHandle,
     subscription: Option<SubscriptionId>,
@@ -153,8 +166,13 @@ pub struct WsConnection {
     last_seen: Instant,
     frame_limit: usize,
     initial_after: Option<u64>,
+    /// A fragmented message being put together.
+    fragments: Option<Fragments>,
     heartbeat: Duration,
     client_timeout: Duration,
+    /// The upgrade request's id: runs started over this socket are logged with it.
+    request_id: String,
+    shutdown: tokio_util::sync::CancellationToken,
     _slot: Slot,
 }
 
@@ -175,13 +193,22 @@ impl WsConnection {
         ctx.text(ev.to_json());
     }
 
-    /// A refused frame, with the same `details` REST would answer (a quota names itself).
+    /// A refused frame, with the same `details` REST would answer (a quota names itself). An
+    /// internal fault reads as REST's does: its cause goes to the log, not to the client.
     fn engine_error(&self, ctx: &mut ws::WebsocketContext<Self>, e: EngineError) {
+        let code = e.code();
+        let (message, details) = match e {
+            EngineError::Internal(_) => {
+                let api = ApiError::from(e);
+                (api.message, api.details)
+            }
+            e => (e.to_string(), e.details()),
+        };
         let ev = ExecutionEvent::new(
             0,
             self.handle.session.id.to_string(),
             "",
-            EventPayload::error_with_details(e.code().as_str(), e.to_string(), true, e.details()),
+            EventPayload::error_with_details(code.as_str(), message, true, details),
         );
         ctx.text(ev.to_json());
     }
@@ -223,18 +250,70 @@ impl WsConnection {
             Ok(f) => f,
             Err(e) => return self.send_error(ctx, e.code(), e.to_string()),
         };
+        match frame {
+            ClientFrame::Ping(_) => ctx.text(r#"{"type":"pong","payload":{}}"#),
+            ClientFrame::Resume(r) => self.subscribe(ctx, Some(r.after_seq)),
+            // Work starts only for a caller who may still act (the key checked again, through
+            // the auth cache); later frames wait for the answer, so none overtakes another.
+            ClientFrame::Chat(_) | ClientFrame::HitlDecision(_) => {
+                let (state, key) = (self.state.clone(), self.key.clone());
+                let check = async move { auth::recheck(&state, &key).await };
+                ctx.wait(check.into_actor(self).map(|res, act, ctx| match res {
+                    Ok(caller) => {
+                        act.caller = caller;
+                        act.start(ctx, frame);
+                    }
+                    Err(e) => act.refuse(ctx, e),
+                }));
+            }
+            ClientFrame::Cancel(_) => self.start(ctx, frame),
+        }
+    }
+
+    /// The caller may no longer act: say why and close with 1008 (policy). A check the database
+    /// could not answer refuses only the frame.
+    fn refuse(&mut self, ctx: &mut ws::WebsocketContext<Self>, e: ApiError) {
+        let event = ExecutionEvent::new(
+            0,
+            self.handle.session.id.to_string(),
+            "",
+            EventPayload::error_with_details(e.code.as_str(), e.message.clone(), false, e.details),
+        );
+        ctx.text(event.to_json());
+        if matches!(
+            e.code,
+            ErrorCode::DatabaseUnavailable | ErrorCode::ServiceUnavailable
+        ) {
+            return;
+        }
+        tracing::info!(session_id = %self.handle.session.id, code = %e.code, "closing a WebSocket whose caller may no longer act");
+        ctx.close(Some(ws::CloseReason {
+            code: ws::CloseCode::Policy,
+            description: Some(e.code.as_str().into()),
+        }));
+        ctx.stop();
+    }
+
+    /// Start what a checked frame asks for.
+    fn start(&mut self, ctx: &mut ws::WebsocketContext<Self>, frame: ClientFrame) {
         let engine = self.engine.clone();
         let handle = self.handle.clone();
         let tenant = self.caller.tenant_arc();
         let user = self.caller.user();
         let session_id = self.handle.session.id;
+        let request_id = self.request_id.clone();
         match frame {
-            ClientFrame::Ping(_) => ctx.text(r#"{"type":"pong","payload":{}}"#),
-            ClientFrame::Resume(r) => self.subscribe(ctx, Some(r.after_seq)),
+            ClientFrame::Ping(_) | ClientFrame::Resume(_) => {}
             ClientFrame::Chat(chat) => {
                 let fut = async move {
                     engine
-                        .start_chat(&handle, &user, chat.message, chat.enqueue)
+                        .start_chat_for(
+                            &handle,
+                            &user,
+                            chat.message,
+                            chat.enqueue,
+                            Some(request_id),
+                        )
                         .await
                 };
                 ctx.spawn(fut.into_actor(self).map(|res, act, ctx| {
@@ -277,12 +356,116 @@ impl WsConnection {
     }
 }
 
+/// A text or binary message arriving in fragments, put together up to `server.frame_limit_bytes`.
+struct Fragments {
+    text: bool,
+    bytes: Vec<u8>,
+    /// Went over the limit: the rest is dropped and the message refused when it ends.
+    over: bool,
+}
+
+impl WsConnection {
+    fn close_with(&mut self, ctx: &mut ws::WebsocketContext<Self>, code: ws::CloseCode, why: &str) {
+        ctx.close(Some(ws::CloseReason {
+            code,
+            description: Some(why.into()),
+        }));
+        ctx.stop();
+    }
+
+    /// One fragment of a message (RFC 6455 §5.4); the whole message is handled like an
+    /// unfragmented one when its last fragment arrives.
+    fn on_fragment(&mut self, ctx: &mut ws::WebsocketContext<Self>, item: actix_http::ws::Item) {
+        let (first, data, last) = match item {
+            actix_http::ws::Item::FirstText(d) => (Some(true), d, false),
+            actix_http::ws::Item::FirstBinary(d) => (Some(false), d, false),
+            actix_http::ws::Item::Continue(d) => (None, d, false),
+            actix_http::ws::Item::Last(d) => (None, d, true),
+        };
+        match (first, self.fragments.as_mut()) {
+            (Some(text), None) => {
+                self.fragments = Some(Fragments {
+                    text,
+                    bytes: Vec::new(),
+                    over: false,
+                })
+            }
+            (None, Some(_)) => {}
+            (Some(_), Some(_)) => {
+                return self.close_with(
+                    ctx,
+                    ws::CloseCode::Protocol,
+                    "a new message began before the fragmented one ended",
+                );
+            }
+            (None, None) => {
+                return self.close_with(
+                    ctx,
+                    ws::CloseCode::Protocol,
+                    "a continuation frame without a message to continue",
+                );
+            }
+        }
+        let limit = self.frame_limit;
+        let Some(f) = self.fragments.as_mut() else {
+            return;
+        };
+        if !f.over {
+            if f.bytes.len() + data.len() > limit {
+                f.over = true;
+                f.bytes = Vec::new();
+            } else {
+                f.bytes.extend_from_slice(&data);
+            }
+        }
+        if !last {
+            return;
+        }
+        let Some(whole) = self.fragments.take() else {
+            return;
+        };
+        if whole.over {
+            let e = FrameError::TooLarge {
+                size: limit + 1,
+                limit,
+            };
+            return self.send_error(ctx, e.code(), e.to_string());
+        }
+        if !whole.text {
+            return self.send_error(
+                ctx,
+                ErrorCode::InvalidFrame,
+                "binary frames are not supported: send JSON text frames",
+            );
+        }
+        match String::from_utf8(whole.bytes) {
+            Ok(text) => self.on_text(ctx, &text),
+            Err(_) => self.close_with(ctx, ws::CloseCode::Invalid, "text frames must be UTF-8"),
+        }
+    }
+}
+
 impl Actor for WsConnection {
     type Context = ws::WebsocketContext<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
         let after = self.initial_after;
         self.subscribe(ctx, after);
+        let shutdown = self.shutdown.clone();
+        ctx.spawn(
+            async move { shutdown.cancelled().await }
+                .into_actor(self)
+                .map(|_, _, ctx| {
+                    ctx.close(Some(ws::CloseReason {
+                        code: ws::CloseCode::Away,
+                        description: Some("the server is shutting down; reconnect".into()),
+                    }));
+                    ctx.stop();
+                }),
+        );
+        ctx.add_stream(tokio_stream::wrappers::BroadcastStream::new(
+            self.state.auth.subscribe(),
+        ));
         ctx.run_interval(self.heartbeat, |act, ctx| {
             if act.last_seen.elapsed() > act.client_timeout {
                 tracing::debug!(session_id = %act.handle.session.id, "WebSocket client stopped answering; dropping it");
@@ -348,7 +531,8 @@ impl StreamHandler<Result<ws::Message, ws::ProtocolError>> for WsConnection {
                 ErrorCode::InvalidFrame,
                 "binary frames are not supported: send JSON text frames",
             ),
-            Ok(ws::Message::Continuation(_)) | Ok(ws::Message::Nop) => {}
+            Ok(ws::Message::Continuation(item)) => self.on_fragment(ctx, item),
+            Ok(ws::Message::Nop) => {}
             Ok(ws::Message::Close(reason)) => {
                 ctx.close(reason);
                 ctx.stop();
@@ -360,10 +544,48 @@ impl StreamHandler<Result<ws::Message, ws::ProtocolError>> for WsConnection {
                 }));
                 ctx.stop();
             }
+            // Text that is not UTF-8 (the codec reports it as an I/O error).
+            Err(ws::ProtocolError::Io(e)) if e.to_string().contains("utf-8") => {
+                self.close_with(ctx, ws::CloseCode::Invalid, "text frames must be UTF-8");
+            }
+            // The peer is gone: nobody to tell.
+            Err(ws::ProtocolError::Io(e)) => {
+                tracing::debug!(error = %e, "WebSocket connection lost");
+                ctx.stop();
+            }
+            // An unmasked client frame, a reserved opcode, a bad control frame.
             Err(e) => {
                 tracing::debug!(error = %e, "WebSocket protocol error");
-                ctx.stop();
+                self.close_with(ctx, ws::CloseCode::Protocol, &e.to_string());
             }
         }
     }
+}
+
+type ForgottenItem = Result<Forgotten, tokio_stream::wrappers::errors::BroadcastStreamRecvError>;
+
+/// This replica revoked a key or changed a tenant or its users: a socket it may concern checks
+/// its key again now instead of at its next frame.
+impl StreamHandler<ForgottenItem> for WsConnection {
+    fn handle(&mut self, item: ForgottenItem, ctx: &mut Self::Context) {
+        let concerned = match item {
+            Ok(Forgotten::Key(id)) => id == self.caller.key_id(),
+            Ok(Forgotten::Tenant(id)) => id == self.caller.tenant_id(),
+            Err(_) => true, // missed some: check anyway
+        };
+        if !concerned {
+            return;
+        }
+        let (state, key) = (self.state.clone(), self.key.clone());
+        let check = async move { auth::recheck(&state, &key).await };
+        ctx.spawn(check.into_actor(self).map(|res, act, ctx| match res {
+            Ok(caller) => act.caller = caller,
+            // Unknown for now: the next frame checks again.
+            Err(e) if e.code == ErrorCode::DatabaseUnavailable => {}
+            Err(e) => act.refuse(ctx, e),
+        }));
+    }
+
+    /// The resolver lives as long as the server: nothing to do if its stream ends.
+    fn finished(&mut self, _: &mut Self::Context) {}
 }

@@ -96,6 +96,7 @@ pub async fn serve_stdio(
         WorkspaceInfo {
             root,
             quota_bytes: cfg.tool_server_quota_bytes,
+            sandbox: Default::default(),
         },
     );
     let running = server

@@ -295,6 +295,71 @@ pub fn masked_view(config: &McpServerConfig) -> Value {
     Value::Object(obj)
 }
 
+/// A masked value in a request body that stands for nothing stored (`field` names it, e.g.
+/// `env.API_KEY`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct MaskError {
+    pub field: String,
+    pub message: String,
+}
+
+/// Turn a request body that echoes a [`masked_view`] back into a configuration, against the
+/// server as stored (`current`; `None` for a new server). In `env` and `headers`, a value
+/// `"***"` keeps the stored value and `null` removes the entry; in `auth`, a `token` or `key` of
+/// `"***"` keeps the stored one. Any other value replaces the secret. A `"***"` with nothing
+/// stored behind it is refused: storing the mask itself as the secret would break the server.
+pub fn unmask(body: &mut Value, current: Option<&McpServerConfig>) -> Result<(), MaskError> {
+    let (env, headers, auth) = match current.map(|c| &c.transport) {
+        Some(McpTransportConfig::Stdio(s)) => (Some(&s.env), None, None),
+        Some(McpTransportConfig::Http(h)) => (None, Some(&h.headers), Some(&h.auth)),
+        None => (None, None, None),
+    };
+    let nothing_stored = |field: String| MaskError {
+        message: format!(
+            "`{field}` is \"{MASK}\", the mask shown for a stored secret, but there is no stored value for it; give the value itself"
+        ),
+        field,
+    };
+    for (field, stored) in [("env", env), ("headers", headers)] {
+        let Some(Value::Object(map)) = body.get_mut(field) else {
+            continue;
+        };
+        map.retain(|_, v| !v.is_null());
+        for (name, value) in map.iter_mut() {
+            if value.as_str() != Some(MASK) {
+                continue;
+            }
+            match stored.and_then(|m| m.get(name)) {
+                Some(secret) => *value = Value::String(secret.expose().to_string()),
+                None => return Err(nothing_stored(format!("{field}.{name}"))),
+            }
+        }
+    }
+    if let Some(Value::Object(a)) = body.get_mut("auth") {
+        let stored_token = match auth {
+            Some(HttpAuth::Bearer { token: Some(t), .. }) => Some(t),
+            _ => None,
+        };
+        let stored_key = match auth {
+            Some(HttpAuth::ApiKey { key: Some(k), .. }) => Some(k),
+            _ => None,
+        };
+        for (field, stored) in [("token", stored_token), ("key", stored_key)] {
+            if a.get(field).and_then(Value::as_str) != Some(MASK) {
+                continue;
+            }
+            match stored {
+                Some(secret) => {
+                    a.insert(field.into(), Value::String(secret.expose().to_string()));
+                }
+                None => return Err(nothing_stored(format!("auth.{field}"))),
+            }
+        }
+    }
+    Ok(())
+}
+
 fn strip_nulls(v: Value) -> Value {
     match v {
         Value::Object(m) => Value::Object(m.into_iter().filter(|(_, v)| !v.is_null()).collect()),
@@ -637,6 +702,64 @@ mod tests {
                 prop_assert!(!text.contains(&secret), "{} leaked in {}", secret, text);
             }
             prop_assert!(!text.contains("sEcReT"), "{}", text);
+        }
+
+        #[test]
+        fn a_masked_view_sent_back_keeps_every_stored_secret(c in storable_config()) {
+            let mut body = masked_view(&c);
+            unmask(&mut body, Some(&c)).unwrap();
+            let back: McpServerConfig = serde_json::from_value(body).unwrap();
+            prop_assert_eq!(back, c);
+        }
+    }
+
+    #[test]
+    fn masks_keep_new_values_replace_and_nulls_remove() {
+        let stored = http(
+            HttpAuth::Bearer {
+                token_env: None,
+                token: Some(Secret::new("old-token")),
+            },
+            &[("X-Key", "old-key"), ("X-Team", "blue")],
+        );
+        let mut body = json!({
+            "name": "gh", "url": "https://mcp.example.com/mcp",
+            "headers": {"X-Key": "***", "X-Team": null, "X-New": "fresh"},
+            "auth": {"type": "bearer", "token": "***"},
+        });
+        unmask(&mut body, Some(&stored)).unwrap();
+        let got: McpServerConfig = serde_json::from_value(body).unwrap();
+        let McpTransportConfig::Http(h) = &got.transport else {
+            panic!("http")
+        };
+        let headers: Vec<_> = h
+            .headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.expose()))
+            .collect();
+        assert_eq!(headers, [("X-Key", "old-key"), ("X-New", "fresh")]);
+        assert_eq!(
+            h.auth,
+            HttpAuth::Bearer {
+                token_env: None,
+                token: Some(Secret::new("old-token"))
+            }
+        );
+        // A mask with nothing behind it: on a new server, for a new name, for another auth type.
+        for (mut body, current, field) in [
+            (json!({"env": {"A": "***"}}), None, "env.A"),
+            (
+                json!({"headers": {"X-Other": "***"}}),
+                Some(&stored),
+                "headers.X-Other",
+            ),
+            (
+                json!({"auth": {"type": "api_key", "key": "***"}}),
+                Some(&stored),
+                "auth.key",
+            ),
+        ] {
+            assert_eq!(unmask(&mut body, current).unwrap_err().field, field);
         }
     }
 }

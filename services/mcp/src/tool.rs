@@ -67,6 +67,8 @@ pub struct WorkspaceInfo {
     pub root: PathBuf,
     /// The tenant's `workspace_quota_bytes`; writes that would exceed it are refused.
     pub quota_bytes: u64,
+    /// The tenant's sandbox policy (tighter limits, egress) for the programs tools start here.
+    pub sandbox: agentry_sandbox::TenantSandbox,
 }
 
 /// Asks the human on the other side of the session something, and waits for the answer.

@@ -28,9 +28,13 @@ const KNOWN_VERSIONS: &[&str] = &[
 
 async fn connect(c: &McpServerConfig) -> McpConnection {
     init_tracing();
-    McpConnection::connect(c, ClientHooks::default())
-        .await
-        .unwrap_or_else(|e| panic!("connect {}: {e}", c.name))
+    McpConnection::connect(
+        c,
+        ClientHooks::default(),
+        &agentry_mcp::client::StdioLaunch::unconfined(std::env::temp_dir()),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("connect {}: {e}", c.name))
 }
 
 /// server-everything registers its elicitation tools right after the handshake and announces
@@ -58,9 +62,13 @@ async fn stdio_everything_calls_echo_sum_and_keeps_structured_content() {
     let changed: Arc<Mutex<u32>> = Arc::default();
     let counter = changed.clone();
     let hooks = ClientHooks::default().on_tools_changed(move |_| *counter.lock().unwrap() += 1);
-    let conn = McpConnection::connect(&everything("everything"), hooks)
-        .await
-        .unwrap();
+    let conn = McpConnection::connect(
+        &everything("everything"),
+        hooks,
+        &agentry_mcp::client::StdioLaunch::unconfined(std::env::temp_dir()),
+    )
+    .await
+    .unwrap();
     assert_eq!(conn.status(), ConnectionStatus::Connected);
     let details = conn.server_details().clone();
     assert!(
@@ -537,7 +545,13 @@ async fn a_killed_server_is_reported_and_a_new_connection_works() {
             .push(format!("{server}:{}", s.as_str()));
     });
     let cfg = everything("ev");
-    let conn = McpConnection::connect(&cfg, hooks).await.unwrap();
+    let conn = McpConnection::connect(
+        &cfg,
+        hooks,
+        &agentry_mcp::client::StdioLaunch::unconfined(std::env::temp_dir()),
+    )
+    .await
+    .unwrap();
     let pg = conn.process_group().unwrap();
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(pg),
@@ -661,9 +675,13 @@ async fn close_leaves_no_process_of_the_group_behind() {
 async fn a_server_that_cannot_start_fails_fast_with_a_clear_error() {
     let started = Instant::now();
     let cfg = McpServerConfig::stdio("missing", "/nonexistent/agentry-mcp-server", &[]);
-    let err = McpConnection::connect(&cfg, ClientHooks::default())
-        .await
-        .unwrap_err();
+    let err = McpConnection::connect(
+        &cfg,
+        ClientHooks::default(),
+        &agentry_mcp::client::StdioLaunch::unconfined(std::env::temp_dir()),
+    )
+    .await
+    .unwrap_err();
     assert!(matches!(err, McpError::SpawnFailed { .. }), "{err:?}");
     assert!(
         err.to_string().contains("/nonexistent/agentry-mcp-server"),
@@ -679,9 +697,13 @@ async fn a_server_that_cannot_start_fails_fast_with_a_clear_error() {
             "console.error('fatal: API_TOKEN is not configured'); process.exit(3)",
         ],
     );
-    let err = McpConnection::connect(&cfg, ClientHooks::default())
-        .await
-        .unwrap_err();
+    let err = McpConnection::connect(
+        &cfg,
+        ClientHooks::default(),
+        &agentry_mcp::client::StdioLaunch::unconfined(std::env::temp_dir()),
+    )
+    .await
+    .unwrap_err();
     assert!(err.is_transport(), "{err:?}");
     assert!(
         err.to_string().contains("API_TOKEN is not configured"),
@@ -692,7 +714,12 @@ async fn a_server_that_cannot_start_fails_fast_with_a_clear_error() {
     let mut cfg = everything("off");
     cfg.disabled = true;
     assert!(matches!(
-        McpConnection::connect(&cfg, ClientHooks::default()).await,
+        McpConnection::connect(
+            &cfg,
+            ClientHooks::default(),
+            &agentry_mcp::client::StdioLaunch::unconfined(std::env::temp_dir())
+        )
+        .await,
         Err(McpError::Disabled { .. })
     ));
     assert!(
@@ -703,9 +730,13 @@ async fn a_server_that_cannot_start_fails_fast_with_a_clear_error() {
 
     // Nothing listens: a clear, quick transport error.
     let cfg = McpServerConfig::http("nobody", format!("http://127.0.0.1:{}/mcp", free_port()));
-    let err = McpConnection::connect(&cfg, ClientHooks::default())
-        .await
-        .unwrap_err();
+    let err = McpConnection::connect(
+        &cfg,
+        ClientHooks::default(),
+        &agentry_mcp::client::StdioLaunch::unconfined(std::env::temp_dir()),
+    )
+    .await
+    .unwrap_err();
     assert!(err.is_transport(), "{err:?}");
 }
 
@@ -717,6 +748,7 @@ async fn streamable_http_everything_recovers_from_a_server_restart() {
     let conn = McpConnection::connect(
         &McpServerConfig::http("remote", server.url()),
         ClientHooks::default(),
+        &agentry_mcp::client::StdioLaunch::unconfined(std::env::temp_dir()),
     )
     .await
     .unwrap();
@@ -958,6 +990,7 @@ async fn over_http_each_elicitation_reaches_the_user_of_its_own_call() {
     let conn = McpConnection::connect(
         &McpServerConfig::http("remote", server.url()),
         ClientHooks::default(),
+        &agentry_mcp::client::StdioLaunch::unconfined(std::env::temp_dir()),
     )
     .await
     .unwrap();

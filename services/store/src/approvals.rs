@@ -164,6 +164,26 @@ pub async fn decide(
     Ok(res.rows_affected > 0)
 }
 
+/// Cancel every approval of a run still pending (the run ended): one statement.
+pub async fn cancel_pending_of_run(
+    db: &impl ConnectionTrait,
+    scope: &TenantScope,
+    execution_id: RunId,
+) -> Result<u64> {
+    let res = approval::Entity::update_many()
+        .col_expr(
+            approval::Column::Status,
+            Expr::value(ApprovalStatus::Cancelled.as_str()),
+        )
+        .col_expr(approval::Column::DecidedAt, Expr::value(Some(now())))
+        .filter(approval::Column::ExecutionId.eq(execution_id.0))
+        .filter(approval::Column::TenantId.eq(scope.uuid()))
+        .filter(approval::Column::Status.eq(ApprovalStatus::Pending.as_str()))
+        .exec(db)
+        .await?;
+    Ok(res.rows_affected)
+}
+
 pub async fn list_by_execution(
     db: &impl ConnectionTrait,
     scope: &TenantScope,

@@ -23,16 +23,7 @@ pub async fn append(
         return Ok(());
     }
     let ts = now();
-    let rows = events.iter().map(|e| session_event::ActiveModel {
-        tenant_id: Set(scope.uuid()),
-        session_id: Set(session_id.0),
-        seq: Set(i64::try_from(e.seq).unwrap_or(i64::MAX)),
-        run_id: Set(e.run_id.parse::<RunId>().ok().map(|r| r.0)),
-        event_type: Set(e.event_type().to_string()),
-        event: Set(e.to_json()),
-        created_at: Set(ts),
-        ..Default::default()
-    });
+    let rows = events.iter().map(|e| row(scope, session_id, e, ts));
     session_event::Entity::insert_many(rows)
         .exec(db)
         .await
@@ -42,6 +33,82 @@ pub async fn append(
             })
         })?;
     Ok(())
+}
+
+/// Store events that may already be stored (a batch whose first write's outcome is unknown, or
+/// the events a run's end record carries): a `seq` already there is left as it is.
+pub async fn append_missing(
+    db: &impl ConnectionTrait,
+    scope: &TenantScope,
+    session_id: SessionId,
+    events: &[ExecutionEvent],
+) -> Result<()> {
+    if events.is_empty() {
+        return Ok(());
+    }
+    let ts = now();
+    let rows = events.iter().map(|e| row(scope, session_id, e, ts));
+    session_event::Entity::insert_many(rows)
+        .on_conflict_do_nothing_on([session_event::Column::SessionId, session_event::Column::Seq])
+        .exec_without_returning(db)
+        .await?;
+    Ok(())
+}
+
+fn row(
+    scope: &TenantScope,
+    session_id: SessionId,
+    e: &ExecutionEvent,
+    ts: chrono::DateTime<chrono::Utc>,
+) -> session_event::ActiveModel {
+    session_event::ActiveModel {
+        tenant_id: Set(scope.uuid()),
+        session_id: Set(session_id.0),
+        seq: Set(i64::try_from(e.seq).unwrap_or(i64::MAX)),
+        run_id: Set(e.run_id.parse::<RunId>().ok().map(|r| r.0)),
+        event_type: Set(e.event_type().to_string()),
+        event: Set(e.to_json()),
+        created_at: Set(ts),
+        ..Default::default()
+    }
+}
+
+/// The stored `done` event of a run, if its stream holds one.
+pub async fn done_of_run(
+    db: &impl ConnectionTrait,
+    scope: &TenantScope,
+    run_id: RunId,
+) -> Result<Option<ExecutionEvent>> {
+    session_event::Entity::find()
+        .filter(session_event::Column::RunId.eq(run_id.0))
+        .filter(session_event::Column::EventType.eq("done"))
+        .filter(session_event::Column::TenantId.eq(scope.uuid()))
+        .order_by_asc(session_event::Column::Seq)
+        .one(db)
+        .await?
+        .map(|m| serde_json::from_str(&m.event).map_err(|e| corrupt("session_event.event", e)))
+        .transpose()
+}
+
+/// Stored events of one run whose type is `event_type`, in order (e.g. a tool's `progress`).
+pub async fn of_run_by_type(
+    db: &impl ConnectionTrait,
+    scope: &TenantScope,
+    run_id: RunId,
+    event_type: &str,
+    limit: u64,
+) -> Result<Vec<ExecutionEvent>> {
+    session_event::Entity::find()
+        .filter(session_event::Column::RunId.eq(run_id.0))
+        .filter(session_event::Column::EventType.eq(event_type))
+        .filter(session_event::Column::TenantId.eq(scope.uuid()))
+        .order_by_asc(session_event::Column::Seq)
+        .limit(limit)
+        .all(db)
+        .await?
+        .into_iter()
+        .map(|m| serde_json::from_str(&m.event).map_err(|e| corrupt("session_event.event", e)))
+        .collect()
 }
 
 /// Events with `seq > after_seq`, in order, at most `limit`.

@@ -1,15 +1,15 @@
 //! Executions: one row per run of the agent loop, with status and token usage.
 
 use chrono::{DateTime, Utc};
-use sea_orm::sea_query::Expr;
+use sea_orm::sea_query::{Expr, ExprTrait};
 use sea_orm::{
     ActiveModelTrait, ColumnTrait, ConnectionTrait, EntityTrait, PaginatorTrait, QueryFilter,
-    QueryOrder, QuerySelect, Set,
+    QueryOrder, QuerySelect, Set, TransactionSession, TransactionTrait,
 };
 use serde::{Deserialize, Serialize};
 
-use agentry_schema::entities::execution;
-use agentry_schema::events::TokenUsage;
+use agentry_schema::entities::{execution, session_event};
+use agentry_schema::events::{ExecutionEvent, TokenUsage};
 use agentry_schema::ids::{RunId, SessionId, TenantId, UserId};
 
 use crate::{
@@ -222,6 +222,111 @@ pub async fn update(
         return Err(StoreError::NotFound(format!("execution {id}")));
     }
     Ok(())
+}
+
+/// Everything a run's end writes, in one transaction: its final status, its events not yet
+/// stored with its `done` last, its pending approvals cancelled and its session idle. A `done`
+/// is never stored without its status, nor a final status without its `done`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunEnd {
+    pub run_id: RunId,
+    pub session_id: SessionId,
+    pub status: ExecutionStatus,
+    pub steps: u32,
+    pub usage: TokenUsage,
+    pub error: Option<String>,
+    /// The run's events that may not be stored yet, in `seq` order, its `done` last. Events
+    /// already stored are left as they are.
+    pub events: Vec<ExecutionEvent>,
+}
+
+/// Write a run's end (see [`RunEnd`]). Writing the same end twice changes nothing the second
+/// time, and an end never overwrites another final status.
+pub async fn record_end<C>(db: &C, scope: &TenantScope, end: &RunEnd) -> Result<()>
+where
+    C: ConnectionTrait + TransactionTrait,
+{
+    let txn = db.begin().await?;
+    crate::events::append_missing(&txn, scope, end.session_id, &end.events).await?;
+    let ts = now();
+    execution::Entity::update_many()
+        .col_expr(execution::Column::Status, Expr::value(end.status.as_str()))
+        .col_expr(
+            execution::Column::Steps,
+            Expr::value(i32::try_from(end.steps).unwrap_or(i32::MAX)),
+        )
+        .col_expr(
+            execution::Column::InputTokens,
+            Expr::value(i64_of(end.usage.input)),
+        )
+        .col_expr(
+            execution::Column::OutputTokens,
+            Expr::value(i64_of(end.usage.output)),
+        )
+        .col_expr(
+            execution::Column::TotalTokens,
+            Expr::value(i64_of(end.usage.total)),
+        )
+        .col_expr(execution::Column::UpdatedAt, Expr::value(ts))
+        .col_expr(execution::Column::CompletedAt, Expr::value(Some(ts)))
+        .col_expr(
+            execution::Column::Error,
+            Expr::value(end.error.clone().map(sanitize_text)),
+        )
+        .filter(execution::Column::Id.eq(end.run_id.0))
+        .filter(execution::Column::TenantId.eq(scope.uuid()))
+        .filter(execution::Column::Status.is_in(UNFINISHED))
+        .exec(&txn)
+        .await?;
+    crate::approvals::cancel_pending_of_run(&txn, scope, end.run_id).await?;
+    let last_seq = end.events.iter().map(|e| e.seq).max().unwrap_or(0);
+    match crate::sessions::touch_reserving(
+        &txn,
+        scope,
+        end.session_id,
+        crate::sessions::SessionState::Idle,
+        last_seq,
+    )
+    .await
+    {
+        // A deleted session keeps its runs (the audit trail); there is nothing to touch.
+        Ok(()) | Err(StoreError::NotFound(_)) => {}
+        Err(e) => return Err(e),
+    }
+    txn.commit().await?;
+    Ok(())
+}
+
+const UNFINISHED: [&str; 3] = ["queued", "running", "waiting_approval"];
+
+/// Runs of the last `since` that ended (a final status) but whose stream holds no `done`:
+/// what a crash between the two writes left before they were one transaction. Start-up
+/// recovery gives each its `done`.
+pub async fn finished_without_done(
+    db: &impl ConnectionTrait,
+    _: &PlatformScope,
+    since: DateTime<Utc>,
+) -> Result<Vec<Execution>> {
+    use sea_orm::sea_query::Query;
+    let has_done = Query::select()
+        .expr(Expr::val(1))
+        .from(session_event::Entity)
+        .and_where(
+            Expr::col((session_event::Entity, session_event::Column::RunId))
+                .equals((execution::Entity, execution::Column::Id)),
+        )
+        .and_where(Expr::col((session_event::Entity, session_event::Column::EventType)).eq("done"))
+        .to_owned();
+    execution::Entity::find()
+        .filter(execution::Column::Status.is_not_in(UNFINISHED))
+        .filter(execution::Column::CompletedAt.gte(since))
+        .filter(Expr::exists(has_done).not())
+        .order_by_asc(execution::Column::StartedAt)
+        .all(db)
+        .await?
+        .into_iter()
+        .map(Execution::try_from)
+        .collect()
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]

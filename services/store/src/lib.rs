@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use chrono::{DateTime, SubsecRound, Utc};
 use sea_orm::{
-    ConnectOptions, ConnectionTrait, Database, DatabaseBackend, DatabaseConnection, DbErr, SqlErr,
-    Statement,
+    ConnectOptions, ConnectionTrait, Database, DatabaseBackend, DatabaseConnection, DbErr,
+    RuntimeErr, SqlErr, Statement,
 };
 use sea_orm_migration::MigratorTrait;
 
@@ -146,7 +146,46 @@ pub enum StoreError {
     #[error("stored data is corrupt: {0}")]
     Corrupt(String),
     #[error("database error: {0}")]
-    Db(#[from] DbErr),
+    Db(DbErr),
+}
+
+/// What a concurrent change can make a statement fail with is the client's race, not a fault:
+/// a row updated after another request deleted it is gone (404), a row that refers to one
+/// deleted meanwhile, or a transaction the database aborted to break a deadlock, is a conflict
+/// to retry (409). Everything else stays a database error.
+impl From<DbErr> for StoreError {
+    fn from(e: DbErr) -> Self {
+        if matches!(e, DbErr::RecordNotUpdated | DbErr::RecordNotFound(_)) {
+            return StoreError::NotFound("the record (deleted meanwhile)".into());
+        }
+        if matches!(e.sql_err(), Some(SqlErr::ForeignKeyConstraintViolation(_))) {
+            return StoreError::Conflict(
+                "something this change refers to was deleted meanwhile; reload and retry".into(),
+            );
+        }
+        if concurrency_abort(&e) {
+            return StoreError::Conflict(
+                "a concurrent change got in the way; nothing was changed, retry".into(),
+            );
+        }
+        StoreError::Db(e)
+    }
+}
+
+/// A deadlock or serialization failure (SQLSTATE 40001 / 40P01): the database rolled the
+/// transaction back because another one raced it.
+fn concurrency_abort(e: &DbErr) -> bool {
+    use sea_orm::sqlx::Error as Sqlx;
+    let (DbErr::Query(RuntimeErr::SqlxError(s))
+    | DbErr::Exec(RuntimeErr::SqlxError(s))
+    | DbErr::Conn(RuntimeErr::SqlxError(s))) = e
+    else {
+        return false;
+    };
+    match &**s {
+        Sqlx::Database(d) => matches!(d.code().as_deref(), Some("40001" | "40P01")),
+        _ => false,
+    }
 }
 
 impl StoreError {
@@ -155,20 +194,50 @@ impl StoreError {
             StoreError::NotFound(_) => ErrorCode::NotFound,
             StoreError::Conflict(_) => ErrorCode::Conflict,
             StoreError::Invalid(_) => ErrorCode::ValidationError,
+            StoreError::Db(e) if database_unreachable(e) => ErrorCode::DatabaseUnavailable,
             StoreError::Corrupt(_) | StoreError::Db(_) => ErrorCode::InternalError,
         }
+    }
+
+    /// The database could not be reached: the caller should be told to retry, not that the
+    /// server is broken.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, StoreError::Db(e) if database_unreachable(e))
     }
 
     /// Turn a unique-constraint violation into `Conflict(what)`, pass anything else through.
     pub(crate) fn conflict_on_unique(err: DbErr, what: impl FnOnce() -> String) -> StoreError {
         match err.sql_err() {
             Some(SqlErr::UniqueConstraintViolation(_)) => StoreError::Conflict(what()),
-            _ => StoreError::Db(err),
+            _ => StoreError::from(err),
         }
     }
 }
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// A database that cannot be reached — no pooled connection within the acquire timeout, a
+/// connection refused, reset or dropped mid-query — as opposed to a query the database refused.
+pub fn database_unreachable(e: &DbErr) -> bool {
+    use sea_orm::sqlx::Error as Sqlx;
+    fn sqlx_unreachable(e: &Sqlx) -> bool {
+        matches!(
+            e,
+            Sqlx::Io(_)
+                | Sqlx::Tls(_)
+                | Sqlx::PoolTimedOut
+                | Sqlx::PoolClosed
+                | Sqlx::WorkerCrashed
+        )
+    }
+    match e {
+        DbErr::ConnectionAcquire(_) | DbErr::Conn(_) => true,
+        DbErr::Query(RuntimeErr::SqlxError(s)) | DbErr::Exec(RuntimeErr::SqlxError(s)) => {
+            sqlx_unreachable(s)
+        }
+        _ => false,
+    }
+}
 
 /// Now, truncated to microseconds: what every backend stores, so a value written and read back
 /// compares equal.
@@ -186,7 +255,11 @@ pub struct DbOptions {
     /// `sqlite://path?mode=rwc`, `postgres://…`, `mysql://…`.
     pub url: String,
     pub max_connections: u32,
+    /// How long opening one connection may take.
     pub connect_timeout: Duration,
+    /// How long a caller waits for a pooled connection before it gets
+    /// [`ErrorCode::DatabaseUnavailable`]: short, so requests fail fast while the database is away.
+    pub acquire_timeout: Duration,
 }
 
 /// Which database family a URL names.
@@ -222,7 +295,7 @@ pub async fn connect(opts: &DbOptions) -> Result<DatabaseConnection> {
             0
         })
         .connect_timeout(opts.connect_timeout)
-        .acquire_timeout(opts.connect_timeout.max(Duration::from_secs(5)))
+        .acquire_timeout(opts.acquire_timeout)
         .sqlx_logging(false);
     if backend == DatabaseBackend::Sqlite {
         co.map_sqlx_sqlite_opts(|o| {
@@ -233,7 +306,18 @@ pub async fn connect(opts: &DbOptions) -> Result<DatabaseConnection> {
                 .foreign_keys(true)
         });
     }
-    Ok(Database::connect(co).await?)
+    // The pool's acquire timeout is short; opening the pool at start-up may wait longer for a
+    // database that is still coming up (`connect_timeout`), trying again while it is unreachable.
+    let deadline = std::time::Instant::now() + opts.connect_timeout;
+    loop {
+        match Database::connect(co.clone()).await {
+            Ok(db) => return Ok(db),
+            Err(e) if database_unreachable(&e) && std::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
 }
 
 /// Apply every pending migration. On PostgreSQL and MySQL a database-level lock, held on one

@@ -107,6 +107,7 @@ pub async fn create(
         }),
         created_at: Set(ts),
         last_active: Set(ts),
+        seq_reserved: Set(0),
     };
     let m = model.insert(db).await.map_err(|e| {
         StoreError::conflict_on_unique(e, || format!("session {id} already exists"))
@@ -158,9 +159,51 @@ pub async fn touch(
     id: SessionId,
     state: SessionState,
 ) -> Result<()> {
-    let res = session::Entity::update_many()
-        .col_expr(session::Column::State, Expr::value(state.as_str()))
-        .col_expr(session::Column::LastActive, Expr::value(now()))
+    update_row(db, scope, id, Some(state), None).await
+}
+
+/// Like [`touch`], and raise the session's reserved `seq` to at least `reserve_upto` in the
+/// same statement (see [`reserve_seq`]): a run's start reserves its first block of event
+/// numbers for free.
+pub async fn touch_reserving(
+    db: &impl ConnectionTrait,
+    scope: &TenantScope,
+    id: SessionId,
+    state: SessionState,
+    reserve_upto: u64,
+) -> Result<()> {
+    update_row(db, scope, id, Some(state), Some(reserve_upto)).await
+}
+
+/// Reserve event numbers: after this, no restart numbers an event of the session at or below
+/// `upto`, so the session may send events up to it before they are stored.
+pub async fn reserve_seq(
+    db: &impl ConnectionTrait,
+    scope: &TenantScope,
+    id: SessionId,
+    upto: u64,
+) -> Result<()> {
+    update_row(db, scope, id, None, Some(upto)).await
+}
+
+/// One statement: the state (with `last_active`) and/or the reservation.
+async fn update_row(
+    db: &impl ConnectionTrait,
+    scope: &TenantScope,
+    id: SessionId,
+    state: Option<SessionState>,
+    reserve_upto: Option<u64>,
+) -> Result<()> {
+    let mut q = session::Entity::update_many();
+    if let Some(state) = state {
+        q = q
+            .col_expr(session::Column::State, Expr::value(state.as_str()))
+            .col_expr(session::Column::LastActive, Expr::value(now()));
+    }
+    if let Some(upto) = reserve_upto {
+        q = q.col_expr(session::Column::SeqReserved, raised(upto));
+    }
+    let res = q
         .filter(session::Column::Id.eq(id.0))
         .filter(session::Column::TenantId.eq(scope.uuid()))
         .exec(db)
@@ -169,6 +212,58 @@ pub async fn touch(
         return Err(StoreError::NotFound(format!("session {id}")));
     }
     Ok(())
+}
+
+/// `seq_reserved` raised to `upto`, never lowered (two reservations may land in any order).
+fn raised(upto: u64) -> sea_orm::sea_query::SimpleExpr {
+    use sea_orm::sea_query::ExprTrait;
+    let upto = i64::try_from(upto).unwrap_or(i64::MAX);
+    Expr::case(
+        Expr::col(session::Column::SeqReserved).lt(upto),
+        Expr::value(upto),
+    )
+    .finally(Expr::col(session::Column::SeqReserved))
+    .into()
+}
+
+/// Give back the unused part of a reservation when the session stops cleanly with everything
+/// up to `last_sent` stored, so the next actor continues without a gap. Only if nothing
+/// reserved more since (`reserved` is what this actor holds).
+pub async fn release_seq(
+    db: &impl ConnectionTrait,
+    scope: &TenantScope,
+    id: SessionId,
+    reserved: u64,
+    last_sent: u64,
+) -> Result<()> {
+    let as_i64 = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+    session::Entity::update_many()
+        .col_expr(session::Column::SeqReserved, Expr::value(as_i64(last_sent)))
+        .filter(session::Column::Id.eq(id.0))
+        .filter(session::Column::TenantId.eq(scope.uuid()))
+        .filter(session::Column::SeqReserved.eq(as_i64(reserved)))
+        .exec(db)
+        .await?;
+    Ok(())
+}
+
+/// The `seq` below which a (re)started session must not number events: the highest stored or
+/// reserved one.
+pub async fn seq_floor(
+    db: &impl ConnectionTrait,
+    scope: &TenantScope,
+    id: SessionId,
+) -> Result<u64> {
+    let reserved: Option<i64> = session::Entity::find()
+        .select_only()
+        .column(session::Column::SeqReserved)
+        .filter(session::Column::Id.eq(id.0))
+        .filter(session::Column::TenantId.eq(scope.uuid()))
+        .into_tuple()
+        .one(db)
+        .await?;
+    let stored = crate::events::max_seq(db, scope, id).await?;
+    Ok(stored.max(reserved.and_then(|r| u64::try_from(r).ok()).unwrap_or(0)))
 }
 
 /// Delete a session with its messages, checkpoints and stored events, atomically. Executions,

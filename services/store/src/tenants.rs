@@ -13,6 +13,7 @@ use agentry_schema::entities::{
     session, session_event, tenant, tool_call_log, user,
 };
 use agentry_schema::ids::TenantId;
+pub use agentry_schema::policy::{SandboxPolicy, StdioMcpRole, TenantPolicy};
 
 use crate::{PageRequest, PlatformScope, Result, StoreError, TenantScope, corrupt, now};
 
@@ -75,11 +76,19 @@ pub struct Tenant {
     pub features_enabled: Vec<String>,
     /// Tool permissions per role; `None` = the built-in defaults.
     pub tool_permissions: Option<Value>,
+    /// Role rights and sandbox limits; the defaults when never set.
+    pub policy: TenantPolicy,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }
 
 impl Tenant {
+    /// The tenant's policy: who may add stdio MCP servers or switch approvals off, and the
+    /// sandbox limits its processes get (`tenant.policy().sandbox`).
+    pub fn policy(&self) -> &TenantPolicy {
+        &self.policy
+    }
+
     pub fn scope(&self) -> TenantScope {
         TenantScope::new(self.id)
     }
@@ -125,18 +134,23 @@ impl TryFrom<tenant::Model> for Tenant {
             features_enabled: serde_json::from_value(m.features_enabled)
                 .map_err(|e| corrupt("tenant.features_enabled", e))?,
             tool_permissions: m.tool_permissions,
+            policy: match m.policy {
+                None | Some(Value::Null) => TenantPolicy::default(),
+                Some(v) => serde_json::from_value(v).map_err(|e| corrupt("tenant.policy", e))?,
+            },
             created_at: m.created_at,
             updated_at: m.updated_at,
         })
     }
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct NewTenant {
     pub name: String,
     pub quotas: Quotas,
     pub features_enabled: Vec<String>,
     pub tool_permissions: Option<Value>,
+    pub policy: TenantPolicy,
 }
 
 /// A partial change; `None` leaves a field as it is.
@@ -147,6 +161,7 @@ pub struct TenantUpdate {
     pub quotas: Option<Quotas>,
     pub features_enabled: Option<Vec<String>>,
     pub tool_permissions: Option<Option<Value>>,
+    pub policy: Option<TenantPolicy>,
 }
 
 pub async fn create(
@@ -170,6 +185,7 @@ pub async fn create(
         max_concurrent_runs: Set(i32_of(q.max_concurrent_runs)),
         features_enabled: Set(serde_json::json!(new.features_enabled)),
         tool_permissions: Set(new.tool_permissions),
+        policy: Set(Some(new.policy.to_json())),
         created_at: Set(ts),
         updated_at: Set(ts),
     }
@@ -265,6 +281,9 @@ pub async fn update(
     }
     if let Some(p) = change.tool_permissions {
         am.tool_permissions = Set(p);
+    }
+    if let Some(p) = change.policy {
+        am.policy = Set(Some(p.to_json()));
     }
     am.updated_at = Set(now());
     let name = change.name.unwrap_or_default();

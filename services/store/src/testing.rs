@@ -80,6 +80,7 @@ impl TestDb {
             url: url.clone(),
             max_connections: 5,
             connect_timeout: Duration::from_secs(10),
+            acquire_timeout: Duration::from_secs(10),
         };
         let db = match connect(&opts).await {
             Ok(db) => db,

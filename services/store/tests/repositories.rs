@@ -39,6 +39,7 @@ async fn new_tenant(db: &DatabaseConnection) -> TenantScope {
             quotas: Quotas::default(),
             features_enabled: vec![],
             tool_permissions: None,
+            policy: Default::default(),
         },
     )
     .await
@@ -100,6 +101,7 @@ per_backend!(
     approvals_first_decision_wins,
     tool_call_audit_rows,
     events_append_replay_and_max_seq,
+    a_runs_end_is_one_idempotent_write_and_reservations_only_rise,
     mcp_servers_unique_per_user,
     memories_search_and_isolation,
     usage_by_day_counts_runs_tokens_and_calls,
@@ -392,10 +394,20 @@ async fn tenants_crud_and_duplicate_names(db: DatabaseConnection) {
             quotas,
             features_enabled: vec!["stdio_mcp".into()],
             tool_permissions: None,
+            policy: tenants::TenantPolicy {
+                stdio_mcp_role: tenants::StdioMcpRole::Member,
+                sandbox: tenants::SandboxPolicy {
+                    max_processes: Some(16),
+                    memory_bytes: Some(u64::from(u32::MAX) * 4),
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
         },
     )
     .await
     .unwrap();
+    assert_eq!(t.policy().sandbox.max_processes, Some(16));
     assert_eq!(t.status, TenantStatus::Active);
     assert_eq!(t.quotas, quotas);
     assert!(t.has_feature("stdio_mcp"));
@@ -407,7 +419,8 @@ async fn tenants_crud_and_duplicate_names(db: DatabaseConnection) {
                 name: name.clone(),
                 quotas,
                 features_enabled: vec![],
-                tool_permissions: None
+                tool_permissions: None,
+                policy: Default::default(),
             }
         )
         .await,
@@ -428,12 +441,22 @@ async fn tenants_crud_and_duplicate_names(db: DatabaseConnection) {
                 max_users: 9,
                 ..quotas
             }),
+            policy: Some(tenants::TenantPolicy {
+                members_may_auto_approve: true,
+                ..t.policy.clone()
+            }),
             ..Default::default()
         },
     )
     .await
     .unwrap();
     assert_eq!(upd.status, TenantStatus::Suspended);
+    assert!(upd.policy().members_may_auto_approve);
+    assert_eq!(upd.policy().stdio_mcp_role, tenants::StdioMcpRole::Member);
+    assert_eq!(
+        upd.policy().sandbox.memory_bytes,
+        Some(u64::from(u32::MAX) * 4)
+    );
     assert_eq!(upd.quotas.max_users, 9);
     assert_eq!(upd.name, name);
     assert_eq!(tenants::get_own(&db, &t.scope()).await.unwrap(), upd);
@@ -854,6 +877,175 @@ async fn events_append_replay_and_max_seq(db: DatabaseConnection) {
             .unwrap()
             .is_empty()
     );
+}
+
+/// Issue 12, item 1: `seq` reservations never go down (except an explicit give-back of what
+/// this holder reserved), and a run's end stores its events, status and `done` together,
+/// idempotently, never overwriting another final status.
+async fn a_runs_end_is_one_idempotent_write_and_reservations_only_rise(db: DatabaseConnection) {
+    let scope = new_tenant(&db).await;
+    let user = users::create(&db, &scope, "u", Role::Member).await.unwrap();
+    let s = sessions::create(&db, &scope, new_session(user.id))
+        .await
+        .unwrap();
+    assert_eq!(sessions::seq_floor(&db, &scope, s.id).await.unwrap(), 0);
+    sessions::reserve_seq(&db, &scope, s.id, 300).await.unwrap();
+    sessions::reserve_seq(&db, &scope, s.id, 100).await.unwrap();
+    assert_eq!(sessions::seq_floor(&db, &scope, s.id).await.unwrap(), 300);
+    sessions::touch_reserving(&db, &scope, s.id, SessionState::Running, 500)
+        .await
+        .unwrap();
+    assert_eq!(sessions::seq_floor(&db, &scope, s.id).await.unwrap(), 500);
+    let other = sessions::create(&db, &scope, new_session(user.id))
+        .await
+        .unwrap();
+    assert_eq!(
+        sessions::seq_floor(&db, &scope, other.id).await.unwrap(),
+        0,
+        "a reservation is per session"
+    );
+
+    let mk_run = |status| NewExecution {
+        id: RunId::new(),
+        user_id: user.id,
+        session_id: s.id,
+        assistant_id: "default".into(),
+        input: "hi".into(),
+        trace_id: None,
+        status,
+    };
+    let run = executions::create(&db, &scope, mk_run(ExecutionStatus::Running))
+        .await
+        .unwrap()
+        .id;
+    let approval = ApprovalId::new();
+    approvals::create(
+        &db,
+        &scope,
+        NewApproval {
+            id: approval,
+            session_id: s.id,
+            execution_id: run,
+            kind: "approval".into(),
+            tool_call_id: Some("c1".into()),
+            request: json!({}),
+        },
+    )
+    .await
+    .unwrap();
+    let ev =
+        |seq: u64, payload| ExecutionEvent::new(seq, s.id.to_string(), run.to_string(), payload);
+    let text = |seq| ev(seq, EventPayload::text(format!("t{seq}"), false));
+    let (t1, t2, t3) = (text(1), text(2), text(3));
+    events::append(&db, &scope, s.id, &[t1.clone(), t2.clone()])
+        .await
+        .unwrap();
+    let done = ev(
+        4,
+        EventPayload::Done(agentry_schema::events::DoneData::new(
+            agentry_schema::events::DoneStatus::Completed,
+            None,
+            TokenUsage::new(3, 4),
+        )),
+    );
+    let end = executions::RunEnd {
+        run_id: run,
+        session_id: s.id,
+        status: ExecutionStatus::Completed,
+        steps: 2,
+        usage: TokenUsage::new(3, 4),
+        error: None,
+        // seq 2 is stored already: it is left as it is (this copy has another timestamp).
+        events: vec![text(2), t3.clone(), done.clone()],
+    };
+    assert_eq!(events::done_of_run(&db, &scope, run).await.unwrap(), None);
+    executions::record_end(&db, &scope, &end).await.unwrap();
+    let stored = events::list_after(&db, &scope, s.id, 0, 100).await.unwrap();
+    assert_eq!(stored, vec![t1, t2, t3, done.clone()]);
+    assert_eq!(
+        events::done_of_run(&db, &scope, run).await.unwrap(),
+        Some(done.clone())
+    );
+    let e = executions::get(&db, &scope, run).await.unwrap().unwrap();
+    assert_eq!(
+        (e.status, e.steps, e.token_usage),
+        (ExecutionStatus::Completed, 2, TokenUsage::new(3, 4))
+    );
+    assert!(e.completed_at.is_some());
+    assert_eq!(
+        approvals::get(&db, &scope, approval)
+            .await
+            .unwrap()
+            .unwrap()
+            .status,
+        ApprovalStatus::Cancelled
+    );
+    let sess = sessions::get(&db, &scope, s.id).await.unwrap().unwrap();
+    assert_eq!(sess.state, SessionState::Idle);
+    assert_eq!(sessions::seq_floor(&db, &scope, s.id).await.unwrap(), 500);
+
+    // The same end again (a retry after a lost commit) changes nothing; another end never
+    // overwrites the final status.
+    executions::record_end(&db, &scope, &end).await.unwrap();
+    let failed = executions::RunEnd {
+        status: ExecutionStatus::Failed,
+        error: Some("late".into()),
+        events: vec![],
+        ..end.clone()
+    };
+    executions::record_end(&db, &scope, &failed).await.unwrap();
+    assert_eq!(
+        executions::get(&db, &scope, run)
+            .await
+            .unwrap()
+            .unwrap()
+            .status,
+        ExecutionStatus::Completed
+    );
+    assert_eq!(
+        events::list_after(&db, &scope, s.id, 0, 100)
+            .await
+            .unwrap()
+            .len(),
+        4
+    );
+
+    // A run that ended without a `done` in its stream is found by start-up recovery; one with
+    // its `done` is not.
+    let bare = executions::create(&db, &scope, mk_run(ExecutionStatus::Running))
+        .await
+        .unwrap()
+        .id;
+    executions::update(
+        &db,
+        &scope,
+        bare,
+        ExecutionStatus::Completed,
+        1,
+        TokenUsage::default(),
+        None,
+    )
+    .await
+    .unwrap();
+    let since = chrono::Utc::now() - chrono::Duration::hours(1);
+    let found: Vec<RunId> = executions::finished_without_done(&db, &platform(), since)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.session_id == s.id)
+        .map(|e| e.id)
+        .collect();
+    assert_eq!(found, vec![bare]);
+
+    // Giving back unused numbers works only for the holder of the current reservation.
+    sessions::release_seq(&db, &scope, s.id, 499, 4)
+        .await
+        .unwrap();
+    assert_eq!(sessions::seq_floor(&db, &scope, s.id).await.unwrap(), 500);
+    sessions::release_seq(&db, &scope, s.id, 500, 4)
+        .await
+        .unwrap();
+    assert_eq!(sessions::seq_floor(&db, &scope, s.id).await.unwrap(), 4);
 }
 
 async fn mcp_servers_unique_per_user(db: DatabaseConnection) {

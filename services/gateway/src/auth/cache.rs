@@ -45,8 +45,18 @@ impl Entry {
     }
 }
 
+/// What this replica was told to forget: the keys of a tenant (a suspension, a deletion, a user
+/// disabled or removed) or one key (a revocation). Open WebSockets listen, to check their key
+/// again at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Forgotten {
+    Tenant(TenantId),
+    Key(ApiKeyId),
+}
+
 pub struct KeyResolver {
     ttl: Duration,
+    forgotten: tokio::sync::broadcast::Sender<Forgotten>,
     /// SHA-256 of the platform admin key; digests compare in constant time whatever the lengths.
     admin_key: Option<Digest32>,
     entries: Mutex<HashMap<Digest32, Entry>>,
@@ -56,6 +66,7 @@ impl KeyResolver {
     pub fn new(admin_key: &str, ttl: Duration) -> Self {
         Self {
             ttl,
+            forgotten: tokio::sync::broadcast::channel(64).0,
             admin_key: (!admin_key.is_empty()).then(|| digest(admin_key)),
             entries: Mutex::new(HashMap::new()),
         }
@@ -166,11 +177,19 @@ impl KeyResolver {
     /// Forget every cached key of a tenant (after a suspension, a user change, a deletion).
     pub fn forget_tenant(&self, tenant: TenantId) {
         self.lock().retain(|_, e| e.tenant_id != tenant);
+        let _ = self.forgotten.send(Forgotten::Tenant(tenant));
     }
 
     /// Forget one key (after its revocation).
     pub fn forget_key(&self, key: ApiKeyId) {
         self.lock().retain(|_, e| e.key_id != key);
+        let _ = self.forgotten.send(Forgotten::Key(key));
+    }
+
+    /// Hear of every later [`forget_tenant`](Self::forget_tenant) and
+    /// [`forget_key`](Self::forget_key) (a receiver that lags hears `Lagged`: check everything).
+    pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<Forgotten> {
+        self.forgotten.subscribe()
     }
 
     #[cfg(test)]
@@ -194,6 +213,7 @@ mod tests {
                 quotas: Quotas::default(),
                 features_enabled: vec![],
                 tool_permissions: None,
+                policy: Default::default(),
             },
         )
         .await

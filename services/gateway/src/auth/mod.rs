@@ -33,7 +33,7 @@ use agentry_schema::ids::{ApiKeyId, TenantId, UserId};
 use agentry_store::tenants::{Tenant, TenantStatus};
 use agentry_store::{PlatformScope, Role, TenantScope, UserScope};
 
-pub use cache::KeyResolver;
+pub use cache::{Forgotten, KeyResolver};
 pub use credentials::{Presented, WS_KEY_PROTOCOL_PREFIX, WS_PROTOCOL};
 
 use crate::error::ApiError;
@@ -149,6 +149,14 @@ pub(crate) enum Authentication {
 }
 
 impl Authentication {
+    /// The tenant of an authenticated tenant caller (for the access log).
+    pub(crate) fn tenant_id(&self) -> Option<TenantId> {
+        match self {
+            Authentication::Authenticated(Caller::Tenant(t)) => Some(t.tenant_id()),
+            _ => None,
+        }
+    }
+
     fn into_caller(self) -> Result<Caller, ApiError> {
         match self {
             Authentication::Anonymous => Err(ApiError::new(ErrorCode::Unauthorized, MISSING_KEY)),
@@ -161,12 +169,46 @@ impl Authentication {
 /// Resolve the credentials of a request (no caching of the request itself: the resolver caches
 /// keys).
 async fn resolve(state: &AppState, headers: &actix_web::http::header::HeaderMap) -> Authentication {
-    let key = match credentials::presented(headers) {
-        Presented::None => return Authentication::Anonymous,
-        Presented::Malformed => return Authentication::Rejected(invalid_key()),
-        Presented::Key(k) => k.to_string(),
-    };
-    match state.auth.resolve(&state.db, &key).await {
+    match credentials::presented(headers) {
+        Presented::None => Authentication::Anonymous,
+        Presented::Malformed => Authentication::Rejected(invalid_key()),
+        Presented::Key(k) => resolve_key(state, k).await,
+    }
+}
+
+/// Check a tenant caller's key again, as a new request would (through the same cache): an open
+/// WebSocket does so before it starts work. The answer is the caller as of now (a changed role
+/// included), or the error a request would get: 401 for a key that is revoked or expired or
+/// whose user is disabled or gone, 403 `tenant_suspended`, 503 when the database cannot say.
+pub async fn recheck(state: &AppState, key: &WsKey) -> Result<TenantCaller, ApiError> {
+    match resolve_key(state, &key.0).await.into_caller()? {
+        Caller::Tenant(t) => Ok(t),
+        Caller::PlatformAdmin(_) => Err(tenant_only()),
+    }
+}
+
+/// The key an open WebSocket was opened with, kept to check it again; never printed.
+#[derive(Clone)]
+pub struct WsKey(String);
+
+impl WsKey {
+    /// The key of an upgrade request, when it presented one.
+    pub fn of(headers: &actix_web::http::header::HeaderMap) -> Option<WsKey> {
+        match credentials::presented(headers) {
+            Presented::Key(k) => Some(WsKey(k.to_string())),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Debug for WsKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WsKey(…)")
+    }
+}
+
+async fn resolve_key(state: &AppState, key: &str) -> Authentication {
+    match state.auth.resolve(&state.db, key).await {
         Ok(Resolution::PlatformAdmin) => {
             Authentication::Authenticated(Caller::PlatformAdmin(PlatformAdmin { _sealed: () }))
         }

@@ -101,7 +101,8 @@ pub async fn list_tenants(
     Ok(Json(page_of(items, total, page, views::tenant)))
 }
 
-/// Create a tenant (with its `default` assistant). Quotas left out get the defaults.
+/// Create a tenant (with its `default` assistant). Quotas and policy fields left out get the
+/// defaults.
 #[utoipa::path(
     post,
     path = "/api/v1/admin/tenants",
@@ -158,7 +159,8 @@ pub async fn get_tenant(
 }
 
 /// Change some of a tenant's fields: name, `status` (`active`/`suspended`), any quota,
-/// features, tool permissions (`null` = defaults).
+/// features, tool permissions (`null` = defaults), `policy` (a merge patch: only the policy
+/// fields present change; `null` = defaults).
 #[utoipa::path(
     patch,
     path = "/api/v1/admin/tenants/{tenant_id}",

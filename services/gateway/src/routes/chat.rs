@@ -15,6 +15,7 @@ use futures::stream::StreamExt;
 use crate::auth::TenantCaller;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{ApiJson, body_id};
+use crate::request_id::RequestId;
 use crate::routes::resource::endpoint;
 use crate::state::AppState;
 
@@ -28,6 +29,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
 async fn start(
     state: &AppState,
     caller: &TenantCaller,
+    request_id: RequestId,
     req: ChatRequest,
 ) -> ApiResult<(
     SessionHandle,
@@ -69,6 +71,7 @@ async fn start(
                 message: req.message,
                 enqueue: req.enqueue,
                 subscriber: Some(to),
+                request_id: Some(request_id.0),
             },
         )
         .await?;
@@ -96,9 +99,10 @@ async fn start(
 pub async fn chat(
     caller: TenantCaller,
     state: web::Data<AppState>,
+    request_id: RequestId,
     body: ApiJson<ChatRequest>,
 ) -> ApiResult<Json<ChatResponse>> {
-    let (handle, accepted, mut rx) = start(&state, &caller, body.into_inner()).await?;
+    let (handle, accepted, mut rx) = start(&state, &caller, request_id, body.into_inner()).await?;
     let run = accepted.run_id.to_string();
     let mut events = Vec::new();
     // The run ends with exactly one `done`; the assistant's own timeout bounds the wait.
@@ -140,9 +144,10 @@ pub async fn chat(
 pub async fn chat_stream(
     caller: TenantCaller,
     state: web::Data<AppState>,
+    request_id: RequestId,
     body: ApiJson<ChatRequest>,
 ) -> ApiResult<HttpResponse> {
-    let (handle, accepted, rx) = start(&state, &caller, body.into_inner()).await?;
+    let (handle, accepted, rx) = start(&state, &caller, request_id, body.into_inner()).await?;
     let run = accepted.run_id.to_string();
     let session = handle.session.id.to_string();
     let events = futures::stream::unfold((rx, false), move |(mut rx, finished)| {

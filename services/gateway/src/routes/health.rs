@@ -1,8 +1,9 @@
 //! Health endpoints: `/api/v1/health` (status, version, uptime), `/health/live` (the process
-//! answers) and `/health/ready` (the database, and Redis when configured, answer).
+//! answers) and `/health/ready` (the database answers). Both read the database's state from the
+//! background probe (crate::readiness), so they answer at once during an outage.
 
 use actix_web::{HttpResponse, web};
-use agentry_schema::api::{HealthResponse, ReadinessResponse};
+use agentry_schema::api::{HealthResponse, ReadinessResponse, SandboxHealth};
 use agentry_schema::error::{ErrorCode, ErrorResponse};
 use serde_json::json;
 
@@ -21,14 +22,25 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     path = "/api/v1/health",
     tag = "health",
     security(()),
-    responses((status = 200, description = "`ok`, or `degraded` when the database does not answer", body = HealthResponse))
+    responses((status = 200, description = "`ok`, or `degraded` when the database does not answer; `sandbox` says how tenant programs run", body = HealthResponse))
 )]
 pub async fn health(state: web::Data<AppState>) -> HttpResponse {
-    let db_ok = agentry_store::ping(&state.db).await.is_ok();
+    let db_ok = state.db_probe.reachable();
+    let sandbox = state.settings.tools.sandbox.status();
     HttpResponse::Ok().json(HealthResponse {
         status: if db_ok { "ok" } else { "degraded" }.into(),
         version: env!("CARGO_PKG_VERSION").into(),
         uptime: state.started.elapsed().as_secs_f64(),
+        sandbox: SandboxHealth {
+            configured: serde_json::to_value(sandbox.configured)
+                .ok()
+                .and_then(|v| v.as_str().map(String::from))
+                .unwrap_or_default(),
+            backend: sandbox.backend.map(|b| b.as_str().to_string()),
+            error: sandbox.error.clone(),
+            process_limit: sandbox.process_limit.clone(),
+            egress: sandbox.egress,
+        },
     })
 }
 
@@ -52,17 +64,18 @@ pub async fn live() -> HttpResponse {
     security(()),
     responses(
         (status = 200, description = "Ready", body = ReadinessResponse),
-        (status = 503, description = "A dependency does not answer: the readiness fields plus `error_code` `service_unavailable`, `message`, `details.checks`", body = ReadinessResponse),
+        (status = 503, description = "A dependency does not answer: the readiness fields plus `error_code` `database_unavailable`, `message`, `details.checks`; `Retry-After`", body = ReadinessResponse),
     )
 )]
 pub async fn ready(state: web::Data<AppState>) -> HttpResponse {
-    let db = match agentry_store::ping(&state.db).await {
-        Ok(()) => "ok".to_string(),
-        Err(e) => {
-            tracing::warn!(error = %e, "readiness: database unreachable");
-            "unreachable".to_string()
-        }
-    };
+    // From the background probe's last verdict: answers at once even while the database
+    // does not (crate::readiness).
+    let db = if state.db_probe.reachable() {
+        "ok"
+    } else {
+        "unreachable"
+    }
+    .to_string();
     let ok = db == "ok";
     let body = ReadinessResponse {
         status: if ok { "ready" } else { "not_ready" }.into(),
@@ -75,7 +88,7 @@ pub async fn ready(state: web::Data<AppState>) -> HttpResponse {
     // to the readiness fields load balancers and people read.
     let mut value = serde_json::to_value(&body).unwrap_or_else(|_| json!({}));
     let error = ErrorResponse::new(
-        ErrorCode::ServiceUnavailable,
+        ErrorCode::DatabaseUnavailable,
         "not ready: a dependency does not answer (see `checks`)",
     )
     .with_details(json!({ "checks": body.checks }));
@@ -84,5 +97,10 @@ pub async fn ready(state: web::Data<AppState>) -> HttpResponse {
     {
         v.extend(e);
     }
-    HttpResponse::ServiceUnavailable().json(value)
+    HttpResponse::ServiceUnavailable()
+        .insert_header((
+            actix_web::http::header::RETRY_AFTER,
+            crate::error::DATABASE_RETRY_AFTER_SECS,
+        ))
+        .json(value)
 }

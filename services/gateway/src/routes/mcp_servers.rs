@@ -6,7 +6,8 @@
 //! rest with `mcp.encryption_key` and never shown again (`***`). Rules for servers a tenant's
 //! users supply:
 //! - local (stdio) servers run a process on the server: only tenants with the `stdio_mcp`
-//!   feature may add them;
+//!   feature may add them, and only callers with the role the tenant policy names
+//!   (`stdio_mcp_role`: tenant admins by default);
 //! - references to the server's own environment (`token_env`, `key_env`, basic auth) are
 //!   refused: they would hand the server's secrets to a URL the user chose; give the token
 //!   itself, which is sealed at rest;
@@ -20,7 +21,8 @@ use actix_web::HttpResponse;
 use actix_web::web::{self, Json};
 use agentry_actors::mcp_pool::{ServerStatuses, UserConfigChanged};
 use agentry_mcp::client::{HttpAuth, McpServerConfig, McpTransportConfig};
-use agentry_mcp::stored::{join_from_storage, masked_view, split_for_storage};
+use agentry_mcp::config_file::FileServerEntry;
+use agentry_mcp::stored::{join_from_storage, masked_view, split_for_storage, unmask};
 use agentry_mcp::tool::ToolError;
 use agentry_schema::error::ErrorCode;
 use agentry_schema::ids::UserId;
@@ -83,16 +85,67 @@ async fn statuses(
         .collect()
 }
 
-fn view(config: &McpServerConfig, status: Option<&(String, Option<String>)>) -> Value {
-    let mut v = masked_view(config);
+type Status = (String, Option<String>);
+
+fn with_status(mut v: Value, status: Option<&Status>, source: &str) -> Value {
     if let Value::Object(o) = &mut v {
         let (s, m) = status.cloned().unwrap_or(("disconnected".into(), None));
         o.insert("status".into(), json!(s));
         if let Some(m) = m {
             o.insert("status_message".into(), json!(m));
         }
+        o.insert("source".into(), json!(source));
+        o.insert("read_only".into(), json!(source == PLATFORM));
     }
     v
+}
+
+/// A user's own server: its configuration, secrets masked.
+fn view(config: &McpServerConfig, status: Option<&Status>) -> Value {
+    with_status(masked_view(config), status, "user")
+}
+
+/// `source` of the servers from the platform's MCP config file.
+const PLATFORM: &str = "platform";
+
+/// The platform's server of this name (from the MCP config file), if there is one.
+fn platform_server(state: &AppState, name: &str) -> Option<FileServerEntry> {
+    state.mcp_file.as_ref()?.current().get(name).cloned()
+}
+
+/// A platform server as a tenant's user sees it: what it is and whether it works, not how it is
+/// reached (its command line, URL and credentials are the operator's).
+fn platform_view(entry: &FileServerEntry, status: Option<&Status>) -> Value {
+    let transport = match entry.config.transport {
+        McpTransportConfig::Stdio(_) => "stdio",
+        McpTransportConfig::Http(_) => "http",
+    };
+    let mut v = json!({
+        "name": entry.config.name,
+        "transport": transport,
+        "disabled": entry.config.disabled,
+    });
+    if let Some(d) = &entry.policy.description {
+        v["description"] = json!(d);
+    }
+    if let Some(ver) = &entry.policy.version {
+        v["version"] = json!(ver);
+    }
+    with_status(v, status, PLATFORM)
+}
+
+/// A user's server with a platform server's name would shadow it: refused.
+fn platform_name_taken(name: &str) -> ApiError {
+    ApiError::conflict(format!(
+        "{name:?} is the name of a platform MCP server (from the server's MCP config file); pick another name for yours"
+    ))
+}
+
+/// A platform server cannot be changed or removed through a user's list.
+fn platform_read_only(name: &str) -> ApiError {
+    ApiError::conflict(format!(
+        "MCP server {name:?} is the platform's (from the server's MCP config file) and is read-only here; ask the platform operator to change it"
+    ))
 }
 
 /// Refuse what a tenant's user may not configure (see the module doc).
@@ -107,6 +160,18 @@ async fn admissible(
                 return Err(ApiError::forbidden(format!(
                     "local (stdio) MCP servers are not enabled for this tenant (feature `{STDIO_FEATURE}`); use an HTTP server (`url`)"
                 )));
+            }
+            // A stdio server is a program the server starts: a role right as well as a feature.
+            if !caller
+                .tenant()
+                .policy()
+                .may_add_stdio_mcp(caller.is_admin())
+            {
+                return Err(ApiError::forbidden(
+                    "adding or changing a local (stdio) MCP server is a tenant admin's right \
+                     (tenant policy `stdio_mcp_role`: admin); ask a tenant admin to add it, or use \
+                     an HTTP server (`url`)",
+                ));
             }
         }
         McpTransportConfig::Http(h) => {
@@ -143,6 +208,24 @@ async fn admissible(
     Ok(())
 }
 
+/// Fields the API adds to a server's view: a client that sends a view back may leave them in.
+const VIEW_ONLY: [&str; 4] = ["status", "status_message", "source", "read_only"];
+
+/// The configuration in a POST or PUT body. Masked secrets (`"***"`) keep the stored values of
+/// `current`, `null` in `env`/`headers` removes an entry (`agentry_mcp::stored::unmask`).
+fn config_from_body(
+    mut body: Value,
+    current: Option<&McpServerConfig>,
+) -> ApiResult<McpServerConfig> {
+    if let Value::Object(o) = &mut body {
+        for k in VIEW_ONLY {
+            o.remove(k);
+        }
+    }
+    unmask(&mut body, current).map_err(|e| ApiError::validation(&e.field, e.message))?;
+    serde_path_to_error::deserialize(body).map_err(crate::extract::json_error)
+}
+
 fn storage_error(e: agentry_mcp::stored::StorageError) -> ApiError {
     match e.code() {
         ErrorCode::ServiceUnavailable => ApiError::new(
@@ -171,14 +254,15 @@ fn new_row(user: UserId, stored: agentry_mcp::stored::StoredMcpServer) -> NewMcp
     }
 }
 
-/// The user's MCP servers, secrets masked, with their live status.
+/// The MCP servers the user's runs get: the platform's (from the MCP config file, read-only,
+/// shown without how they are reached) and the user's own (secrets masked), with live status.
 #[utoipa::path(
     get,
     path = "/api/v1/users/{user_id}/mcp-servers",
     tag = "mcp",
     params(("user_id" = String, Path, description = "User id (UUID)")),
     responses(
-        (status = 200, description = "The user's servers (`status`: connected, connecting, disconnected or error)", body = Vec<Object>),
+        (status = 200, description = "The platform's servers (`source: platform`, `read_only: true`) and the user's own (`source: user`), each with `status`: connected, connecting, disconnected or error", body = Vec<Object>),
         (status = 400, description = "`user_id` is not a UUID", body = agentry_schema::ErrorResponse),
         (status = 401, description = "No usable API key", body = agentry_schema::ErrorResponse),
         (status = 403, description = "The platform admin key (it has no tenant)", body = agentry_schema::ErrorResponse),
@@ -193,12 +277,28 @@ pub async fn list_servers(
     let user = owner(&state, &caller, user.into_inner()).await?;
     let rows = mcp_servers::list_by_user(&state.db, &caller.scope(), user).await?;
     let live = statuses(&state, &caller, user).await;
-    let mut out = Vec::with_capacity(rows.len());
+    let platform = state
+        .mcp_file
+        .as_ref()
+        .map(|f| f.current())
+        .unwrap_or_default();
+    let mut out = Vec::with_capacity(rows.len() + platform.servers.len());
+    for entry in &platform.servers {
+        out.push(platform_view(entry, live.get(&entry.config.name)));
+    }
     for row in rows {
+        // Added before the platform took the name: listed, but the platform's is the one used.
+        let shadowed = platform.get(&row.name).is_some().then(|| {
+            (
+                "error".to_string(),
+                Some("not used: the platform has an MCP server of this name; delete yours and add it under another name".to_string()),
+            )
+        });
+        let status = shadowed.as_ref().or(live.get(&row.name));
         match join_from_storage(&stored_of(&row), state.secrets.as_ref()) {
-            Ok(config) => out.push(view(&config, live.get(&row.name))),
+            Ok(config) => out.push(view(&config, status)),
             // A row whose secrets no longer open (the key changed) is still listed, flagged.
-            Err(e) => out.push(json!({"name": row.name, "transport": row.transport, "disabled": row.disabled, "status": "error", "status_message": e.to_string()})),
+            Err(e) => out.push(json!({"name": row.name, "transport": row.transport, "disabled": row.disabled, "status": "error", "status_message": e.to_string(), "source": "user", "read_only": false})),
         }
     }
     Ok(Json(out))
@@ -228,6 +328,10 @@ pub async fn get_server(
     let Some(row) =
         mcp_servers::get_by_name(&state.db, &caller.scope(), user, name.0.as_str()).await?
     else {
+        if let Some(entry) = platform_server(&state, name.0.as_str()) {
+            let live = statuses(&state, &caller, user).await;
+            return Ok(Json(platform_view(&entry, live.get(name.0.as_str()))));
+        }
         return Err(ApiError::not_found(format!("MCP server {:?}", name.0)));
     };
     let config =
@@ -248,9 +352,9 @@ pub async fn get_server(
         (status = 201, description = "Added; secrets masked; `status: disconnected` until first use", body = Object),
         (status = 400, description = "A bad `user_id` or malformed JSON", body = agentry_schema::ErrorResponse),
         (status = 401, description = "No usable API key", body = agentry_schema::ErrorResponse),
-        (status = 403, description = "Local (stdio) servers are not enabled for the tenant, or the platform admin key", body = agentry_schema::ErrorResponse),
+        (status = 403, description = "Local (stdio) servers are not enabled for the tenant, the caller's role may not add them (tenant policy `stdio_mcp_role`), or the platform admin key", body = agentry_schema::ErrorResponse),
         (status = 404, description = "No such user visible to the caller", body = agentry_schema::ErrorResponse),
-        (status = 409, description = "The user already has a server with this name", body = agentry_schema::ErrorResponse),
+        (status = 409, description = "The user already has a server with this name, or a platform server has it", body = agentry_schema::ErrorResponse),
         (status = 422, description = "An invalid field (named), an environment reference, or a refused URL", body = agentry_schema::ErrorResponse),
         (status = 429, description = "The tenant's `max_mcp_servers` per user is reached", body = agentry_schema::ErrorResponse),
         (status = 503, description = "The server has no encryption key, so secrets cannot be stored", body = agentry_schema::ErrorResponse),
@@ -260,11 +364,14 @@ pub async fn add_server(
     caller: TenantCaller,
     state: web::Data<AppState>,
     user: ApiPath<param::User>,
-    body: ApiJson<McpServerConfig>,
+    body: ApiJson<Value>,
 ) -> ApiResult<HttpResponse> {
     let user = owner(&state, &caller, user.into_inner()).await?;
-    let config = body.into_inner();
+    let config = config_from_body(body.into_inner(), None)?;
     admissible(&state, &caller, &config).await?;
+    if platform_server(&state, &config.name).is_some() {
+        return Err(platform_name_taken(&config.name));
+    }
     if mcp_servers::get_by_name(&state.db, &caller.scope(), user, &config.name)
         .await?
         .is_some()
@@ -291,7 +398,9 @@ pub async fn add_server(
     Ok(HttpResponse::Created().json(view(&config, None)))
 }
 
-/// Replace a server's configuration (its connection is closed; the next run reconnects).
+/// Replace a server's configuration (its connection is closed; the next run reconnects). A
+/// secret sent back as `"***"` (as GET shows it) keeps its stored value, a new value replaces it,
+/// and `null` in `env` or `headers` removes the entry.
 #[utoipa::path(
     put,
     path = "/api/v1/users/{user_id}/mcp-servers/{name}",
@@ -302,9 +411,10 @@ pub async fn add_server(
         (status = 200, description = "Replaced; secrets masked", body = Object),
         (status = 400, description = "A bad `user_id` or malformed JSON", body = agentry_schema::ErrorResponse),
         (status = 401, description = "No usable API key", body = agentry_schema::ErrorResponse),
-        (status = 403, description = "Local (stdio) servers are not enabled for the tenant, or the platform admin key", body = agentry_schema::ErrorResponse),
+        (status = 403, description = "Local (stdio) servers are not enabled for the tenant, the caller's role may not add them (tenant policy `stdio_mcp_role`), or the platform admin key", body = agentry_schema::ErrorResponse),
         (status = 404, description = "No such user or server", body = agentry_schema::ErrorResponse),
-        (status = 422, description = "An invalid field, a name that differs from the path, an environment reference, or a refused URL", body = agentry_schema::ErrorResponse),
+        (status = 409, description = "The server is the platform's (from the MCP config file): read-only", body = agentry_schema::ErrorResponse),
+        (status = 422, description = "An invalid field, a name that differs from the path, an environment reference, a refused URL, or `***` where nothing is stored", body = agentry_schema::ErrorResponse),
         (status = 503, description = "The server has no encryption key, so secrets cannot be stored", body = agentry_schema::ErrorResponse),
     )
 )]
@@ -313,10 +423,20 @@ pub async fn replace_server(
     state: web::Data<AppState>,
     user: ApiPath<param::User>,
     name: ApiPath<param::McpServer>,
-    body: ApiJson<McpServerConfig>,
+    body: ApiJson<Value>,
 ) -> ApiResult<Json<Value>> {
     let user = owner(&state, &caller, user.into_inner()).await?;
-    let config = body.into_inner();
+    if platform_server(&state, name.0.as_str()).is_some() {
+        return Err(platform_read_only(name.0.as_str()));
+    }
+    let Some(current) =
+        mcp_servers::get_by_name(&state.db, &caller.scope(), user, name.0.as_str()).await?
+    else {
+        return Err(ApiError::not_found(format!("MCP server {:?}", name.0)));
+    };
+    // Secrets that no longer open (the key changed) cannot be kept: they must be given again.
+    let stored = join_from_storage(&stored_of(&current), state.secrets.as_ref()).ok();
+    let config = config_from_body(body.into_inner(), stored.as_ref())?;
     if config.name != name.0.as_str() {
         return Err(ApiError::validation(
             "name",
@@ -325,12 +445,6 @@ pub async fn replace_server(
                 config.name, name.0
             ),
         ));
-    }
-    if mcp_servers::get_by_name(&state.db, &caller.scope(), user, name.0.as_str())
-        .await?
-        .is_none()
-    {
-        return Err(ApiError::not_found(format!("MCP server {:?}", name.0)));
     }
     admissible(&state, &caller, &config).await?;
     let stored = split_for_storage(&config, state.secrets.as_ref()).map_err(storage_error)?;
@@ -351,6 +465,7 @@ pub async fn replace_server(
         (status = 401, description = "No usable API key", body = agentry_schema::ErrorResponse),
         (status = 403, description = "The platform admin key (it has no tenant)", body = agentry_schema::ErrorResponse),
         (status = 404, description = "No such user or server", body = agentry_schema::ErrorResponse),
+        (status = 409, description = "The server is the platform's (from the MCP config file): read-only", body = agentry_schema::ErrorResponse),
     )
 )]
 pub async fn delete_server(
@@ -361,6 +476,9 @@ pub async fn delete_server(
 ) -> ApiResult<HttpResponse> {
     let user = owner(&state, &caller, user.into_inner()).await?;
     if !mcp_servers::delete_by_name(&state.db, &caller.scope(), user, name.0.as_str()).await? {
+        if platform_server(&state, name.0.as_str()).is_some() {
+            return Err(platform_read_only(name.0.as_str()));
+        }
         return Err(ApiError::not_found(format!("MCP server {:?}", name.0)));
     }
     notify(&state, &caller, user, name.0.as_str()).await;

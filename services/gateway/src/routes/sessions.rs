@@ -228,7 +228,7 @@ const MAX_METADATA_BYTES: usize = 16 * 1024;
         (status = 201, description = "The new session", body = SessionInfo),
         (status = 400, description = "Malformed JSON (`invalid_json`)", body = agentry_schema::ErrorResponse),
         (status = 401, description = "No usable API key", body = agentry_schema::ErrorResponse),
-        (status = 403, description = "The platform admin key (it has no tenant)", body = agentry_schema::ErrorResponse),
+        (status = 403, description = "The platform admin key (it has no tenant), or a member asking for `auto_approve` without the right", body = agentry_schema::ErrorResponse),
         (status = 404, description = "No such assistant in the tenant", body = agentry_schema::ErrorResponse),
         (status = 422, description = "A field is invalid (`validation_error`, the field named)", body = agentry_schema::ErrorResponse),
         (status = 429, description = "`max_sessions_per_user` or `requests_per_minute` reached (`Retry-After`)", body = agentry_schema::ErrorResponse),

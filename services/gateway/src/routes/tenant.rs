@@ -40,6 +40,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
 #[utoipa::path(
     get,
     path = "/api/v1/tenant/users",
+    operation_id = "tenant_list_users",
     tag = "tenant",
     params(PageQuery),
     responses(
@@ -63,6 +64,7 @@ pub async fn list_users(
 #[utoipa::path(
     post,
     path = "/api/v1/tenant/users",
+    operation_id = "tenant_create_user",
     tag = "tenant",
     request_body = CreateUserRequest,
     responses(
@@ -92,6 +94,7 @@ pub async fn create_user(
 #[utoipa::path(
     get,
     path = "/api/v1/tenant/users/{user_id}",
+    operation_id = "tenant_get_user",
     tag = "tenant",
     params(("user_id" = String, Path, description = "User id (UUID)")),
     responses(
@@ -117,6 +120,7 @@ pub async fn get_user(
 #[utoipa::path(
     patch,
     path = "/api/v1/tenant/users/{user_id}",
+    operation_id = "tenant_update_user",
     tag = "tenant",
     params(("user_id" = String, Path, description = "User id (UUID)")),
     request_body = UpdateUserRequest,
@@ -154,6 +158,7 @@ pub async fn update_user(
 #[utoipa::path(
     delete,
     path = "/api/v1/tenant/users/{user_id}",
+    operation_id = "tenant_delete_user",
     tag = "tenant",
     params(("user_id" = String, Path, description = "User id (UUID)")),
     responses(
@@ -185,6 +190,7 @@ pub async fn delete_user(
 #[utoipa::path(
     get,
     path = "/api/v1/tenant/api-keys",
+    operation_id = "tenant_list_keys",
     tag = "tenant",
     params(KeysQuery),
     responses(
@@ -208,6 +214,7 @@ pub async fn list_keys(
 #[utoipa::path(
     post,
     path = "/api/v1/tenant/api-keys",
+    operation_id = "tenant_create_key",
     tag = "tenant",
     request_body = CreateApiKeyRequest,
     responses(
@@ -233,6 +240,7 @@ pub async fn create_key(
 #[utoipa::path(
     get,
     path = "/api/v1/tenant/api-keys/{key_id}",
+    operation_id = "tenant_get_key",
     tag = "tenant",
     params(("key_id" = String, Path, description = "Key id (UUID, not the key)")),
     responses(
@@ -258,6 +266,7 @@ pub async fn get_key(
 #[utoipa::path(
     delete,
     path = "/api/v1/tenant/api-keys/{key_id}",
+    operation_id = "tenant_revoke_key",
     tag = "tenant",
     params(("key_id" = String, Path, description = "Key id (UUID, not the key)")),
     responses(

@@ -49,6 +49,7 @@ fn context(call: &str) -> ToolContext {
         workspace: WorkspaceInfo {
             root: std::env::temp_dir(),
             quota_bytes: 0,
+            sandbox: Default::default(),
         },
         cancel: CancellationToken::new(),
         interaction: Arc::new(AcceptDefaults),
@@ -68,9 +69,13 @@ async fn run(url: &str, scenario: &str) -> Result<(), String> {
     let mut config = McpServerConfig::http("conformance", url);
     config.timeout_secs = 20;
     config.connect_timeout_secs = 20;
-    let conn = McpConnection::connect(&config, ClientHooks::default())
-        .await
-        .map_err(|e| e.to_string())?;
+    let conn = McpConnection::connect(
+        &config,
+        ClientHooks::default(),
+        &agentry_mcp::client::StdioLaunch::unconfined(std::env::temp_dir()),
+    )
+    .await
+    .map_err(|e| e.to_string())?;
     eprintln!(
         "connected: protocol {} to {:?}",
         conn.protocol_version(),

@@ -80,6 +80,11 @@ pub struct BuiltinConfig {
     // --- agentry tool-server ---
     /// Workspace quota of `agentry tool-server` (in a session the tenant's quota applies).
     pub tool_server_quota_bytes: u64,
+
+    /// Where `execute` runs its commands: set up from the `[sandbox]` section at start. The
+    /// default refuses to run anything.
+    #[serde(skip)]
+    pub sandbox: agentry_sandbox::SandboxHandle,
 }
 
 impl Default for BuiltinConfig {
@@ -116,6 +121,7 @@ impl Default for BuiltinConfig {
             question_timeout_secs: 300,
             question_max_timeout_secs: 3600,
             tool_server_quota_bytes: 1024 * 1024 * 1024,
+            sandbox: agentry_sandbox::SandboxHandle::default(),
         }
     }
 }

@@ -263,6 +263,7 @@ mod tests {
         Jail::open(&WorkspaceInfo {
             root: dir.join("ws"),
             quota_bytes: 1000,
+            sandbox: Default::default(),
         })
         .unwrap()
     }

@@ -2,25 +2,25 @@
 //!
 //! - The command first passes the [`command_guard`](super::command_guard); a dangerous one is
 //!   refused without running.
-//! - It runs in its own process group with a cleared environment (only
-//!   `shell_env_passthrough`, plus `HOME` = the workspace), stdin closed.
+//! - It runs in the [sandbox](agentry_sandbox) (`BuiltinConfig::sandbox`): bubblewrap or
+//!   Landlock, only the workspace writable, no network unless allowed, limits per process tree;
+//!   in its own process group, recorded with its run and tool call, with a cleared environment
+//!   (only `shell_env_passthrough`, plus `HOME` = the workspace), stdin closed. Without a
+//!   working sandbox the call is refused with the reason.
 //! - stdout and stderr are captured up to `shell_output_cap_bytes` together; the rest is
 //!   drained and dropped, with a note.
 //! - On timeout or cancellation the whole process group is killed; when the command ends, any
 //!   process it left in its group is killed too, so nothing outlives the call.
 //! - The call always needs approval: a shell is not jailed the way the file tools are.
 
-use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use agentry_sandbox::{LaunchSpec, Owner, SandboxError};
 use async_trait::async_trait;
-use nix::sys::signal::{Signal, killpg};
-use nix::unistd::Pid;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncReadExt};
-use tokio::process::Command;
 
 use super::command_guard::check_command;
 use super::jail::{Jail, display};
@@ -109,25 +109,6 @@ async fn drain<R: AsyncRead + Unpin>(mut reader: R, capture: Arc<Mutex<Capture>>
     }
 }
 
-/// Kills the process group when dropped, so a call abandoned by the loop's own timeout leaves
-/// nothing running.
-struct GroupKiller(Option<Pid>);
-
-impl GroupKiller {
-    fn kill(&mut self) {
-        if let Some(pgid) = self.0.take() {
-            // ESRCH (the group is already gone) is the normal case.
-            let _ = killpg(pgid, Signal::SIGKILL);
-        }
-    }
-}
-
-impl Drop for GroupKiller {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
 enum Ending {
     Exited(std::process::ExitStatus),
     TimedOut,
@@ -175,38 +156,44 @@ impl Tool for Execute {
         })
         .await?;
 
-        let mut cmd = Command::new("sh");
-        cmd.arg("-c")
-            .arg(&command)
-            .current_dir(&cwd)
-            .env_clear()
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0)
-            .kill_on_drop(true);
-        for key in &self.cfg.shell_env_passthrough {
-            if let Ok(value) = std::env::var(key) {
-                cmd.env(key, value);
-            }
+        let mut env: Vec<(String, String)> = self
+            .cfg
+            .shell_env_passthrough
+            .iter()
+            .filter_map(|k| std::env::var(k).ok().map(|v| (k.clone(), v)))
+            .collect();
+        if !env.iter().any(|(k, _)| k == "PATH") {
+            env.push(("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into()));
         }
-        if !self.cfg.shell_env_passthrough.iter().any(|k| k == "PATH")
-            || std::env::var_os("PATH").is_none()
-        {
-            cmd.env("PATH", "/usr/local/bin:/usr/bin:/bin");
-        }
-        cmd.env("HOME", &root).env("PWD", &cwd);
+        env.push(("HOME".into(), root.to_string_lossy().into_owned()));
+        env.push(("PWD".into(), cwd.to_string_lossy().into_owned()));
+        let spec = LaunchSpec {
+            program: "sh".into(),
+            args: vec!["-c".into(), command.clone()],
+            workspace: root.clone(),
+            cwd: Some(cwd.clone()),
+            env,
+            owner: Owner {
+                kind: "execute".into(),
+                tenant_id: Some(ctx.tenant_id.to_string()),
+                user_id: Some(ctx.user_id.to_string()),
+                run_id: Some(ctx.run_id.to_string()),
+                tool_call_id: Some(ctx.tool_call_id.clone()),
+            },
+            limits: ctx.workspace.sandbox.limits,
+            egress: ctx.workspace.sandbox.egress,
+            ..LaunchSpec::default()
+        };
+        let mut prepared = self.cfg.sandbox.prepare(&spec).map_err(sandbox_error)?;
 
         let started = Instant::now();
-        let mut child = cmd
+        let mut child = prepared
+            .command
             .spawn()
-            .map_err(|e| ToolError::failed(format!("cannot start sh: {e}")))?;
-        let mut killer = GroupKiller(
-            child
-                .id()
-                .and_then(|id| i32::try_from(id).ok())
-                .map(Pid::from_raw),
-        );
+            .map_err(|e| ToolError::failed(format!("cannot start the command: {e}")))?;
+        // Dropping the group (any return below, or this future being dropped by the loop's own
+        // timeout) kills whatever is left of the command.
+        let group = prepared.started(child.id()).map_err(sandbox_error)?;
         let capture = Arc::new(Mutex::new(Capture {
             stdout: Vec::new(),
             stderr: Vec::new(),
@@ -225,7 +212,7 @@ impl Tool for Execute {
             status = child.wait() => match status {
                 Ok(status) => Ending::Exited(status),
                 Err(e) => {
-                    killer.kill();
+                    group.release();
                     return Err(ToolError::failed(format!("waiting for the command failed: {e}")));
                 }
             },
@@ -233,7 +220,7 @@ impl Tool for Execute {
             _ = ctx.cancel.cancelled() => Ending::Cancelled,
         };
         // Whatever happened, nothing of this command may keep running.
-        killer.kill();
+        group.release();
         if !matches!(ending, Ending::Exited(_)) {
             let _ = child.wait().await;
         }
@@ -292,13 +279,44 @@ impl Tool for Execute {
     }
 }
 
+/// A launch the sandbox refuses is refused, with its reason (which backend failed and why).
+fn sandbox_error(e: SandboxError) -> ToolError {
+    match e {
+        SandboxError::Unavailable(reason) => {
+            ToolError::Refused(format!("commands cannot run on this server: {reason}"))
+        }
+        SandboxError::InvalidSpec(m) => ToolError::invalid(m),
+        SandboxError::Setup(m) => ToolError::failed(m),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::builtin::test_support::ctx;
 
+    /// Unit tests run commands unconfined (the launcher is the `agentry` binary); the sandbox
+    /// itself is tested in `services/sandbox` and end to end.
     fn execute(cfg: &BuiltinConfig) -> Execute {
-        Execute::new(cfg)
+        Execute::new(&BuiltinConfig {
+            sandbox: agentry_sandbox::SandboxHandle::unconfined_for_tests(),
+            ..cfg.clone()
+        })
+    }
+
+    #[tokio::test]
+    async fn without_a_sandbox_commands_are_refused_with_the_reason() {
+        let tmp = tempfile::tempdir().unwrap();
+        let ctx = ctx(tmp.path());
+        let err = Execute::new(&BuiltinConfig::default())
+            .call(json!({"command": "touch ran"}), &ctx)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, ToolError::Refused(m) if m.contains("no sandbox was set up")),
+            "{err:?}"
+        );
+        assert!(!tmp.path().join("ran").exists());
     }
 
     #[tokio::test]

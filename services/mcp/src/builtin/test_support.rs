@@ -14,6 +14,7 @@ pub fn ctx_with_quota(root: &Path, quota_bytes: u64) -> ToolContext {
     ToolContext::standalone(WorkspaceInfo {
         root: root.to_path_buf(),
         quota_bytes,
+        sandbox: Default::default(),
     })
 }
 

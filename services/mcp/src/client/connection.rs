@@ -30,13 +30,15 @@ use super::config::{McpServerConfig, McpTransportConfig};
 use super::error::McpError;
 use super::handler::{AgentryClientHandler, ElicitFor, InFlightGuard, Shared, elicit};
 use super::http::{SessionAwareClient, transport_config};
-use super::stdio::{self, ProcessGroup, StderrTail};
+use super::stdio::{self, ProcessGroup, StderrTail, StdioLaunch};
 use crate::tool::{PauseClock, ToolContext, ToolOutput};
 
 /// MRTR (`input_required`) rounds driven for one call before giving up.
 const MAX_INPUT_ROUNDS: usize = 8;
 /// How long a `notifications/cancelled` may take to go out (in the background).
 const CANCEL_SEND_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a server's processes get between SIGTERM and SIGKILL.
+const KILL_GRACE: Duration = Duration::from_secs(2);
 /// How long `close` waits for the server to shut down before killing it.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -215,9 +217,14 @@ impl std::fmt::Debug for McpConnection {
 
 impl McpConnection {
     /// Spawn or reach the server and complete the MCP handshake, all within
-    /// `connect_timeout_secs`.
+    /// `connect_timeout_secs`. A stdio server is spawned as `launch` says (its sandbox and
+    /// workspace); an HTTP server ignores it.
     #[tracing::instrument(skip_all, fields(server = %config.name, transport = config.transport_kind()))]
-    pub async fn connect(config: &McpServerConfig, hooks: ClientHooks) -> Result<Self, McpError> {
+    pub async fn connect(
+        config: &McpServerConfig,
+        hooks: ClientHooks,
+        launch: &StdioLaunch,
+    ) -> Result<Self, McpError> {
         config.validate()?;
         if config.disabled {
             return Err(McpError::Disabled {
@@ -226,7 +233,9 @@ impl McpConnection {
         }
         let shared = Shared::new(&config.name, hooks);
         let dead = Arc::new(AtomicBool::new(false));
-        let (service, process_group) = match start(config, &shared, &dead, lifecycle()).await {
+        let (service, process_group) = match start(config, &shared, &dead, lifecycle(), launch)
+            .await
+        {
             Ok(started) => started,
             // A server that answered the `server/discover` probe with something that is
             // neither a discover result nor a JSON-RPC error (some minimal 2025 servers answer
@@ -237,7 +246,14 @@ impl McpConnection {
             | Err(McpError::TransportClosed { reason, .. }) => {
                 tracing::info!(%reason, "discover/auto lifecycle failed; retrying with initialize");
                 dead.store(false, Ordering::SeqCst);
-                start(config, &shared, &dead, ClientLifecycleMode::Initialize).await?
+                start(
+                    config,
+                    &shared,
+                    &dead,
+                    ClientLifecycleMode::Initialize,
+                    launch,
+                )
+                .await?
             }
             Err(e) => return Err(e),
         };
@@ -256,7 +272,7 @@ impl McpConnection {
             let mut service = service;
             let _ = service.close_with_timeout(CLOSE_TIMEOUT).await;
             if let Some(pg) = &process_group {
-                pg.kill().await;
+                pg.terminate(KILL_GRACE).await;
             }
             return Err(McpError::HandshakeFailed {
                 server,
@@ -313,7 +329,7 @@ impl McpConnection {
 
     /// The process group of a stdio server (its leader's pid), for diagnostics and tests.
     pub fn process_group(&self) -> Option<i32> {
-        self.inner.process_group.as_ref().map(|g| g.pgid)
+        self.inner.process_group.as_ref().map(|g| g.pgid())
     }
 
     /// Whether this connection is finished: closed by us, or its transport ended (the server
@@ -625,7 +641,7 @@ impl McpConnection {
             tracing::warn!(server = %self.name(), "the MCP service did not stop in time");
         }
         if let Some(pg) = &self.inner.process_group {
-            pg.kill().await;
+            pg.terminate(KILL_GRACE).await;
         }
     }
 }
@@ -636,6 +652,7 @@ async fn start(
     shared: &Arc<Shared>,
     dead: &Arc<AtomicBool>,
     mode: ClientLifecycleMode,
+    launch: &StdioLaunch,
 ) -> Result<
     (
         RunningService<RoleClient, AgentryClientHandler>,
@@ -650,7 +667,7 @@ async fn start(
     let connect_timeout = config.connect_timeout();
     let (started, process_group, stderr) = match &config.transport {
         McpTransportConfig::Stdio(s) => {
-            let spawned = stdio::spawn(&config.name, s)?;
+            let spawned = stdio::spawn(&config.name, s, launch)?;
             let pg = spawned.process_group.clone();
             let transport = Observed {
                 inner: spawned.transport,
@@ -696,7 +713,7 @@ async fn start(
         Ok(Ok(service)) => Ok((service, process_group)),
         Ok(Err(e)) => {
             if let Some(pg) = &process_group {
-                pg.kill().await;
+                pg.terminate(KILL_GRACE).await;
             }
             // A transport that never worked (nothing listening, the process exited) is not a
             // protocol disagreement: report it as such.
@@ -714,7 +731,7 @@ async fn start(
         }
         Err(_) => {
             if let Some(pg) = &process_group {
-                pg.kill().await;
+                pg.terminate(KILL_GRACE).await;
             }
             tracing::warn!(
                 "connect timed out{}",
@@ -736,7 +753,7 @@ impl Drop for Inner {
         // Dropped without close(): rmcp stops the service on its own, but the grandchildren of a
         // stdio server would outlive it.
         if let Some(pg) = &self.process_group {
-            pg.kill_now();
+            pg.release();
         }
     }
 }
@@ -843,7 +860,7 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Observed<T> {
         self.dead.store(true, Ordering::SeqCst);
         let r = self.inner.close().await;
         if let Some(pg) = &self.process_group {
-            pg.kill().await;
+            pg.terminate(KILL_GRACE).await;
         }
         r
     }

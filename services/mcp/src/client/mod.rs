@@ -29,3 +29,4 @@ pub use connection::{
 };
 pub use error::McpError;
 pub use handler::{ELICITATION_QUESTION_TYPE, ELICITATION_TIMEOUT_SECS};
+pub use stdio::StdioLaunch;

@@ -1,20 +1,27 @@
-//! Local servers as child processes: the environment allow-list, the process group, stderr
-//! capture, and killing the whole group on close.
+//! Local servers as child processes: the sandbox, the environment allow-list, the process group,
+//! stderr capture, and killing the whole group on close.
 //!
-//! The child gets a **cleared** environment plus only the variables in [`ENV_ALLOW_LIST`]
-//! (and any `LC_*`) copied from the Agentry process, then the server's configured `env` on top.
-//! Everything else — API keys, database URLs, `AGENTRY_*` — stays out of the child. The program
-//! is executed directly (no shell), in its own process group, so that closing the connection can
-//! signal every process the server started (`npx` → `node`, `uvx` → `python`).
+//! Every server runs in the [sandbox](agentry_sandbox) given by its [`StdioLaunch`]: the user's
+//! workspace is its working directory and the only writable place; a user's server gets the
+//! tenant's limits and egress, a platform server (the operator's file) also sees its command and
+//! `cwd` read-only. The child gets a **cleared** environment plus only the variables in
+//! [`ENV_ALLOW_LIST`] (and any `LC_*`) copied from the Agentry process (`HOME` and `TMPDIR` are
+//! the sandbox's), then the server's configured `env` on top. Everything else — API keys,
+//! database URLs, `AGENTRY_*` — stays out of the child. The program is executed directly (no
+//! shell), in its own process group, so that closing the connection can signal every process
+//! the server started (`npx` → `node`, `uvx` → `python`).
 
 use std::collections::VecDeque;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
-use nix::sys::signal::{Signal, killpg};
+use std::path::PathBuf;
+
+pub(crate) use agentry_sandbox::ProcessGroup;
+use agentry_sandbox::{LaunchSpec, Owner, SandboxError, SandboxHandle, TenantSandbox};
+use nix::sys::signal::killpg;
 use nix::unistd::Pid;
-use process_wrap::tokio::{CommandWrap, ProcessGroup as GroupLeader};
+use process_wrap::tokio::CommandWrap;
 use rmcp::transport::TokioChildProcess;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::ChildStderr;
@@ -81,68 +88,100 @@ pub(crate) struct SpawnedServer {
     pub stderr: StderrTail,
 }
 
-/// A server's process group. Once it has been killed it is never signalled again, so a pgid
-/// reused later by an unrelated process is safe from us.
-#[derive(Debug)]
-pub(crate) struct ProcessGroup {
-    pub pgid: i32,
-    done: std::sync::atomic::AtomicBool,
+/// Where a stdio server runs.
+#[derive(Debug, Clone)]
+pub struct StdioLaunch {
+    pub sandbox: SandboxHandle,
+    /// The user's workspace: the server's working directory and its only writable place.
+    pub workspace: PathBuf,
+    /// The tenant's policy: tighter limits, egress.
+    pub tenant: TenantSandbox,
+    /// A platform server from the operator's file: its command and `cwd` are readable, and it
+    /// gets network whenever `sandbox.egress` allows it.
+    pub platform: bool,
+    /// Recorded with the process group.
+    pub owner: Owner,
 }
 
-impl ProcessGroup {
-    fn new(pgid: i32) -> Arc<Self> {
-        Arc::new(Self {
-            pgid,
-            done: std::sync::atomic::AtomicBool::new(false),
-        })
-    }
-
-    /// TERM, then KILL, whatever is left of the group. Idempotent.
-    pub(crate) async fn kill(&self) {
-        if !self.done.swap(true, std::sync::atomic::Ordering::SeqCst) {
-            kill_process_group(self.pgid).await;
-        }
-    }
-
-    /// For `Drop`, where nothing can be awaited.
-    pub(crate) fn kill_now(&self) {
-        if !self.done.swap(true, std::sync::atomic::Ordering::SeqCst) {
-            let _ = killpg(Pid::from_raw(self.pgid), Signal::SIGKILL);
+impl StdioLaunch {
+    /// No isolation, in `workspace`: for operator tools (the conformance client) and tests.
+    pub fn unconfined(workspace: PathBuf) -> Self {
+        Self {
+            sandbox: SandboxHandle::unconfined_for_tests(),
+            workspace,
+            tenant: TenantSandbox::default(),
+            platform: true,
+            owner: Owner::default(),
         }
     }
 }
 
-pub(crate) fn spawn(server: &str, cfg: &StdioConfig) -> Result<SpawnedServer, McpError> {
-    let mut cmd = tokio::process::Command::new(&cfg.command);
-    cmd.args(&cfg.args).env_clear();
-    for (k, v) in inherited_env() {
-        cmd.env(k, v);
-    }
+/// Variables the sandbox sets itself.
+const SANDBOX_OWNED: &[&str] = &["HOME", "TMPDIR"];
+
+pub(crate) fn spawn(
+    server: &str,
+    cfg: &StdioConfig,
+    launch: &StdioLaunch,
+) -> Result<SpawnedServer, McpError> {
+    let failed = |reason: String| McpError::SpawnFailed {
+        server: server.to_string(),
+        command: cfg.command.clone(),
+        reason,
+    };
+    std::fs::create_dir_all(&launch.workspace)
+        .map_err(|e| failed(format!("preparing the workspace: {e}")))?;
+    let mut env: Vec<(String, String)> = inherited_env()
+        .into_iter()
+        .filter(|(k, _)| !SANDBOX_OWNED.contains(&k.as_str()))
+        .collect();
     for (k, v) in &cfg.env {
-        cmd.env(k, v.expose());
+        env.retain(|(key, _)| key != k);
+        env.push((k.clone(), v.expose().to_string()));
     }
-    if let Some(dir) = &cfg.cwd {
-        cmd.current_dir(dir);
+    let mut read_only = Vec::new();
+    if launch.platform {
+        let command = PathBuf::from(&cfg.command);
+        if command.is_absolute() {
+            read_only.push(command);
+        }
+        read_only.extend(cfg.cwd.iter().cloned());
     }
-    let mut wrapped = CommandWrap::from(cmd);
-    wrapped.wrap(GroupLeader::leader());
-    let (transport, stderr) = TokioChildProcess::builder(wrapped)
+    let spec = LaunchSpec {
+        program: cfg.command.clone(),
+        args: cfg.args.clone(),
+        workspace: launch.workspace.clone(),
+        cwd: cfg.cwd.clone(),
+        env,
+        read_only,
+        limits: launch.tenant.limits,
+        egress: launch.platform || launch.tenant.egress,
+        owner: launch.owner.clone(),
+        stdin: true,
+    };
+    let prepared = launch.sandbox.prepare(&spec).map_err(|e| match e {
+        SandboxError::Unavailable(reason) => failed(format!(
+            "stdio MCP servers cannot run on this server: {reason}"
+        )),
+        other => failed(other.to_string()),
+    })?;
+    let mut prepared = prepared;
+    let command = std::mem::replace(&mut prepared.command, tokio::process::Command::new("true"));
+    let (transport, stderr) = TokioChildProcess::builder(CommandWrap::from(command))
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| McpError::SpawnFailed {
-            server: server.to_string(),
-            command: cfg.command.clone(),
-            reason: match e.kind() {
+        .map_err(|e| {
+            failed(match e.kind() {
                 std::io::ErrorKind::NotFound => {
                     format!("{e} (not found on the allowed PATH, or cwd missing)")
                 }
                 _ => e.to_string(),
-            },
+            })
         })?;
-    let process_group = transport
-        .id()
-        .and_then(|id| i32::try_from(id).ok())
-        .map(ProcessGroup::new);
+    let process_group = prepared
+        .started(transport.id())
+        .map_err(|e| failed(e.to_string()))
+        .ok();
     let tail = StderrTail::default();
     if let Some(stderr) = stderr {
         tokio::spawn(forward_stderr(server.to_string(), stderr, tail.clone()));
@@ -175,22 +214,6 @@ async fn forward_stderr(server: String, stderr: ChildStderr, tail: StderrTail) {
 /// Whether any process of the group is still alive.
 pub fn process_group_alive(pgid: i32) -> bool {
     killpg(Pid::from_raw(pgid), None).is_ok()
-}
-
-/// TERM then KILL every process left in the group (the leader has normally exited by now, but
-/// its children may not have).
-async fn kill_process_group(pgid: i32) {
-    let pid = Pid::from_raw(pgid);
-    if killpg(pid, Signal::SIGTERM).is_err() {
-        return; // no process left in the group
-    }
-    for _ in 0..20 {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        if !process_group_alive(pgid) {
-            return;
-        }
-    }
-    let _ = killpg(pid, Signal::SIGKILL);
 }
 
 #[cfg(test)]

@@ -80,10 +80,17 @@ async fn connect(
     let root = tmp.path().join("ws");
     let server = ToolServer::new(
         "agentry-test",
-        builtin_registry(&BuiltinConfig::default(), services),
+        builtin_registry(
+            &BuiltinConfig {
+                sandbox: agentry_sandbox::SandboxHandle::unconfined_for_tests(),
+                ..BuiltinConfig::default()
+            },
+            services,
+        ),
         WorkspaceInfo {
             root: root.clone(),
             quota_bytes: 1 << 20,
+            sandbox: Default::default(),
         },
     );
     let (server_io, client_io) = tokio::io::duplex(256 * 1024);

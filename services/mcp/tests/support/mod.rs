@@ -136,6 +136,7 @@ pub fn ctx_with(
         workspace: WorkspaceInfo {
             root: std::env::temp_dir(),
             quota_bytes: 1 << 20,
+            sandbox: Default::default(),
         },
         cancel,
         interaction: user,

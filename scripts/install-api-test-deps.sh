@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Installs what the API, terminal-client and deployment tests need beyond Rust:
+#   - a Python virtualenv shared by the checks (default <repo>/.cache/venv, override with
+#     AGENTRY_VENV) with openapi-spec-validator (the OpenAPI document must validate), and for
+#     tests/deploy pytest, PyYAML, helm-python-sdk (the Helm v4 Go SDK as a library: the chart is
+#     rendered and linted offline, no helm binary) and kubernetes-validate (the Kubernetes JSON
+#     schemas, offline);
+#   - tmux (the Debian package), which drives `agentry chat` in a real terminal, and
+#     docker-compose (the Debian package), for `docker-compose config`.
+# Add further Python test tools to PACKAGES (one venv for all of them).
+#
+# Idempotent: a stamp file records the pinned versions; when it matches, the venv is left alone.
+# Pass --force to reinstall.
+set -euo pipefail
+
+PACKAGES=(
+    "openapi-spec-validator==0.9.0"
+    "pytest==9.2.0"
+    "PyYAML==6.0.4"
+    "helm-python-sdk==0.2.2"
+    "kubernetes-validate==1.37.0"
+)
+
+repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+venv="${AGENTRY_VENV:-$repo_root/.cache/venv}"
+stamp="$venv/.installed"
+want="${PACKAGES[*]}"
+
+for tool in tmux docker-compose; do
+    command -v "$tool" >/dev/null && continue
+    echo "installing $tool (Debian package)"
+    if [[ $(id -u) -eq 0 ]]; then
+        apt-get install -y -q "$tool" >/dev/null \
+            || { apt-get update -q >/dev/null && apt-get install -y -q "$tool" >/dev/null; }
+    else
+        echo "$tool is required: apt-get install $tool" >&2
+        exit 1
+    fi
+done
+
+if [[ "${1:-}" != "--force" && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
+    echo "API test dependencies already installed in $venv"
+    exit 0
+fi
+
+command -v python3 >/dev/null || { echo "python3 is required" >&2; exit 1; }
+rm -f "$stamp"
+if [[ ! -x "$venv/bin/python" ]]; then
+    python3 -m venv "$venv"
+fi
+"$venv/bin/pip" install --quiet --disable-pip-version-check "${PACKAGES[@]}"
+"$venv/bin/openapi-spec-validator" --help >/dev/null
+"$venv/bin/python" -c "import helm_python, kubernetes_validate, yaml, pytest; helm_python.helm_sdk_version()"
+
+echo "$want" > "$stamp"
+echo "API test dependencies installed in $venv"

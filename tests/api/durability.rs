@@ -1,0 +1,537 @@
+//! One durable truth per run, through the real binary killed with `kill -9` (issue 12, item 1;
+//! the at-most-once rule of issue 10): a `seq` a client saw keeps its meaning after a restart,
+//! every run ends with exactly one `done`, a run whose end could not be written is never run
+//! again, and a tool call a crash interrupted is not run twice.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use agentry_fake_model::{DefaultReply, FakeConfig, FakeModelServer, FakeReply};
+use agentry_schema::ids::{RunId, SessionId};
+use agentry_store::executions::{self, ExecutionFilter, ExecutionStatus};
+use agentry_store::{PageRequest, TenantScope, events, tool_calls};
+use reqwest::Method;
+use serde_json::{Value, json};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
+
+use crate::ctx::Ctx;
+use crate::fake_model::chat;
+use crate::mcp::{ws_connect, ws_request};
+use crate::outage::{upstream_of, via};
+use crate::streaming::{Socket, WAIT, new_session, next_json};
+
+/// A fake model (OpenAI wire) and a gateway using it; `db_url` is the test's own connection,
+/// `env` may point the server elsewhere (through a relay).
+pub async fn start(
+    default_reply: DefaultReply,
+    db_url: Option<&str>,
+    extra: &[(&str, &str)],
+) -> (FakeModelServer, Ctx) {
+    let fake = FakeModelServer::start(FakeConfig {
+        api_key: Some("fake-model-key".into()),
+        default_reply,
+        ..FakeConfig::default()
+    });
+    let base = fake.base_url_openai();
+    let mut env = vec![
+        ("AGENTRY_LLM__PROVIDER", "openai"),
+        ("AGENTRY_LLM__BASE_URL", base.as_str()),
+        ("AGENTRY_LLM__API_KEY", "fake-model-key"),
+        ("AGENTRY_LLM__MODEL", "fake-large"),
+    ];
+    env.extend_from_slice(extra);
+    let ctx = Ctx::start_with(&env, db_url).await;
+    (fake, ctx)
+}
+
+fn long_stream(words: usize, delay_ms: u64) -> FakeReply {
+    let text: Vec<String> = (0..words).map(|i| format!("w{i}")).collect();
+    FakeReply::text(&text.join(" "))
+        .in_chunks(words)
+        .with_chunk_delay(Duration::from_millis(delay_ms))
+}
+
+async fn reconnect(ctx: &Ctx, key: &str, session: &str, after: u64) -> Socket {
+    let req = ws_request(ctx, key, session, &format!("?after_seq={after}"));
+    tokio_tungstenite::connect_async(req).await.unwrap().0
+}
+
+async fn until_done(ws: &mut Socket) -> Vec<Value> {
+    let mut out = Vec::new();
+    loop {
+        let ev = next_json(ws).await;
+        let done = ev["event_type"] == "done";
+        out.push(ev);
+        if done {
+            return out;
+        }
+    }
+}
+
+/// The session's stored stream, by `seq`.
+async fn stored(ctx: &Ctx, scope: &TenantScope, session: &str) -> BTreeMap<u64, Value> {
+    let sid: SessionId = session.parse().unwrap();
+    events::list_after(&ctx.db, scope, sid, 0, 100_000)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| (e.seq, serde_json::to_value(&e).unwrap()))
+        .collect()
+}
+
+/// Every event a client saw is, at its `seq`, the same event in the store (or not stored at
+/// all: a gap across a crash is allowed, a reuse never).
+fn same_meaning(seen: &[Value], stored: &BTreeMap<u64, Value>, what: &str) {
+    let mut last = 0;
+    for e in seen {
+        let seq = e["seq"].as_u64().unwrap();
+        assert!(seq > last, "{what}: seq {seq} after {last}");
+        last = seq;
+        if let Some(s) = stored.get(&seq) {
+            assert_eq!(
+                s, e,
+                "{what}: seq {seq} names another event after the restart"
+            );
+        }
+    }
+}
+
+/// Wait until none of the tenant's runs is unfinished; returns them all.
+async fn settled(ctx: &Ctx, scope: &TenantScope) -> Vec<executions::Execution> {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let (runs, _) = executions::list(
+            &ctx.db,
+            scope,
+            &ExecutionFilter::default(),
+            PageRequest::new(1000, 0),
+        )
+        .await
+        .unwrap();
+        let open: Vec<_> = runs
+            .iter()
+            .filter(|r| {
+                matches!(
+                    r.status,
+                    ExecutionStatus::Running
+                        | ExecutionStatus::WaitingApproval
+                        | ExecutionStatus::Queued
+                )
+            })
+            .map(|r| (r.id, r.status))
+            .collect();
+        if open.is_empty() {
+            return runs;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "runs still unfinished after the restart: {open:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The `done` events stored for a run.
+async fn dones_of(ctx: &Ctx, scope: &TenantScope, session: SessionId, run: RunId) -> Vec<Value> {
+    events::list_after(&ctx.db, scope, session, 0, 100_000)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.run_id == run.to_string() && e.event_type() == "done")
+        .map(|e| serde_json::to_value(&e).unwrap())
+        .collect()
+}
+
+/// kill -9 while a slow model streams: every `seq` the client saw means the same event after
+/// the restart, and the client that resumes from its last `seq` gets the resume notice, then
+/// the rest of the run to its one `done`.
+pub async fn seqs_keep_their_meaning_across_kill9(ctx: &mut Ctx, fake: &FakeModelServer) {
+    let t = ctx.tenant().await;
+    let key = t.member.key.clone();
+    let sid = new_session(ctx, &key).await;
+    fake.push(long_stream(300, 15));
+    fake.push(FakeReply::text("the resumed answer"));
+    let mut ws = ws_connect(ctx, &key, &sid).await;
+    chat(&mut ws, "stream for a while").await;
+    let mut seen = Vec::new();
+    while seen
+        .iter()
+        .filter(|e: &&Value| e["event_type"] == "text")
+        .count()
+        < 40
+    {
+        seen.push(next_json(&mut ws).await);
+    }
+    ctx.server.crash_and_restart().await;
+    let last = seen.last().unwrap()["seq"].as_u64().unwrap();
+    let mut ws = reconnect(ctx, &key, &sid, last).await;
+    let after = until_done(&mut ws).await;
+    let first = &after[0];
+    assert_eq!(first["event_type"], "error", "{after:?}");
+    assert_eq!(first["data"]["recoverable"], true, "{first}");
+    assert!(
+        first["data"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("resuming"),
+        "the resumed client gets the resume notice first: {first}"
+    );
+    let done = after.last().unwrap();
+    assert_eq!(done["data"]["status"], "completed", "{done}");
+    let store = stored(ctx, &t.scope(), &sid).await;
+    let all: Vec<Value> = seen.iter().chain(after.iter()).cloned().collect();
+    same_meaning(&all, &store, "kill -9 mid-stream");
+    for e in &after {
+        let seq = e["seq"].as_u64().unwrap();
+        assert_eq!(
+            store.get(&seq),
+            Some(e),
+            "every event after the restart is stored"
+        );
+    }
+    // A client that replays the whole session now sees the same numbers as the live one.
+    let mut ws = reconnect(ctx, &key, &sid, 0).await;
+    let replay = until_done_of(&mut ws, done["run_id"].as_str().unwrap()).await;
+    same_meaning(&replay, &store, "replay");
+    same_meaning(
+        &all,
+        &replay
+            .iter()
+            .map(|e| (e["seq"].as_u64().unwrap(), e.clone()))
+            .collect(),
+        "live vs replay",
+    );
+}
+
+async fn until_done_of(ws: &mut Socket, run: &str) -> Vec<Value> {
+    let mut out = Vec::new();
+    loop {
+        let ev = next_json(ws).await;
+        let stop = ev["event_type"] == "done" && ev["run_id"] == run;
+        out.push(ev);
+        if stop {
+            return out;
+        }
+    }
+}
+
+/// Many short runs while the server is killed (`kill -9`) four times: after the last restart
+/// every run has ended, and each has exactly one `done` in its stream.
+pub async fn churn_every_run_has_exactly_one_done(ctx: &mut Ctx) {
+    let t = ctx.tenant().await;
+    let key = t.member.key.clone();
+    let base = Arc::new(Mutex::new(ctx.server.base.clone()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let mut workers = Vec::new();
+    for w in 0..6 {
+        let (base, stop, http, key) = (base.clone(), stop.clone(), http.clone(), key.clone());
+        workers.push(tokio::spawn(async move {
+            let mut i = 0;
+            while !stop.load(Ordering::SeqCst) {
+                i += 1;
+                let b = base.lock().unwrap().clone();
+                let session = http
+                    .post(format!("{b}/api/v1/sessions"))
+                    .bearer_auth(&key)
+                    .json(&json!({}))
+                    .send()
+                    .await;
+                let sid = match session {
+                    Ok(r) if r.status().is_success() => r.json::<Value>().await.ok(),
+                    _ => None,
+                };
+                let Some(sid) = sid.and_then(|s| s["session_id"].as_str().map(str::to_string))
+                else {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                };
+                let _ = http
+                    .post(format!("{b}/api/v1/chat"))
+                    .bearer_auth(&key)
+                    .json(&json!({"message": format!("worker {w} run {i}"), "session_id": sid}))
+                    .send()
+                    .await;
+            }
+        }));
+    }
+    for _ in 0..4 {
+        tokio::time::sleep(Duration::from_millis(1200)).await;
+        ctx.server.crash_and_restart().await;
+        *base.lock().unwrap() = ctx.server.base.clone();
+    }
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    stop.store(true, Ordering::SeqCst);
+    for w in workers {
+        tokio::time::timeout(WAIT, w).await.unwrap().unwrap();
+    }
+    let scope = t.scope();
+    let runs = settled(ctx, &scope).await;
+    assert!(
+        runs.len() >= 20,
+        "only {} runs: the churn did not churn",
+        runs.len()
+    );
+    let mut bad = Vec::new();
+    for r in &runs {
+        let dones = dones_of(ctx, &scope, r.session_id, r.id).await;
+        if dones.len() != 1 {
+            bad.push((r.id, r.status, dones));
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "{} of {} runs without exactly one done: {bad:?}",
+        bad.len(),
+        runs.len()
+    );
+}
+
+/// kill -9 while an auto-approved shell command runs, then restart: the command ran once (and
+/// the orphan it left was killed, so it never finished), the model is told the call was
+/// interrupted, and the audit says so.
+pub async fn an_interrupted_tool_call_is_not_run_again(ctx: &mut Ctx, fake: &FakeModelServer) {
+    let t = ctx.tenant().await;
+    let key = t.admin.key.clone();
+    let s = ctx
+        .ok(
+            Method::POST,
+            "/api/v1/sessions",
+            &key,
+            Some(json!({"auto_approve": true})),
+            201,
+        )
+        .await;
+    let sid = s["session_id"].as_str().unwrap().to_string();
+    fake.push(FakeReply::tool_call(
+        "call_long",
+        "execute",
+        json!({"command": "echo start>>log; sleep 6; echo end>>log"}),
+    ));
+    fake.push(FakeReply::text("I cannot tell whether it finished."));
+    let mut ws = ws_connect(ctx, &key, &sid).await;
+    chat(&mut ws, "run the long command").await;
+    let log = ctx
+        .server
+        .data_dir
+        .path()
+        .join("workspaces")
+        .join(&t.id)
+        .join(&t.admin.user_id)
+        .join("log");
+    let deadline = Instant::now() + WAIT;
+    while !std::fs::read_to_string(&log).is_ok_and(|l| l.contains("start")) {
+        assert!(Instant::now() < deadline, "the command never started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let started = Instant::now();
+    let asked = fake.requests().len();
+    ctx.server.crash_and_restart().await;
+    let mut ws = reconnect(ctx, &key, &sid, 0).await;
+    let events = until_done(&mut ws).await;
+    let done = events.last().unwrap();
+    assert_eq!(done["data"]["status"], "completed", "{events:?}");
+    let run: RunId = done["run_id"].as_str().unwrap().parse().unwrap();
+    let ran = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(
+        ran.matches("start").count(),
+        1,
+        "the interrupted command ran again: {ran:?}"
+    );
+    let result = events
+        .iter()
+        .find(|e| e["event_type"] == "tool_result" && e["data"]["tool_call_id"] == "call_long")
+        .unwrap_or_else(|| panic!("no result for the interrupted call: {events:?}"));
+    assert_eq!(result["data"]["status"], "error", "{result}");
+    assert_eq!(
+        result["data"]["result"]["error"]["code"], "interrupted",
+        "{result}"
+    );
+    // The model decides with the interrupted result in its conversation.
+    let reqs = fake.requests();
+    assert_eq!(
+        reqs.len(),
+        asked + 1,
+        "the model is asked once after the restart"
+    );
+    let last = &reqs.last().unwrap().raw_body;
+    assert!(last.contains("its outcome is unknown"), "{last}");
+    let audit = tool_calls::list_by_execution(&ctx.db, &t.scope(), run)
+        .await
+        .unwrap();
+    assert_eq!(audit.len(), 1, "one audit row for the one call: {audit:?}");
+    assert_eq!(audit[0].tool_call_id, "call_long");
+    assert!(
+        audit[0]
+            .error
+            .as_deref()
+            .is_some_and(|e| e.starts_with("interrupted")),
+        "{audit:?}"
+    );
+    assert_eq!(
+        audit[0].input["command"],
+        "echo start>>log; sleep 6; echo end>>log"
+    );
+    // The process group the crashed server left is killed at start (the sandbox's part): the
+    // command never finishes either.
+    tokio::time::sleep(Duration::from_secs(8).saturating_sub(started.elapsed())).await;
+    let ran = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(
+        ran, "start\n",
+        "the orphaned command went on after the crash"
+    );
+}
+
+/// A TCP relay to the database that the test opens and closes: closed, it drops every relayed
+/// connection and refuses new ones by accepting and closing them at once. Unlike
+/// [`crate::outage::Relay`]'s `Refused`, it keeps its port bound: another test's listener must not
+/// get the port while the server still points at it (on a busy machine one did, and the
+/// "cut" database answered).
+pub struct Switch {
+    pub addr: SocketAddr,
+    open: Arc<AtomicBool>,
+    conns: Arc<Mutex<Vec<JoinHandle<()>>>>,
+    accept: JoinHandle<()>,
+}
+
+impl Switch {
+    pub async fn start(upstream: String) -> Switch {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let open = Arc::new(AtomicBool::new(true));
+        let conns: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::default();
+        let (o, c) = (open.clone(), conns.clone());
+        let accept = tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                // Checked and registered under the lock `close` takes, so no connection slips
+                // through a closing relay.
+                let mut conns = c.lock().unwrap();
+                if !o.load(Ordering::SeqCst) {
+                    drop(inbound);
+                    continue;
+                }
+                let upstream = upstream.clone();
+                conns.push(tokio::spawn(async move {
+                    if let Ok(mut out) = TcpStream::connect(&upstream).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut out).await;
+                    }
+                }));
+            }
+        });
+        Switch {
+            addr,
+            open,
+            conns,
+            accept,
+        }
+    }
+
+    pub fn close(&self) {
+        let mut conns = self.conns.lock().unwrap();
+        self.open.store(false, Ordering::SeqCst);
+        for t in conns.drain(..) {
+            t.abort();
+        }
+    }
+
+    pub fn reopen(&self) {
+        self.open.store(true, Ordering::SeqCst);
+    }
+}
+
+impl Drop for Switch {
+    fn drop(&mut self) {
+        self.accept.abort();
+        self.close();
+    }
+}
+
+/// The database goes away while a run streams its answer and stays away through `kill -9`:
+/// the client gets `error` and a `failed` `done`; after the restart (database back) the run is
+/// recorded as failed with that same `done` at the same `seq`, and the model is not called
+/// again.
+pub async fn a_run_whose_end_cannot_be_written_is_never_run_twice(
+    ctx: &mut Ctx,
+    fake: &FakeModelServer,
+    relay: &Switch,
+) {
+    let t = ctx.tenant().await;
+    let key = t.member.key.clone();
+    let sid = new_session(ctx, &key).await;
+    // Long enough that the database is cut mid-stream even on a loaded machine, not while the
+    // run's end is being committed (a commit whose answer is lost is the one case where the
+    // stored end and the one the client was told differ).
+    fake.push(long_stream(80, 50));
+    let mut ws = ws_connect(ctx, &key, &sid).await;
+    chat(&mut ws, "answer slowly").await;
+    let mut seen = Vec::new();
+    while !seen.iter().any(|e: &Value| e["event_type"] == "text") {
+        seen.push(next_json(&mut ws).await);
+    }
+    relay.close();
+    seen.extend(until_done(&mut ws).await);
+    let done = seen.last().unwrap().clone();
+    assert_eq!(done["data"]["status"], "failed", "{seen:?}");
+    assert!(
+        seen.iter()
+            .any(|e| e["event_type"] == "error" && e["data"]["recoverable"] == false),
+        "{seen:?}"
+    );
+    let asked = fake.request_count();
+    ctx.server.crash().await;
+    relay.reopen();
+    ctx.server.restart().await;
+    let scope = t.scope();
+    let runs = settled(ctx, &scope).await;
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    let run = &runs[0];
+    assert_eq!(run.status, ExecutionStatus::Failed, "{run:?}");
+    assert_eq!(done["run_id"], run.id.to_string());
+    let dones = dones_of(ctx, &scope, run.session_id, run.id).await;
+    assert_eq!(
+        dones,
+        vec![done.clone()],
+        "exactly the done the client saw is stored"
+    );
+    let store = stored(ctx, &scope, &sid).await;
+    same_meaning(&seen, &store, "database lost at the end of a run");
+    // Give a wrongly resumed run time to call the model: it must not.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        fake.request_count(),
+        asked,
+        "the run was run again after the restart"
+    );
+    let mut ws = reconnect(ctx, &key, &sid, 0).await;
+    let replay = until_done(&mut ws).await;
+    assert_eq!(replay.last(), Some(&done));
+    // The session works again.
+    fake.push(FakeReply::text("fine now"));
+    chat(&mut ws, "again").await;
+    let next = until_done(&mut ws).await;
+    assert_eq!(
+        next.last().unwrap()["data"]["status"],
+        "completed",
+        "{next:?}"
+    );
+}
+
+/// The server's database URL through `relay`, with a short connect timeout so an outage is
+/// noticed quickly.
+pub fn relayed_env(pg: &str, relay: &Switch) -> Vec<(String, String)> {
+    vec![
+        ("AGENTRY_DATABASE__URL".into(), via(pg, relay.addr)),
+        ("AGENTRY_DATABASE__CONNECT_TIMEOUT_SECS".into(), "1".into()),
+    ]
+}
+
+pub async fn pg_relay(pg: &str) -> Switch {
+    Switch::start(upstream_of(pg)).await
+}
