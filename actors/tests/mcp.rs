@@ -71,6 +71,7 @@ fn pool_cfg() -> McpPoolConfig {
         backoff_max: Duration::from_secs(2),
         sandbox: agentry_sandbox::SandboxHandle::unconfined_for_tests(),
         workspaces: std::env::temp_dir().join("agentry-actors-mcp-tests"),
+        ..McpPoolConfig::default()
     }
 }
 

@@ -97,6 +97,13 @@ impl Ctx {
             ("AGENTRY_AUTH__ADMIN_KEY", ADMIN_KEY),
             ("AGENTRY_SERVER__BODY_LIMIT_BYTES", &limit),
             ("AGENTRY_MCP__ENCRYPTION_KEY", crate::mcp::MCP_KEY),
+            // Users' MCP servers in tests live at 127.0.0.2 (nothing listens there): an IP
+            // literal, so adding one never asks a resolver, and the rest of loopback stays
+            // refused as on a real server.
+            (
+                "AGENTRY_TOOLS__ALLOWED_NETWORKS",
+                crate::mcp::TEST_MCP_NETWORK,
+            ),
         ];
         if let Some(url) = db_url {
             all.push(("AGENTRY_DATABASE__URL", url));

@@ -252,7 +252,7 @@ pub async fn fixture(ctx: &Ctx) -> MatrixFx {
         Method::POST,
         &format!("/api/v1/users/{}/mcp-servers", a.member.user_id),
         &a.member.key,
-        Some(json!({ "name": "matrix", "url": "https://matrix.example/mcp" })),
+        Some(json!({ "name": "matrix", "url": "http://127.0.0.2:9/matrix" })),
         201,
     )
     .await;
@@ -491,13 +491,13 @@ pub async fn build(ctx: &Ctx, fx: &MatrixFx, route: Route) -> Req {
         AddMcpServer => req(
             Method::POST,
             mcp.clone(),
-            Some(json!({ "name": unique("added"), "url": "https://added.example/mcp" })),
+            Some(json!({ "name": unique("added"), "url": "http://127.0.0.2:9/added" })),
         ),
         GetMcpServer => req(Method::GET, format!("{mcp}/matrix"), None),
         ReplaceMcpServer => req(
             Method::PUT,
             format!("{mcp}/matrix"),
-            Some(json!({ "name": "matrix", "url": "https://replaced.example/mcp" })),
+            Some(json!({ "name": "matrix", "url": "http://127.0.0.2:9/replaced" })),
         ),
         DeleteMcpServer => {
             let name = unique("doomed");
@@ -505,7 +505,7 @@ pub async fn build(ctx: &Ctx, fx: &MatrixFx, route: Route) -> Req {
                 Method::POST,
                 &mcp,
                 &fx.a.member.key,
-                Some(json!({ "name": name, "url": "https://doomed.example/mcp" })),
+                Some(json!({ "name": name, "url": "http://127.0.0.2:9/doomed" })),
                 201,
             )
             .await;

@@ -14,6 +14,9 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use crate::ctx::{ADMIN_KEY, Ctx, unique};
 
 pub const MCP_KEY: &str = "passphrase:a long enough test passphrase";
+/// The one network the test servers let users' MCP servers reach (`tools.allowed_networks`):
+/// their URLs use the IP literal 127.0.0.2, so no test asks a DNS resolver.
+pub const TEST_MCP_NETWORK: &str = "127.0.0.2/32";
 
 pub fn servers_path(user: &str) -> String {
     format!("/api/v1/users/{user}/mcp-servers")
@@ -33,7 +36,7 @@ pub async fn mcp_servers_flow(ctx: &Ctx) {
     let secret_token = "tok-SHOULD-NEVER-BE-SHOWN";
 
     // Add an HTTP server with a token (sealed) and a local one.
-    let http = json!({"name": "remote", "url": "https://mcp.example.com/mcp", "auth": {"type": "bearer", "token": secret_token}});
+    let http = json!({"name": "remote", "url": "http://127.0.0.2:9/mcp", "auth": {"type": "bearer", "token": secret_token}});
     let added = ctx
         .ok(Method::POST, &path, &me.key, Some(http.clone()), 201)
         .await;
@@ -68,7 +71,7 @@ pub async fn mcp_servers_flow(ctx: &Ctx) {
         .call(Method::POST, &path, Some(&me.key), Some(&http))
         .await;
     assert_eq!((r.status, r.code()), (409, "conflict"), "{}", r.body);
-    let third = json!({"name": "third", "url": "https://mcp.example.com/other"});
+    let third = json!({"name": "third", "url": "http://127.0.0.2:9/other"});
     let r = ctx
         .call(Method::POST, &path, Some(&me.key), Some(&third))
         .await;
@@ -79,12 +82,12 @@ pub async fn mcp_servers_flow(ctx: &Ctx) {
     // Invalid configs name the problem (422); env references and private URLs are refused.
     for (bad, field) in [
         (
-            json!({"name": "a__b", "url": "https://x.example/mcp"}),
+            json!({"name": "a__b", "url": "http://127.0.0.2:9/x"}),
             "name",
         ),
-        (json!({"name": "x", "url": "ftp://x.example/mcp"}), "url"),
+        (json!({"name": "x", "url": "ftp://127.0.0.2/mcp"}), "url"),
         (
-            json!({"name": "x", "url": "https://x.example/mcp", "auth": {"type": "bearer", "token_env": "AGENTRY_AUTH__ADMIN_KEY"}}),
+            json!({"name": "x", "url": "http://127.0.0.2:9/x", "auth": {"type": "bearer", "token_env": "AGENTRY_AUTH__ADMIN_KEY"}}),
             "auth",
         ),
         (
@@ -102,6 +105,36 @@ pub async fn mcp_servers_flow(ctx: &Ctx) {
             .await;
         assert_eq!(r.status, 422, "{bad}: {}", r.body);
         assert!(r.body.to_string().contains(field), "{bad}: {}", r.body);
+    }
+    // Host names: one that /etc/hosts maps to loopback is refused for its address, one that
+    // cannot be a DNS name (a 64-character label) for its form, before any resolver is asked.
+    // (A well-formed name that does not resolve is refused the same way — `net_guard` tests,
+    // with a resolver that never leaves the machine.)
+    let long_label = format!("http://{}.localhost:9/mcp", "a".repeat(64));
+    for (url, says) in [
+        ("http://localhost:9/mcp", "loopback"),
+        (long_label.as_str(), "not a valid host name"),
+    ] {
+        let r = ctx
+            .call(
+                Method::POST,
+                &path,
+                Some(&me.key),
+                Some(&json!({"name": "named", "url": url})),
+            )
+            .await;
+        assert_eq!(
+            (r.status, r.code()),
+            (422, "validation_error"),
+            "{url}: {}",
+            r.body
+        );
+        assert_eq!(r.body["details"]["field"], "url", "{}", r.body);
+        assert!(
+            r.body["message"].as_str().unwrap().contains(says),
+            "{url}: {}",
+            r.body
+        );
     }
     let r = ctx
         .send(
@@ -149,7 +182,7 @@ pub async fn mcp_servers_flow(ctx: &Ctx) {
     let one = ctx
         .ok(Method::GET, &format!("{path}/remote"), &me.key, None, 200)
         .await;
-    assert_eq!(one["url"], "https://mcp.example.com/mcp");
+    assert_eq!(one["url"], "http://127.0.0.2:9/mcp");
     let r = ctx
         .call(Method::GET, &format!("{path}/nope"), Some(&me.key), None)
         .await;
@@ -159,20 +192,20 @@ pub async fn mcp_servers_flow(ctx: &Ctx) {
             Method::PUT,
             &format!("{path}/remote"),
             &me.key,
-            Some(json!({"name": "remote", "url": "https://mcp.example.com/v2", "disabled": true})),
+            Some(json!({"name": "remote", "url": "http://127.0.0.2:9/v2", "disabled": true})),
             200,
         )
         .await;
     assert_eq!(
         (replaced["url"].as_str(), replaced["disabled"].as_bool()),
-        (Some("https://mcp.example.com/v2"), Some(true))
+        (Some("http://127.0.0.2:9/v2"), Some(true))
     );
     let r = ctx
         .call(
             Method::PUT,
             &format!("{path}/remote"),
             Some(&me.key),
-            Some(&json!({"name": "renamed", "url": "https://x.example/mcp"})),
+            Some(&json!({"name": "renamed", "url": "http://127.0.0.2:9/x"})),
         )
         .await;
     assert_eq!(r.status, 422);
@@ -181,7 +214,7 @@ pub async fn mcp_servers_flow(ctx: &Ctx) {
             Method::PUT,
             &format!("{path}/ghost"),
             Some(&me.key),
-            Some(&json!({"name": "ghost", "url": "https://x.example/mcp"})),
+            Some(&json!({"name": "ghost", "url": "http://127.0.0.2:9/x"})),
         )
         .await;
     assert_eq!(r.status, 404);
@@ -230,7 +263,7 @@ pub async fn mcp_without_key(ctx: &Ctx) {
     let t = ctx.tenant().await;
     let path = servers_path(&t.member.user_id);
     let r = ctx
-        .call(Method::POST, &path, Some(&t.member.key), Some(&json!({"name": "s", "url": "https://x.example/mcp", "auth": {"type": "bearer", "token": "t"}})))
+        .call(Method::POST, &path, Some(&t.member.key), Some(&json!({"name": "s", "url": "http://127.0.0.2:9/x", "auth": {"type": "bearer", "token": "t"}})))
         .await;
     assert_eq!(
         (r.status, r.code()),
@@ -248,13 +281,13 @@ pub async fn mcp_without_key(ctx: &Ctx) {
         Method::POST,
         &path,
         &t.member.key,
-        Some(json!({"name": "s", "url": "https://x.example/mcp"})),
+        Some(json!({"name": "s", "url": "http://127.0.0.2:9/x"})),
         201,
     )
     .await;
     // Replacing it with a secret is refused the same way, and leaves it as it was.
     let r = ctx
-        .call(Method::PUT, &format!("{path}/s"), Some(&t.member.key), Some(&json!({"name": "s", "url": "https://y.example/mcp", "auth": {"type": "bearer", "token": "t"}})))
+        .call(Method::PUT, &format!("{path}/s"), Some(&t.member.key), Some(&json!({"name": "s", "url": "http://127.0.0.2:9/y", "auth": {"type": "bearer", "token": "t"}})))
         .await;
     assert_eq!(
         (r.status, r.code()),
@@ -265,7 +298,7 @@ pub async fn mcp_without_key(ctx: &Ctx) {
     let kept = ctx
         .ok(Method::GET, &format!("{path}/s"), &t.member.key, None, 200)
         .await;
-    assert_eq!(kept["url"], "https://x.example/mcp", "{kept}");
+    assert_eq!(kept["url"], "http://127.0.0.2:9/x", "{kept}");
 }
 
 /// The upgrade request for a session's WebSocket, with the key in `Authorization` and an

@@ -18,6 +18,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
+use agentry_mcp::builtin::BuiltinConfig;
+use agentry_mcp::builtin::net_guard::GuardedResolver;
 use agentry_mcp::client::{
     ClientHooks, ConnectionStatus, McpConnection, McpServerConfig, StdioLaunch,
 };
@@ -69,6 +71,9 @@ pub struct McpPoolConfig {
     /// `{data_dir}/workspaces`: a stdio server runs in `{workspaces}/{tenant}/{user}`, its
     /// user's workspace. Filled in from the engine's data dir when left empty.
     pub workspaces: std::path::PathBuf,
+    /// Resolves and checks the host of a user's HTTP server on every connection (the
+    /// operator's servers are not checked). The default refuses private and loopback addresses.
+    pub user_http_guard: Arc<GuardedResolver>,
 }
 
 impl Default for McpPoolConfig {
@@ -81,6 +86,7 @@ impl Default for McpPoolConfig {
             backoff_max: Duration::from_secs(60),
             sandbox: agentry_sandbox::SandboxHandle::default(),
             workspaces: std::path::PathBuf::new(),
+            user_http_guard: Arc::new(GuardedResolver::new(&BuiltinConfig::default())),
         }
     }
 }
@@ -220,6 +226,7 @@ impl McpPoolActor {
                 user_id: Some(key.0.to_string()),
                 ..Default::default()
             },
+            http_guard: (server.origin == Origin::User).then(|| self.cfg.user_http_guard.clone()),
         };
         let fut = async move {
             let conn = McpConnection::connect(&config, hooks, &launch)

@@ -8,6 +8,7 @@ use std::time::Duration;
 use agentry_actors::mcp_pool::{McpConfigSource, McpPoolConfig, Origin, PoolServer};
 use agentry_actors::tools::PlatformTools;
 use agentry_actors::{ConfiguredModels, Engine, EngineConfig, EngineDeps, EngineError};
+use agentry_mcp::builtin::net_guard::GuardedResolver;
 use agentry_mcp::config_file::{McpConfigWatcher, ServerPolicy};
 use agentry_mcp::secrets::SecretBox;
 use agentry_mcp::stored::{StoredMcpServer, join_from_storage};
@@ -170,6 +171,7 @@ pub fn build(settings: &Settings, db: &DatabaseConnection) -> anyhow::Result<Eng
                 connect_wait: Duration::from_secs(settings.mcp.connect_wait_secs),
                 sandbox: settings.tools.sandbox.clone(),
                 workspaces: settings.data_dir.join("workspaces"),
+                user_http_guard: Arc::new(GuardedResolver::new(&settings.tools)),
                 ..McpPoolConfig::default()
             },
             ..EngineConfig::default()

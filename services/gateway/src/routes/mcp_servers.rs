@@ -13,7 +13,9 @@
 //!   itself, which is sealed at rest;
 //! - HTTP URLs that resolve to private, loopback or link-local addresses are refused unless the
 //!   tools configuration allows them (`tools.allow_private_addresses`,
-//!   `tools.allowed_networks`), as for the web tools; the check runs again before each connect.
+//!   `tools.allowed_networks`), as for the web tools, and so are host names that do not
+//!   resolve; the MCP client checks the addresses again on every connection and connects only
+//!   to the ones it checked (no DNS-rebinding window).
 //!
 //! Responses carry the live status of each server from the tenant's MCP pool.
 
@@ -193,15 +195,25 @@ async fn admissible(
                     ),
                 ));
             }
-            // A name that does not resolve right now is accepted (the check runs again before
-            // every connect); an address the policy refuses is not.
-            if let Err(e @ (ToolError::Refused(_) | ToolError::InvalidArguments { .. })) =
-                agentry_mcp::builtin::net_guard::check_url(&h.url, &state.settings.tools).await
-            {
-                return Err(ApiError::validation(
-                    "url",
-                    format!("the MCP server URL is refused: {e}"),
-                ));
+            // A host that does not resolve, or resolves to an address the policy refuses, is
+            // refused now; the client checks the addresses again on every connection.
+            match agentry_mcp::builtin::net_guard::check_url(&h.url, &state.settings.tools).await {
+                Ok(_) => {}
+                Err(ToolError::Failed { message, .. }) => {
+                    return Err(ApiError::validation(
+                        "url",
+                        format!(
+                            "the MCP server URL is refused: {message}; give a host name that \
+                             resolves, or an IP address"
+                        ),
+                    ));
+                }
+                Err(e) => {
+                    return Err(ApiError::validation(
+                        "url",
+                        format!("the MCP server URL is refused: {e}"),
+                    ));
+                }
             }
         }
     }

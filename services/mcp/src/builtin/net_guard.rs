@@ -4,8 +4,16 @@
 //! made with the host pinned to exactly those addresses (reqwest `resolve_to_addrs`), so a DNS
 //! answer that changes between the check and the connection (DNS rebinding) cannot send it
 //! somewhere else. Redirects are not followed by the client: each hop is checked the same way.
+//!
+//! Clients that open connections on their own schedule (the MCP HTTP client reconnects, opens
+//! a second connection for its event stream) use [`GuardedResolver`] instead: it is the
+//! client's DNS resolver, so the addresses it checks are the very addresses the client connects
+//! to, on every connection.
 
+use std::future::Future;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::pin::Pin;
+use std::sync::Arc;
 
 use url::{Host, Url};
 
@@ -115,15 +123,75 @@ pub fn refusal(cfg: &BuiltinConfig, ip: IpAddr) -> Option<&'static str> {
     forbidden_reason(ip)
 }
 
+/// A future of the addresses a name resolves to.
+pub type Lookup = Pin<Box<dyn Future<Output = std::io::Result<Vec<SocketAddr>>> + Send>>;
+
+/// How host names become addresses: the system resolver ([`SystemResolver`]) in the server;
+/// tests inject their own so that no lookup leaves the machine.
+pub trait HostResolver: Send + Sync + std::fmt::Debug + 'static {
+    fn lookup(&self, host: &str, port: u16) -> Lookup;
+}
+
+/// The operating system's resolver (`getaddrinfo`: `/etc/hosts`, then DNS).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SystemResolver;
+
+impl HostResolver for SystemResolver {
+    fn lookup(&self, host: &str, port: u16) -> Lookup {
+        let host = host.to_string();
+        Box::pin(async move {
+            Ok(tokio::net::lookup_host((host.as_str(), port))
+                .await?
+                .collect())
+        })
+    }
+}
+
+/// Whether `domain` can be a DNS name at all: 1-63 characters per label, 253 in all. A name
+/// that cannot be is refused before any resolver is asked.
+fn valid_dns_name(domain: &str) -> bool {
+    let name = domain.strip_suffix('.').unwrap_or(domain);
+    !name.is_empty()
+        && name.len() <= 253
+        && name
+            .split('.')
+            .all(|label| !label.is_empty() && label.len() <= 63)
+}
+
 /// Parse and check a URL the model gave: http(s) only, and every address the host resolves to
 /// must be allowed by the policy of `cfg`.
 pub async fn check_url(raw: &str, cfg: &BuiltinConfig) -> Result<CheckedTarget, ToolError> {
+    check_url_with(raw, cfg, &SystemResolver).await
+}
+
+/// [`check_url`] with the resolver given.
+pub async fn check_url_with(
+    raw: &str,
+    cfg: &BuiltinConfig,
+    resolver: &dyn HostResolver,
+) -> Result<CheckedTarget, ToolError> {
     let url = Url::parse(raw.trim())
         .map_err(|e| ToolError::invalid(format!("{raw:?} is not a valid URL: {e}")))?;
-    check_parsed(url, cfg).await
+    check_parsed_with(url, cfg, resolver).await
 }
 
 pub async fn check_parsed(url: Url, cfg: &BuiltinConfig) -> Result<CheckedTarget, ToolError> {
+    check_parsed_with(url, cfg, &SystemResolver).await
+}
+
+/// Why a host name cannot be used: it resolves to nothing (or not at all).
+fn unresolvable(domain: &str, why: impl std::fmt::Display) -> ToolError {
+    ToolError::Failed {
+        message: format!("cannot resolve {domain}: {why}"),
+        retryable: true,
+    }
+}
+
+pub async fn check_parsed_with(
+    url: Url,
+    cfg: &BuiltinConfig,
+    resolver: &dyn HostResolver,
+) -> Result<CheckedTarget, ToolError> {
     if !matches!(url.scheme(), "http" | "https") {
         return Err(ToolError::invalid(format!(
             "only http and https URLs are supported, not {}:",
@@ -139,31 +207,29 @@ pub async fn check_parsed(url: Url, cfg: &BuiltinConfig) -> Result<CheckedTarget
         Some(Host::Ipv6(ip)) => (None, vec![SocketAddr::new(IpAddr::V6(ip), port)]),
         Some(Host::Domain(domain)) => {
             let domain = domain.to_string();
-            let addrs: Vec<SocketAddr> = tokio::net::lookup_host((domain.as_str(), port))
+            if !valid_dns_name(&domain) {
+                return Err(ToolError::invalid(format!(
+                    "{domain:?} is not a valid host name (each dot-separated label is 1-63 \
+                     characters, the whole name at most 253)"
+                )));
+            }
+            let addrs = resolver
+                .lookup(&domain, port)
                 .await
-                .map_err(|e| ToolError::Failed {
-                    message: format!("cannot resolve {domain}: {e}"),
-                    retryable: true,
-                })?
-                .collect();
+                .map_err(|e| unresolvable(&domain, e))?;
             if addrs.is_empty() {
-                return Err(ToolError::Failed {
-                    message: format!("{domain} resolves to no address"),
-                    retryable: true,
-                });
+                return Err(unresolvable(&domain, "it resolves to no address"));
             }
             (Some(domain), addrs)
         }
     };
     for addr in &addrs {
         if let Some(reason) = refusal(cfg, addr.ip()) {
-            return Err(ToolError::Refused(format!(
-                "{} resolves to {}, a {reason} address; requests to private networks are not \
-                 allowed (see AGENTRY_TOOLS__ALLOW_PRIVATE_ADDRESSES and \
-                 AGENTRY_TOOLS__ALLOWED_NETWORKS)",
+            return Err(refused(
                 url.host_str().unwrap_or_default(),
-                addr.ip()
-            )));
+                addr.ip(),
+                reason,
+            ));
         }
     }
     Ok(CheckedTarget {
@@ -173,10 +239,217 @@ pub async fn check_parsed(url: Url, cfg: &BuiltinConfig) -> Result<CheckedTarget
     })
 }
 
+fn refused(host: &str, ip: IpAddr, reason: &str) -> ToolError {
+    ToolError::Refused(format!(
+        "{host} resolves to {ip}, a {reason} address; requests to private networks are not \
+         allowed (see AGENTRY_TOOLS__ALLOW_PRIVATE_ADDRESSES and AGENTRY_TOOLS__ALLOWED_NETWORKS)"
+    ))
+}
+
+/// An HTTP client's DNS resolver that checks every address against the policy before the
+/// client may connect to it: a name that resolves to a refused address fails to connect, and
+/// since the check and the connection use one answer, a DNS answer that changes after the check
+/// (rebinding) cannot redirect the client. IP literals never reach a resolver: check them with
+/// [`check_url`] first, and follow redirects with [`GuardedResolver::redirect_policy`].
+#[derive(Debug, Clone)]
+pub struct GuardedResolver {
+    policy: Arc<BuiltinConfig>,
+    resolver: Arc<dyn HostResolver>,
+}
+
+impl GuardedResolver {
+    /// The policy of `cfg` (`allow_private_addresses`, `allowed_networks`) over the system
+    /// resolver.
+    pub fn new(cfg: &BuiltinConfig) -> Self {
+        Self::with_resolver(cfg, Arc::new(SystemResolver))
+    }
+
+    pub fn with_resolver(cfg: &BuiltinConfig, resolver: Arc<dyn HostResolver>) -> Self {
+        Self {
+            policy: Arc::new(cfg.clone()),
+            resolver,
+        }
+    }
+
+    /// Redirects the client may follow: at most 5, http(s) only, and not to an IP literal the
+    /// policy refuses (names go through the resolver, which checks them).
+    pub fn redirect_policy(&self) -> reqwest::redirect::Policy {
+        let policy = self.policy.clone();
+        reqwest::redirect::Policy::custom(move |attempt| {
+            if attempt.previous().len() >= 5 {
+                return attempt.error("too many redirects");
+            }
+            let url = attempt.url();
+            if !matches!(url.scheme(), "http" | "https") {
+                let msg = format!("redirect to a {}: URL refused", url.scheme());
+                return attempt.error(msg);
+            }
+            let literal = match url.host() {
+                Some(Host::Ipv4(ip)) => Some(IpAddr::V4(ip)),
+                Some(Host::Ipv6(ip)) => Some(IpAddr::V6(ip)),
+                _ => None,
+            };
+            match literal.and_then(|ip| refusal(&policy, ip).map(|r| (ip, r))) {
+                Some((ip, reason)) => {
+                    let err = refused(&ip.to_string(), ip, reason);
+                    attempt.error(err.to_string())
+                }
+                None => attempt.follow(),
+            }
+        })
+    }
+}
+
+impl reqwest::dns::Resolve for GuardedResolver {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let policy = self.policy.clone();
+        let resolver = self.resolver.clone();
+        let host = name.as_str().to_string();
+        Box::pin(async move {
+            // The port is the URL's: the client puts it on each address.
+            let addrs = resolver.lookup(&host, 0).await?;
+            if addrs.is_empty() {
+                return Err(unresolvable(&host, "it resolves to no address").into());
+            }
+            for addr in &addrs {
+                if let Some(reason) = refusal(&policy, addr.ip()) {
+                    return Err(refused(&host, addr.ip(), reason).into());
+                }
+            }
+            Ok(Box::new(addrs.into_iter()) as reqwest::dns::Addrs)
+        })
+    }
+}
+
+/// A resolver for tests: answers from a script, one answer per lookup (the last one repeats),
+/// and never asks the network.
+#[cfg(test)]
+#[derive(Debug)]
+pub(crate) struct ScriptedResolver {
+    answers: std::sync::Mutex<std::collections::VecDeque<std::io::Result<Vec<IpAddr>>>>,
+    pub(crate) lookups: std::sync::atomic::AtomicUsize,
+}
+
+#[cfg(test)]
+impl ScriptedResolver {
+    pub(crate) fn new(answers: Vec<std::io::Result<Vec<IpAddr>>>) -> Arc<Self> {
+        Arc::new(Self {
+            answers: std::sync::Mutex::new(answers.into()),
+            lookups: Default::default(),
+        })
+    }
+
+    pub(crate) fn lookups(&self) -> usize {
+        self.lookups.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+#[cfg(test)]
+impl HostResolver for ScriptedResolver {
+    fn lookup(&self, _host: &str, port: u16) -> Lookup {
+        self.lookups
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let mut answers = self.answers.lock().unwrap();
+        let answer = if answers.len() > 1 {
+            answers.pop_front().unwrap()
+        } else {
+            match answers.front().unwrap() {
+                Ok(ips) => Ok(ips.clone()),
+                Err(e) => Err(std::io::Error::new(e.kind(), e.to_string())),
+            }
+        };
+        let answer = answer.map(|ips| {
+            ips.into_iter()
+                .map(|ip| SocketAddr::new(ip, port))
+                .collect()
+        });
+        Box::pin(async move { answer })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    fn no_such_host() -> std::io::Error {
+        std::io::Error::other("failed to lookup address information: Name or service not known")
+    }
+
+    #[tokio::test]
+    async fn a_name_that_does_not_resolve_is_refused() {
+        let open = BuiltinConfig {
+            allow_private_addresses: true,
+            ..BuiltinConfig::default()
+        };
+        let dns = ScriptedResolver::new(vec![Err(no_such_host())]);
+        let err = check_url_with("http://nowhere.test:9/mcp", &open, dns.as_ref())
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, ToolError::Failed { message, .. }
+                if message.contains("cannot resolve nowhere.test") && message.contains("not known")),
+            "{err:?}"
+        );
+        let empty = ScriptedResolver::new(vec![Ok(vec![])]);
+        let err = check_url_with("http://empty.test:9/", &open, empty.as_ref())
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("resolves to no address"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn names_that_cannot_be_dns_names_never_reach_a_resolver() {
+        let dns = ScriptedResolver::new(vec![Ok(vec![v4("8.8.8.8")])]);
+        let long_label = format!("http://{}.test:9/", "a".repeat(64));
+        let long_name = format!("http://{}test:9/", "abcdefghi.".repeat(26));
+        for url in [long_label.as_str(), long_name.as_str()] {
+            let err = check_url_with(url, &BuiltinConfig::default(), dns.as_ref())
+                .await
+                .unwrap_err();
+            assert!(
+                matches!(&err, ToolError::InvalidArguments { message, .. } if message.contains("not a valid host name")),
+                "{url}: {err:?}"
+            );
+        }
+        assert_eq!(dns.lookups(), 0);
+        // 63-character labels and a trailing dot are fine.
+        let ok = format!("http://{}.test.:9/", "a".repeat(63));
+        assert!(
+            check_url_with(&ok, &BuiltinConfig::default(), dns.as_ref())
+                .await
+                .is_ok()
+        );
+    }
+
+    /// The guard is the client's resolver: a name whose answer changes to a refused address
+    /// after the check is refused at connection time, whatever the first answer was.
+    #[tokio::test]
+    async fn the_guarded_resolver_checks_the_answer_it_hands_out() {
+        use reqwest::dns::Resolve;
+        let cfg = BuiltinConfig {
+            allowed_networks: vec!["127.0.0.2/32".parse().unwrap()],
+            ..BuiltinConfig::default()
+        };
+        let dns = ScriptedResolver::new(vec![
+            Ok(vec![v4("127.0.0.2")]),
+            Ok(vec![v4("127.0.0.2"), v4("127.0.0.1")]),
+            Err(no_such_host()),
+        ]);
+        let guard = GuardedResolver::with_resolver(&cfg, dns.clone());
+        let name = |n: &str| n.parse::<reqwest::dns::Name>().unwrap();
+        let first: Vec<SocketAddr> = guard.resolve(name("rebind.test")).await.unwrap().collect();
+        assert_eq!(first, vec![SocketAddr::new(v4("127.0.0.2"), 0)]);
+        // One refused address in the answer refuses the whole answer.
+        let err = guard.resolve(name("rebind.test")).await.err().unwrap();
+        assert!(
+            err.to_string().contains("127.0.0.1, a loopback address"),
+            "{err}"
+        );
+        let err = guard.resolve(name("rebind.test")).await.err().unwrap();
+        assert!(err.to_string().contains("not known"), "{err}");
+        assert_eq!(dns.lookups(), 3);
+    }
 
     fn v4(s: &str) -> IpAddr {
         s.parse().unwrap()

@@ -685,8 +685,8 @@ async fn start(
         }
         McpTransportConfig::Http(h) => {
             let cfg = transport_config(&config.name, h)?;
-            let client =
-                SessionAwareClient::new(connect_timeout).map_err(|e| McpError::Protocol {
+            let client = SessionAwareClient::new(connect_timeout, launch.http_guard.as_ref())
+                .map_err(|e| McpError::Protocol {
                     server: server.clone(),
                     reason: format!("could not build the HTTP client: {e}"),
                 })?;

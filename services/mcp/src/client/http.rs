@@ -22,6 +22,7 @@ use sse_stream::Sse;
 
 use super::config::{HttpAuth, HttpConfig};
 use super::error::McpError;
+use crate::builtin::net_guard::GuardedResolver;
 
 /// Resolve a secret given as an env var name or a literal. A missing variable is an error that
 /// names it.
@@ -126,11 +127,21 @@ pub(crate) struct SessionAwareClient {
 }
 
 impl SessionAwareClient {
-    pub(crate) fn new(connect_timeout: std::time::Duration) -> Result<Self, reqwest::Error> {
+    /// With a `guard`, every name is resolved and checked by it (no proxy, checked redirects):
+    /// the client connects only to addresses the guard allowed.
+    pub(crate) fn new(
+        connect_timeout: std::time::Duration,
+        guard: Option<&Arc<GuardedResolver>>,
+    ) -> Result<Self, reqwest::Error> {
+        let mut builder = reqwest::Client::builder().connect_timeout(connect_timeout);
+        if let Some(guard) = guard {
+            builder = builder
+                .no_proxy()
+                .redirect(guard.redirect_policy())
+                .dns_resolver(guard.clone());
+        }
         Ok(Self {
-            inner: reqwest::Client::builder()
-                .connect_timeout(connect_timeout)
-                .build()?,
+            inner: builder.build()?,
         })
     }
 }
@@ -253,6 +264,117 @@ impl StreamableHttpClient for SessionAwareClient {
 mod tests {
     use super::*;
     use std::collections::BTreeMap;
+    use std::net::IpAddr;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    use crate::builtin::BuiltinConfig;
+    use crate::builtin::net_guard::{ScriptedResolver, check_url_with};
+    use crate::client::{ClientHooks, McpConnection, McpServerConfig, StdioLaunch};
+
+    /// Accept connections on `listener`, count them, and answer each with `reply` (if any).
+    fn count_connections(listener: TcpListener, reply: Option<String>) -> Arc<AtomicUsize> {
+        let hits = Arc::new(AtomicUsize::new(0));
+        let counted = hits.clone();
+        tokio::spawn(async move {
+            while let Ok((mut sock, _)) = listener.accept().await {
+                counted.fetch_add(1, Ordering::SeqCst);
+                if let Some(reply) = &reply {
+                    let mut buf = vec![0u8; 16 * 1024];
+                    let _ = sock.read(&mut buf).await;
+                    let _ = sock.write_all(reply.as_bytes()).await;
+                }
+            }
+        });
+        hits
+    }
+
+    /// A user's server at 127.0.0.2 (allowed) and an internal service on 127.0.0.1 (refused by
+    /// the policy), on the same port.
+    async fn two_listeners() -> (TcpListener, TcpListener, u16) {
+        let internal = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = internal.local_addr().unwrap().port();
+        let public = TcpListener::bind(("127.0.0.2", port)).await.unwrap();
+        (internal, public, port)
+    }
+
+    fn policy() -> BuiltinConfig {
+        BuiltinConfig {
+            allowed_networks: vec!["127.0.0.2/32".parse().unwrap()],
+            ..BuiltinConfig::default()
+        }
+    }
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    async fn connect_guarded(
+        url: &str,
+        dns: Arc<ScriptedResolver>,
+    ) -> Result<McpConnection, McpError> {
+        let dir = tempfile::tempdir().unwrap();
+        let launch = StdioLaunch {
+            http_guard: Some(Arc::new(GuardedResolver::with_resolver(&policy(), dns))),
+            ..StdioLaunch::unconfined(dir.path().to_path_buf())
+        };
+        let mut config = McpServerConfig::http("guarded", url);
+        config.connect_timeout_secs = 10;
+        McpConnection::connect(&config, ClientHooks::default(), &launch).await
+    }
+
+    /// DNS rebinding: the name passed the check with an allowed address, then answers with an
+    /// internal one. The client resolves through the guard, so it never reaches the internal
+    /// service.
+    #[tokio::test]
+    async fn a_name_rebound_after_the_check_does_not_reach_the_new_address() {
+        let (internal, public, port) = two_listeners().await;
+        let internal_hits = count_connections(internal, None);
+        let public_hits = count_connections(public, None);
+        let dns = ScriptedResolver::new(vec![Ok(vec![ip("127.0.0.2")]), Ok(vec![ip("127.0.0.1")])]);
+        let url = format!("http://rebind.test:{port}/mcp");
+        let checked = check_url_with(&url, &policy(), dns.as_ref()).await.unwrap();
+        assert_eq!(
+            checked.addrs,
+            vec![std::net::SocketAddr::new(ip("127.0.0.2"), port)]
+        );
+
+        let err = connect_guarded(&url, dns.clone()).await.unwrap_err();
+        assert_eq!(
+            internal_hits.load(Ordering::SeqCst),
+            0,
+            "reached the internal service: {err}"
+        );
+        assert_eq!(public_hits.load(Ordering::SeqCst), 0);
+        assert!(
+            dns.lookups() >= 2,
+            "the client did not resolve through the guard"
+        );
+    }
+
+    /// The same name answering the allowed address is connected to (the guard does not simply
+    /// refuse everything), and a redirect to a refused IP literal is not followed.
+    #[tokio::test]
+    async fn a_guarded_client_connects_to_the_checked_address_and_checks_redirects() {
+        let (internal, public, port) = two_listeners().await;
+        let internal_hits = count_connections(internal, None);
+        let redirect = format!(
+            "HTTP/1.1 307 Temporary Redirect\r\nlocation: http://127.0.0.1:{port}/mcp\r\n\
+             content-length: 0\r\nconnection: close\r\n\r\n"
+        );
+        let public_hits = count_connections(public, Some(redirect));
+        let dns = ScriptedResolver::new(vec![Ok(vec![ip("127.0.0.2")])]);
+        let url = format!("http://rebind.test:{port}/mcp");
+        let err = connect_guarded(&url, dns).await.unwrap_err();
+        assert!(public_hits.load(Ordering::SeqCst) >= 1, "{err}");
+        assert_eq!(
+            internal_hits.load(Ordering::SeqCst),
+            0,
+            "followed the redirect: {err}"
+        );
+    }
 
     fn http(auth: HttpAuth) -> HttpConfig {
         HttpConfig {

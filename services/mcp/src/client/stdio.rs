@@ -28,6 +28,7 @@ use tokio::process::ChildStderr;
 
 use super::config::StdioConfig;
 use super::error::McpError;
+use crate::builtin::net_guard::GuardedResolver;
 
 /// Variables copied from the parent's environment when set. `LC_*` are copied too.
 pub const ENV_ALLOW_LIST: &[&str] = &[
@@ -88,7 +89,7 @@ pub(crate) struct SpawnedServer {
     pub stderr: StderrTail,
 }
 
-/// Where a stdio server runs.
+/// Where a stdio server runs, and how an HTTP server may be reached.
 #[derive(Debug, Clone)]
 pub struct StdioLaunch {
     pub sandbox: SandboxHandle,
@@ -101,6 +102,9 @@ pub struct StdioLaunch {
     pub platform: bool,
     /// Recorded with the process group.
     pub owner: Owner,
+    /// For an HTTP server: the resolver that checks every address before the client connects
+    /// (users' servers; `None` for the operator's, which may live on private networks).
+    pub http_guard: Option<Arc<GuardedResolver>>,
 }
 
 impl StdioLaunch {
@@ -112,6 +116,7 @@ impl StdioLaunch {
             tenant: TenantSandbox::default(),
             platform: true,
             owner: Owner::default(),
+            http_guard: None,
         }
     }
 }
