@@ -30,6 +30,13 @@ if ! command -v bwrap >/dev/null 2>&1; then
   $sudo_ apt-get update -qq && $sudo_ apt-get install -y -qq bubblewrap >/dev/null
 fi
 
+# The web console's browser test drives Debian's chromium (tests/console.rs).
+if ! command -v chromium >/dev/null 2>&1; then
+  say "installing chromium (the web console's browser test)"
+  sudo_=""; [ "$(id -u)" -eq 0 ] || sudo_="sudo"
+  $sudo_ apt-get update -qq && $sudo_ apt-get install -y -qq chromium >/dev/null
+fi
+
 if [ -x scripts/install-mcp-test-servers.sh ]; then
   say "installing the MCP reference servers used by the tests"
   scripts/install-mcp-test-servers.sh
@@ -37,6 +44,9 @@ fi
 
 say "installing the API, terminal-client and deployment checks' dependencies (a Python venv, tmux, docker-compose)"
 scripts/install-api-test-deps.sh
+
+say "installing the browser test's playwright-core (.cache/browser-test)"
+scripts/install-browser-test-deps.sh
 
 say "cargo fmt --check"
 cargo fmt --all -- --check

@@ -294,7 +294,37 @@ pub async fn malformed_requests(ctx: &Ctx) {
             .unwrap()
             .contains("<title>Agentry</title>")
     );
+    console_assets(ctx).await;
     wrong_methods(ctx).await;
+}
+
+/// The web console (docs/console.md): a strict CSP, every script and stylesheet it names served
+/// here with its type, and an unknown asset answered with our error JSON.
+async fn console_assets(ctx: &Ctx) {
+    let res = ctx.http.get(ctx.url("/")).send().await.unwrap();
+    let csp = res.headers()["content-security-policy"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert!(csp.contains("script-src 'self';"), "{csp}");
+    assert!(!csp.contains("unsafe-inline"), "{csp}");
+    let page = res.text().await.unwrap();
+    assert!(!page.contains("<script>"), "no inline script: {page}");
+    assert!(page.contains("/assets/app.js") && page.contains("/assets/app.css"));
+    for (asset, kind) in [
+        ("/assets/app.js", "text/javascript"),
+        ("/assets/chat.js", "text/javascript"),
+        ("/assets/marked.esm.js", "text/javascript"),
+        ("/assets/purify.es.mjs", "text/javascript"),
+        ("/assets/app.css", "text/css"),
+    ] {
+        let r = ctx.http.get(ctx.url(asset)).send().await.unwrap();
+        assert_eq!(r.status(), 200, "{asset}");
+        let ct = r.headers()["content-type"].to_str().unwrap().to_string();
+        assert!(ct.starts_with(kind), "{asset}: {ct}");
+    }
+    let missing = ctx.call(Method::GET, "/assets/nope.js", None, None).await;
+    assert_eq!((missing.status, missing.code()), (404, "route_not_found"));
 }
 
 async fn bad_path_ids(ctx: &Ctx, tenant_admin_key: &str) {

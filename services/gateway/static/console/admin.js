@@ -1,0 +1,342 @@
+// Administration. The platform admin: tenants with their quotas and status, each tenant's users,
+// keys (a new key is shown once; revoke) and usage per day. A tenant admin: their own tenant's
+// users and keys (the same views over /tenant/...).
+
+import { api, all, describe } from "/assets/api.js";
+import { h, clear, pill, when, showBanner, hideBanner } from "/assets/ui.js";
+
+const QUOTAS = [
+  ["max_users", "Users"],
+  ["max_sessions_per_user", "Sessions per user"],
+  ["max_mcp_servers", "MCP servers per user"],
+  ["requests_per_minute", "Requests per minute"],
+  ["tokens_per_day", "Tokens per day"],
+  ["max_concurrent_runs", "Concurrent runs"],
+  ["workspace_quota_bytes", "Workspace bytes"],
+];
+
+export function mount(root, ctx, params) {
+  const state = { alive: true };
+  if (ctx.me.kind === "platform_admin") platform(root, state, params);
+  else {
+    clear(root, h("h1", {}, `Tenant ${ctx.me.tenant_name}`), h("p", { class: "muted" }, "Your tenant's users and keys. Quotas and status are the platform administrator's."));
+    const box = h("div");
+    root.append(box);
+    tenantDetail(box, "/tenant", state, ctx.me);
+  }
+  return () => (state.alive = false);
+}
+
+function platform(root, state) {
+  const list = h("div", { id: "tenants" });
+  const detail = h("div", { id: "tenant-detail" });
+  const name = h("input", { id: "tenant-name", placeholder: "acme", required: true });
+  const quotaInputs = QUOTAS.map(([k, label]) => [k, h("input", { type: "number", min: 0, placeholder: "0 = no limit", "aria-label": label, dataset: { quota: k } }), label]);
+  const stdio = h("input", { type: "checkbox", id: "tenant-stdio" });
+  const err = h("p", { class: "error", role: "alert" });
+  clear(
+    root,
+    h("h1", {}, "Platform administration"),
+    h(
+      "details",
+      { class: "card" },
+      h("summary", {}, h("strong", {}, "Create a tenant")),
+      h(
+        "form",
+        {
+          id: "tenant-create",
+          onsubmit: async (e) => {
+            e.preventDefault();
+            const body = { name: name.value.trim(), features_enabled: stdio.checked ? ["stdio_mcp"] : [] };
+            for (const [k, input] of quotaInputs) if (input.value !== "") body[k] = Number(input.value);
+            try {
+              const t = await api("POST", "/admin/tenants", body);
+              err.textContent = "";
+              name.value = "";
+              await loadTenants();
+              openTenant(t);
+            } catch (x) {
+              err.textContent = describe(x);
+            }
+          },
+        },
+        h("label", {}, "Name", name),
+        h("div", { class: "quota-grid" }, ...quotaInputs.map(([, input, label]) => h("label", {}, label, input))),
+        h("label", { class: "check" }, stdio, "Local (stdio) MCP servers allowed"),
+        h("button", { type: "submit" }, "Create tenant"),
+        err,
+      ),
+    ),
+    h("div", { class: "split" }, list, detail),
+  );
+  loadTenants();
+
+  async function loadTenants() {
+    let items;
+    try {
+      items = await all("/admin/tenants");
+    } catch (e) {
+      clear(list, h("p", { class: "error" }, describe(e)));
+      return;
+    }
+    if (!state.alive) return;
+    clear(
+      list,
+      h(
+        "div",
+        { class: "table-wrap" },
+        h(
+          "table",
+          {},
+          h("thead", {}, h("tr", {}, h("th", {}, "Tenant"), h("th", {}, "Status"), h("th", { class: "hide-narrow" }, "Quotas"))),
+          h(
+            "tbody",
+            {},
+            ...items.map((t) =>
+              h(
+                "tr",
+                { class: "clickable", dataset: { tenant: t.name }, onclick: () => openTenant(t) },
+                h("td", {}, h("strong", {}, t.name), h("div", { class: "mono small muted" }, t.id)),
+                h("td", {}, pill(t.status)),
+                h("td", { class: "hide-narrow small" }, QUOTAS.filter(([k]) => t[k]).map(([k, l]) => `${l}: ${t[k]}`).join(" · ") || "no limits"),
+              ),
+            ),
+          ),
+        ),
+      ),
+    );
+  }
+
+  function openTenant(t) {
+    const box = h("div");
+    const status = h("select", { id: "tenant-status" }, h("option", { value: "active" }, "active"), h("option", { value: "suspended" }, "suspended"));
+    status.value = t.status;
+    const inputs = QUOTAS.map(([k, label]) => [k, h("input", { type: "number", min: 0, value: t[k] ?? 0, "aria-label": label }), label]);
+    const err = h("p", { class: "error", role: "alert" });
+    clear(
+      detail,
+      h(
+        "form",
+        {
+          class: "card",
+          onsubmit: async (e) => {
+            e.preventDefault();
+            const body = { status: status.value };
+            for (const [k, input] of inputs) body[k] = Number(input.value);
+            try {
+              const fresh = await api("PATCH", `/admin/tenants/${t.id}`, body);
+              err.textContent = "";
+              showBanner(`Tenant ${fresh.name} saved.`, "info");
+              loadTenants();
+            } catch (x) {
+              err.textContent = describe(x);
+            }
+          },
+        },
+        h("h2", {}, t.name),
+        h("label", {}, "Status", status),
+        h("div", { class: "quota-grid" }, ...inputs.map(([, input, label]) => h("label", {}, label, input))),
+        h("button", { type: "submit", id: "tenant-save" }, "Save tenant"),
+        err,
+      ),
+      box,
+    );
+    tenantDetail(box, `/admin/tenants/${t.id}`, state, null);
+  }
+}
+
+/** Users, keys and (for the platform admin) usage of one tenant, under `base`. */
+function tenantDetail(box, base, state, me) {
+  const users = h("div", { id: "users" });
+  const keys = h("div", { id: "keys" });
+  const usage = h("div", { id: "usage" });
+  const shown = h("div", { id: "new-key" });
+  clear(box, h("div", { class: "card" }, h("h2", {}, "Users"), users), h("div", { class: "card" }, h("h2", {}, "API keys"), shown, keys), base.startsWith("/admin") ? h("div", { class: "card" }, h("h2", {}, "Usage per day (last 30 days)"), usage) : null);
+  let userList = [];
+  loadUsers().then(loadKeys);
+  if (base.startsWith("/admin")) loadUsage();
+
+  async function loadUsers() {
+    try {
+      userList = await all(`${base}/users`);
+    } catch (e) {
+      clear(users, h("p", { class: "error" }, describe(e)));
+      return;
+    }
+    if (!state.alive) return;
+    const name = h("input", { id: "user-name", placeholder: "name", required: true, class: "grow" });
+    const role = h("select", { id: "user-role" }, h("option", { value: "member" }, "member"), h("option", { value: "admin" }, "admin"));
+    const err = h("p", { class: "error", role: "alert" });
+    clear(
+      users,
+      h(
+        "div",
+        { class: "table-wrap" },
+        h(
+          "table",
+          {},
+          h("thead", {}, h("tr", {}, h("th", {}, "User"), h("th", {}, "Role"), h("th", {}, ""))),
+          h(
+            "tbody",
+            {},
+            ...userList.map((u) =>
+              h(
+                "tr",
+                { dataset: { user: u.name } },
+                h("td", {}, u.name, u.disabled ? " " : null, u.disabled ? pill("disabled", "error") : null, h("div", { class: "mono small muted" }, u.id)),
+                h("td", {}, u.role),
+                h(
+                  "td",
+                  {},
+                  me && me.user_id === u.id
+                    ? h("span", { class: "small muted" }, "you")
+                    : h("button", { class: "secondary small", onclick: () => patchUser(u, { disabled: !u.disabled }) }, u.disabled ? "Enable" : "Disable"),
+                ),
+              ),
+            ),
+          ),
+        ),
+      ),
+      h(
+        "form",
+        {
+          class: "row",
+          id: "user-create",
+          onsubmit: async (e) => {
+            e.preventDefault();
+            try {
+              await api("POST", `${base}/users`, { name: name.value.trim(), role: role.value });
+              await loadUsers();
+              loadKeys();
+            } catch (x) {
+              err.textContent = describe(x);
+            }
+          },
+        },
+        name,
+        role,
+        h("button", { type: "submit" }, "Add user"),
+      ),
+      err,
+    );
+  }
+
+  async function patchUser(u, body) {
+    try {
+      await api("PATCH", `${base}/users/${u.id}`, body);
+      await loadUsers();
+      loadKeys();
+    } catch (x) {
+      showBanner(describe(x));
+    }
+  }
+
+  async function loadKeys() {
+    let list;
+    try {
+      list = await all(`${base}/api-keys`);
+    } catch (e) {
+      clear(keys, h("p", { class: "error" }, describe(e)));
+      return;
+    }
+    if (!state.alive) return;
+    const names = new Map(userList.map((u) => [u.id, u.name]));
+    const user = h("select", { id: "key-user", "aria-label": "user" }, ...userList.map((u) => h("option", { value: u.id }, u.name)));
+    const kname = h("input", { id: "key-name", placeholder: "key name (laptop, ci…)", required: true, class: "grow" });
+    const err = h("p", { class: "error", role: "alert" });
+    clear(
+      keys,
+      h(
+        "div",
+        { class: "table-wrap" },
+        h(
+          "table",
+          {},
+          h("thead", {}, h("tr", {}, h("th", {}, "Key"), h("th", {}, "User"), h("th", {}, "State"), h("th", {}, ""))),
+          h(
+            "tbody",
+            {},
+            ...list.map((k) =>
+              h(
+                "tr",
+                { dataset: { key: k.name } },
+                h("td", {}, k.name, h("div", { class: "mono small muted" }, k.prefix), h("div", { class: "small muted" }, k.role)),
+                h("td", { class: "small" }, names.get(k.user_id) || k.user_id.slice(0, 8)),
+                h("td", {}, k.revoked_at ? pill("revoked") : pill("active"), k.expires_at ? h("div", { class: "small muted" }, "expires " + when(k.expires_at)) : null),
+                h("td", {}, k.revoked_at || (me && me.key_id === k.id) ? null : h("button", { class: "danger small", dataset: { revoke: k.name }, onclick: () => revoke(k) }, "Revoke")),
+              ),
+            ),
+          ),
+        ),
+      ),
+      userList.length
+        ? h(
+            "form",
+            {
+              class: "row",
+              id: "key-create",
+              onsubmit: async (e) => {
+                e.preventDefault();
+                try {
+                  const k = await api("POST", `${base}/api-keys`, { user_id: user.value, name: kname.value.trim() });
+                  clear(
+                    shown,
+                    h("div", { class: "secret-once" }, h("strong", {}, `New key “${k.name}” — copy it now, it is shown only once:`), h("div", { class: "mono", id: "new-key-value" }, k.key)),
+                  );
+                  loadKeys();
+                } catch (x) {
+                  err.textContent = describe(x);
+                }
+              },
+            },
+            user,
+            kname,
+            h("button", { type: "submit" }, "Create key"),
+          )
+        : h("p", { class: "muted small" }, "Add a user first."),
+      err,
+    );
+  }
+
+  async function revoke(k) {
+    if (!confirm(`Revoke the key ${k.name} (${k.prefix})? Clients using it stop at once.`)) return;
+    try {
+      await api("DELETE", `${base}/api-keys/${k.id}`);
+      hideBanner();
+      loadKeys();
+    } catch (x) {
+      showBanner(describe(x));
+    }
+  }
+
+  async function loadUsage() {
+    let u;
+    try {
+      u = await api("GET", `${base}/usage`);
+    } catch (e) {
+      clear(usage, h("p", { class: "error" }, describe(e)));
+      return;
+    }
+    if (!state.alive) return;
+    const max = Math.max(1, ...u.days.map((d) => d.total_tokens));
+    const t = u.totals;
+    clear(
+      usage,
+      h("p", { class: "small" }, `${u.from} – ${u.to}: ${t.runs} runs · ${t.total_tokens} tokens · ${t.tool_calls} tool calls`),
+      u.days.length
+        ? h(
+            "div",
+            { class: "bars", role: "img", "aria-label": "tokens per day" },
+            ...u.days.map((d) => {
+              const bar = h("div", { class: "bar", title: `${d.day}: ${d.total_tokens} tokens, ${d.runs} runs, ${d.tool_calls} tool calls` });
+              bar.style.height = `${Math.max(2, Math.round((100 * d.total_tokens) / max))}%`;
+              return bar;
+            }),
+          )
+        : h("p", { class: "muted small" }, "No activity in this period."),
+      u.days.length
+        ? h("div", { class: "table-wrap" }, h("table", {}, h("thead", {}, h("tr", {}, h("th", {}, "Day"), h("th", {}, "Runs"), h("th", {}, "Tokens"), h("th", {}, "Tool calls"))), h("tbody", {}, ...u.days.map((d) => h("tr", {}, h("td", {}, d.day), h("td", {}, d.runs), h("td", {}, d.total_tokens), h("td", {}, d.tool_calls))))))
+        : null,
+    );
+  }
+}

@@ -1,0 +1,198 @@
+// MCP servers (seed 000's "MCP 配置" tab): the platform's servers (read-only) and the user's own,
+// with their live status and last error; add, edit and delete stdio and HTTP servers. Secrets
+// (env and header values, tokens) are write-only: the server shows them as "***", and a "***"
+// sent back keeps the stored value (docs/mcp.md).
+
+import { api, describe } from "/assets/api.js";
+import { h, clear, pill, pretty, jsonField, showBanner, hideBanner } from "/assets/ui.js";
+
+const EXAMPLES = [
+  {
+    title: "Files (stdio, the reference filesystem server)",
+    server: { name: "filesystem", transport: "stdio", command: "npx", args: ["-y", "@modelcontextprotocol/server-filesystem", "/srv/shared"], env: {} },
+  },
+  {
+    title: "A remote server over HTTP with a bearer token",
+    server: { name: "github", transport: "http", url: "https://mcp.example.com/mcp", headers: {}, auth: { type: "bearer", token: "" } },
+  },
+  {
+    title: "A Python server of your own (stdio)",
+    server: { name: "my_tools", transport: "stdio", command: "python3", args: ["-m", "my_mcp_server"], env: { LOG_LEVEL: "info" } },
+  },
+  {
+    title: "Another Agentry server's tools (its /mcp endpoint)",
+    server: { name: "agentry_peer", transport: "http", url: "http://127.0.0.1:8001/mcp", headers: {}, auth: { type: "bearer", token: "" } },
+  },
+];
+
+export function mount(root, ctx) {
+  const me = ctx.me;
+  const base = `/users/${me.user_id}/mcp-servers`;
+  const list = h("div", { id: "mcp-list" });
+  const formBox = h("div", { class: "card", id: "mcp-form" });
+  let alive = true;
+
+  clear(
+    root,
+    h("div", { class: "row" }, h("h1", { class: "grow" }, "MCP servers"), h("button", { class: "secondary", id: "mcp-refresh", onclick: load }, "Refresh")),
+    h("p", { class: "muted" }, "Tools of these servers are offered to your runs as ", h("code", {}, "<server>__<tool>"), ". The status is live: a server connects when a run first needs it."),
+    list,
+    formBox,
+    h(
+      "div",
+      { class: "card" },
+      h("h2", {}, "Examples to start from"),
+      h("ul", {}, ...EXAMPLES.map((ex) => h("li", {}, h("a", { href: "#/mcp", onclick: (e) => (e.preventDefault(), showForm(ex.server, false)) }, ex.title)))),
+    ),
+  );
+  showForm(null, false);
+  load();
+  return () => (alive = false);
+
+  async function load() {
+    let servers;
+    try {
+      servers = await api("GET", base);
+    } catch (e) {
+      if (alive) clear(list, h("p", { class: "error" }, "The servers could not be listed: " + describe(e)));
+      return;
+    }
+    if (!alive) return;
+    const items = Array.isArray(servers) ? servers : servers.items || [];
+    clear(
+      list,
+      items.length === 0
+        ? h("p", { class: "muted card" }, "No MCP servers yet. Add one below, or start from an example.")
+        : h(
+            "div",
+            { class: "table-wrap" },
+            h(
+              "table",
+              {},
+              h("thead", {}, h("tr", {}, h("th", {}, "Server"), h("th", {}, "Status"), h("th", { class: "hide-narrow" }, "Transport"), h("th", {}, ""))),
+              h(
+                "tbody",
+                {},
+                ...items.map((s) =>
+                  h(
+                    "tr",
+                    { dataset: { server: s.name } },
+                    h("td", {}, h("strong", {}, s.name), s.source === "platform" ? h("div", { class: "small muted" }, "platform (read-only)") : null, s.description ? h("div", { class: "small muted" }, s.description) : null),
+                    h("td", {}, pill(s.disabled ? "disabled" : s.status, "status " + (s.disabled ? "" : s.status)), s.status_message ? h("div", { class: "small error last-error" }, s.status_message) : null),
+                    h("td", { class: "hide-narrow" }, s.transport || ""),
+                    h(
+                      "td",
+                      {},
+                      s.read_only
+                        ? null
+                        : h(
+                            "div",
+                            { class: "row" },
+                            h("button", { class: "secondary small", onclick: () => edit(s.name) }, "Edit"),
+                            h("button", { class: "danger small", dataset: { delete: s.name }, onclick: () => remove(s.name) }, "Delete"),
+                          ),
+                    ),
+                  ),
+                ),
+              ),
+            ),
+          ),
+    );
+  }
+
+  async function edit(name) {
+    try {
+      const s = await api("GET", `${base}/${encodeURIComponent(name)}`);
+      showForm(s, true);
+    } catch (e) {
+      showBanner(describe(e));
+    }
+  }
+
+  async function remove(name) {
+    if (!confirm(`Delete the MCP server ${name}?`)) return;
+    try {
+      await api("DELETE", `${base}/${encodeURIComponent(name)}`);
+      hideBanner();
+      load();
+    } catch (e) {
+      showBanner("Not deleted: " + describe(e));
+    }
+  }
+
+  function showForm(server, editing) {
+    const s = server || { transport: "http", headers: {}, env: {}, args: [] };
+    const transport = s.transport || (s.command ? "stdio" : "http");
+    const name = h("input", { id: "mcp-name", value: s.name || "", required: true, disabled: editing, placeholder: "letters, digits, _ and -" });
+    const kind = h("select", { id: "mcp-transport" }, h("option", { value: "http" }, "HTTP (Streamable HTTP)"), h("option", { value: "stdio" }, "stdio (a local program)"));
+    kind.value = transport;
+    const url = h("input", { id: "mcp-url", value: s.url || "", placeholder: "https://host/mcp" });
+    const headers = h("textarea", { id: "mcp-headers", rows: 2, value: s.headers && Object.keys(s.headers).length ? pretty(s.headers) : "" , placeholder: '{"X-Team": "platform"}' });
+    const authType = h("select", { id: "mcp-auth" }, ...["none", "bearer", "api_key"].map((t) => h("option", { value: t }, t)));
+    authType.value = (s.auth && (s.auth.type === "bearer_token" ? "bearer" : s.auth.type)) || "none";
+    const secret = h("input", { id: "mcp-secret", type: "password", autocomplete: "off", value: (s.auth && (s.auth.token || s.auth.key)) || "", placeholder: "token or key (write-only)" });
+    const command = h("input", { id: "mcp-command", value: s.command || "", placeholder: "npx" });
+    const args = h("textarea", { id: "mcp-args", rows: 2, value: s.args && s.args.length ? JSON.stringify(s.args) : "", placeholder: '["-y", "@modelcontextprotocol/server-filesystem", "/srv"]' });
+    const env = h("textarea", { id: "mcp-env", rows: 2, value: s.env && Object.keys(s.env).length ? pretty(s.env) : "", placeholder: '{"LOG_LEVEL": "info"}' });
+    const timeout = h("input", { id: "mcp-timeout", type: "number", min: 1, value: s.timeout_secs || "", placeholder: "60" });
+    const disabled = h("input", { type: "checkbox", id: "mcp-disabled", checked: !!s.disabled });
+    const err = h("p", { class: "error", role: "alert" });
+    const httpPart = h("div", {}, h("label", {}, "URL", url), h("label", {}, "Headers (JSON object; values are secrets, shown as ***)", headers), h("label", {}, "Authentication", authType), h("label", {}, "Token / key", secret));
+    const stdioPart = h("div", {}, h("label", {}, "Command", command), h("label", {}, "Arguments (JSON array)", args), h("label", {}, "Environment (JSON object; values are secrets, shown as ***)", env));
+    const sync = () => {
+      httpPart.hidden = kind.value !== "http";
+      stdioPart.hidden = kind.value !== "stdio";
+    };
+    kind.addEventListener("change", sync);
+    sync();
+    clear(
+      formBox,
+      h("h2", {}, editing ? `Edit ${s.name}` : "Add an MCP server"),
+      h(
+        "form",
+        {
+          onsubmit: async (e) => {
+            e.preventDefault();
+            err.textContent = "";
+            let body;
+            try {
+              body = { name: name.value.trim(), transport: kind.value, disabled: disabled.checked };
+              if (timeout.value) body.timeout_secs = Number(timeout.value);
+              if (kind.value === "http") {
+                body.url = url.value.trim();
+                const hd = jsonField("headers", headers.value);
+                if (Object.keys(hd).length) body.headers = hd;
+                if (authType.value === "bearer") body.auth = { type: "bearer", token: secret.value };
+                else if (authType.value === "api_key") body.auth = { type: "api_key", key: secret.value };
+              } else {
+                body.command = command.value.trim();
+                body.args = jsonField("args", args.value, "array");
+                const ev = jsonField("env", env.value);
+                if (Object.keys(ev).length) body.env = ev;
+              }
+            } catch (x) {
+              err.textContent = x.message;
+              return;
+            }
+            try {
+              if (editing) await api("PUT", `${base}/${encodeURIComponent(s.name)}`, body);
+              else await api("POST", base, body);
+              showForm(null, false);
+              load();
+            } catch (x) {
+              err.textContent = describe(x) + (x.details && x.details.field ? ` [${x.details.field}]` : "");
+            }
+          },
+        },
+        h("label", {}, "Name", name),
+        h("label", {}, "Transport", kind),
+        httpPart,
+        stdioPart,
+        h("label", {}, "Timeout per tool call, seconds", timeout),
+        h("label", { class: "check" }, disabled, "Disabled"),
+        h("div", { class: "row" }, h("button", { type: "submit", id: "mcp-save" }, editing ? "Save" : "Add server"), editing || server ? h("button", { type: "button", class: "secondary", onclick: () => showForm(null, false) }, "Clear") : null),
+        err,
+      ),
+    );
+  }
+}

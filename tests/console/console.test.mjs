@@ -1,0 +1,344 @@
+// The web console in a real browser (Debian's chromium driven by playwright-core), against a real
+// `agentry serve` started by tests/console.rs with its built-in scripted model. One scenario,
+// in order: platform admin sets up a tenant; its admin chats with approvals (approve, edit,
+// reject, reload mid-approval), reopens the session's history, manages MCP servers, filters
+// runs, edits an agent; a revoked key fails cleanly; the server counts exactly one WebSocket
+// per open chat. Screenshots of every page (wide and 390 px) go to $ARTIFACTS.
+//
+// Env: AGENTRY_BASE, AGENTRY_ADMIN_KEY, PLAYWRIGHT_CORE (its index.mjs), CHROMIUM, ARTIFACTS.
+
+import assert from "node:assert/strict";
+import { mkdirSync } from "node:fs";
+
+const BASE = process.env.AGENTRY_BASE;
+const ADMIN = process.env.AGENTRY_ADMIN_KEY;
+const ART = process.env.ARTIFACTS;
+const { chromium } = await import(process.env.PLAYWRIGHT_CORE);
+mkdirSync(ART, { recursive: true });
+
+const T = 30_000; // generous waits: a shared 2-core machine
+let step = "start";
+const problems = [];
+// Once a session holds the hostile message below, Chromium reports the blocked `onerror` while
+// DOMPurify parses it (in an inert document): the CSP at work, nothing ran (asserted below).
+let hostileShown = false;
+
+function log(s) {
+  step = s;
+  console.log(`· ${s}`);
+}
+
+async function wsGauge() {
+  const text = await (await fetch(BASE + "/metrics")).text();
+  const m = text.match(/^agentry_ws_connections (\d+)/m);
+  assert.ok(m, "the metrics have agentry_ws_connections");
+  return Number(m[1]);
+}
+
+/** Wait until the server counts `n` open WebSockets (a closed one is released asynchronously). */
+async function expectSockets(n) {
+  const until = Date.now() + T;
+  let last;
+  while (Date.now() < until) {
+    last = await wsGauge();
+    if (last === n) return;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  assert.fail(`${step}: the server counts ${last} WebSockets, expected ${n}`);
+}
+
+async function newPage(browser, width = 1280, height = 860) {
+  const ctx = await browser.newContext({ viewport: { width, height } });
+  const page = await ctx.newPage();
+  page.setDefaultTimeout(T);
+  page.on("pageerror", (e) => problems.push(`${step}: page error: ${e.message}`));
+  page.on("console", (m) => {
+    const expected =
+      /the server responded with a status of (401|404|409|422|403)/.test(m.text()) ||
+      (hostileShown && m.text().startsWith("Executing inline event handler violates"));
+    if (m.type() === "error" && !expected) {
+      problems.push(`${step}: console error: ${m.text()}`);
+    }
+  });
+  page.on("dialog", (d) => d.accept());
+  return page;
+}
+
+async function shot(page, name) {
+  await page.screenshot({ path: `${ART}/${name}.png`, fullPage: false });
+}
+
+async function login(page, key, remember = false) {
+  await page.goto(BASE + "/");
+  await page.fill("#login-key", key);
+  if (remember) await page.check("#login-remember");
+  await page.click("#login-form button[type=submit]");
+}
+
+async function noHorizontalScroll(page, what) {
+  const w = await page.evaluate(() => document.documentElement.scrollWidth);
+  assert.ok(w <= 392, `${what} is ${w}px wide at 390px: it scrolls sideways`);
+}
+
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM,
+  headless: true,
+  args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"],
+});
+
+try {
+  // ---- log in: a bad key is refused with a message ----
+  log("a bad key is refused");
+  const page = await newPage(browser);
+  await login(page, "agk_not_a_real_key_000000000000");
+  await page.waitForSelector("#login-error:has-text('refused')");
+  await shot(page, "01-login-refused");
+
+  // ---- the platform admin creates a tenant, users and keys ----
+  log("platform admin: tenant, users, keys");
+  await login(page, ADMIN);
+  await page.waitForSelector("text=Platform administration");
+  const tenant = "acme-" + Math.random().toString(36).slice(2, 8);
+  await page.click("summary:has-text('Create a tenant')");
+  await page.fill("#tenant-name", tenant);
+  await page.fill("[data-quota=max_users]", "10");
+  await page.click("#tenant-create button[type=submit]");
+  await page.waitForSelector(`#tenant-detail h2:has-text('${tenant}')`);
+  await page.waitForSelector(`#tenants tr[data-tenant='${tenant}']`);
+  await page.fill("#user-name", "alice");
+  await page.selectOption("#user-role", "admin");
+  await page.click("#user-create button[type=submit]");
+  await page.waitForSelector("#users tr[data-user='alice']");
+  await page.fill("#user-name", "bob");
+  await page.selectOption("#user-role", "member");
+  await page.click("#user-create button[type=submit]");
+  await page.waitForSelector("#users tr[data-user='bob']");
+  await page.waitForSelector("#key-user option:has-text('bob')", { state: "attached" });
+  async function createKey(user, name) {
+    await page.selectOption("#key-user", { label: user });
+    await page.fill("#key-name", name);
+    await page.click("#key-create button[type=submit]");
+    await page.waitForSelector(`#keys tr[data-key='${name}']`);
+    const key = (await page.textContent("#new-key-value")).trim();
+    assert.match(key, /^agk_/, "the new key is shown once");
+    return key;
+  }
+  const aliceKey = await createKey("alice", "alice-laptop");
+  const bobKey = await createKey("bob", "bob-phone");
+  await page.waitForSelector("#usage");
+  await shot(page, "02-admin-platform");
+
+  // ---- alice logs in (sessionStorage only) ----
+  log("tenant admin logs in");
+  await page.click("#logout");
+  await login(page, aliceKey);
+  await page.waitForSelector("#nav a[data-area=chat]");
+  const stored = await page.evaluate(() => [sessionStorage.getItem("agentry.key"), localStorage.getItem("agentry.key")]);
+  assert.deepEqual(stored, [aliceKey, null], "without remember the key is in sessionStorage only");
+
+  // ---- chat with approvals ----
+  log("chat: approve");
+  await page.click("#new-chat");
+  await page.fill("#message", '/tool write_file {"file_path": "a.txt", "content": "hello"}');
+  await page.press("#message", "Enter");
+  const card1 = page.locator(".hitl").last();
+  await card1.locator("button.approve").waitFor();
+  const argsText = await card1.textContent();
+  assert.equal(argsText.split('"file_path"').length - 1, 1, `the arguments are shown once: ${argsText}`);
+  assert.ok((await card1.locator("pre.args").textContent()).includes('\n  "content": "hello"'), "pretty arguments");
+  await expectSockets(1);
+  await card1.locator("button.approve").click();
+  await card1.locator(".decision:has-text('Approved by you')").waitFor();
+  await page.waitForSelector(".done-line[data-status=completed]");
+  const sessionId = decodeURIComponent(page.url().split("#/chat/")[1]);
+  assert.match(sessionId, /^[0-9a-f-]{36}$/);
+
+  log("chat: edit");
+  await page.fill("#message", '/tool write_file {"file_path": "b.txt", "content": "draft"}');
+  await page.press("#message", "Enter");
+  const card2 = page.locator(".hitl").nth(1);
+  await card2.locator("button.edit").click();
+  await card2.locator("textarea.edit-args").fill('{"file_path": "c.txt", "content": "edited"}');
+  await card2.locator("button.approve-edited").click();
+  await card2.locator(".decision:has-text('Approved with edited arguments')").waitFor();
+  await page.waitForFunction(() => document.querySelectorAll(".done-line[data-status=completed]").length === 2);
+  const results = await page.locator(".msg.tool").last().textContent();
+  assert.ok(results.includes("c.txt"), `the edited arguments ran: ${results}`);
+
+  log("chat: reject");
+  await page.fill("#message", '/tool write_file {"file_path": "no.txt", "content": "x"}');
+  await page.press("#message", "Enter");
+  const card3 = page.locator(".hitl").nth(2);
+  await card3.locator("input.reason").fill("not today");
+  await card3.locator("button.reject").click();
+  await card3.locator(".decision:has-text('Rejected by you: not today')").waitFor();
+  await page.waitForSelector(".done-line[data-status=rejected]");
+
+  log("chat: reload mid-approval, then decide");
+  await page.fill("#message", '/tool edit_file {"file_path": "a.txt", "old_string": "hello", "new_string": "goodbye"}');
+  await page.press("#message", "Enter");
+  await page.locator(".hitl").nth(3).locator("button.approve").waitFor();
+  assert.ok(await page.locator(".hitl").nth(3).locator(".diff .del:has-text('-hello')").count(), "edit_file shows its change as a diff");
+  await page.reload();
+  const card4 = page.locator(".hitl").nth(3);
+  await card4.locator("button.approve").waitFor();
+  await page.locator(".hitl").nth(0).locator(".decision:has-text('Approved by you')").waitFor();
+  await page.locator(".hitl").nth(2).locator(".decision:has-text('not today')").waitFor();
+  await expectSockets(1);
+  await card4.locator("button.approve").click();
+  await card4.locator(".decision:has-text('Approved by you')").waitFor();
+  await page.waitForFunction(() => document.querySelectorAll(".done-line[data-status=completed]").length === 3);
+  await page.locator(".diff .add:has-text('+goodbye')").first().waitFor();
+
+  log("chat: Markdown, and model output cannot run script");
+  hostileShown = true;
+  await page.fill("#message", "/echo # Notes\n\n**bold** and `code`\n\n```\nfn main() {}\n```\n\n<img src=x onerror=\"window.pwned=1\"><script>window.pwned=2</script>");
+  await page.press("#message", "Enter");
+  await page.waitForSelector(".msg.assistant h1:has-text('Notes')");
+  assert.ok(await page.locator(".msg.assistant strong:has-text('bold')").count());
+  assert.ok(await page.locator(".msg.assistant pre code:has-text('fn main')").count());
+  assert.equal(await page.evaluate(() => window.pwned), undefined, "no script from model output ran");
+  assert.equal(await page.locator(".msg.assistant [onerror]").count(), 0);
+  await shot(page, "03-chat");
+
+  log("reopen the session: its history");
+  await page.click("#new-chat");
+  await expectSockets(0);
+  await page.goto(BASE + "/#/chat");
+  await page.fill("input[type=search]", "a.txt");
+  await page.click(`#session-list a[data-session='${sessionId}']`);
+  await page.waitForSelector(".msg.user:has-text('\"file_path\": \"a.txt\"')");
+  await page.locator(".hitl").nth(1).locator(".decision:has-text('Approved with edited arguments')").waitFor();
+  await page.locator(".hitl").nth(2).locator(".decision:has-text('Rejected by you: not today')").waitFor();
+  await page.waitForSelector(".msg.assistant h1:has-text('Notes')");
+  assert.equal(await page.locator(".done-line").count(), 5, "each run's end shown once");
+  await expectSockets(1);
+  // Switching sessions and pages never leaves a socket behind.
+  await page.click("#new-chat");
+  await page.goBack();
+  await page.waitForSelector("#conn:has-text('live')");
+  await expectSockets(1);
+  await page.fill("#message", "after reopening");
+  await page.press("#message", "Enter");
+  await page.waitForSelector(".msg.assistant:has-text('You said: after reopening')");
+  await shot(page, "04-chat-history");
+
+  // ---- MCP servers ----
+  log("MCP servers: add, status, delete");
+  await page.click("#nav a[data-area=mcp]");
+  await expectSockets(0);
+  await page.waitForSelector("text=No MCP servers yet");
+  await page.fill("#mcp-name", "peer");
+  await page.fill("#mcp-url", BASE + "/mcp");
+  await page.selectOption("#mcp-auth", "bearer");
+  await page.fill("#mcp-secret", aliceKey);
+  await page.click("#mcp-save");
+  await page.waitForSelector("tr[data-server=peer] .pill:has-text('disconnected')");
+  await page.fill("#mcp-name", "broken");
+  await page.fill("#mcp-url", "http://127.0.0.1:9/mcp");
+  await page.click("#mcp-save");
+  await page.waitForSelector("tr[data-server=broken]");
+  // A run connects the user's servers: then the status is live.
+  const run = await fetch(BASE + "/api/v1/chat", {
+    method: "POST",
+    headers: { authorization: "Bearer " + aliceKey, "content-type": "application/json" },
+    body: JSON.stringify({ message: "hello servers" }),
+  });
+  assert.equal(run.status, 200, await run.text());
+  await page.click("#mcp-refresh");
+  await page.waitForSelector("tr[data-server=peer] .pill:has-text('connected')");
+  await page.waitForSelector("tr[data-server=broken] .pill:has-text('error')");
+  assert.ok((await page.textContent("tr[data-server=broken] .last-error")).length > 0, "the last error is shown");
+  // Secrets are write-only: editing shows ***, never the token.
+  await page.click("tr[data-server=peer] button:has-text('Edit')");
+  await page.waitForSelector("#mcp-form h2:has-text('Edit peer')");
+  assert.equal(await page.inputValue("#mcp-secret"), "***");
+  await page.click("tr[data-server=broken] button[data-delete=broken]");
+  await page.waitForSelector("tr[data-server=broken]", { state: "detached" });
+  await page.waitForSelector("tr[data-server=peer]");
+  await shot(page, "05-mcp");
+
+  // ---- runs ----
+  log("runs: filter and open one");
+  await page.click("#nav a[data-area=runs]");
+  await page.waitForSelector("#runs-list tr[data-run]");
+  await page.selectOption("#runs-status", "rejected");
+  await page.click("#runs-filter");
+  await page.waitForFunction(() => document.querySelectorAll("#runs-list tr[data-run]").length === 1);
+  await page.click("#runs-list tr[data-run]");
+  await page.waitForSelector("#run .pill:has-text('rejected')");
+  await page.waitForSelector("#run:has-text('not today')");
+  await page.selectOption("#runs-status", "completed");
+  await page.fill("#runs-session", sessionId);
+  await page.click("#runs-filter");
+  await page.waitForFunction(() => document.querySelectorAll("#runs-list tr[data-run]").length === 5);
+  await page.locator("#runs-list tr[data-run]:has-text('a.txt')").first().click();
+  await page.waitForSelector("#run .name:has-text('write_file')");
+  await page.waitForSelector("#run:has-text('approved by')");
+  await shot(page, "06-runs");
+
+  // ---- agents ----
+  log("agents: create one");
+  await page.click("#nav a[data-area=agents]");
+  await page.click("#agent-new");
+  await page.fill("#agent-id", "helper");
+  await page.fill("#agent-name", "Helper");
+  await page.fill("#agent-prompt", "You are terse.");
+  await page.click("#agent-save");
+  await page.waitForSelector("#agents-list tr[data-agent=helper]");
+  await shot(page, "07-agents");
+
+  // ---- a revoked key fails cleanly and stops ----
+  log("a revoked key fails cleanly");
+  const bob = await newPage(browser);
+  await login(bob, bobKey, true);
+  assert.equal(await bob.evaluate(() => localStorage.getItem("agentry.key")), bobKey, "remember keeps the key in localStorage");
+  await bob.click("#new-chat");
+  await bob.fill("#message", "hi from bob");
+  await bob.press("#message", "Enter");
+  await bob.waitForSelector(".msg.assistant:has-text('You said: hi from bob')");
+  await expectSockets(1);
+  let bobSockets = 0;
+  bob.on("websocket", () => (bobSockets += 1));
+  await page.click("#nav a[data-area=admin]");
+  await page.click("#keys button[data-revoke=bob-phone]");
+  await page.waitForSelector("#keys tr[data-key=bob-phone] .pill:has-text('revoked')");
+  await shot(page, "08-admin-tenant");
+  // The server closes bob's socket (1008); the console asks for a key instead of reconnecting.
+  await bob.waitForSelector("#login:not([hidden]) #login-error:has-text('refused')");
+  await expectSockets(0);
+  assert.equal(bobSockets, 0, "no reconnect with a revoked key");
+  assert.equal(await bob.evaluate(() => localStorage.getItem("agentry.key")), null, "a refused key is forgotten");
+  await shot(bob, "09-revoked");
+  await bob.context().close();
+
+  // ---- 390 px ----
+  log("390 px wide");
+  const narrow = await newPage(browser, 390, 844);
+  await login(narrow, aliceKey);
+  await narrow.waitForSelector("#nav a[data-area=chat]");
+  await narrow.goto(BASE + "/#/chat/" + sessionId);
+  await narrow.waitForSelector(".msg.assistant h1:has-text('Notes')");
+  await noHorizontalScroll(narrow, "chat");
+  await shot(narrow, "10-narrow-chat");
+  await narrow.click("a.back");
+  await narrow.waitForSelector("#session-list a");
+  await shot(narrow, "11-narrow-sessions");
+  for (const area of ["mcp", "runs", "agents", "admin"]) {
+    await narrow.click(`#nav a[data-area=${area}]`);
+    await narrow.waitForLoadState("networkidle");
+    if (area === "admin") await narrow.waitForSelector("#keys table");
+    await noHorizontalScroll(narrow, area);
+    await shot(narrow, `12-narrow-${area}`);
+  }
+  await narrow.context().close();
+
+  assert.deepEqual(problems, [], "no script error, no CSP violation");
+  console.log("console: 1 passed, 0 failed");
+} catch (e) {
+  console.error(`FAILED at step "${step}": ${e.stack || e}`);
+  if (problems.length) console.error(problems.join("\n"));
+  process.exitCode = 1;
+} finally {
+  await browser.close();
+}
