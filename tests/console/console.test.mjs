@@ -190,6 +190,14 @@ try {
   await page.waitForFunction(() => document.querySelectorAll(".done-line[data-status=completed]").length === 3);
   await page.locator(".diff .add:has-text('+goodbye')").first().waitFor();
 
+  log("chat: a question with options as buttons");
+  await page.fill("#message", '/tool ask_question {"question": "Favourite colour?", "question_type": "choice", "options": ["red", "blue"]}');
+  await page.press("#message", "Enter");
+  const q = page.locator(".hitl").nth(4);
+  await q.locator("button[data-option=blue]").click();
+  await q.locator(".decision:has-text('Answered by you: blue')").waitFor();
+  await page.waitForFunction(() => document.querySelectorAll(".done-line[data-status=completed]").length === 4);
+
   log("chat: Markdown, and model output cannot run script");
   hostileShown = true;
   await page.fill("#message", "/echo # Notes\n\n**bold** and `code`\n\n```\nfn main() {}\n```\n\n<img src=x onerror=\"window.pwned=1\"><script>window.pwned=2</script>");
@@ -211,7 +219,8 @@ try {
   await page.locator(".hitl").nth(1).locator(".decision:has-text('Approved with edited arguments')").waitFor();
   await page.locator(".hitl").nth(2).locator(".decision:has-text('Rejected by you: not today')").waitFor();
   await page.waitForSelector(".msg.assistant h1:has-text('Notes')");
-  assert.equal(await page.locator(".done-line").count(), 5, "each run's end shown once");
+  assert.equal(await page.locator(".done-line").count(), 6, "each run's end shown once");
+  await page.locator(".hitl").nth(4).locator(".decision:has-text('Answered by you: blue')").waitFor();
   await expectSockets(1);
   // Switching sessions and pages never leaves a socket behind.
   await page.click("#new-chat");
@@ -248,6 +257,9 @@ try {
   await page.click("#mcp-refresh");
   await page.waitForSelector("tr[data-server=peer] .pill:has-text('connected')");
   await page.waitForSelector("tr[data-server=broken] .pill:has-text('error')");
+  // The connected server lists the tools it discovered (this server's own /mcp offers read_file).
+  await page.click("tr[data-server=peer] details.tools summary");
+  await page.waitForSelector("tr[data-server=peer] details.tools li:has-text('peer__read_file')");
   assert.ok((await page.textContent("tr[data-server=broken] .last-error")).length > 0, "the last error is shown");
   // Secrets are write-only: editing shows ***, never the token.
   await page.click("tr[data-server=peer] button:has-text('Edit')");
@@ -271,7 +283,7 @@ try {
   await page.selectOption("#runs-status", "completed");
   await page.fill("#runs-session", sessionId);
   await page.click("#runs-filter");
-  await page.waitForFunction(() => document.querySelectorAll("#runs-list tr[data-run]").length === 5);
+  await page.waitForFunction(() => document.querySelectorAll("#runs-list tr[data-run]").length === 6);
   await page.locator("#runs-list tr[data-run]:has-text('a.txt')").first().click();
   await page.waitForSelector("#run .name:has-text('write_file')");
   await page.waitForSelector("#run:has-text('approved by')");

@@ -128,6 +128,34 @@ impl Handler<ServerStatuses> for McpPoolActor {
     }
 }
 
+impl Handler<ServerTools> for McpPoolActor {
+    type Result = MessageResult<ServerTools>;
+    fn handle(&mut self, msg: ServerTools, _: &mut Self::Context) -> Self::Result {
+        let mut out: Vec<_> = self
+            .slots
+            .iter()
+            .filter(|((u, _), _)| *u == msg.user)
+            .filter_map(|((_, name), slot)| match &slot.state {
+                SlotState::Connected { tools, .. } => {
+                    let mut list: Vec<(String, String)> = tools
+                        .iter()
+                        .map(|t| {
+                            let spec = t.spec();
+                            let first = spec.description.lines().next().unwrap_or_default();
+                            (spec.name.clone(), first.trim().to_string())
+                        })
+                        .collect();
+                    list.sort();
+                    Some((name.clone(), list))
+                }
+                _ => None,
+            })
+            .collect();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        MessageResult(out)
+    }
+}
+
 impl Handler<UserConfigChanged> for McpPoolActor {
     type Result = ();
     fn handle(&mut self, msg: UserConfigChanged, _: &mut Self::Context) {

@@ -32,6 +32,15 @@ pub struct ServerStatuses {
     pub user: UserId,
 }
 
+/// The tools each of the user's connected servers offers (for the console's server list):
+/// `(server, [(tool name, first line of its description)])`, tool names as the model sees them
+/// (`<server>__<tool>`). Servers not connected now are left out; nothing is connected for this.
+#[derive(Message)]
+#[rtype(result = "Vec<(String, Vec<(String, String)>)>")]
+pub struct ServerTools {
+    pub user: UserId,
+}
+
 /// The user's server configuration changed (REST): close the affected connections; the next
 /// run connects with the new configuration. `server: None` = all of the user's.
 #[derive(Message)]

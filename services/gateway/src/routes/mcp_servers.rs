@@ -21,7 +21,7 @@
 
 use actix_web::HttpResponse;
 use actix_web::web::{self, Json};
-use agentry_actors::mcp_pool::{ServerStatuses, UserConfigChanged};
+use agentry_actors::mcp_pool::{ServerStatuses, ServerTools, UserConfigChanged};
 use agentry_mcp::client::{HttpAuth, McpServerConfig, McpTransportConfig};
 use agentry_mcp::config_file::FileServerEntry;
 use agentry_mcp::stored::{join_from_storage, masked_view, split_for_storage, unmask};
@@ -88,6 +88,37 @@ async fn statuses(
 }
 
 type Status = (String, Option<String>);
+
+/// The tools each connected server of `user` offers now: name → `[{name, description}]`.
+async fn tools_of(
+    state: &AppState,
+    caller: &TenantCaller,
+    user: UserId,
+) -> std::collections::HashMap<String, Value> {
+    let Ok(Some(pool)) = state.engine.mcp_pool(caller.tenant()).await else {
+        return Default::default();
+    };
+    pool.send(ServerTools { user })
+        .await
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(server, tools)| {
+            let list: Vec<Value> = tools
+                .into_iter()
+                .map(|(name, description)| json!({"name": name, "description": description}))
+                .collect();
+            (server, Value::Array(list))
+        })
+        .collect()
+}
+
+/// Adds `tools` (what the server offers, known while it is connected) to a server's view.
+fn with_tools(mut v: Value, tools: &std::collections::HashMap<String, Value>) -> Value {
+    if let Some(list) = v["name"].as_str().and_then(|n| tools.get(n)).cloned() {
+        v["tools"] = list;
+    }
+    v
+}
 
 fn with_status(mut v: Value, status: Option<&Status>, source: &str) -> Value {
     if let Value::Object(o) = &mut v {
@@ -274,7 +305,7 @@ fn new_row(user: UserId, stored: agentry_mcp::stored::StoredMcpServer) -> NewMcp
     tag = "mcp",
     params(("user_id" = String, Path, description = "User id (UUID)")),
     responses(
-        (status = 200, description = "The platform's servers (`source: platform`, `read_only: true`) and the user's own (`source: user`), each with `status`: connected, connecting, disconnected or error", body = Vec<Object>),
+        (status = 200, description = "The platform's servers (`source: platform`, `read_only: true`) and the user's own (`source: user`), each with `status`: connected, connecting, disconnected or error, and while connected the `tools` it offers (`[{name, description}]`)", body = Vec<Object>),
         (status = 400, description = "`user_id` is not a UUID", body = agentry_schema::ErrorResponse),
         (status = 401, description = "No usable API key", body = agentry_schema::ErrorResponse),
         (status = 403, description = "The platform admin key (it has no tenant)", body = agentry_schema::ErrorResponse),
@@ -289,6 +320,7 @@ pub async fn list_servers(
     let user = owner(&state, &caller, user.into_inner()).await?;
     let rows = mcp_servers::list_by_user(&state.db, &caller.scope(), user).await?;
     let live = statuses(&state, &caller, user).await;
+    let tools = tools_of(&state, &caller, user).await;
     let platform = state
         .mcp_file
         .as_ref()
@@ -313,7 +345,9 @@ pub async fn list_servers(
             Err(e) => out.push(json!({"name": row.name, "transport": row.transport, "disabled": row.disabled, "status": "error", "status_message": e.to_string(), "source": "user", "read_only": false})),
         }
     }
-    Ok(Json(out))
+    Ok(Json(
+        out.into_iter().map(|v| with_tools(v, &tools)).collect(),
+    ))
 }
 
 /// One server of the user.
@@ -342,14 +376,19 @@ pub async fn get_server(
     else {
         if let Some(entry) = platform_server(&state, name.0.as_str()) {
             let live = statuses(&state, &caller, user).await;
-            return Ok(Json(platform_view(&entry, live.get(name.0.as_str()))));
+            let tools = tools_of(&state, &caller, user).await;
+            return Ok(Json(with_tools(
+                platform_view(&entry, live.get(name.0.as_str())),
+                &tools,
+            )));
         }
         return Err(ApiError::not_found(format!("MCP server {:?}", name.0)));
     };
     let config =
         join_from_storage(&stored_of(&row), state.secrets.as_ref()).map_err(storage_error)?;
     let live = statuses(&state, &caller, user).await;
-    Ok(Json(view(&config, live.get(&row.name))))
+    let tools = tools_of(&state, &caller, user).await;
+    Ok(Json(with_tools(view(&config, live.get(&row.name)), &tools)))
 }
 
 /// Add a server for the user: `{name, command, args, env}` for a local server, `{name, url,

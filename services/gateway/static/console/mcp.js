@@ -25,6 +25,21 @@ const EXAMPLES = [
   },
 ];
 
+/** The tools a connected server offers, as the model sees them (`<server>__<tool>`). */
+function toolList(s) {
+  if (!Array.isArray(s.tools)) return null;
+  return h(
+    "details",
+    { class: "small tools" },
+    h("summary", {}, `${s.tools.length} tool${s.tools.length === 1 ? "" : "s"}`),
+    h(
+      "ul",
+      {},
+      ...s.tools.map((t) => h("li", {}, h("span", { class: "mono" }, t.name), t.description ? h("span", { class: "muted" }, " — " + t.description) : null)),
+    ),
+  );
+}
+
 export function mount(root, ctx) {
   const me = ctx.me;
   const base = `/users/${me.user_id}/mcp-servers`;
@@ -35,7 +50,7 @@ export function mount(root, ctx) {
   clear(
     root,
     h("div", { class: "row" }, h("h1", { class: "grow" }, "MCP servers"), h("button", { class: "secondary", id: "mcp-refresh", onclick: load }, "Refresh")),
-    h("p", { class: "muted" }, "Tools of these servers are offered to your runs as ", h("code", {}, "<server>__<tool>"), ". The status is live: a server connects when a run first needs it."),
+    h("p", { class: "muted" }, "Tools of these servers are offered to your runs as ", h("code", {}, "<server>__<tool>"), ". The status is live: a server connects when a run first needs it, and then lists its tools here."),
     list,
     formBox,
     h(
@@ -78,7 +93,13 @@ export function mount(root, ctx) {
                     "tr",
                     { dataset: { server: s.name } },
                     h("td", {}, h("strong", {}, s.name), s.source === "platform" ? h("div", { class: "small muted" }, "platform (read-only)") : null, s.description ? h("div", { class: "small muted" }, s.description) : null),
-                    h("td", {}, pill(s.disabled ? "disabled" : s.status, "status " + (s.disabled ? "" : s.status)), s.status_message ? h("div", { class: "small error last-error" }, s.status_message) : null),
+                    h(
+                      "td",
+                      {},
+                      pill(s.disabled ? "disabled" : s.status, "status " + (s.disabled ? "" : s.status)),
+                      s.status_message ? h("div", { class: "small error last-error" }, s.status_message) : null,
+                      toolList(s),
+                    ),
                     h("td", { class: "hide-narrow" }, s.transport || ""),
                     h(
                       "td",
