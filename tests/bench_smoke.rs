@@ -60,6 +60,12 @@ async fn smoke(database: Database) {
         let e2e = f["end_to_end"]["p50_ms"].as_f64().unwrap();
         let overhead = f["server_overhead"]["p50_ms"].as_f64().unwrap();
         assert!(overhead > 0.0 && overhead <= e2e, "{variant}: {f}");
+        // The bench counts the server's statements and context switches itself: every run
+        // writes, and crosses threads.
+        let sql = f["sql_statements_per_run"].as_f64().unwrap();
+        assert!(sql >= 1.0, "{variant}: {f}");
+        let switches = f["context_switches_per_run"].as_f64().unwrap();
+        assert!(switches >= 1.0, "{variant}: {f}");
     }
     // The model's 50 ms per call is inside the end-to-end time and outside the overhead.
     let slow = &by_variant("runs-50ms").figures;

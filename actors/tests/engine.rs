@@ -998,7 +998,7 @@ async fn members_cannot_reach_other_users_sessions() {
 /// checkpoint is marked interrupted with a `done` any subscriber can replay.
 #[actix_rt::test]
 async fn startup_recovery_resumes_or_interrupts_unfinished_runs() {
-    use agentry_actors::engine::{CHECKPOINT_VERSION, Node, RunCheckpoint};
+    use agentry_actors::engine::{CHECKPOINT_VERSION, RunCheckpoint, RunState};
     use agentry_schema::ids::RunId;
     use agentry_store::checkpoints::NewCheckpoint;
     use agentry_store::executions::NewExecution;
@@ -1046,7 +1046,7 @@ async fn startup_recovery_resumes_or_interrupts_unfinished_runs() {
     let cp = RunCheckpoint {
         version: CHECKPOINT_VERSION,
         step: 0,
-        node: Node::Reason,
+        node: RunState::Reason,
         window_start: runs[0].1,
         pending: vec![],
         todos: vec![],

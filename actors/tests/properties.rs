@@ -10,7 +10,7 @@ mod support;
 use std::time::Duration;
 
 use actix::prelude::*;
-use agentry_actors::engine::{CHECKPOINT_VERSION, Node, RunCheckpoint};
+use agentry_actors::engine::{CHECKPOINT_VERSION, RunCheckpoint, RunState};
 use agentry_actors::quota::{AcquireRun, AdmitRequest, QuotaActor, QuotaState};
 use agentry_fake_model::{Endpoint, FakeReply};
 use agentry_llm::ToolCall;
@@ -436,7 +436,7 @@ async fn checkpoints_round_trip_through_the_store() {
         Just(TodoStatus::InProgress),
         Just(TodoStatus::Completed)
     ];
-    let node = prop_oneof![Just(Node::Reason), Just(Node::Act)];
+    let node = prop_oneof![Just(RunState::Reason), Just(RunState::Act)];
     let strat = (
         0u32..1000,
         node,

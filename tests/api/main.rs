@@ -6,6 +6,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod budget;
 mod chat_cli;
 mod completeness;
 mod concurrency;
@@ -51,6 +52,34 @@ fn postgres() -> Option<String> {
         );
     }
     Some(url)
+}
+
+// ---- the SQL-statement budget of a run (docs/benchmarks.md) ----
+
+/// The API key is checked once per cache period, not per run: a long period keeps that check
+/// out of the runs measured. Every statement is logged, so a failure shows them.
+const BUDGET_ENV: &[(&str, &str)] = &[
+    ("AGENTRY_AUTH__CACHE_TTL_SECS", "600"),
+    ("RUST_LOG", "info,agentry_store::sql=trace"),
+];
+
+#[tokio::test]
+async fn a_one_tool_run_stays_within_the_sql_statement_budget() {
+    let (_fake, ctx) =
+        durability::start(agentry_fake_model::DefaultReply::Auto, None, BUDGET_ENV).await;
+    budget::one_tool_run_stays_within_the_statement_budget(&ctx).await;
+}
+
+#[tokio::test]
+async fn a_one_tool_run_stays_within_the_sql_statement_budget_on_postgres() {
+    let Some(url) = postgres() else { return };
+    let (_fake, ctx) = durability::start(
+        agentry_fake_model::DefaultReply::Auto,
+        Some(&url),
+        BUDGET_ENV,
+    )
+    .await;
+    budget::one_tool_run_stays_within_the_statement_budget(&ctx).await;
 }
 
 // ---- crash durability (docs/operations.md, "What a client sees on crash") ----

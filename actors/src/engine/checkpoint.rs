@@ -5,48 +5,7 @@ use agentry_schema::events::{Todo, TokenUsage};
 use agentry_schema::ids::UserId;
 use serde::{Deserialize, Serialize};
 
-/// The run's state machine (DESIGN §4): `reason -> (act | approve | respond)`, `act -> reason`,
-/// `approve -> reason`, `respond -> end`. `approve` is part of acting on one call, so a
-/// checkpoint records `Reason` or `Act`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Node {
-    Reason,
-    Act,
-    Approve,
-    Respond,
-    End,
-}
-
-impl Node {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Node::Reason => "reason",
-            Node::Act => "act",
-            Node::Approve => "approve",
-            Node::Respond => "respond",
-            Node::End => "end",
-        }
-    }
-
-    /// The allowed transitions of the run state machine.
-    pub fn can_go_to(self, next: Node) -> bool {
-        matches!(
-            (self, next),
-            (Node::Reason, Node::Act)
-                | (Node::Reason, Node::Respond)
-                | (Node::Reason, Node::End)
-                | (Node::Act, Node::Approve)
-                | (Node::Act, Node::Act)
-                | (Node::Act, Node::Reason)
-                | (Node::Act, Node::End)
-                | (Node::Approve, Node::Act)
-                | (Node::Approve, Node::Reason)
-                | (Node::Approve, Node::End)
-                | (Node::Respond, Node::End)
-        )
-    }
-}
+use super::state::RunState;
 
 pub const CHECKPOINT_VERSION: u32 = 1;
 
@@ -55,8 +14,8 @@ pub struct RunCheckpoint {
     pub version: u32,
     /// Model calls made so far.
     pub step: u32,
-    /// Where to continue.
-    pub node: Node,
+    /// Where to continue: `Reason` or `Act`.
+    pub node: RunState,
     /// Id of the first stored message of the conversation the model sees; resuming reloads the
     /// session's messages from here (every message of the run is stored as it happens).
     pub window_start: i64,

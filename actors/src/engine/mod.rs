@@ -4,13 +4,18 @@
 //! It is plain async code. The session actor runs it as a task on the engine runtime, feeds it a
 //! [`RunSink`] for events and human decisions, and turns whatever it returns — or its panic, or
 //! its abort after a cancel — into exactly one `done` event. The loop never emits `done` itself.
-//! Every step is written to the store as it happens (messages, tool-call audit, approvals,
-//! execution status) and checkpointed, so a crashed run can resume.
+//! Its moves go through the run state machine ([`state::transition`]), which refuses any the
+//! design does not allow. Its writes go through a [`RunRecorder`]: one transaction per step
+//! (the step's messages and audit rows with the next checkpoint), so a crashed run can
+//! resume; what the last step leaves unwritten goes into the run's end ([`RunOutcome::rows`]).
 
 pub mod checkpoint;
 pub mod history;
+pub mod recorder;
 pub mod sink;
+pub mod state;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -30,11 +35,8 @@ use agentry_schema::frames::Decision;
 use agentry_schema::ids::{ApprovalId, RunId, SessionId, UserId};
 use agentry_store::approvals::{self, ApprovalStatus, NewApproval};
 use agentry_store::assistants::Assistant;
-use agentry_store::checkpoints::{self, NewCheckpoint};
-use agentry_store::executions::{self, ExecutionStatus};
-use agentry_store::sessions::{self, SessionState};
 use agentry_store::tenants::Tenant;
-use agentry_store::tool_calls::{self, NewToolCallLog};
+use agentry_store::tool_calls::NewToolCallLog;
 use agentry_store::{Role, StoreError, TenantScope, messages};
 use async_trait::async_trait;
 use futures::StreamExt;
@@ -42,8 +44,10 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::deps::{EngineDeps, ToolRequest, ToolSet};
-pub use checkpoint::{CHECKPOINT_VERSION, InFlight, Node, RunCheckpoint};
+pub use checkpoint::{CHECKPOINT_VERSION, InFlight, RunCheckpoint};
+pub use recorder::{RunRecorder, StepRows};
 use sink::{HumanOutcome, HumanRequest, RunSink};
+pub use state::{IllegalTransition, RunEvent, RunState, transition};
 
 /// What a run is about.
 #[derive(Clone)]
@@ -74,6 +78,14 @@ pub struct RunOutcome {
     pub error: Option<String>,
     pub usage: TokenUsage,
     pub steps: u32,
+    /// Rows of the last step the loop did not write (the final answer, a refused call): the
+    /// run's end writes them. (Boxed: every early exit of the loop carries an outcome.)
+    pub rows: Box<StepRows>,
+    /// Checkpoints the run wrote (the end prunes only past `checkpoint_keep`).
+    pub checkpoints: u64,
+    /// Whether the run may have left approvals pending: true unless the loop itself reported
+    /// the outcome (an aborted or crashed loop may have, the session does not know).
+    pub may_have_approvals: bool,
 }
 
 impl RunOutcome {
@@ -84,16 +96,16 @@ impl RunOutcome {
             error: None,
             usage: progress.usage,
             steps: progress.steps,
+            rows: Box::default(),
+            checkpoints: 0,
+            may_have_approvals: true,
         }
     }
 
     fn failed(code: ErrorCode, message: String, progress: &Progress) -> Self {
         RunOutcome {
-            status: DoneStatus::Failed,
-            reason: Some(code.as_str().to_string()),
             error: Some(message),
-            usage: progress.usage,
-            steps: progress.steps,
+            ..RunOutcome::new(DoneStatus::Failed, Some(code.as_str()), progress)
         }
     }
 }
@@ -126,9 +138,14 @@ pub async fn run_agent(
     let timeout = Duration::from_secs(u64::from(input.assistant.spec.timeout_secs.max(1)));
     let run_clock = Arc::new(PauseClock::default());
     let started = Instant::now();
+    let scope = input.tenant.scope();
     let mut agent = Agent {
+        recorder: RunRecorder::new(deps.db.clone(), scope, input.session_id, input.run_id),
+        state: RunState::Reason,
+        resume_at: Vec::new(),
+        asked_human: Arc::default(),
         deps,
-        scope: input.tenant.scope(),
+        scope,
         input,
         sink,
         cancel: cancel.clone(),
@@ -155,15 +172,28 @@ pub async fn run_agent(
             Err(RunOutcome::new(DoneStatus::Timeout, Some("run_timeout"), &p))
         }
     };
-    match result {
-        Ok(o) | Err(o) => o,
-    }
+    let (Ok(mut outcome) | Err(mut outcome)) = result;
+    agent.stop(&outcome);
+    outcome.rows = Box::new(agent.recorder.take_waiting());
+    outcome.checkpoints = agent.recorder.checkpoints_written();
+    outcome.may_have_approvals = agent.asked_human.load(Ordering::Relaxed);
+    outcome
 }
 
 /// Early exit from a step with the run's outcome.
 type Step<T> = Result<T, RunOutcome>;
 
 struct Agent {
+    /// Every write of the run goes through it.
+    recorder: RunRecorder,
+    /// Where the run is (see [`state`]); moved only by [`Agent::go`].
+    state: RunState,
+    /// The calls of the current answer that have no result yet, the one being acted on
+    /// first: where a checkpoint taken while acting resumes.
+    resume_at: Vec<ToolCall>,
+    /// Set before the run opens an approval or a question: its end then looks for pending
+    /// ones to cancel.
+    asked_human: Arc<AtomicBool>,
     deps: Arc<EngineDeps>,
     scope: TenantScope,
     input: RunInput,
@@ -232,6 +262,34 @@ impl Agent {
         )
     }
 
+    /// Move the state machine; a move it refuses is a bug in the loop, and ends the run.
+    fn go(&mut self, event: RunEvent) -> Step<()> {
+        match transition(self.state, event) {
+            Ok(next) => {
+                self.state = next;
+                Ok(())
+            }
+            Err(e) => {
+                tracing::error!(run_id = %self.input.run_id, "{e}");
+                Err(self.fail(ErrorCode::InternalError, format!("the run stopped: {e}")))
+            }
+        }
+    }
+
+    /// The run is over: a completed run got to `End` by its answer; any other stops here.
+    fn stop(&mut self, outcome: &RunOutcome) {
+        let legal = if outcome.status == DoneStatus::Completed {
+            self.state == RunState::End
+        } else {
+            transition(self.state, RunEvent::Stopped)
+                .map(|next| self.state = next)
+                .is_ok()
+        };
+        if !legal {
+            tracing::error!(run_id = %self.input.run_id, state = self.state.as_str(), status = ?outcome.status, "the run ended outside its state machine");
+        }
+    }
+
     /// A store failure ends the run: its record would otherwise be incomplete.
     fn store_failed(&self, what: &str, e: StoreError) -> RunOutcome {
         tracing::error!(error = %e, run_id = %self.input.run_id, "{what}");
@@ -289,7 +347,7 @@ impl Agent {
             }
         }
 
-        let (mut node, mut pending) = match self.input.resume.take() {
+        let mut pending = match self.input.resume.take() {
             Some(cp) => {
                 self.window_start = cp.window_start;
                 self.todos = cp.todos.clone();
@@ -298,48 +356,59 @@ impl Agent {
                     p.steps = cp.step;
                 });
                 self.load_conversation(Some(cp.window_start)).await?;
-                let mut node = cp.node;
+                // A checkpoint is taken in `Reason` or `Act`; one taken while waiting for a
+                // person resumes acting, and the person is asked again.
+                self.state = match cp.node {
+                    RunState::Reason => RunState::Reason,
+                    RunState::Act | RunState::Approve => RunState::Act,
+                    other => {
+                        return Err(self.fail(
+                            ErrorCode::InternalError,
+                            format!(
+                                "the run's checkpoint is in state {}, which a run does not resume from",
+                                other.as_str()
+                            ),
+                        ));
+                    }
+                };
                 let mut pending = cp.pending;
-                if node == Node::Reason
+                if self.state == RunState::Reason
                     && let Some((text, calls)) = self.stored.last_answer.take()
                 {
                     // The model answered after this checkpoint and its answer is stored: it is
                     // not asked (nor billed) again.
                     if calls.is_empty() {
-                        self.sink.emit(EventPayload::text(text, true));
-                        return Ok(RunOutcome::new(
-                            DoneStatus::Completed,
-                            None,
-                            &self.progress(),
-                        ));
+                        return self.respond(text);
                     }
                     self.update_progress(|p| p.steps += 1);
-                    node = Node::Act;
+                    self.go(RunEvent::ToolsCalled)?;
                     pending = calls;
                 }
                 if let Some(call) = cp.in_flight {
-                    self.settle_interrupted(call).await?;
+                    self.settle_interrupted(call, &pending).await?;
                 }
                 // A call whose result is stored ran (or was refused) before the crash.
                 pending.retain(|c| !self.stored.results.contains(&c.id));
-                (node, pending)
+                pending
             }
             None => {
                 self.load_conversation(None).await?;
-                (Node::Reason, Vec::new())
+                Vec::new()
             }
         };
 
         loop {
-            match node {
-                Node::Reason => {
+            match self.state {
+                RunState::Reason => {
                     let limit = self.input.assistant.spec.recursion_limit.max(1);
                     if self.progress().steps >= limit {
                         return Err(self.fail(ErrorCode::RecursionLimit, format!(
                             "the run reached the assistant's recursion_limit of {limit} model calls without a final answer"
                         )));
                     }
-                    self.checkpoint(Node::Reason, &[], None).await?;
+                    // The previous step's rows go in with this checkpoint, before the model
+                    // is called.
+                    self.checkpoint(&[], None).await?;
                     let answer = self.reason(&model, &tools).await?;
                     self.update_progress(|p| p.steps += 1);
                     if !answer.text.is_empty() || !answer.calls.is_empty() {
@@ -355,36 +424,48 @@ impl Agent {
                         tool_calls: answer.calls.clone(),
                     });
                     if answer.calls.is_empty() {
-                        // respond -> end
-                        self.sink.emit(EventPayload::text(answer.text, true));
-                        return Ok(RunOutcome::new(
-                            DoneStatus::Completed,
-                            None,
-                            &self.progress(),
-                        ));
+                        return self.respond(answer.text);
                     }
+                    // The answer is written with the first checkpoint of acting on it (just
+                    // before its first call runs, or before it waits for a person).
+                    self.go(RunEvent::ToolsCalled)?;
                     pending = answer.calls;
-                    node = Node::Act;
-                    self.checkpoint(Node::Act, &pending, None).await?;
                 }
-                Node::Act | Node::Approve => {
+                RunState::Act => {
                     if pending.is_empty() {
-                        node = Node::Reason;
+                        self.go(RunEvent::CallsDone)?;
                         continue;
                     }
+                    self.resume_at = pending.clone();
                     // The checkpoint before the call runs records it as started (see `act`).
                     let call = pending.remove(0);
                     self.act(call, &tools, &pending).await?;
                 }
-                Node::Respond | Node::End => {
-                    return Ok(RunOutcome::new(
-                        DoneStatus::Completed,
-                        None,
-                        &self.progress(),
+                RunState::Approve | RunState::Respond | RunState::End => {
+                    // `act` returns to `Act` (or ends the run); `respond` returns.
+                    return Err(self.fail(
+                        ErrorCode::InternalError,
+                        format!(
+                            "the run stopped: its loop found itself in state {}",
+                            self.state.as_str()
+                        ),
                     ));
                 }
             }
         }
+    }
+
+    /// `reason -> respond -> end`: the model's final answer. Its message goes into the run's
+    /// end with the `done`.
+    fn respond(&mut self, text: String) -> Step<RunOutcome> {
+        self.go(RunEvent::Answered)?;
+        self.sink.emit(EventPayload::text(text, true));
+        self.go(RunEvent::Responded)?;
+        Ok(RunOutcome::new(
+            DoneStatus::Completed,
+            None,
+            &self.progress(),
+        ))
     }
 
     async fn load_conversation(&mut self, from_id: Option<i64>) -> Step<()> {
@@ -453,7 +534,7 @@ impl Agent {
     /// A tool call the crash interrupted: if its result is not stored it is not run again. The
     /// model gets an `interrupted` result (with the progress it reported, if any) and decides
     /// itself; the audit records the call as interrupted.
-    async fn settle_interrupted(&mut self, f: InFlight) -> Step<()> {
+    async fn settle_interrupted(&mut self, f: InFlight, pending: &[ToolCall]) -> Step<()> {
         if self.stored.results.contains(&f.call.id) {
             return Ok(());
         }
@@ -508,7 +589,8 @@ impl Agent {
             f.approved_by,
         )
         .await?;
-        // Reload, so the conversation holds the stored result in its place.
+        // Written now, and reloaded, so the conversation holds the stored result in its place.
+        self.checkpoint(pending, None).await?;
         let from = self.window_start;
         let keep = std::mem::take(&mut self.stored);
         self.load_conversation(Some(from)).await?;
@@ -516,55 +598,30 @@ impl Agent {
         Ok(())
     }
 
-    async fn save(&self, m: agentry_store::messages::NewMessage) -> Step<()> {
-        messages::save(&self.deps.db, &self.scope, self.input.session_id, m)
-            .await
-            .map(|_| ())
-            .map_err(|e| self.store_failed("saving a message", e))
+    /// A message of the current step: written with the step (see [`RunRecorder`]).
+    async fn save(&mut self, m: agentry_store::messages::NewMessage) -> Step<()> {
+        self.recorder.message(m);
+        Ok(())
     }
 
-    async fn checkpoint(
-        &self,
-        node: Node,
-        pending: &[ToolCall],
-        in_flight: Option<InFlight>,
-    ) -> Step<()> {
+    /// Write the step: its waiting rows with a checkpoint of where the run is, in one
+    /// transaction. `pending` are the calls still to run, `in_flight` the one about to.
+    async fn checkpoint(&mut self, pending: &[ToolCall], in_flight: Option<InFlight>) -> Step<()> {
         let p = self.progress();
         let cp = RunCheckpoint {
             version: CHECKPOINT_VERSION,
             step: p.steps,
-            node,
+            node: self.state,
             window_start: self.window_start,
             pending: pending.to_vec(),
             todos: self.todos.clone(),
             usage: p.usage,
             in_flight,
         };
-        checkpoints::save(
-            &self.deps.db,
-            &self.scope,
-            NewCheckpoint {
-                session_id: self.input.session_id,
-                execution_id: self.input.run_id,
-                step: p.steps,
-                node: node.as_str().to_string(),
-                state: cp.to_json(),
-            },
-        )
-        .await
-        .map(|_| ())
-        .map_err(|e| self.store_failed("saving a checkpoint", e))?;
-        executions::update(
-            &self.deps.db,
-            &self.scope,
-            self.input.run_id,
-            ExecutionStatus::Running,
-            p.steps,
-            p.usage,
-            None,
-        )
-        .await
-        .map_err(|e| self.store_failed("updating the execution", e))
+        match self.recorder.commit_step(&cp).await {
+            Ok(()) => Ok(()),
+            Err(e) => Err(self.store_failed("writing a step of the run", e)),
+        }
     }
 
     /// Call the model; stream its text as `text` events. A stream that breaks mid-way is
@@ -771,7 +828,6 @@ impl Agent {
             }
         }
         self.checkpoint(
-            Node::Act,
             rest,
             Some(InFlight {
                 call: call.clone(),
@@ -795,6 +851,7 @@ impl Agent {
         args: &Value,
     ) -> Step<(Option<Value>, Option<UserId>)> {
         let id = ApprovalId::new();
+        self.asked_human.store(true, Ordering::Relaxed);
         let data = HitlRequestData {
             request_id: id.to_string(),
             kind: HitlKind::Approval,
@@ -820,6 +877,7 @@ impl Agent {
         )
         .await
         .map_err(|e| self.store_failed("recording the approval request", e))?;
+        self.go(RunEvent::ApprovalNeeded)?;
         self.set_waiting(true).await?;
         let outcome = {
             let _paused = self.run_clock.pause();
@@ -853,6 +911,7 @@ impl Agent {
                 decision: Decision::Approve { .. },
                 by,
             } => {
+                self.go(RunEvent::Approved)?;
                 self.set_waiting(false).await?;
                 Ok((None, by))
             }
@@ -860,6 +919,7 @@ impl Agent {
                 decision: Decision::Edit { args, .. },
                 by,
             } => {
+                self.go(RunEvent::Approved)?;
                 self.set_waiting(false).await?;
                 Ok((Some(args), by))
             }
@@ -915,30 +975,15 @@ impl Agent {
         }
     }
 
-    async fn set_waiting(&self, waiting: bool) -> Step<()> {
-        let p = self.progress();
-        let (exec, sess) = if waiting {
-            (
-                ExecutionStatus::WaitingApproval,
-                SessionState::WaitingApproval,
-            )
-        } else {
-            (ExecutionStatus::Running, SessionState::Running)
-        };
-        executions::update(
-            &self.deps.db,
-            &self.scope,
-            self.input.run_id,
-            exec,
-            p.steps,
-            p.usage,
-            None,
-        )
-        .await
-        .map_err(|e| self.store_failed("updating the execution", e))?;
-        sessions::touch(&self.deps.db, &self.scope, self.input.session_id, sess)
-            .await
-            .map_err(|e| self.store_failed("updating the session", e))
+    /// The run waits for a person: the step so far is written with the status, before the
+    /// wait (a crash asks again). Going on again is written with the next step.
+    async fn set_waiting(&mut self, waiting: bool) -> Step<()> {
+        self.recorder.set_waiting(waiting);
+        if waiting {
+            let pending = self.resume_at.clone();
+            self.checkpoint(&pending, None).await?;
+        }
+        Ok(())
     }
 
     /// A call that ends the run without running (rejected, timed out): its result still goes into
@@ -990,6 +1035,7 @@ impl Agent {
                 sink: self.sink.clone(),
                 clock,
                 run_clock: self.run_clock.clone(),
+                asked_human: self.asked_human.clone(),
             }),
             events: Arc::new(SinkEvents(self.sink.clone())),
         }
@@ -1133,9 +1179,10 @@ impl Agent {
         .await
     }
 
+    /// The call's audit row: written with the step (see [`RunRecorder`]).
     #[allow(clippy::too_many_arguments)]
     async fn audit(
-        &self,
+        &mut self,
         call: &ToolCall,
         args: &Value,
         output: Option<Value>,
@@ -1144,25 +1191,19 @@ impl Agent {
         approved: Option<bool>,
         approved_by: Option<UserId>,
     ) -> Step<()> {
-        tool_calls::insert(
-            &self.deps.db,
-            &self.scope,
-            NewToolCallLog {
-                session_id: self.input.session_id,
-                execution_id: self.input.run_id,
-                tool_call_id: call.id.clone(),
-                tool_name: call.name.clone(),
-                input: args.clone(),
-                output,
-                error,
-                duration_ms,
-                approved,
-                approved_by,
-            },
-        )
-        .await
-        .map(|_| ())
-        .map_err(|e| self.store_failed("writing the tool-call audit", e))
+        self.recorder.audit(NewToolCallLog {
+            session_id: self.input.session_id,
+            execution_id: self.input.run_id,
+            tool_call_id: call.id.clone(),
+            tool_name: call.name.clone(),
+            input: args.clone(),
+            output,
+            error,
+            duration_ms,
+            approved,
+            approved_by,
+        });
+        Ok(())
     }
 }
 
@@ -1208,6 +1249,8 @@ struct LoopInteraction {
     clock: Arc<PauseClock>,
     /// The run's timeout clock, which stands still too.
     run_clock: Arc<PauseClock>,
+    /// The run's "opened an approval or a question" flag.
+    asked_human: Arc<AtomicBool>,
 }
 
 #[async_trait]
@@ -1215,6 +1258,7 @@ impl UserInteraction for LoopInteraction {
     async fn ask(&self, question: Question) -> Result<Value, InteractionError> {
         let _paused = (self.clock.pause(), self.run_clock.pause());
         let id = ApprovalId::new();
+        self.asked_human.store(true, Ordering::Relaxed);
         let timeout = if question.timeout == 0 {
             self.deps.config.hitl_timeout
         } else {

@@ -220,6 +220,9 @@ impl Handler<Emit> for SessionActor {
 impl Handler<OpenApproval> for SessionActor {
     type Result = ();
     fn handle(&mut self, msg: OpenApproval, ctx: &mut Self::Context) {
+        if let Some(run) = self.run.as_mut().filter(|r| r.run_id == msg.run_id) {
+            run.asked_human = true;
+        }
         let live = self.run.as_ref().is_some_and(|r| {
             r.run_id == msg.run_id && r.phase == super::Phase::Running && !r.cancel.is_cancelled()
         });

@@ -22,8 +22,7 @@ use agentry_store::approvals;
 use agentry_store::assistants::{self, Assistant, AssistantSpec};
 use agentry_store::checkpoints;
 use agentry_store::executions::{self, ExecutionStatus, NewExecution, RunEnd};
-use agentry_store::messages::{self as store_messages, NewMessage};
-use agentry_store::sessions::{self, Session, SessionState};
+use agentry_store::sessions::{self, Session};
 use agentry_store::tenants::Tenant;
 use agentry_store::{Role, TenantScope, UserScope, events as store_events, users};
 use futures::FutureExt;
@@ -31,13 +30,19 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use crate::deps::EngineDeps;
+use crate::engine::recorder::StartRows;
 use crate::engine::sink::{HumanOutcome, HumanRequest, RunSink};
-use crate::engine::{Progress, RunCheckpoint, RunInput, RunOutcome, SharedProgress, run_agent};
+use crate::engine::{
+    Progress, RunCheckpoint, RunInput, RunOutcome, RunRecorder, SharedProgress, run_agent,
+};
 use crate::error::EngineError;
 use crate::hitl::{CancelApproval, HitlApproval};
 use crate::quota::{AcquireRun, QuotaActor, ReleaseRun};
 use crate::tenant::SessionStopped;
 pub use messages::*;
+
+/// How old a running run's events may get before they are stored ahead of its end.
+const RUN_EVENTS_MAX_AGE: Duration = Duration::from_secs(1);
 
 /// How often an unrecorded run end is tried again.
 const UNRECORDED_RETRY: Duration = Duration::from_secs(2);
@@ -52,55 +57,6 @@ fn execution_status(status: DoneStatus) -> ExecutionStatus {
         DoneStatus::Interrupted => ExecutionStatus::Interrupted,
     }
 }
-
-/// Write a run's end, retrying database errors with backoff; each attempt and the whole are
-/// bounded ([`RECORD_BOUND`]), after which the run ends failed in memory.
-async fn record_with_retry(
-    deps: &EngineDeps,
-    scope: &TenantScope,
-    end: &RunEnd,
-) -> Result<(), agentry_store::StoreError> {
-    use agentry_store::StoreError;
-    use backon::{ExponentialBuilder, Retryable};
-    let attempt = || async {
-        match tokio::time::timeout(
-            RECORD_ATTEMPT_TIMEOUT,
-            executions::record_end(&deps.db, scope, end),
-        )
-        .await
-        {
-            Ok(r) => r,
-            Err(_) => Err(StoreError::Db(sea_orm::DbErr::Custom(
-                "the database did not answer in time".into(),
-            ))),
-        }
-    };
-    let retried = attempt
-        .retry(
-            ExponentialBuilder::default()
-                .with_min_delay(Duration::from_millis(100))
-                .with_max_delay(Duration::from_secs(2))
-                .with_max_times(RECORD_RETRIES)
-                .with_total_delay(Some(Duration::from_secs(6))),
-        )
-        .sleep(tokio::time::sleep)
-        .when(|e| matches!(e, StoreError::Db(_)))
-        .notify(|e, after| {
-            tracing::warn!(error = %e, run_id = %end.run_id, "recording the end of a run failed; retrying in {after:?}");
-        });
-    match tokio::time::timeout(RECORD_BOUND, retried).await {
-        Ok(r) => r,
-        Err(_) => Err(StoreError::Db(sea_orm::DbErr::Custom(format!(
-            "the database did not take the run's end within {} s",
-            RECORD_BOUND.as_secs()
-        )))),
-    }
-}
-
-const RECORD_RETRIES: usize = 5;
-const RECORD_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(3);
-/// How long a run's end may take to be written before the run ends failed in memory.
-const RECORD_BOUND: Duration = Duration::from_secs(8);
 
 /// How many event numbers a session reserves at a time, and how few may be left before it
 /// reserves the next block ahead of need. One reservation is one small write per block, folded
@@ -120,6 +76,8 @@ struct EventLog {
     ring: VecDeque<SessionEvent>,
     cap: usize,
     unflushed: Vec<ExecutionEvent>,
+    /// When the oldest of `unflushed` was sent.
+    unflushed_since: Option<Instant>,
     /// Every event with `seq <= persisted_upto` is in the store; only those may leave the ring,
     /// so a replay never finds a hole between the store and memory.
     persisted_upto: u64,
@@ -143,6 +101,7 @@ impl EventLog {
             ring: VecDeque::new(),
             cap: cap.max(16),
             unflushed: Vec::new(),
+            unflushed_since: None,
             persisted_upto: floor,
             flushing: false,
             reserved: floor,
@@ -198,6 +157,9 @@ impl EventLog {
 
     /// A sent event stays for replay and is stored.
     fn keep(&mut self, ev: SessionEvent) {
+        if self.unflushed.is_empty() {
+            self.unflushed_since = Some(Instant::now());
+        }
         self.unflushed.push((*ev.event).clone());
         self.ring.push_back(ev);
         self.evict();
@@ -259,6 +221,10 @@ struct ActiveRun {
     progress: SharedProgress,
     phase: Phase,
     restarts: u32,
+    /// It continues a run from before a crash or restart.
+    resumed: bool,
+    /// It opened an approval or a question (its end cancels any left pending).
+    asked_human: bool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -404,12 +370,27 @@ impl SessionActor {
         }
     }
 
-    /// Write buffered events to the store, one batch at a time.
+    /// Write buffered events to the store, one batch at a time. While a run is going its
+    /// events wait for its end (one write with the `done`) until they are
+    /// [`RUN_EVENTS_MAX_AGE`] old: a short run costs no write of its own for its events.
     fn flush(&mut self, ctx: &mut Context<Self>) {
         if self.log.flushing || self.log.unflushed.is_empty() {
             return;
         }
+        let young = self
+            .log
+            .unflushed_since
+            .is_some_and(|t| t.elapsed() < RUN_EVENTS_MAX_AGE);
+        if young
+            && self
+                .run
+                .as_ref()
+                .is_some_and(|r| r.phase != Phase::Finishing)
+        {
+            return;
+        }
         let batch = std::mem::take(&mut self.log.unflushed);
+        self.log.unflushed_since = None;
         self.log.flushing = true;
         let db = self.deps.db.clone();
         let scope = self.scope;
@@ -433,6 +414,7 @@ impl SessionActor {
                     let mut rest = std::mem::take(&mut act.log.unflushed);
                     act.log.unflushed = batch;
                     act.log.unflushed.append(&mut rest);
+                    act.log.unflushed_since = Some(Instant::now());
                     // The next tick tries again: retrying at once spins while the database is
                     // away (thousands of failed writes a second).
                     return;
@@ -489,10 +471,12 @@ impl SessionActor {
             progress: Arc::new(Mutex::new(Progress::default())),
             phase: Phase::Starting,
             restarts,
+            resumed: matches!(start, RunStart::Resume(_)),
+            asked_human: false,
         });
         self.last_activity = Instant::now();
         let deps = self.deps.clone();
-        let scope = self.scope;
+        let tenant = self.tenant.clone();
         let session = self.session.clone();
         let quota = self.quota.clone();
         let mcp = self.mcp.clone();
@@ -515,7 +499,7 @@ impl SessionActor {
                 Err(_) => return Err(EngineError::Unavailable),
             }
             let prepared =
-                prepare_run(&deps, &scope, &session, run_id, &user, start, mcp, reserve).await;
+                prepare_run(&deps, tenant, &session, run_id, &user, start, mcp, reserve).await;
             if prepared.is_err() {
                 quota.do_send(ReleaseRun { tokens: 0 });
             }
@@ -657,7 +641,7 @@ impl SessionActor {
 
     /// Record the end of a run (its final status, its events not stored yet and its `done`, in
     /// one transaction), then send the `done`: a `done` is never sent or stored without its
-    /// status. Database errors are retried within a bound ([`record_with_retry`]). Past it the
+    /// status. Database errors are retried within a bound ([`RunRecorder::end`]). Past it the
     /// run ends `failed` in memory: clients get an `error` and a `failed` `done`, the end goes
     /// to the local journal (reconciled at the next start, so the run is never run again) and
     /// its write is retried here until it lands. `then` gets the status the clients saw.
@@ -689,6 +673,12 @@ impl SessionActor {
                 .clone()
                 .filter(|_| status != ExecutionStatus::Completed)
         });
+        // A run that never asked anyone has no approval to cancel: the look is skipped.
+        let asked = outcome.may_have_approvals
+            || self
+                .run
+                .as_ref()
+                .is_none_or(|r| r.run_id != run_id || r.asked_human);
         let end = RunEnd {
             run_id,
             session_id: self.session.id,
@@ -697,10 +687,20 @@ impl SessionActor {
             usage: outcome.usage,
             error,
             events,
+            messages: outcome.rows.messages.clone(),
+            tool_calls: outcome.rows.tool_calls.clone(),
+            cancel_approvals: asked,
         };
+        // Checkpoints are pruned only past what a run keeps (a short run never gets there); a
+        // resumed run's count is unknown, so it prunes.
+        let prune = outcome.checkpoints > self.deps.config.checkpoint_keep
+            || self
+                .run
+                .as_ref()
+                .is_none_or(|r| r.run_id != run_id || r.restarts > 0 || r.resumed);
         let deps = self.deps.clone();
         let scope = self.scope;
-        let fut = async move { record_with_retry(&deps, &scope, &end).await.map(|()| end) };
+        let fut = async move { RunRecorder::end(&deps.db, &scope, &end).await.map(|()| end) };
         ctx.spawn(fut.into_actor(self).map(move |res, act, ctx| match res {
             Ok(_) => {
                 act.stored_upto(done_seq);
@@ -711,6 +711,9 @@ impl SessionActor {
                     act.fan_out(std::iter::once(ev));
                 }
                 act.release_held();
+                if !prune {
+                    return;
+                }
                 let deps = act.deps.clone();
                 let scope = act.scope;
                 act.deps.runtime.spawn(async move {
@@ -753,6 +756,9 @@ impl SessionActor {
                     usage: outcome.usage,
                     error: Some(message),
                     events,
+                    messages: outcome.rows.messages,
+                    tool_calls: outcome.rows.tool_calls,
+                    cancel_approvals: true,
                 };
                 // Journaled, the events are safe to send: the next start stores them with the
                 // same numbers before anything else is numbered.
@@ -777,6 +783,9 @@ impl SessionActor {
     fn stored_upto(&mut self, seq: u64) {
         self.log.persisted_upto = self.log.persisted_upto.max(seq);
         self.log.unflushed.retain(|e| e.seq > seq);
+        if self.log.unflushed.is_empty() {
+            self.log.unflushed_since = None;
+        }
         self.log.evict();
     }
 
@@ -1045,6 +1054,9 @@ async fn load_recovery(
                     usage: exec.token_usage,
                     error: exec.error.clone(),
                     events: Vec::new(),
+                    messages: Vec::new(),
+                    tool_calls: Vec::new(),
+                    cancel_approvals: true,
                 },
             )
             .await?;
@@ -1101,10 +1113,11 @@ pub(crate) async fn assistant_exists(
 
 #[allow(clippy::too_many_arguments)] // the run's identity, how it starts, and its reservation
 /// Write what must be stored before a run starts (DESIGN §1.5: an acknowledged message is in the
-/// database), and build the loop's input.
+/// database), in one transaction ([`RunRecorder::start`]), and build the loop's input. The
+/// tenant is the one the session holds (kept current by its supervisor), not read again.
 async fn prepare_run(
     deps: &Arc<EngineDeps>,
-    scope: &TenantScope,
+    tenant: Arc<Tenant>,
     session: &Session,
     run_id: RunId,
     user: &UserScope,
@@ -1112,47 +1125,28 @@ async fn prepare_run(
     mcp: Option<Addr<crate::mcp_pool::McpPoolActor>>,
     reserve_seq: u64,
 ) -> Result<PreparedRun, EngineError> {
-    let tenant = Arc::new(agentry_store::tenants::get_own(&deps.db, scope).await?);
+    let scope = &tenant.scope();
     let assistant = load_assistant(deps, scope, &session.assistant_id).await?;
+    let recorder = RunRecorder::new(deps.db.clone(), *scope, session.id, run_id);
     let mut notice = None;
-    let resume = match start {
-        RunStart::Fresh { message } => {
-            executions::create(
-                &deps.db,
-                scope,
-                NewExecution {
-                    id: run_id,
-                    user_id: user.user_id,
-                    session_id: session.id,
-                    assistant_id: session.assistant_id.to_string(),
-                    input: message.clone(),
-                    trace_id: None,
-                    status: ExecutionStatus::Running,
-                },
-            )
-            .await?;
-            store_messages::save(
-                &deps.db,
-                scope,
-                session.id,
-                NewMessage::user(message, Some(run_id)),
-            )
-            .await?;
-            None
-        }
+    let (rows, resume) = match start {
+        RunStart::Fresh { message } => (
+            StartRows::Fresh(NewExecution {
+                id: run_id,
+                user_id: user.user_id,
+                session_id: session.id,
+                assistant_id: session.assistant_id.to_string(),
+                input: message,
+                trace_id: None,
+                status: ExecutionStatus::Running,
+            }),
+            None,
+        ),
         RunStart::Queued => {
             let exec = executions::get(&deps.db, scope, run_id)
                 .await?
                 .ok_or_else(|| EngineError::NotFound(format!("queued run {run_id}")))?;
-            executions::start_queued(&deps.db, scope, run_id).await?;
-            store_messages::save(
-                &deps.db,
-                scope,
-                session.id,
-                NewMessage::user(exec.input, Some(run_id)),
-            )
-            .await?;
-            None
+            (StartRows::Queued { input: exec.input }, None)
         }
         RunStart::Resume(cp) => {
             if cp.is_none() {
@@ -1161,17 +1155,10 @@ async fn prepare_run(
                         .to_string(),
                 );
             }
-            cp.map(|c| *c)
+            (StartRows::Resume, cp.map(|c| *c))
         }
     };
-    sessions::touch_reserving(
-        &deps.db,
-        scope,
-        session.id,
-        SessionState::Running,
-        reserve_seq,
-    )
-    .await?;
+    recorder.start(rows, reserve_seq).await?;
     // A session's `auto_approve` counts only while whoever runs it still has the right: a
     // policy tightened after the session was made applies to its next run.
     let auto_approve = (session.auto_approve && tenant.policy().may_auto_approve(user.is_admin()))

@@ -252,6 +252,27 @@ impl Harness {
         cpu_time(self.pid)
     }
 
+    /// Context switches (voluntary and not) of the server's threads alive now.
+    pub fn context_switches(&self) -> Result<u64> {
+        context_switches(self.pid)
+    }
+
+    /// SQL statements the server has sent, from its `agentry_db_statements_total`.
+    pub async fn sql_statements(&self) -> Result<u64> {
+        let text = self
+            .http
+            .get(self.url("/metrics"))
+            .send()
+            .await
+            .context("GET /metrics")?
+            .error_for_status()
+            .context("GET /metrics")?
+            .text()
+            .await
+            .context("reading /metrics")?;
+        Ok(sum_samples(&text, "agentry_db_statements_total"))
+    }
+
     /// Stop the server (SIGTERM, then a kill after 10 s).
     pub async fn stop(mut self) {
         if let Ok(pid) = i32::try_from(self.pid) {
@@ -310,6 +331,42 @@ async fn listening_port(stderr: tokio::process::ChildStderr) -> Result<u16> {
             last.remove(0);
         }
     }
+}
+
+/// The sum of every sample of the counter `name` in a Prometheus text exposition.
+pub fn sum_samples(text: &str, name: &str) -> u64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            let metric = series.split('{').next()?;
+            (metric == name).then(|| value.trim().parse::<f64>().ok())?
+        })
+        .map(|v| v as u64)
+        .sum()
+}
+
+/// Voluntary plus involuntary context switches summed over the threads of `pid`, from
+/// `/proc/{pid}/task/*/status` (`/proc/{pid}/status` alone counts only the main thread).
+/// Threads that exited are not counted; the server's worker threads live as long as it does.
+pub fn context_switches(pid: u32) -> Result<u64> {
+    let dir = format!("/proc/{pid}/task");
+    let mut total = 0;
+    for task in std::fs::read_dir(&dir).with_context(|| format!("reading {dir}"))? {
+        let Ok(task) = task else { continue };
+        let Ok(status) = std::fs::read_to_string(task.path().join("status")) else {
+            continue;
+        };
+        total += status
+            .lines()
+            .filter_map(|l| {
+                l.strip_prefix("voluntary_ctxt_switches:")
+                    .or_else(|| l.strip_prefix("nonvoluntary_ctxt_switches:"))
+            })
+            .filter_map(|v| v.trim().parse::<u64>().ok())
+            .sum::<u64>();
+    }
+    Ok(total)
 }
 
 pub fn rss_bytes(pid: u32) -> Result<u64> {

@@ -265,6 +265,7 @@ pub async fn runs(target: &Target, p: &RunsParams) -> Result<Record> {
     }
     barrier.wait().await;
     let (cpu0, own0, t0) = (h.cpu_time()?, own_cpu(), Instant::now());
+    let (sql0, switches0) = (h.sql_statements().await?, h.context_switches()?);
     let mut samples = Vec::new();
     while let Some(joined) = clients.join_next().await {
         samples.extend(joined.context("a client task failed")?);
@@ -275,6 +276,10 @@ pub async fn runs(target: &Target, p: &RunsParams) -> Result<Record> {
         h.cpu_time()?.saturating_sub(cpu0),
         own_cpu().saturating_sub(own0),
     );
+    // Counted from just after the warm-up runs to the last `done` (plus the writes its end
+    // scheduled, and one scrape): statements and context switches per measured run.
+    let switches = h.context_switches()?.saturating_sub(switches0);
+    let sql = h.sql_statements().await?.saturating_sub(sql0);
     drop(progress);
 
     // The model's share of each run: time inside the fake model's handlers for its calls.
@@ -304,13 +309,18 @@ pub async fn runs(target: &Target, p: &RunsParams) -> Result<Record> {
         "server_overhead": overhead,
         "model_calls_per_run": if n > 0.0 { f64::from(model_calls) / n } else { 0.0 },
         "server_cpu_ms_per_run": if n > 0.0 { ms(server_cpu) / n } else { 0.0 },
+        "sql_statements_per_run": if n > 0.0 { (sql as f64 / n * 10.0).round() / 10.0 } else { 0.0 },
+        "context_switches_per_run": if n > 0.0 { (switches as f64 / n).round() } else { 0.0 },
         "loadgen_and_model_cpu_ms_per_run": if n > 0.0 { ms(own) / n } else { 0.0 },
         "server_rss_bytes": h.rss_bytes().ok(),
     });
+    let per_run = |x: u64| if n > 0.0 { x as f64 / n } else { 0.0 };
     let headline = format!(
-        "{per_sec:.0} runs/s; end-to-end {}; server overhead {}",
+        "{per_sec:.0} runs/s; end-to-end {}; server overhead {}; {:.1} SQL statements and {:.0} context switches per run",
         fmt_summary(&e2e),
-        fmt_summary(&overhead)
+        fmt_summary(&overhead),
+        per_run(sql),
+        per_run(switches),
     );
     let record = frame.record(target, p, figures, headline, &errors);
     stop(h).await;

@@ -13,7 +13,8 @@
 //! Labels whose values tenants choose are bounded (`agentry_actors::metrics::BoundedLabel`):
 //! tenant ids only with `metrics.tenant_labels`, model names and MCP tools capped. Each scrape
 //! also samples the process (`process_*`, from `/proc`) and the database pool
-//! (`agentry_db_pool_connections{state}`). With `metrics.token` set, `/metrics` needs it.
+//! (`agentry_db_pool_connections{state}`) and counts the SQL statements sent
+//! (`agentry_db_statements_total{kind}`). With `metrics.token` set, `/metrics` needs it.
 
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -27,6 +28,7 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 pub const HTTP_REQUESTS: &str = "agentry_http_requests_total";
 pub const HTTP_DURATION: &str = "agentry_http_request_duration_seconds";
+pub const DB_STATEMENTS: &str = "agentry_db_statements_total";
 
 /// Latency buckets (seconds) for every `*_seconds` histogram: from a cached auth hit to a long
 /// approval wait.
@@ -109,6 +111,10 @@ fn describe() {
     metrics::describe_gauge!(
         "agentry_db_pool_connections",
         "Database pool connections by state (in_use, idle)"
+    );
+    metrics::describe_counter!(
+        DB_STATEMENTS,
+        "SQL statements sent to the database, by kind (select, insert, update, delete, other)"
     );
     metrics::describe_gauge!(
         "agentry_db_pool_max_connections",
@@ -214,6 +220,7 @@ pub async fn render(
     }
     sample_process();
     sample_pool(&state.db, state.settings.database.max_connections);
+    sample_statements();
     Ok(HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4; charset=utf-8")
         .body(state.metrics.render()))
@@ -252,6 +259,13 @@ fn sample_process() {
             .and_then(|v| v.parse::<f64>().ok())
     {
         metrics::gauge!("process_max_fds").set(soft);
+    }
+}
+
+/// SQL statements sent so far, by kind (`agentry_store::stats`).
+fn sample_statements() {
+    for (kind, n) in agentry_store::stats::statement_counts().iter() {
+        metrics::counter!(DB_STATEMENTS, "kind" => kind).absolute(n);
     }
 }
 

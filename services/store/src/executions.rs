@@ -224,9 +224,10 @@ pub async fn update(
     Ok(())
 }
 
-/// Everything a run's end writes, in one transaction: its final status, its events not yet
-/// stored with its `done` last, its pending approvals cancelled and its session idle. A `done`
-/// is never stored without its status, nor a final status without its `done`.
+/// Everything a run's end writes, in one transaction: its final status, the messages and
+/// tool-call audit rows of its last step, its events not yet stored with its `done` last, its
+/// pending approvals cancelled and its session idle. A `done` is never stored without its
+/// status, nor a final status without its `done`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunEnd {
     pub run_id: RunId,
@@ -238,6 +239,21 @@ pub struct RunEnd {
     /// The run's events that may not be stored yet, in `seq` order, its `done` last. Events
     /// already stored are left as they are.
     pub events: Vec<ExecutionEvent>,
+    /// Messages of the run's last step not stored yet (its final answer, a refused call's
+    /// result), in order. Stored only by the write that ends the run.
+    #[serde(default)]
+    pub messages: Vec<crate::messages::NewMessage>,
+    /// Tool-call audit rows of the last step not stored yet, likewise.
+    #[serde(default)]
+    pub tool_calls: Vec<crate::tool_calls::NewToolCallLog>,
+    /// Whether the run may have pending approvals to cancel (false: it never asked anyone, so
+    /// the look is skipped).
+    #[serde(default = "yes")]
+    pub cancel_approvals: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// Write a run's end (see [`RunEnd`]). Writing the same end twice changes nothing the second
@@ -247,9 +263,8 @@ where
     C: ConnectionTrait + TransactionTrait,
 {
     let txn = db.begin().await?;
-    crate::events::append_missing(&txn, scope, end.session_id, &end.events).await?;
     let ts = now();
-    execution::Entity::update_many()
+    let ended = execution::Entity::update_many()
         .col_expr(execution::Column::Status, Expr::value(end.status.as_str()))
         .col_expr(
             execution::Column::Steps,
@@ -277,8 +292,19 @@ where
         .filter(execution::Column::TenantId.eq(scope.uuid()))
         .filter(execution::Column::Status.is_in(UNFINISHED))
         .exec(&txn)
-        .await?;
-    crate::approvals::cancel_pending_of_run(&txn, scope, end.run_id).await?;
+        .await?
+        .rows_affected
+        > 0;
+    // Rows of the last step go in only with the end that ends the run: an end written again
+    // (its first commit's answer was lost) or after another final status adds nothing twice.
+    if ended {
+        crate::messages::save_many(&txn, scope, end.session_id, end.messages.clone()).await?;
+        crate::tool_calls::insert_many(&txn, scope, end.tool_calls.clone()).await?;
+    }
+    crate::events::append_missing(&txn, scope, end.session_id, &end.events).await?;
+    if end.cancel_approvals {
+        crate::approvals::cancel_pending_of_run(&txn, scope, end.run_id).await?;
+    }
     let last_seq = end.events.iter().map(|e| e.seq).max().unwrap_or(0);
     match crate::sessions::touch_reserving(
         &txn,

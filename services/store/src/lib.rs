@@ -28,6 +28,7 @@ pub mod mcp_servers;
 pub mod memories;
 pub mod messages;
 pub mod sessions;
+pub mod stats;
 pub mod tenants;
 #[cfg(feature = "testing")]
 pub mod testing;
@@ -311,7 +312,10 @@ pub async fn connect(opts: &DbOptions) -> Result<DatabaseConnection> {
     let deadline = std::time::Instant::now() + opts.connect_timeout;
     loop {
         match Database::connect(co.clone()).await {
-            Ok(db) => return Ok(db),
+            Ok(mut db) => {
+                db.set_metric_callback(stats::record);
+                return Ok(db);
+            }
             Err(e) if database_unreachable(&e) && std::time::Instant::now() < deadline => {
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }

@@ -14,7 +14,8 @@ use crate::{
     PageRequest, Result, StoreError, TenantScope, corrupt, now, sanitize_json, sanitize_text,
 };
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum MessageRole {
     User,
     Assistant,
@@ -73,7 +74,7 @@ impl TryFrom<message::Model> for Message {
     }
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct NewMessage {
     pub run_id: Option<RunId>,
     pub role: MessageRole,
@@ -100,7 +101,19 @@ pub async fn save(
     session_id: SessionId,
     new: NewMessage,
 ) -> Result<Message> {
-    let m = message::ActiveModel {
+    new_row(scope, session_id, new, now())
+        .insert(db)
+        .await?
+        .try_into()
+}
+
+fn new_row(
+    scope: &TenantScope,
+    session_id: SessionId,
+    new: NewMessage,
+    ts: chrono::DateTime<chrono::Utc>,
+) -> message::ActiveModel {
+    message::ActiveModel {
         tenant_id: Set(scope.uuid()),
         session_id: Set(session_id.0),
         run_id: Set(new.run_id.map(|r| r.0)),
@@ -108,12 +121,26 @@ pub async fn save(
         content: Set(sanitize_text(new.content)),
         tool_calls: Set(new.tool_calls.map(sanitize_json)),
         tool_call_id: Set(new.tool_call_id.map(sanitize_text)),
-        created_at: Set(now()),
+        created_at: Set(ts),
         ..Default::default()
     }
-    .insert(db)
-    .await?;
-    m.try_into()
+}
+
+/// Store messages in order, in one statement (their ids ascend in that order).
+pub async fn save_many(
+    db: &impl ConnectionTrait,
+    scope: &TenantScope,
+    session_id: SessionId,
+    new: Vec<NewMessage>,
+) -> Result<()> {
+    if new.is_empty() {
+        return Ok(());
+    }
+    let ts = now();
+    message::Entity::insert_many(new.into_iter().map(|m| new_row(scope, session_id, m, ts)))
+        .exec_without_returning(db)
+        .await?;
+    Ok(())
 }
 
 /// A page of the conversation, oldest first.

@@ -47,7 +47,7 @@ impl From<tool_call_log::Model> for ToolCallLog {
     }
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct NewToolCallLog {
     pub session_id: SessionId,
     pub execution_id: RunId,
@@ -66,7 +66,31 @@ pub async fn insert(
     scope: &TenantScope,
     new: NewToolCallLog,
 ) -> Result<ToolCallLog> {
-    Ok(tool_call_log::ActiveModel {
+    Ok(new_row(scope, new, now()).insert(db).await?.into())
+}
+
+/// Store audit rows in order, in one statement.
+pub async fn insert_many(
+    db: &impl ConnectionTrait,
+    scope: &TenantScope,
+    new: Vec<NewToolCallLog>,
+) -> Result<()> {
+    if new.is_empty() {
+        return Ok(());
+    }
+    let ts = now();
+    tool_call_log::Entity::insert_many(new.into_iter().map(|n| new_row(scope, n, ts)))
+        .exec_without_returning(db)
+        .await?;
+    Ok(())
+}
+
+fn new_row(
+    scope: &TenantScope,
+    new: NewToolCallLog,
+    ts: chrono::DateTime<chrono::Utc>,
+) -> tool_call_log::ActiveModel {
+    tool_call_log::ActiveModel {
         id: Set(uuid::Uuid::now_v7()),
         tenant_id: Set(scope.uuid()),
         session_id: Set(new.session_id.0),
@@ -79,11 +103,8 @@ pub async fn insert(
         duration_ms: Set(i64::try_from(new.duration_ms).unwrap_or(i64::MAX)),
         approved: Set(new.approved),
         approved_by: Set(new.approved_by.map(|u| u.0)),
-        created_at: Set(now()),
+        created_at: Set(ts),
     }
-    .insert(db)
-    .await?
-    .into())
 }
 
 /// The calls of one run, in the order they were made.

@@ -957,7 +957,28 @@ async fn a_runs_end_is_one_idempotent_write_and_reservations_only_rise(db: Datab
         error: None,
         // seq 2 is stored already: it is left as it is (this copy has another timestamp).
         events: vec![text(2), t3.clone(), done.clone()],
+        messages: vec![messages::NewMessage {
+            run_id: Some(run),
+            role: messages::MessageRole::Assistant,
+            content: "the final answer".into(),
+            tool_calls: None,
+            tool_call_id: None,
+        }],
+        tool_calls: vec![agentry_store::tool_calls::NewToolCallLog {
+            session_id: s.id,
+            execution_id: run,
+            tool_call_id: "call-end".into(),
+            tool_name: "write_todos".into(),
+            input: serde_json::json!({}),
+            output: None,
+            error: Some("rejected".into()),
+            duration_ms: 0,
+            approved: Some(false),
+            approved_by: None,
+        }],
+        cancel_approvals: true,
     };
+    let messages_before = messages::count(&db, &scope, s.id).await.unwrap();
     assert_eq!(events::done_of_run(&db, &scope, run).await.unwrap(), None);
     executions::record_end(&db, &scope, &end).await.unwrap();
     let stored = events::list_after(&db, &scope, s.id, 0, 100).await.unwrap();
@@ -994,6 +1015,22 @@ async fn a_runs_end_is_one_idempotent_write_and_reservations_only_rise(db: Datab
         ..end.clone()
     };
     executions::record_end(&db, &scope, &failed).await.unwrap();
+    // The last step's message and audit row went in once, with the end that ended the run.
+    assert_eq!(
+        messages::count(&db, &scope, s.id).await.unwrap(),
+        messages_before + 1
+    );
+    let audit = agentry_store::tool_calls::list_by_execution(&db, &scope, run)
+        .await
+        .unwrap();
+    assert_eq!(
+        audit
+            .iter()
+            .filter(|a| a.tool_call_id == "call-end")
+            .count(),
+        1,
+        "{audit:?}"
+    );
     assert_eq!(
         executions::get(&db, &scope, run)
             .await

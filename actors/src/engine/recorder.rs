@@ -1,0 +1,241 @@
+//! RunRecorder: every write of a run, in as few transactions as its guarantees allow.
+//!
+//! - **Start** ([`RunRecorder::start`]): the execution row (created, or a queued one started),
+//!   the user's message and the session's state with its first block of event numbers, in one
+//!   transaction: a chat is acknowledged only once all three are stored.
+//! - **Steps** ([`RunRecorder::commit_step`]): the rows a step produces (the model's answer, a
+//!   tool's result, its audit row) wait in the recorder and go in with the next checkpoint, in
+//!   one transaction, at the next point where the run waits on something outside it: before a
+//!   model call, before a tool call runs (the `in_flight` checkpoint that keeps calls
+//!   at-most-once), before it waits for a person. Between those points nothing awaits but the
+//!   write itself, so a crash loses at most a result whose call the checkpoint already marks
+//!   as started: on resume the model gets an `interrupted` result and no call runs twice.
+//!   The execution's status is written only when it changes (waiting for a person and back);
+//!   its steps and usage are in each checkpoint and written on the execution at the end.
+//! - **End** ([`RunRecorder::end`]): what is still waiting (the final answer, a refused call),
+//!   the run's final status, its events not stored yet with its `done`, the session's state,
+//!   in one transaction ([`executions::record_end`]), retried with backoff within a bound.
+//!
+//! Events are not written per step: the session actor stores them in batches (with the end,
+//! or on its flush timer for a run that takes longer).
+
+use std::time::Duration;
+
+use agentry_schema::ids::{RunId, SessionId};
+use agentry_store::checkpoints::{self, NewCheckpoint};
+use agentry_store::executions::{self, ExecutionStatus, NewExecution, RunEnd};
+use agentry_store::messages::{self, NewMessage};
+use agentry_store::sessions::{self, SessionState};
+use agentry_store::tool_calls::{self, NewToolCallLog};
+use agentry_store::{StoreError, TenantScope, TransactionTrait};
+use sea_orm::DatabaseConnection;
+
+use super::checkpoint::RunCheckpoint;
+
+/// How a run's rows are started.
+#[derive(Debug, Clone)]
+pub enum StartRows {
+    /// A new message: create the execution (running) and store the message.
+    Fresh(NewExecution),
+    /// A queued execution: mark it running and store its message (`input`).
+    Queued { input: String },
+    /// A resumed run: only the session's state and reservation.
+    Resume,
+}
+
+/// Rows of a step that wait for the step's transaction.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StepRows {
+    pub messages: Vec<NewMessage>,
+    pub tool_calls: Vec<NewToolCallLog>,
+}
+
+impl StepRows {
+    pub fn is_empty(&self) -> bool {
+        self.messages.is_empty() && self.tool_calls.is_empty()
+    }
+}
+
+pub struct RunRecorder {
+    db: DatabaseConnection,
+    scope: TenantScope,
+    session_id: SessionId,
+    run_id: RunId,
+    waiting: StepRows,
+    /// A status change to write with the next step (`None`: unchanged).
+    status: Option<(ExecutionStatus, SessionState)>,
+    /// Checkpoints this run wrote, so the end prunes only when there are more than it keeps.
+    checkpoints: u64,
+}
+
+impl RunRecorder {
+    pub fn new(
+        db: DatabaseConnection,
+        scope: TenantScope,
+        session_id: SessionId,
+        run_id: RunId,
+    ) -> Self {
+        RunRecorder {
+            db,
+            scope,
+            session_id,
+            run_id,
+            waiting: StepRows::default(),
+            status: None,
+            checkpoints: 0,
+        }
+    }
+
+    /// Write a run's starting rows (see [`StartRows`]) and reserve event numbers up to
+    /// `reserve_seq`, in one transaction.
+    pub async fn start(&self, rows: StartRows, reserve_seq: u64) -> Result<(), StoreError> {
+        let txn = self.db.begin().await?;
+        let message = match rows {
+            StartRows::Fresh(new) => {
+                let input = new.input.clone();
+                executions::create(&txn, &self.scope, new).await?;
+                Some(input)
+            }
+            StartRows::Queued { input } => {
+                executions::start_queued(&txn, &self.scope, self.run_id).await?;
+                Some(input)
+            }
+            StartRows::Resume => None,
+        };
+        if let Some(text) = message {
+            messages::save_many(
+                &txn,
+                &self.scope,
+                self.session_id,
+                vec![NewMessage::user(text, Some(self.run_id))],
+            )
+            .await?;
+        }
+        sessions::touch_reserving(
+            &txn,
+            &self.scope,
+            self.session_id,
+            SessionState::Running,
+            reserve_seq,
+        )
+        .await?;
+        txn.commit().await?;
+        Ok(())
+    }
+
+    /// A message of the current step; stored with the step.
+    pub fn message(&mut self, m: NewMessage) {
+        self.waiting.messages.push(m);
+    }
+
+    /// An audit row of the current step; stored with the step.
+    pub fn audit(&mut self, row: NewToolCallLog) {
+        self.waiting.tool_calls.push(row);
+    }
+
+    /// The run waits for a person (`true`) or goes on (`false`): written with the next step.
+    pub fn set_waiting(&mut self, waiting: bool) {
+        self.status = Some(if waiting {
+            (
+                ExecutionStatus::WaitingApproval,
+                SessionState::WaitingApproval,
+            )
+        } else {
+            (ExecutionStatus::Running, SessionState::Running)
+        });
+    }
+
+    /// One transaction: the step's waiting rows, then the checkpoint, and the status change if
+    /// there is one. On failure nothing is written and the rows keep waiting (for the end).
+    pub async fn commit_step(&mut self, cp: &RunCheckpoint) -> Result<(), StoreError> {
+        let txn = self.db.begin().await?;
+        let rows = self.waiting.clone();
+        messages::save_many(&txn, &self.scope, self.session_id, rows.messages).await?;
+        tool_calls::insert_many(&txn, &self.scope, rows.tool_calls).await?;
+        checkpoints::save(
+            &txn,
+            &self.scope,
+            NewCheckpoint {
+                session_id: self.session_id,
+                execution_id: self.run_id,
+                step: cp.step,
+                node: cp.node.as_str().to_string(),
+                state: cp.to_json(),
+            },
+        )
+        .await?;
+        if let Some((exec, sess)) = self.status {
+            executions::update(
+                &txn,
+                &self.scope,
+                self.run_id,
+                exec,
+                cp.step,
+                cp.usage,
+                None,
+            )
+            .await?;
+            sessions::touch(&txn, &self.scope, self.session_id, sess).await?;
+        }
+        txn.commit().await?;
+        self.waiting = StepRows::default();
+        self.status = None;
+        self.checkpoints += 1;
+        Ok(())
+    }
+
+    /// What still waits to be written: it goes into the run's end.
+    pub fn take_waiting(&mut self) -> StepRows {
+        std::mem::take(&mut self.waiting)
+    }
+
+    pub fn checkpoints_written(&self) -> u64 {
+        self.checkpoints
+    }
+
+    /// Write a run's end (see [`RunEnd`]), retrying database errors with backoff; each attempt
+    /// and the whole are bounded ([`END_BOUND`]), after which the caller ends the run failed in
+    /// memory and journals it.
+    pub async fn end(
+        db: &DatabaseConnection,
+        scope: &TenantScope,
+        end: &RunEnd,
+    ) -> Result<(), StoreError> {
+        use backon::{ExponentialBuilder, Retryable};
+        let attempt = || async {
+            match tokio::time::timeout(END_ATTEMPT_TIMEOUT, executions::record_end(db, scope, end))
+                .await
+            {
+                Ok(r) => r,
+                Err(_) => Err(StoreError::Db(sea_orm::DbErr::Custom(
+                    "the database did not answer in time".into(),
+                ))),
+            }
+        };
+        let retried = attempt
+            .retry(
+                ExponentialBuilder::default()
+                    .with_min_delay(Duration::from_millis(100))
+                    .with_max_delay(Duration::from_secs(2))
+                    .with_max_times(END_RETRIES)
+                    .with_total_delay(Some(Duration::from_secs(6))),
+            )
+            .sleep(tokio::time::sleep)
+            .when(|e| matches!(e, StoreError::Db(_)))
+            .notify(|e, after| {
+                tracing::warn!(error = %e, run_id = %end.run_id, "recording the end of a run failed; retrying in {after:?}");
+            });
+        match tokio::time::timeout(END_BOUND, retried).await {
+            Ok(r) => r,
+            Err(_) => Err(StoreError::Db(sea_orm::DbErr::Custom(format!(
+                "the database did not take the run's end within {} s",
+                END_BOUND.as_secs()
+            )))),
+        }
+    }
+}
+
+const END_RETRIES: usize = 5;
+const END_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long a run's end may take to be written before the run ends failed in memory.
+pub const END_BOUND: Duration = Duration::from_secs(8);

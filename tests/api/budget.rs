@@ -1,0 +1,104 @@
+//! The SQL-statement budget of one run (issue 11, docs/benchmarks.md): what a one-tool run on a
+//! live session costs the database, counted by the server itself (`agentry_db_statements_total`)
+//! over the real binary, the fake model and a WebSocket, as `agentry-bench runs` drives it.
+
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use crate::ctx::Ctx;
+use crate::mcp::ws_connect;
+use crate::observability::sample;
+use crate::streaming::{Socket, send, until_done_or_hitl};
+
+/// SQL statements one one-tool run (model → `write_todos` → model → answer) may send on a
+/// session whose actor is live: the run's start, one transaction per step and the end.
+pub const STATEMENTS_PER_ONE_TOOL_RUN: u64 = 16;
+
+/// Runs measured; the fewest statements any of them took is the run path's own figure (a
+/// periodic event flush that lands inside a slow run adds one).
+const RUNS: usize = 5;
+
+pub async fn statements(ctx: &Ctx) -> u64 {
+    let m = ctx.metrics().await;
+    ["select", "insert", "update", "delete", "other"]
+        .iter()
+        .map(|k| sample(&m, "agentry_db_statements_total", &[("kind", k)]) as u64)
+        .sum()
+}
+
+/// The statements the server logged so far (`agentry_store::sql` at trace, see
+/// [`crate::BUDGET_ENV`]), oldest first.
+fn sql_log(ctx: &Ctx) -> Vec<String> {
+    ctx.server
+        .log_lines(|l| l["target"] == "agentry_store::sql")
+        .iter()
+        .map(|l| l["message"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+async fn one_tool_run(ws: &mut Socket, tag: &str) -> Vec<Value> {
+    let message = format!(
+        "/tool write_todos {{\"todos\": [{{\"content\": \"{tag}\", \"status\": \"pending\"}}]}}\n{tag}"
+    );
+    send(ws, json!({"type": "chat", "payload": {"message": message}})).await;
+    let events = until_done_or_hitl(ws).await;
+    let done = events.last().unwrap();
+    assert_eq!(done["event_type"], "done", "{events:?}");
+    assert_eq!(done["data"]["status"], "completed", "{events:?}");
+    assert!(
+        events
+            .iter()
+            .any(|e| e["event_type"] == "tool_result" && e["data"]["status"] == "success"),
+        "{events:?}"
+    );
+    events
+}
+
+/// Per run, after a warm-up run: the fewest statements of [`RUNS`] one-tool runs, which must
+/// be within [`STATEMENTS_PER_ONE_TOOL_RUN`].
+pub async fn one_tool_run_stays_within_the_statement_budget(ctx: &Ctx) -> Vec<u64> {
+    let t = ctx.tenant().await;
+    let key = &t.admin.key;
+    ctx.ok(
+        Method::POST,
+        "/api/v1/agents",
+        key,
+        Some(json!({"id": "budget", "tools": ["write_todos"], "auto_approve": true})),
+        201,
+    )
+    .await;
+    let s = ctx
+        .ok(
+            Method::POST,
+            "/api/v1/sessions",
+            key,
+            Some(json!({"assistant_id": "budget"})),
+            201,
+        )
+        .await;
+    let session = s["session_id"].as_str().unwrap().to_string();
+    let mut ws = ws_connect(ctx, key, &session).await;
+    one_tool_run(&mut ws, "warm-up").await;
+    let mut per_run = Vec::new();
+    let mut logged = Vec::new();
+    for i in 0..RUNS {
+        let (before, lines) = (statements(ctx).await, sql_log(ctx).len());
+        one_tool_run(&mut ws, &format!("run {i}")).await;
+        per_run.push(statements(ctx).await - before);
+        logged.push(sql_log(ctx).split_off(lines));
+    }
+    let (fewest_at, fewest) = per_run
+        .iter()
+        .copied()
+        .enumerate()
+        .min_by_key(|(_, n)| *n)
+        .unwrap();
+    let statements = logged[fewest_at].join("\n");
+    eprintln!("SQL statements per one-tool run: {per_run:?}; the fewest:\n{statements}");
+    assert!(
+        fewest <= STATEMENTS_PER_ONE_TOOL_RUN,
+        "a one-tool run sent {fewest} SQL statements (runs: {per_run:?}); the budget is {STATEMENTS_PER_ONE_TOOL_RUN}:\n{statements}"
+    );
+    assert!(fewest > 0, "the server counted no statements: {per_run:?}");
+    per_run
+}
