@@ -78,6 +78,13 @@ async function login(page, key, remember = false) {
 async function noHorizontalScroll(page, what) {
   const w = await page.evaluate(() => document.documentElement.scrollWidth);
   assert.ok(w <= 392, `${what} is ${w}px wide at 390px: it scrolls sideways`);
+  // Nor is anything cut off at the right edge (a box wider than the screen inside main).
+  const wide = await page.evaluate(() =>
+    [...document.querySelectorAll("main section > *, #session-list, .conversation, .card")]
+      .filter((e) => e.offsetParent && e.getBoundingClientRect().right > 392)
+      .map((e) => e.id || e.className),
+  );
+  assert.deepEqual(wide, [], `${what}: boxes wider than 390px`);
 }
 
 const browser = await chromium.launch({
@@ -242,7 +249,7 @@ try {
   await page.selectOption("#mcp-auth", "bearer");
   await page.fill("#mcp-secret", aliceKey);
   await page.click("#mcp-save");
-  await page.waitForSelector("tr[data-server=peer] .pill:has-text('disconnected')");
+  await page.waitForSelector("tr[data-server=peer] .pill.disconnected");
   await page.fill("#mcp-name", "broken");
   await page.fill("#mcp-url", "http://127.0.0.1:9/mcp");
   await page.click("#mcp-save");
@@ -255,8 +262,8 @@ try {
   });
   assert.equal(run.status, 200, await run.text());
   await page.click("#mcp-refresh");
-  await page.waitForSelector("tr[data-server=peer] .pill:has-text('connected')");
-  await page.waitForSelector("tr[data-server=broken] .pill:has-text('error')");
+  await page.waitForSelector("tr[data-server=peer] .pill.connected");
+  await page.waitForSelector("tr[data-server=broken] .pill.error");
   // The connected server lists the tools it discovered (this server's own /mcp offers read_file).
   await page.click("tr[data-server=peer] details.tools summary");
   await page.waitForSelector("tr[data-server=peer] details.tools li:has-text('peer__read_file')");
@@ -284,7 +291,9 @@ try {
   await page.fill("#runs-session", sessionId);
   await page.click("#runs-filter");
   await page.waitForFunction(() => document.querySelectorAll("#runs-list tr[data-run]").length === 6);
-  await page.locator("#runs-list tr[data-run]:has-text('a.txt')").first().click();
+  // The first run of the session (its input is unique), and wait for its own detail.
+  await page.locator(`#runs-list tr[data-run]:has-text('"content": "hello"')`).click();
+  await page.waitForSelector(`#run dd:has-text('"content": "hello"')`);
   await page.waitForSelector("#run .name:has-text('write_file')");
   await page.waitForSelector("#run:has-text('approved by')");
   await shot(page, "06-runs");
@@ -306,6 +315,13 @@ try {
   await login(bob, bobKey, true);
   assert.equal(await bob.evaluate(() => localStorage.getItem("agentry.key")), bobKey, "remember keeps the key in localStorage");
   await bob.click("#new-chat");
+  // Cancel: a slow run stops on the server and says so.
+  await bob.fill("#message", "/sleep 60000\nslow");
+  await bob.press("#message", "Enter");
+  await bob.waitForSelector("#cancel:not([disabled])");
+  await bob.waitForSelector("#working:has-text('working')");
+  await bob.click("#cancel");
+  await bob.waitForSelector(".done-line[data-status=cancelled]");
   await bob.fill("#message", "hi from bob");
   await bob.press("#message", "Enter");
   await bob.waitForSelector(".msg.assistant:has-text('You said: hi from bob')");
@@ -335,6 +351,7 @@ try {
   await shot(narrow, "10-narrow-chat");
   await narrow.click("a.back");
   await narrow.waitForSelector("#session-list a");
+  await noHorizontalScroll(narrow, "the session list");
   await shot(narrow, "11-narrow-sessions");
   for (const area of ["mcp", "runs", "agents", "admin"]) {
     await narrow.click(`#nav a[data-area=${area}]`);

@@ -319,8 +319,13 @@ function closeSocket() {
   const ws = state.socket;
   state.socket = null;
   if (ws) {
-    ws.onopen = ws.onmessage = ws.onclose = null;
-    ws.close(1000, "the console closed this chat");
+    ws.onmessage = ws.onclose = null;
+    // Closing a socket still connecting makes the browser log an error: close it once it opens.
+    if (ws.readyState === WebSocket.CONNECTING) ws.onopen = () => ws.close(1000, "the console closed this chat");
+    else {
+      ws.onopen = null;
+      ws.close(1000, "the console closed this chat");
+    }
   }
 }
 

@@ -46,6 +46,7 @@ export function mount(root, ctx) {
   const list = h("div", { id: "mcp-list" });
   const formBox = h("div", { class: "card", id: "mcp-form" });
   let alive = true;
+  let poll = null;
 
   clear(
     root,
@@ -62,7 +63,10 @@ export function mount(root, ctx) {
   );
   showForm(null, false);
   load();
-  return () => (alive = false);
+  return () => {
+    alive = false;
+    clearTimeout(poll);
+  };
 
   async function load() {
     let servers;
@@ -74,6 +78,9 @@ export function mount(root, ctx) {
     }
     if (!alive) return;
     const items = Array.isArray(servers) ? servers : servers.items || [];
+    // A server connecting now settles soon: look again until it has.
+    clearTimeout(poll);
+    if (items.some((s) => s.status === "connecting")) poll = setTimeout(load, 1000);
     clear(
       list,
       items.length === 0

@@ -80,14 +80,16 @@ async function load() {
 }
 
 async function show(id) {
+  // Only the run asked for last is shown, whichever answer arrives first.
+  const asked = (view.asked = id);
   let r;
   try {
     r = await api("GET", "/executions/" + encodeURIComponent(id));
   } catch (e) {
-    clear(view.detail, h("p", { class: "error card" }, describe(e)));
+    if (view.asked === asked) clear(view.detail, h("p", { class: "error card" }, describe(e)));
     return;
   }
-  if (!view.alive) return;
+  if (!view.alive || view.asked !== asked) return;
   const u = r.token_usage || {};
   clear(
     view.detail,
