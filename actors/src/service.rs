@@ -200,6 +200,19 @@ impl Engine {
         Ok(())
     }
 
+    /// An assistant was changed or deleted: live sessions that keep it load it again for
+    /// their next run.
+    pub async fn assistant_changed(
+        &self,
+        tenant: agentry_schema::ids::TenantId,
+        assistant: &agentry_schema::ids::AssistantId,
+    ) -> Result<(), EngineError> {
+        if let Some(sup) = self.registry.send(LiveTenant(tenant)).await? {
+            sup.do_send(crate::session::AssistantChanged(assistant.clone()));
+        }
+        Ok(())
+    }
+
     pub async fn tenant_deleted(
         &self,
         tenant: agentry_schema::ids::TenantId,

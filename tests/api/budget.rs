@@ -12,7 +12,7 @@ use crate::streaming::{Socket, send, until_done_or_hitl};
 
 /// SQL statements one one-tool run (model → `write_todos` → model → answer) may send on a
 /// session whose actor is live: the run's start, one transaction per step and the end.
-pub const STATEMENTS_PER_ONE_TOOL_RUN: u64 = 16;
+pub const STATEMENTS_PER_ONE_TOOL_RUN: u64 = 15;
 
 /// Runs measured; the fewest statements any of them took is the run path's own figure (a
 /// periodic event flush that lands inside a slow run adds one).
@@ -101,4 +101,49 @@ pub async fn one_tool_run_stays_within_the_statement_budget(ctx: &Ctx) -> Vec<u6
     );
     assert!(fewest > 0, "the server counted no statements: {per_run:?}");
     per_run
+}
+
+/// A live session keeps its assistant between runs, but a change through the API reaches it
+/// at once: the very next run sends the model the new system prompt.
+pub async fn a_changed_assistant_reaches_the_live_session_at_once(
+    ctx: &Ctx,
+    fake: &agentry_fake_model::FakeModelServer,
+) {
+    let t = ctx.tenant().await;
+    let key = &t.admin.key;
+    let spec = |prompt: &str| json!({"system_prompt": prompt, "tools": ["write_todos"], "auto_approve": true});
+    let mut create = spec("the first prompt");
+    create["id"] = json!("kept");
+    ctx.ok(Method::POST, "/api/v1/agents", key, Some(create), 201)
+        .await;
+    let s = ctx
+        .ok(
+            Method::POST,
+            "/api/v1/sessions",
+            key,
+            Some(json!({"assistant_id": "kept"})),
+            201,
+        )
+        .await;
+    let mut ws = ws_connect(ctx, key, s["session_id"].as_str().unwrap()).await;
+    let system_of_last = || {
+        let last = fake.requests().pop().expect("the model was called");
+        last.body.to_string()
+    };
+    one_tool_run(&mut ws, "kept 1").await;
+    assert!(system_of_last().contains("the first prompt"));
+    ctx.ok(
+        Method::PUT,
+        "/api/v1/agents/kept",
+        key,
+        Some(spec("the second prompt")),
+        200,
+    )
+    .await;
+    one_tool_run(&mut ws, "kept 2").await;
+    let body = system_of_last();
+    assert!(
+        body.contains("the second prompt") && !body.contains("the first prompt"),
+        "{body}"
+    );
 }

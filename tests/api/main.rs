@@ -71,6 +71,12 @@ async fn a_one_tool_run_stays_within_the_sql_statement_budget() {
 }
 
 #[tokio::test]
+async fn a_changed_assistant_reaches_the_live_session_at_once() {
+    let (fake, ctx) = durability::start(agentry_fake_model::DefaultReply::Auto, None, &[]).await;
+    budget::a_changed_assistant_reaches_the_live_session_at_once(&ctx, &fake).await;
+}
+
+#[tokio::test]
 async fn a_one_tool_run_stays_within_the_sql_statement_budget_on_postgres() {
     let Some(url) = postgres() else { return };
     let (_fake, ctx) = durability::start(

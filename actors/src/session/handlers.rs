@@ -184,6 +184,15 @@ impl Handler<GetStatus> for SessionActor {
     }
 }
 
+impl Handler<AssistantChanged> for SessionActor {
+    type Result = ();
+    fn handle(&mut self, msg: AssistantChanged, _: &mut Self::Context) {
+        if self.assistant.as_ref().is_some_and(|(a, _)| a.id == msg.0) {
+            self.assistant = None;
+        }
+    }
+}
+
 impl Handler<TenantChanged> for SessionActor {
     type Result = ();
     fn handle(&mut self, msg: TenantChanged, _: &mut Self::Context) {

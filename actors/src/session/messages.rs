@@ -92,6 +92,13 @@ pub struct SessionStatus {
     pub last_seq: u64,
 }
 
+/// An assistant of the tenant changed or was deleted (through this server): a session that
+/// keeps it for its runs loads it again. Sent to the tenant's supervisor, which tells its
+/// sessions.
+#[derive(Message, Clone)]
+#[rtype(result = "()")]
+pub struct AssistantChanged(pub agentry_schema::ids::AssistantId);
+
 /// The tenant's settings changed (quotas, features).
 #[derive(Message)]
 #[rtype(result = "()")]

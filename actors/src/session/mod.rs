@@ -41,6 +41,11 @@ use crate::quota::{AcquireRun, QuotaActor, ReleaseRun};
 use crate::tenant::SessionStopped;
 pub use messages::*;
 
+/// How long a session reuses the assistant it loaded for a run instead of reading it again. A
+/// change made through this server reaches live sessions at once; one made elsewhere (another
+/// replica) within this.
+const ASSISTANT_REUSE: Duration = Duration::from_secs(5);
+
 /// How old a running run's events may get before they are stored ahead of its end.
 const RUN_EVENTS_MAX_AGE: Duration = Duration::from_secs(1);
 
@@ -270,6 +275,9 @@ pub struct SessionActor {
     /// (and in the local journal); the write is tried again until it lands.
     unrecorded: Vec<RunEnd>,
     unrecorded_tried: Instant,
+    /// The assistant its last run used, and when it was loaded: the next run reuses it for
+    /// [`ASSISTANT_REUSE`] (or until this server changes it, [`AssistantChanged`]).
+    assistant: Option<(Assistant, Instant)>,
 }
 
 impl SessionActor {
@@ -305,6 +313,7 @@ impl SessionActor {
             me: None,
             unrecorded: Vec::new(),
             unrecorded_tried: Instant::now(),
+            assistant: None,
         }
     }
 
@@ -478,6 +487,11 @@ impl SessionActor {
         let deps = self.deps.clone();
         let tenant = self.tenant.clone();
         let session = self.session.clone();
+        let kept = self
+            .assistant
+            .as_ref()
+            .filter(|(a, at)| a.id == session.assistant_id && at.elapsed() < ASSISTANT_REUSE)
+            .cloned();
         let quota = self.quota.clone();
         let mcp = self.mcp.clone();
         let resuming = matches!(start, RunStart::Resume(_));
@@ -498,8 +512,10 @@ impl SessionActor {
                 Ok(Err(_)) => {}
                 Err(_) => return Err(EngineError::Unavailable),
             }
-            let prepared =
-                prepare_run(&deps, tenant, &session, run_id, &user, start, mcp, reserve).await;
+            let prepared = prepare_run(
+                &deps, tenant, kept, &session, run_id, &user, start, mcp, reserve,
+            )
+            .await;
             if prepared.is_err() {
                 quota.do_send(ReleaseRun { tokens: 0 });
             }
@@ -509,6 +525,9 @@ impl SessionActor {
             let still_ours = act.run.as_ref().is_some_and(|r| r.run_id == run_id);
             // The run start reserved the next block of event numbers with its session write.
             act.on_reserved(res.is_ok().then_some(reserve));
+            if let Ok(p) = &res {
+                act.assistant = Some((p.input.assistant.clone(), p.assistant_loaded));
+            }
             match res {
                 Ok(prepared) if still_ours => {
                     let cancelled = act.run.as_ref().is_some_and(|r| r.cancel.is_cancelled());
@@ -1086,6 +1105,8 @@ async fn load_recovery(
 struct PreparedRun {
     input: RunInput,
     notice: Option<String>,
+    /// When its assistant was loaded.
+    assistant_loaded: Instant,
 }
 
 async fn load_assistant(
@@ -1114,10 +1135,12 @@ pub(crate) async fn assistant_exists(
 #[allow(clippy::too_many_arguments)] // the run's identity, how it starts, and its reservation
 /// Write what must be stored before a run starts (DESIGN §1.5: an acknowledged message is in the
 /// database), in one transaction ([`RunRecorder::start`]), and build the loop's input. The
-/// tenant is the one the session holds (kept current by its supervisor), not read again.
+/// tenant is the one the session holds (kept current by its supervisor), and the assistant the
+/// one it `kept` from its last run, if any: neither is read again.
 async fn prepare_run(
     deps: &Arc<EngineDeps>,
     tenant: Arc<Tenant>,
+    kept: Option<(Assistant, Instant)>,
     session: &Session,
     run_id: RunId,
     user: &UserScope,
@@ -1126,7 +1149,13 @@ async fn prepare_run(
     reserve_seq: u64,
 ) -> Result<PreparedRun, EngineError> {
     let scope = &tenant.scope();
-    let assistant = load_assistant(deps, scope, &session.assistant_id).await?;
+    let (assistant, assistant_loaded) = match kept {
+        Some(kept) => kept,
+        None => (
+            load_assistant(deps, scope, &session.assistant_id).await?,
+            Instant::now(),
+        ),
+    };
     let recorder = RunRecorder::new(deps.db.clone(), *scope, session.id, run_id);
     let mut notice = None;
     let (rows, resume) = match start {
@@ -1176,6 +1205,7 @@ async fn prepare_run(
             mcp,
         },
         notice,
+        assistant_loaded,
     })
 }
 

@@ -5,7 +5,7 @@ use actix::prelude::*;
 use super::TenantSupervisor;
 use super::messages::*;
 use crate::quota::UpdateQuotas;
-use crate::session::{SessionActor, TenantChanged};
+use crate::session::{AssistantChanged, SessionActor, TenantChanged};
 
 impl Handler<StartSession> for TenantSupervisor {
     type Result = MessageResult<StartSession>;
@@ -45,6 +45,15 @@ impl Handler<GetQuota> for TenantSupervisor {
     type Result = MessageResult<GetQuota>;
     fn handle(&mut self, _: GetQuota, _: &mut Self::Context) -> Self::Result {
         MessageResult(self.quota.clone())
+    }
+}
+
+impl Handler<AssistantChanged> for TenantSupervisor {
+    type Result = ();
+    fn handle(&mut self, msg: AssistantChanged, _: &mut Self::Context) {
+        for (addr, _, _) in self.sessions.values() {
+            addr.do_send(msg.clone());
+        }
     }
 }
 

@@ -323,6 +323,7 @@ pub async fn replace_agent(
         assistants::ensure_default(&state.db, &scope, default_assistant_spec()).await?;
     }
     let updated = assistants::update(&state.db, &scope, &id, spec).await?;
+    assistant_changed(&state, &admin, &id).await;
     Ok(Json(views::assistant(updated)))
 }
 
@@ -355,7 +356,15 @@ pub async fn delete_agent(
     if !assistants::delete(&state.db, &admin.scope(), &id).await? {
         return Err(ApiError::not_found(format!("assistant {id}")));
     }
+    assistant_changed(&state, &admin, &id).await;
     Ok(HttpResponse::NoContent().finish())
+}
+
+/// Live sessions keep their assistant between runs: tell them it changed.
+async fn assistant_changed(state: &AppState, admin: &TenantAdmin, id: &AssistantId) {
+    if let Err(e) = state.engine.assistant_changed(admin.tenant_id(), id).await {
+        tracing::warn!(error = %e, "telling the engine about the assistant change failed");
+    }
 }
 
 #[cfg(test)]
