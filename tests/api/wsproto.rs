@@ -81,9 +81,9 @@ pub async fn fragments_utf8_protocol_errors_and_close(ctx: &Ctx) {
     ws.send(Message::text(ping_text())).await.unwrap();
     assert_eq!(next_json(&mut ws).await["type"], "pong");
 
-    // A clean close completes: the server answers the close and drops TCP. actix holds the
-    // connection up to its 1 s `client_disconnect_timeout` first (measured ~0.77 s), so the
-    // bound is 2 s, not the 200 ms the issue asks for (docs/api.md says so).
+    // A clean close completes at once: the server answers the close and drops TCP (not after
+    // actix's 1 s `client_disconnect_timeout`, as it did). It takes a few milliseconds; the
+    // bound leaves room for a loaded machine and still fails if the one-second linger returns.
     ws.send(Message::Close(Some(CloseFrame {
         code: CloseCode::Normal,
         reason: "bye".into(),
@@ -91,10 +91,23 @@ pub async fn fragments_utf8_protocol_errors_and_close(ctx: &Ctx) {
     .await
     .unwrap();
     let asked = Instant::now();
-    while let Ok(Some(Ok(_))) = tokio::time::timeout(Duration::from_secs(5), ws.next()).await {}
+    let mut answered = None;
+    loop {
+        match tokio::time::timeout(Duration::from_secs(5), ws.next()).await {
+            Ok(Some(Ok(Message::Close(frame)))) => answered = frame.map(|f| f.code),
+            Ok(Some(Ok(_))) => {}
+            Ok(None | Some(Err(_))) => break,
+            Err(_) => panic!("the server held the connection for 5 s after the close"),
+        }
+    }
     let took = asked.elapsed();
     eprintln!("a client's close completed in {took:?}");
-    assert!(took < Duration::from_secs(2), "the close took {took:?}");
+    assert_eq!(
+        answered,
+        Some(CloseCode::Normal),
+        "the close was not answered"
+    );
+    assert!(took < Duration::from_millis(500), "the close took {took:?}");
 
     // Text that is not UTF-8 → 1007, unfragmented and fragmented.
     let mut ws = socket(ctx).await;

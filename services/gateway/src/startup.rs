@@ -263,6 +263,8 @@ impl Application {
         // written while the previous one is unacknowledged waits for the client's delayed ACK
         // (40 ms on Linux). docs/benchmarks.md measured it.
         .tcp_nodelay(true)
+        // A WebSocket ends its connection promptly after a close handshake (`ws::ConnSocket`).
+        .on_connect(crate::ws::remember_socket)
         .listen(listener)?
         .shutdown_timeout(REQUESTS_GRACE_SECS)
         .disable_signals();

@@ -14,6 +14,8 @@
 //! a pong) for 45 s, releasing its subscription. When the server stops (SIGTERM), every socket
 //! is closed with 1001 "going away" at once, so clients reconnect (to another replica).
 
+use std::any::Any;
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -112,6 +114,7 @@ pub async fn connect(
         fragments: None,
         request_id: request_id.0,
         shutdown: state.shutdown.clone(),
+        socket: req.conn_data::<ConnSocket>().copied(),
         _slot: slot,
     };
     ws::WsResponseBuilder::new(actor, &req, stream)
@@ -126,6 +129,18 @@ pub async fn connect(
                 format!("not a WebSocket upgrade: {e}"),
             )
         })
+}
+
+/// The descriptor of a connection's TCP socket (set by [`remember_socket`] for every plain TCP
+/// connection), so that a WebSocket can end its connection promptly after a close handshake.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnSocket(RawFd);
+
+/// `HttpServer::on_connect`: note the connection's socket.
+pub fn remember_socket(conn: &dyn Any, ext: &mut actix_web::dev::Extensions) {
+    if let Some(tcp) = conn.downcast_ref::<actix_web::rt::net::TcpStream>() {
+        ext.insert(ConnSocket(tcp.as_raw_fd()));
+    }
 }
 
 /// A reserved connection slot, given back when dropped.
@@ -173,6 +188,8 @@ pub struct WsConnection {
     /// The upgrade request's id: runs started over this socket are logged with it.
     request_id: String,
     shutdown: tokio_util::sync::CancellationToken,
+    /// The connection's socket, to end it promptly after the client's close.
+    socket: Option<ConnSocket>,
     _slot: Slot,
 }
 
@@ -365,6 +382,26 @@ struct Fragments {
 }
 
 impl WsConnection {
+    /// After the client's close: end the connection as soon as our close frame is out.
+    ///
+    /// actix-http keeps reading a request body that is not finished when the response ends —
+    /// and a WebSocket's body never finishes — until the client hangs up or
+    /// `client_disconnect_timeout` (1 s) passes, while the client waits for the server to close
+    /// TCP first (RFC 6455 §7.1.1): every clean close took about a second. Shutting the socket's
+    /// read side makes actix-http's next read see end-of-file: it still writes the close frame,
+    /// then closes the connection at once. Nothing is lost: the client sends nothing after its
+    /// close.
+    ///
+    /// The descriptor is valid here: this handler runs inside actix-http's poll of the response
+    /// body, and actix-http owns the socket until that body ends.
+    fn stop_reading(&self) {
+        if let Some(ConnSocket(fd)) = self.socket
+            && let Err(e) = nix::sys::socket::shutdown(fd, nix::sys::socket::Shutdown::Read)
+        {
+            tracing::debug!(error = %e, "could not shut the read side of a closed WebSocket");
+        }
+    }
+
     fn close_with(&mut self, ctx: &mut ws::WebsocketContext<Self>, code: ws::CloseCode, why: &str) {
         ctx.close(Some(ws::CloseReason {
             code,
@@ -536,6 +573,7 @@ impl StreamHandler<Result<ws::Message, ws::ProtocolError>> for WsConnection {
             Ok(ws::Message::Close(reason)) => {
                 ctx.close(reason);
                 ctx.stop();
+                self.stop_reading();
             }
             Err(ws::ProtocolError::Overflow) => {
                 ctx.close(Some(ws::CloseReason {
