@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the API, terminal-client and deployment tests need beyond Rust:
 #   - a Python virtualenv shared by the checks (default <repo>/.cache/venv, override with
-#     AGENTRY_VENV) with openapi-spec-validator (the OpenAPI document must validate), and for
+#     AGENTRY_VENV) with openapi-spec-validator (the OpenAPI document must validate),
+#     schemathesis (generated requests against the running server's document), and for
 #     tests/deploy pytest, PyYAML, helm-python-sdk (the Helm v4 Go SDK as a library: the chart is
 #     rendered and linted offline, no helm binary) and kubernetes-validate (the Kubernetes JSON
 #     schemas, offline);
@@ -15,6 +16,7 @@ set -euo pipefail
 
 PACKAGES=(
     "openapi-spec-validator==0.9.0"
+    "schemathesis==4.32.5"
     "pytest==9.2.0"
     "PyYAML==6.0.4"
     "helm-python-sdk==0.2.2"
@@ -50,6 +52,7 @@ if [[ ! -x "$venv/bin/python" ]]; then
 fi
 "$venv/bin/pip" install --quiet --disable-pip-version-check "${PACKAGES[@]}"
 "$venv/bin/openapi-spec-validator" --help >/dev/null
+"$venv/bin/schemathesis" --version >/dev/null
 "$venv/bin/python" -c "import helm_python, kubernetes_validate, yaml, pytest; helm_python.helm_sdk_version()"
 
 echo "$want" > "$stamp"

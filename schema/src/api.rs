@@ -220,20 +220,26 @@ pub struct TenantInfo {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct CreateTenantRequest {
+    #[cfg_attr(feature = "openapi", schema(min_length = 1, max_length = 128))]
     pub name: String,
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(maximum = 2147483647))]
     pub max_users: Option<u32>,
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(maximum = 2147483647))]
     pub max_sessions_per_user: Option<u32>,
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(maximum = 2147483647))]
     pub max_mcp_servers: Option<u32>,
     #[serde(default)]
     pub workspace_quota_bytes: Option<u64>,
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(maximum = 2147483647))]
     pub requests_per_minute: Option<u32>,
     #[serde(default)]
     pub tokens_per_day: Option<u64>,
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(maximum = 2147483647))]
     pub max_concurrent_runs: Option<u32>,
     #[serde(default)]
     pub features_enabled: Option<Vec<String>>,
@@ -250,23 +256,29 @@ pub struct CreateTenantRequest {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ReplaceTenantRequest {
+    #[cfg_attr(feature = "openapi", schema(min_length = 1, max_length = 128))]
     pub name: String,
     /// Default `active`.
     #[serde(default)]
     pub status: Option<TenantStatus>,
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(maximum = 2147483647))]
     pub max_users: Option<u32>,
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(maximum = 2147483647))]
     pub max_sessions_per_user: Option<u32>,
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(maximum = 2147483647))]
     pub max_mcp_servers: Option<u32>,
     #[serde(default)]
     pub workspace_quota_bytes: Option<u64>,
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(maximum = 2147483647))]
     pub requests_per_minute: Option<u32>,
     #[serde(default)]
     pub tokens_per_day: Option<u64>,
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(maximum = 2147483647))]
     pub max_concurrent_runs: Option<u32>,
     #[serde(default)]
     pub features_enabled: Option<Vec<String>>,
@@ -285,22 +297,28 @@ pub struct ReplaceTenantRequest {
 #[serde(deny_unknown_fields)]
 pub struct UpdateTenantRequest {
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(min_length = 1, max_length = 128))]
     pub name: Option<String>,
     #[serde(default)]
     pub status: Option<TenantStatus>,
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(maximum = 2147483647))]
     pub max_users: Option<u32>,
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(maximum = 2147483647))]
     pub max_sessions_per_user: Option<u32>,
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(maximum = 2147483647))]
     pub max_mcp_servers: Option<u32>,
     #[serde(default)]
     pub workspace_quota_bytes: Option<u64>,
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(maximum = 2147483647))]
     pub requests_per_minute: Option<u32>,
     #[serde(default)]
     pub tokens_per_day: Option<u64>,
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(maximum = 2147483647))]
     pub max_concurrent_runs: Option<u32>,
     #[serde(default)]
     pub features_enabled: Option<Vec<String>>,

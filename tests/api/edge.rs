@@ -182,6 +182,109 @@ pub async fn malformed_requests(ctx: &Ctx) {
             "{what} chunked"
         );
     }
+    // The routes whose bodies have rules of their own (chat, sessions, decisions, MCP servers)
+    // refuse a missing content type and an oversize body the same way.
+    let sid = uuid::Uuid::new_v4();
+    let me = &t.member.user_id;
+    for (method, path) in [
+        (Method::POST, "/api/v1/chat".to_string()),
+        (Method::POST, "/api/v1/chat/stream".to_string()),
+        (Method::POST, "/api/v1/sessions".to_string()),
+        (
+            Method::POST,
+            format!("/api/v1/sessions/{sid}/approvals/{}", uuid::Uuid::new_v4()),
+        ),
+        (Method::POST, format!("/api/v1/users/{me}/mcp-servers")),
+        (Method::PUT, format!("/api/v1/users/{me}/mcp-servers/s")),
+    ] {
+        let what = format!("{method} {path}");
+        let base = || ctx.request(method.clone(), &path, Some(&t.member.key));
+        let res = ctx.send(base()).await;
+        assert_eq!(
+            (res.status, res.code()),
+            (415, "unsupported_media_type"),
+            "{what} without a body"
+        );
+        let res = ctx
+            .send(base().header("content-type", "text/plain").body("{}"))
+            .await;
+        assert_eq!(
+            (res.status, res.code()),
+            (415, "unsupported_media_type"),
+            "{what}"
+        );
+        let res = ctx
+            .send(
+                base()
+                    .header("content-type", "application/json")
+                    .body(oversize.clone()),
+            )
+            .await;
+        assert_eq!(
+            (res.status, res.code()),
+            (413, "payload_too_large"),
+            "{what}"
+        );
+    }
+    // Quotas beyond what the database holds are refused, not clamped, and change nothing.
+    let tenant_path = format!("/api/v1/admin/tenants/{a}");
+    let before = ctx
+        .ok(Method::GET, &tenant_path, ADMIN_KEY, None, 200)
+        .await;
+    for (method, path, body) in [
+        (
+            Method::POST,
+            "/api/v1/admin/tenants".to_string(),
+            json!({"name": unique("big"), "max_users": 2_147_483_648_u64}),
+        ),
+        (
+            Method::PATCH,
+            format!("/api/v1/admin/tenants/{a}"),
+            json!({"requests_per_minute": 4_294_967_295_u64}),
+        ),
+        (
+            Method::PUT,
+            format!("/api/v1/admin/tenants/{a}"),
+            json!({"name": "x", "tokens_per_day": 9_223_372_036_854_775_808_u64}),
+        ),
+    ] {
+        let res = ctx
+            .call(method.clone(), &path, Some(ADMIN_KEY), Some(&body))
+            .await;
+        let field = body
+            .as_object()
+            .unwrap()
+            .keys()
+            .find(|k| *k != "name")
+            .unwrap()
+            .clone();
+        assert_eq!(
+            (
+                res.status,
+                res.code(),
+                res.body["details"]["field"].as_str()
+            ),
+            (422, "validation_error", Some(field.as_str())),
+            "{method} {path}: {}",
+            res.body
+        );
+    }
+    let after = ctx
+        .ok(Method::GET, &tenant_path, ADMIN_KEY, None, 200)
+        .await;
+    assert_eq!(after, before, "a refused change changed the tenant");
+    // The largest storable values are kept as given.
+    let res = ctx
+        .ok(
+            Method::PATCH,
+            &tenant_path,
+            ADMIN_KEY,
+            Some(json!({"max_users": 2_147_483_647, "tokens_per_day": 9_223_372_036_854_775_807_u64})),
+            200,
+        )
+        .await;
+    assert_eq!(res["max_users"], 2_147_483_647);
+    assert_eq!(res["tokens_per_day"], 9_223_372_036_854_775_807_u64);
     // JSON with parameters or a +json subtype is JSON.
     for ct in [
         "application/json; charset=utf-8",

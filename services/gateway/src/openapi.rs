@@ -76,7 +76,13 @@ every response carries `X-Request-Id`. Authenticate with `Authorization: Bearer 
         openapi_json,
     ),
     components(schemas(agentry_schema::ErrorResponse, agentry_schema::ErrorCode)),
-    modifiers(&SecuritySchemes, &RateLimited, &DatabaseUnavailable),
+    modifiers(
+        &SecuritySchemes,
+        &RateLimited,
+        &DatabaseUnavailable,
+        &JsonBodies,
+        &PathParameterRules
+    ),
     security(("bearer" = []), ("api_key" = [])),
     tags(
         (name = "health", description = "Liveness and readiness; no key needed"),
@@ -165,19 +171,38 @@ fn keyed_operations(
     })
 }
 
+/// Every operation (but the platform admin's `/admin` routes) with every method.
+fn all_operations(
+    openapi: &mut utoipa::openapi::OpenApi,
+) -> impl Iterator<Item = (&String, &mut utoipa::openapi::path::Operation)> {
+    openapi.paths.paths.iter_mut().flat_map(|(path, item)| {
+        [
+            &mut item.get,
+            &mut item.put,
+            &mut item.post,
+            &mut item.delete,
+            &mut item.patch,
+        ]
+        .into_iter()
+        .flatten()
+        .map(move |op| (path, op))
+    })
+}
+
 /// Every request a tenant key makes counts against the tenant's `requests_per_minute`, whatever
-/// the route: every operation that takes a key (all but the public ones and the platform admin's
-/// `/admin` routes) documents the 429 it may answer. Routes with a 429 of their own (a quota of
-/// theirs) keep their description.
+/// the route — the public ones too (`/`, `/health*`, `/metrics`, this document) when a key is
+/// sent to them: every operation but the platform admin's `/admin` routes documents the 429 it
+/// may answer. Routes with a 429 of their own (a quota of theirs) keep their description.
 struct RateLimited;
 
 impl Modify for RateLimited {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
         let response = retry_after_response(
-            "The tenant's `requests_per_minute` is reached",
+            "The tenant's `requests_per_minute` is reached (every request that carries a tenant \
+             key counts, on a route that needs no key too)",
             "Seconds until a request will be admitted",
         );
-        for (path, op) in keyed_operations(openapi) {
+        for (path, op) in all_operations(openapi) {
             if path.starts_with("/api/v1/admin") {
                 continue;
             }
@@ -216,6 +241,102 @@ impl Modify for DatabaseUnavailable {
                         .responses
                         .insert("503".to_string(), response.clone().into());
                 }
+            }
+        }
+    }
+}
+
+/// An error answer with the `ErrorResponse` body.
+fn error_response(description: &str) -> utoipa::openapi::Response {
+    use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
+    ResponseBuilder::new()
+        .description(description)
+        .content(
+            "application/json",
+            ContentBuilder::new()
+                .schema(Some(Ref::from_schema_name("ErrorResponse")))
+                .build(),
+        )
+        .build()
+}
+
+/// Every operation that takes a JSON body answers 415 to a body without `Content-Type:
+/// application/json` (or with no body at all) and 413 to one over `server.body_limit_bytes`.
+struct JsonBodies;
+
+impl Modify for JsonBodies {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let too_large = error_response(
+            "The body is larger than `server.body_limit_bytes` (`payload_too_large`, \
+             `details.limit_bytes`)",
+        );
+        let media_type = error_response(
+            "The body is not sent as `Content-Type: application/json`, or there is none \
+             (`unsupported_media_type`)",
+        );
+        for (_, op) in all_operations(openapi) {
+            if op.request_body.is_none() {
+                continue;
+            }
+            let responses = &mut op.responses.responses;
+            responses
+                .entry("413".to_string())
+                .or_insert_with(|| too_large.clone().into());
+            responses
+                .entry("415".to_string())
+                .or_insert_with(|| media_type.clone().into());
+        }
+    }
+}
+
+/// Path parameters say what the server accepts: ids are UUIDs (anything else is a 400), an
+/// assistant id and an MCP server name follow their patterns.
+struct PathParameterRules;
+
+/// Path parameters that are UUIDs.
+pub const UUID_PATH_PARAMETERS: [&str; 6] = [
+    "session_id",
+    "execution_id",
+    "tenant_id",
+    "user_id",
+    "key_id",
+    "request_id",
+];
+
+impl Modify for PathParameterRules {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::path::ParameterIn;
+        use utoipa::openapi::{KnownFormat, ObjectBuilder, SchemaFormat, Type};
+        let uuid = ObjectBuilder::new()
+            .schema_type(Type::String)
+            .format(Some(SchemaFormat::KnownFormat(KnownFormat::Uuid)))
+            .build();
+        let slug = |pattern: &str| {
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .min_length(Some(1))
+                .max_length(Some(64))
+                .pattern(Some(pattern))
+                .build()
+        };
+        // `agentry_schema::ids::AssistantId` and `McpServerName`.
+        let assistant = slug("^[a-z0-9][a-z0-9_-]*$");
+        let mcp_name = slug("^(?!.*__)[A-Za-z0-9_-]+$");
+        for (_, op) in all_operations(openapi) {
+            for p in op.parameters.iter_mut().flatten() {
+                let utoipa::openapi::RefOr::T(p) = p else {
+                    continue;
+                };
+                if p.parameter_in != ParameterIn::Path {
+                    continue;
+                }
+                let schema = match p.name.as_str() {
+                    n if UUID_PATH_PARAMETERS.contains(&n) => uuid.clone(),
+                    "agent_id" => assistant.clone(),
+                    "name" => mcp_name.clone(),
+                    _ => continue,
+                };
+                p.schema = Some(schema.into());
             }
         }
     }
@@ -269,32 +390,92 @@ mod tests {
         );
     }
 
-    /// `requests_per_minute` applies to every request a tenant key makes, so every operation
-    /// that takes one documents a 429; public routes and the platform admin's do not.
+    /// `requests_per_minute` applies to every request a tenant key makes — on public routes
+    /// too when a key is sent — so every operation but the platform admin's documents a 429.
     #[test]
     fn every_operation_a_tenant_key_calls_documents_the_rate_limit() {
         let doc = serde_json::to_value(document()).unwrap();
-        let mut keyed = 0;
+        let mut checked = 0;
         for (path, item) in doc["paths"].as_object().unwrap() {
             for (method, op) in item.as_object().unwrap() {
-                let public = op["security"] == serde_json::json!([{}]);
+                if path.starts_with("/api/v1/admin") {
+                    // Not rate limited; a 429 here is a quota of the route's own.
+                    let why = op["responses"]["429"]["description"].as_str().unwrap_or("");
+                    assert!(
+                        !why.contains("requests_per_minute"),
+                        "{method} {path}: the platform admin is not rate limited"
+                    );
+                    continue;
+                }
+                checked += 1;
                 let has_429 = op["responses"].get("429").is_some();
-                if public {
-                    assert!(!has_429, "{method} {path} needs no key, so no rate limit");
-                } else if !path.starts_with("/api/v1/admin") {
-                    keyed += 1;
-                    assert!(has_429, "{method} {path} does not document its 429");
-                    assert_eq!(
-                        op["responses"]["429"]["content"]["application/json"]["schema"]["$ref"],
-                        "#/components/schemas/ErrorResponse",
-                        "{method} {path}"
+                assert!(has_429, "{method} {path} does not document its 429");
+                assert_eq!(
+                    op["responses"]["429"]["content"]["application/json"]["schema"]["$ref"],
+                    "#/components/schemas/ErrorResponse",
+                    "{method} {path}"
+                );
+            }
+        }
+        assert!(checked > 30, "only {checked} operations found");
+        for path in ["/", "/api/v1/health", "/api/v1/health/ready", "/metrics"] {
+            let r = &doc["paths"][path]["get"]["responses"]["429"];
+            assert!(r["headers"]["Retry-After"].is_object(), "{path}: {r}");
+        }
+    }
+
+    /// Ids in paths are UUIDs, and the other path parameters carry their patterns.
+    #[test]
+    fn path_parameters_carry_their_formats() {
+        let doc = serde_json::to_value(document()).unwrap();
+        let mut ids = 0;
+        for (path, item) in doc["paths"].as_object().unwrap() {
+            for (method, op) in item.as_object().unwrap() {
+                for p in op["parameters"].as_array().into_iter().flatten() {
+                    if p["in"] != "path" {
+                        continue;
+                    }
+                    let name = p["name"].as_str().unwrap();
+                    let schema = &p["schema"];
+                    match name {
+                        "agent_id" | "name" => {
+                            assert!(schema["pattern"].is_string(), "{method} {path} {name}")
+                        }
+                        _ => {
+                            assert!(
+                                UUID_PATH_PARAMETERS.contains(&name),
+                                "{method} {path}: {name} is not known to be a UUID"
+                            );
+                            assert_eq!(schema["format"], "uuid", "{method} {path} {name}");
+                            ids += 1;
+                        }
+                    }
+                }
+            }
+        }
+        assert!(ids > 30, "only {ids} id parameters found");
+    }
+
+    /// Every operation with a JSON body documents 413 and 415.
+    #[test]
+    fn every_json_body_documents_413_and_415() {
+        let doc = serde_json::to_value(document()).unwrap();
+        let mut bodies = 0;
+        for (path, item) in doc["paths"].as_object().unwrap() {
+            for (method, op) in item.as_object().unwrap() {
+                if op.get("requestBody").is_none() {
+                    continue;
+                }
+                bodies += 1;
+                for status in ["413", "415"] {
+                    assert!(
+                        op["responses"].get(status).is_some(),
+                        "{method} {path} does not document {status}"
                     );
                 }
             }
         }
-        assert!(keyed > 20, "only {keyed} keyed operations found");
-        let sessions = &doc["paths"]["/api/v1/sessions"]["get"]["responses"]["429"];
-        assert!(sessions["headers"]["Retry-After"].is_object(), "{sessions}");
+        assert!(bodies > 15, "only {bodies} operations with a body");
     }
 
     /// Code generators name a function per operationId: two operations with one id break them.

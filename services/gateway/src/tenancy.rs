@@ -116,6 +116,25 @@ fn patched_policy(current: &TenantPolicy, patch: Option<Value>) -> ApiResult<Ten
     valid_policy(policy)
 }
 
+/// The largest quota the database holds: counts are stored as 32-bit, sizes as 64-bit signed
+/// integers. A larger value is refused, never clamped.
+pub const MAX_COUNT_QUOTA: u32 = i32::MAX as u32;
+pub const MAX_SIZE_QUOTA: u64 = i64::MAX as u64;
+
+fn in_range<T: PartialOrd + std::fmt::Display + Copy>(
+    field: &str,
+    value: Option<T>,
+    max: T,
+) -> ApiResult<Option<T>> {
+    match value {
+        Some(v) if v > max => Err(ApiError::validation(
+            field,
+            format!("`{field}` must be at most {max} (got {v})"),
+        )),
+        v => Ok(v),
+    }
+}
+
 /// Quotas from optional fields over `base`.
 #[allow(clippy::too_many_arguments)]
 fn quotas_over(
@@ -127,16 +146,38 @@ fn quotas_over(
     requests_per_minute: Option<u32>,
     tokens_per_day: Option<u64>,
     max_concurrent_runs: Option<u32>,
-) -> Quotas {
-    Quotas {
-        max_users: max_users.unwrap_or(base.max_users),
-        max_sessions_per_user: max_sessions_per_user.unwrap_or(base.max_sessions_per_user),
-        max_mcp_servers: max_mcp_servers.unwrap_or(base.max_mcp_servers),
-        workspace_quota_bytes: workspace_quota_bytes.unwrap_or(base.workspace_quota_bytes),
-        requests_per_minute: requests_per_minute.unwrap_or(base.requests_per_minute),
-        tokens_per_day: tokens_per_day.unwrap_or(base.tokens_per_day),
-        max_concurrent_runs: max_concurrent_runs.unwrap_or(base.max_concurrent_runs),
-    }
+) -> ApiResult<Quotas> {
+    let count = |field: &str, v: Option<u32>, base: u32| {
+        in_range(field, v, MAX_COUNT_QUOTA).map(|v| v.unwrap_or(base))
+    };
+    let size = |field: &str, v: Option<u64>, base: u64| {
+        in_range(field, v, MAX_SIZE_QUOTA).map(|v| v.unwrap_or(base))
+    };
+    Ok(Quotas {
+        max_users: count("max_users", max_users, base.max_users)?,
+        max_sessions_per_user: count(
+            "max_sessions_per_user",
+            max_sessions_per_user,
+            base.max_sessions_per_user,
+        )?,
+        max_mcp_servers: count("max_mcp_servers", max_mcp_servers, base.max_mcp_servers)?,
+        workspace_quota_bytes: size(
+            "workspace_quota_bytes",
+            workspace_quota_bytes,
+            base.workspace_quota_bytes,
+        )?,
+        requests_per_minute: count(
+            "requests_per_minute",
+            requests_per_minute,
+            base.requests_per_minute,
+        )?,
+        tokens_per_day: size("tokens_per_day", tokens_per_day, base.tokens_per_day)?,
+        max_concurrent_runs: count(
+            "max_concurrent_runs",
+            max_concurrent_runs,
+            base.max_concurrent_runs,
+        )?,
+    })
 }
 
 /// The assistant every new tenant starts with: the server's default model, every built-in tool,
@@ -165,7 +206,7 @@ pub async fn create_tenant(
         req.requests_per_minute,
         req.tokens_per_day,
         req.max_concurrent_runs,
-    );
+    )?;
     let txn = state.db.begin().await.map_err(StoreError::from)?;
     let tenant = tenants::create(
         &txn,
@@ -239,7 +280,7 @@ pub async fn update_tenant(
             req.requests_per_minute,
             req.tokens_per_day,
             req.max_concurrent_runs,
-        )),
+        )?),
         features_enabled: req.features_enabled.map(valid_features).transpose()?,
         tool_permissions: match req.tool_permissions {
             None => None,
@@ -277,7 +318,7 @@ pub async fn replace_tenant(
             req.requests_per_minute,
             req.tokens_per_day,
             req.max_concurrent_runs,
-        )),
+        )?),
         features_enabled: Some(valid_features(req.features_enabled.unwrap_or_default())?),
         tool_permissions: Some(valid_permissions(req.tool_permissions)?),
         policy: Some(valid_policy(req.policy.unwrap_or_default())?),
