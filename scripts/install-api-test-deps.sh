@@ -5,7 +5,9 @@
 #     schemathesis (generated requests against the running server's document), and for
 #     tests/deploy pytest, PyYAML, helm-python-sdk (the Helm v4 Go SDK as a library: the chart is
 #     rendered and linted offline, no helm binary) and kubernetes-validate (the Kubernetes JSON
-#     schemas, offline);
+#     schemas, offline), and openapi-python-client with what its generated clients import
+#     (httpx, attrs, python-dateutil): a client generated from /openapi.json must run the
+#     quickstart flow;
 #   - tmux (the Debian package), which drives `agentry chat` in a real terminal, and
 #     docker-compose (the Debian package), for `docker-compose config`.
 # Add further Python test tools to PACKAGES (one venv for all of them).
@@ -21,6 +23,8 @@ PACKAGES=(
     "PyYAML==6.0.4"
     "helm-python-sdk==0.2.2"
     "kubernetes-validate==1.37.0"
+    "openapi-python-client==0.29.1"
+    "python-dateutil==4.0.0"
 )
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -53,6 +57,8 @@ fi
 "$venv/bin/pip" install --quiet --disable-pip-version-check "${PACKAGES[@]}"
 "$venv/bin/openapi-spec-validator" --help >/dev/null
 "$venv/bin/schemathesis" --version >/dev/null
+"$venv/bin/openapi-python-client" --version >/dev/null
+"$venv/bin/python" -c "import httpx, attrs, dateutil"
 "$venv/bin/python" -c "import helm_python, kubernetes_validate, yaml, pytest; helm_python.helm_sdk_version()"
 
 echo "$want" > "$stamp"

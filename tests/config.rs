@@ -154,7 +154,7 @@ fn a_closed_stdout_ends_the_output_without_a_panic() {
 }
 
 #[tokio::test]
-async fn serve_takes_host_and_port_flags_and_says_how_to_start_without_an_admin_key() {
+async fn serve_takes_host_and_port_flags_and_shows_a_generated_admin_key_with_how_to_use_it() {
     let dir = tempfile::tempdir().unwrap();
     let mut cmd = tokio::process::Command::from(agentry(
         dir.path(),
@@ -175,12 +175,12 @@ async fn serve_takes_host_and_port_flags_and_says_how_to_start_without_an_admin_
     let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
     let mut hint = false;
     let port = support::listening_port(&mut lines, |line| {
-        // With no admin key, the start log says how to get one.
-        hint |= line.contains("AGENTRY_AUTH__ADMIN_KEY=") && line.contains("docs/quickstart.md");
+        // With no admin key, the first start generates one and says how to use it.
+        hint |= line.contains("aga_") && line.contains("agentry admin bootstrap");
     })
     .await;
     assert_ne!(port, 1);
-    assert!(hint, "the start log does not say how to get an admin key");
+    assert!(hint, "the start log shows no generated admin key");
     let res = reqwest::get(format!("http://127.0.0.1:{port}/api/v1/health"))
         .await
         .unwrap();

@@ -276,7 +276,14 @@ async fn messages_and_events_page_in_order() {
 
 #[tokio::test]
 async fn the_admin_api_is_off_without_an_admin_key() {
-    let ctx = Ctx::start_with(&[("AGENTRY_AUTH__ADMIN_KEY", "")], None).await;
+    let ctx = Ctx::start_with(
+        &[
+            ("AGENTRY_AUTH__ADMIN_KEY", ""),
+            ("AGENTRY_AUTH__GENERATE_ADMIN_KEY", "false"),
+        ],
+        None,
+    )
+    .await;
     misc::admin_api_off(&ctx).await;
 }
 

@@ -4,7 +4,8 @@ use reqwest::Method;
 
 use crate::ctx::{ADMIN_KEY, Ctx, parse_observed};
 
-/// Without `auth.admin_key` every admin route is 404 for everyone; the rest works.
+/// Without `auth.admin_key` and with `auth.generate_admin_key = false` every admin route is
+/// 404 for everyone; the rest works.
 pub async fn admin_api_off(ctx: &Ctx) {
     let paths = [
         (Method::GET, "/api/v1/admin/tenants".to_string()),

@@ -7,6 +7,7 @@ use sea_orm_migration::prelude::*;
 mod m20261122_000001_initial;
 mod m20261125_000010_tenant_policy;
 mod m20261125_000020_durable_runs;
+mod m20261125_000030_platform_admin_key;
 
 pub struct Migrator;
 
@@ -17,6 +18,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261122_000001_initial::Migration),
             Box::new(m20261125_000010_tenant_policy::Migration),
             Box::new(m20261125_000020_durable_runs::Migration),
+            Box::new(m20261125_000030_platform_admin_key::Migration),
         ]
     }
 }

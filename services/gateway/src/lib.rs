@@ -3,6 +3,7 @@
 //! the store, the model clients, the tools and the actors together.
 
 pub mod access;
+pub mod admin_cli;
 pub mod auth;
 pub mod engine;
 pub mod error;

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use agentry_cli::{errln, outln};
+use agentry_gateway::startup::AdminKeyAtStart;
 use agentry_gateway::{Application, Settings, telemetry};
 use clap::{Parser, Subcommand};
 
@@ -58,12 +59,48 @@ enum Command {
     },
     /// Chat with an assistant of a running server over WebSocket (a terminal client).
     Chat(agentry_cli::ChatArgs),
+    /// Manage tenants, users, keys and usage: against a running server with the platform admin
+    /// key, or directly on the database (`--direct`) for bootstrap.
+    Admin(agentry_gateway::admin_cli::AdminArgs),
     /// The sandbox launcher (internal): restricts itself, then runs the command.
     #[command(name = "sandbox-exec", hide = true)]
     SandboxExec {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<std::ffi::OsString>,
     },
+}
+
+/// Say in the start log how to reach the admin API: the generated key once, at the start that
+/// made it; afterwards only its prefix and how to replace it.
+fn log_admin_key(at_start: &AdminKeyAtStart) {
+    match at_start {
+        AdminKeyAtStart::Configured => {}
+        AdminKeyAtStart::Generated(k) => tracing::warn!(
+            admin_key_prefix = %k.info.prefix,
+            "generated the platform admin key, shown this once (only its hash is stored): {} — \
+             create the first tenant, user and key with it: \
+             AGENTRY_ADMIN_KEY={} agentry admin bootstrap acme alice \
+             (or send it as `Authorization: Bearer <key>` to /api/v1/admin/…; docs/admin.md). \
+             Set AGENTRY_AUTH__ADMIN_KEY to use a key of your own instead",
+            k.secret,
+            k.secret,
+        ),
+        AdminKeyAtStart::Stored(k) => tracing::info!(
+            admin_key_prefix = %k.prefix,
+            "the admin API takes the platform admin key generated at the first start ({}…, {}); \
+             it is not shown again. Lost it? `agentry admin reset-admin-key --direct` makes a new one",
+            k.prefix,
+            k.created_at.format("%Y-%m-%d %H:%M UTC"),
+        ),
+        AdminKeyAtStart::Off => tracing::warn!(
+            "the admin API is off (no platform admin key, and auth.generate_admin_key = false), \
+             so no tenant or API key can be created over HTTP. Create them with \
+             `agentry admin --direct bootstrap acme alice` (same configuration as serve), \
+             or restart with a key: \
+             AGENTRY_AUTH__ADMIN_KEY=\"$(head -c 24 /dev/urandom | base64)\" agentry serve \
+             — docs/quickstart.md"
+        ),
+    }
 }
 
 fn main() -> ExitCode {
@@ -87,6 +124,19 @@ fn main() -> ExitCode {
             Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
             Err(e) => {
                 errln!("agentry chat: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    // Against a server it needs no configuration; `--direct` loads the server's own.
+    if let Command::Admin(args) = cli.command {
+        return match tokio::runtime::Runtime::new() {
+            Ok(rt) => ExitCode::from(rt.block_on(agentry_gateway::admin_cli::main(
+                args,
+                cli.config.as_deref(),
+            ))),
+            Err(e) => {
+                errln!("agentry admin: {e}");
                 ExitCode::FAILURE
             }
         };
@@ -151,18 +201,10 @@ fn main() -> ExitCode {
                     tracing::info!("migrations applied");
                 })
         }),
-        Command::Chat(_) | Command::SandboxExec { .. } => Ok(()),
+        Command::Chat(_) | Command::Admin(_) | Command::SandboxExec { .. } => Ok(()),
         Command::Serve { .. } => actix_web::rt::System::new().block_on(async {
             let app = Application::build(settings.clone()).await?;
-            if settings.auth.admin_key.is_empty() {
-                // A fresh server has no tenant and no key: say how to make the first ones.
-                tracing::warn!(
-                    "the admin API is off (no platform admin key), so no tenant or API key can be created yet. \
-                     To get started, stop the server and start it again with a key: \
-                     AGENTRY_AUTH__ADMIN_KEY=\"$(head -c 24 /dev/urandom | base64)\" agentry serve — \
-                     then create a tenant, a user and a key as docs/quickstart.md shows"
-                );
-            }
+            log_admin_key(app.admin_key());
             tracing::info!(
                 host = %settings.server.host,
                 port = app.port(),

@@ -198,8 +198,13 @@ pub struct RedisSettings {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default)]
 pub struct AuthSettings {
-    /// The platform admin key; the admin API is off (404) while it is empty.
+    /// The platform admin key. While it is empty, the first start generates one (see
+    /// `generate_admin_key`).
     pub admin_key: Secret,
+    /// With no `admin_key`: generate a platform admin key at the first start (printed once in
+    /// the start log, stored hashed in the database, accepted by every replica). `false` keeps
+    /// the admin API off (404) until `admin_key` is set.
+    pub generate_admin_key: bool,
     /// How long a resolved API key is reused without asking the database. A revoked key, a
     /// suspended tenant or a disabled user takes effect within this bound on every replica (at
     /// once on the replica that made the change). 0 disables the cache.
@@ -210,6 +215,7 @@ impl Default for AuthSettings {
     fn default() -> Self {
         AuthSettings {
             admin_key: Secret::default(),
+            generate_admin_key: true,
             cache_ttl_secs: 5,
         }
     }
@@ -406,6 +412,7 @@ const LIST_KEYS: &[&str] = &[
 const NOT_CONFIG_VARS: &[&str] = &[
     "AGENTRY_URL",
     "AGENTRY_KEY",
+    "AGENTRY_ADMIN_KEY",
     "AGENTRY_MCP_CACHE",
     "AGENTRY_MCP_NODE",
 ];

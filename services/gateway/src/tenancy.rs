@@ -17,6 +17,7 @@ use agentry_store::tenants::{
 use agentry_store::users::{self, User};
 use agentry_store::{PageRequest, Role, StoreError, TenantScope, TransactionTrait, usage};
 use chrono::{NaiveDate, Utc};
+use sea_orm::DatabaseConnection;
 use serde_json::Value;
 
 use crate::auth::PlatformAdmin;
@@ -189,7 +190,7 @@ pub fn default_assistant_spec() -> AssistantSpec {
 /// Create a tenant with its `default` assistant, atomically.
 #[tracing::instrument(skip_all)]
 pub async fn create_tenant(
-    state: &AppState,
+    db: &DatabaseConnection,
     admin: &PlatformAdmin,
     req: CreateTenantRequest,
 ) -> ApiResult<Tenant> {
@@ -207,7 +208,7 @@ pub async fn create_tenant(
         req.tokens_per_day,
         req.max_concurrent_runs,
     )?;
-    let txn = state.db.begin().await.map_err(StoreError::from)?;
+    let txn = db.begin().await.map_err(StoreError::from)?;
     let tenant = tenants::create(
         &txn,
         &admin.scope(),
@@ -226,18 +227,22 @@ pub async fn create_tenant(
     Ok(tenant)
 }
 
-pub async fn tenant(state: &AppState, admin: &PlatformAdmin, id: TenantId) -> ApiResult<Tenant> {
-    tenants::get(&state.db, &admin.scope(), id)
+pub async fn tenant(
+    db: &DatabaseConnection,
+    admin: &PlatformAdmin,
+    id: TenantId,
+) -> ApiResult<Tenant> {
+    tenants::get(db, &admin.scope(), id)
         .await?
         .ok_or_else(|| ApiError::not_found(format!("tenant {id}")))
 }
 
 pub async fn list_tenants(
-    state: &AppState,
+    db: &DatabaseConnection,
     admin: &PlatformAdmin,
     page: PageRequest,
 ) -> ApiResult<(Vec<Tenant>, u64)> {
-    Ok(tenants::list(&state.db, &admin.scope(), page).await?)
+    Ok(tenants::list(db, &admin.scope(), page).await?)
 }
 
 async fn apply_tenant_update(
@@ -263,7 +268,7 @@ pub async fn update_tenant(
     id: TenantId,
     req: UpdateTenantRequest,
 ) -> ApiResult<Tenant> {
-    let current = tenant(state, admin, id).await?;
+    let current = tenant(&state.db, admin, id).await?;
     let change = TenantUpdate {
         name: req
             .name
@@ -301,7 +306,7 @@ pub async fn replace_tenant(
     id: TenantId,
     req: ReplaceTenantRequest,
 ) -> ApiResult<Tenant> {
-    tenant(state, admin, id).await?;
+    tenant(&state.db, admin, id).await?;
     let change = TenantUpdate {
         name: Some(valid_name("name", &req.name, 128)?),
         status: Some(
@@ -351,7 +356,7 @@ pub async fn delete_tenant(state: &AppState, admin: &PlatformAdmin, id: TenantId
 /// at rest, on any number of replicas.
 #[tracing::instrument(skip_all, fields(tenant_id = %tenant.id))]
 pub async fn create_user(
-    state: &AppState,
+    db: &DatabaseConnection,
     tenant: &Tenant,
     req: CreateUserRequest,
 ) -> ApiResult<User> {
@@ -369,31 +374,31 @@ pub async fn create_user(
             MAX_USERS_RETRY_AFTER_SECS,
         )
     };
-    if limit > 0 && users::count(&state.db, &scope).await? >= u64::from(limit) {
+    if limit > 0 && users::count(db, &scope).await? >= u64::from(limit) {
         metrics::counter!("agentry_quota_rejections_total", "quota" => "max_users").increment(1);
         return Err(over());
     }
-    let user = users::create(&state.db, &scope, &name, role).await?;
-    if limit > 0 && users::count(&state.db, &scope).await? > u64::from(limit) {
-        users::delete(&state.db, &scope, user.id).await?;
+    let user = users::create(db, &scope, &name, role).await?;
+    if limit > 0 && users::count(db, &scope).await? > u64::from(limit) {
+        users::delete(db, &scope, user.id).await?;
         metrics::counter!("agentry_quota_rejections_total", "quota" => "max_users").increment(1);
         return Err(over());
     }
     Ok(user)
 }
 
-pub async fn user(state: &AppState, scope: &TenantScope, id: UserId) -> ApiResult<User> {
-    users::get(&state.db, scope, id)
+pub async fn user(db: &DatabaseConnection, scope: &TenantScope, id: UserId) -> ApiResult<User> {
+    users::get(db, scope, id)
         .await?
         .ok_or_else(|| ApiError::not_found(format!("user {id}")))
 }
 
 pub async fn list_users(
-    state: &AppState,
+    db: &DatabaseConnection,
     scope: &TenantScope,
     page: PageRequest,
 ) -> ApiResult<(Vec<User>, u64)> {
-    Ok(users::list(&state.db, scope, page).await?)
+    Ok(users::list(db, scope, page).await?)
 }
 
 /// Who is changing a user: a tenant admin may not lock themselves out.
@@ -420,23 +425,28 @@ pub async fn update_user(
     id: UserId,
     req: UpdateUserRequest,
 ) -> ApiResult<User> {
+    let updated = update_user_stored(&state.db, scope, actor, id, req).await?;
+    state.auth.forget_tenant(scope.tenant_id());
+    Ok(updated)
+}
+
+/// The database half of [`update_user`]: without a server to tell, cached keys of the user
+/// follow within the auth cache TTL.
+pub async fn update_user_stored(
+    db: &DatabaseConnection,
+    scope: &TenantScope,
+    actor: Actor,
+    id: UserId,
+    req: UpdateUserRequest,
+) -> ApiResult<User> {
     if req.role == Some(agentry_schema::api::UserRole::Member) {
         refuse_self_lockout(actor, id, "demote")?;
     }
     if req.disabled == Some(true) {
         refuse_self_lockout(actor, id, "disable")?;
     }
-    user(state, scope, id).await?;
-    let updated = users::update(
-        &state.db,
-        scope,
-        id,
-        req.role.map(views::role_from),
-        req.disabled,
-    )
-    .await?;
-    state.auth.forget_tenant(scope.tenant_id());
-    Ok(updated)
+    user(db, scope, id).await?;
+    Ok(users::update(db, scope, id, req.role.map(views::role_from), req.disabled).await?)
 }
 
 /// Delete a user with their keys and their workspace (their sessions stay until deleted).
@@ -463,7 +473,7 @@ pub async fn delete_user(
 /// exceed it, so nobody can mint more power than the tenant's admin role.
 #[tracing::instrument(skip_all, fields(tenant_id = %scope.tenant_id()))]
 pub async fn create_key(
-    state: &AppState,
+    db: &DatabaseConnection,
     scope: &TenantScope,
     req: CreateApiKeyRequest,
 ) -> ApiResult<CreatedKey> {
@@ -474,7 +484,7 @@ pub async fn create_key(
             ApiError::validation("user_id", e.to_string())
         })?;
     let name = valid_name("name", &req.name, 128)?;
-    let Some(owner) = users::get(&state.db, scope, user_id).await? else {
+    let Some(owner) = users::get(db, scope, user_id).await? else {
         return Err(ApiError::validation(
             "user_id",
             format!("there is no user {user_id} in this tenant"),
@@ -501,14 +511,14 @@ pub async fn create_key(
             "`expires_at` must be in the future",
         ));
     }
-    let created = api_keys::create(&state.db, scope, user_id, &name, role, req.expires_at).await?;
+    let created = api_keys::create(db, scope, user_id, &name, role, req.expires_at).await?;
     tracing::info!(tenant_id = %scope.tenant_id(), key_id = %created.key.id, prefix = %created.key.prefix, "API key created");
     Ok(created)
 }
 
 /// The tenant's keys, newest first, optionally one user's and/or by prefix.
 pub async fn list_keys(
-    state: &AppState,
+    db: &DatabaseConnection,
     scope: &TenantScope,
     user_id: Option<UserId>,
     prefix: Option<&str>,
@@ -523,11 +533,11 @@ pub async fn list_keys(
             "`prefix` must be 1-16 characters of letters, digits and `_` (e.g. agk_AbCd)",
         ));
     }
-    Ok(api_keys::list(&state.db, scope, user_id, prefix).await?)
+    Ok(api_keys::list(db, scope, user_id, prefix).await?)
 }
 
-pub async fn key(state: &AppState, scope: &TenantScope, id: ApiKeyId) -> ApiResult<ApiKey> {
-    api_keys::get(&state.db, scope, id)
+pub async fn key(db: &DatabaseConnection, scope: &TenantScope, id: ApiKeyId) -> ApiResult<ApiKey> {
+    api_keys::get(db, scope, id)
         .await?
         .ok_or_else(|| ApiError::not_found(format!("api key {id}")))
 }
@@ -536,11 +546,22 @@ pub async fn key(state: &AppState, scope: &TenantScope, id: ApiKeyId) -> ApiResu
 /// TTL on the others).
 #[tracing::instrument(skip_all, fields(tenant_id = %scope.tenant_id(), key_id = %id))]
 pub async fn revoke_key(state: &AppState, scope: &TenantScope, id: ApiKeyId) -> ApiResult<ApiKey> {
-    let key = match api_keys::revoke(&state.db, scope, id).await {
+    let key = revoke_key_stored(&state.db, scope, id).await?;
+    state.auth.forget_key(id);
+    Ok(key)
+}
+
+/// The database half of [`revoke_key`]: without a server to tell, the key stops working within
+/// the auth cache TTL.
+pub async fn revoke_key_stored(
+    db: &DatabaseConnection,
+    scope: &TenantScope,
+    id: ApiKeyId,
+) -> ApiResult<ApiKey> {
+    let key = match api_keys::revoke(db, scope, id).await {
         Err(StoreError::NotFound(_)) => return Err(ApiError::not_found(format!("api key {id}"))),
         other => other?,
     };
-    state.auth.forget_key(id);
     tracing::info!(tenant_id = %scope.tenant_id(), key_id = %id, "API key revoked");
     Ok(key)
 }
@@ -560,7 +581,7 @@ fn parse_day(parameter: &str, raw: &str) -> ApiResult<NaiveDate> {
 /// Usage by day between `from` and `to` (inclusive, UTC); default: the last 30 days.
 #[tracing::instrument(skip_all, fields(tenant_id = %scope.tenant_id()))]
 pub async fn usage_report(
-    state: &AppState,
+    db: &DatabaseConnection,
     scope: &TenantScope,
     from: Option<&str>,
     to: Option<&str>,
@@ -594,7 +615,7 @@ pub async fn usage_report(
     let (Some(start), Some(end)) = (start, end) else {
         return Err(ApiError::invalid_query("to", "the date is out of range"));
     };
-    let days = usage::by_day(&state.db, scope, start, end).await?;
+    let days = usage::by_day(db, scope, start, end).await?;
     let mut totals = UsageTotals::default();
     let days = days
         .into_iter()

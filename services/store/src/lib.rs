@@ -27,6 +27,7 @@ pub mod executions;
 pub mod mcp_servers;
 pub mod memories;
 pub mod messages;
+pub mod platform_admin_key;
 pub mod sessions;
 pub mod stats;
 pub mod tenants;

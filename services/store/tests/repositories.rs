@@ -96,6 +96,7 @@ per_backend!(
     tenants_crud_and_duplicate_names,
     users_and_roles,
     api_keys_authenticate_expire_and_revoke,
+    the_generated_admin_key_is_one_per_database_and_checked_by_hash,
     assistants_default_and_crud,
     executions_lifecycle_and_listing,
     approvals_first_decision_wins,
@@ -530,6 +531,48 @@ async fn users_and_roles(db: DatabaseConnection) {
         .unwrap();
     assert!(users::delete(&db, &scope, bob.id).await.unwrap());
     assert_eq!(users::count(&db, &scope).await.unwrap(), 1);
+}
+
+async fn the_generated_admin_key_is_one_per_database_and_checked_by_hash(db: DatabaseConnection) {
+    use agentry_store::platform_admin_key::{self as pak, AtStart};
+    let p = platform();
+    let first = pak::replace(&db, &p).await.unwrap();
+    assert!(pak::looks_like(&first.secret), "{}", first.info.prefix);
+    assert!(first.secret.starts_with(&first.info.prefix));
+    assert_eq!(pak::get(&db, &p).await.unwrap(), Some(first.info.clone()));
+    // A later start keeps the stored key and cannot show it again.
+    match pak::ensure(&db, &p).await.unwrap() {
+        AtStart::Existing(info) => assert_eq!(info, first.info),
+        AtStart::Generated(_) => panic!("a stored key was replaced at start"),
+    }
+    assert!(pak::matches(&db, &p, &first.secret).await.unwrap());
+    let mut wrong = first.secret.clone();
+    let last = if wrong.ends_with('a') { "b" } else { "a" };
+    wrong.replace_range(wrong.len() - 1.., last);
+    assert!(!pak::matches(&db, &p, &wrong).await.unwrap());
+    assert!(!pak::matches(&db, &p, &first.info.prefix).await.unwrap());
+    assert!(!pak::matches(&db, &p, "").await.unwrap());
+    // Replacing makes the old key useless.
+    let second = pak::replace(&db, &p).await.unwrap();
+    assert_ne!(second.secret, first.secret);
+    assert!(!pak::matches(&db, &p, &first.secret).await.unwrap());
+    assert!(pak::matches(&db, &p, &second.secret).await.unwrap());
+    // Removed: nothing matches; two starts at once agree on one new key.
+    assert!(pak::delete(&db, &p).await.unwrap());
+    assert!(!pak::delete(&db, &p).await.unwrap());
+    assert!(!pak::matches(&db, &p, &second.secret).await.unwrap());
+    let (a, b) = tokio::join!(pak::ensure(&db, &p), pak::ensure(&db, &p));
+    let (a, b) = (a.unwrap(), b.unwrap());
+    let generated: Vec<_> = [&a, &b]
+        .into_iter()
+        .filter_map(|s| match s {
+            AtStart::Generated(g) => Some(g.clone()),
+            AtStart::Existing(_) => None,
+        })
+        .collect();
+    assert_eq!(generated.len(), 1, "{a:?} {b:?}");
+    assert!(pak::matches(&db, &p, &generated[0].secret).await.unwrap());
+    assert!(pak::delete(&db, &p).await.unwrap());
 }
 
 async fn api_keys_authenticate_expire_and_revoke(db: DatabaseConnection) {

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use agentry_schema::ids::{ApiKeyId, TenantId};
 use agentry_store::api_keys::{self, KeyCheck};
-use agentry_store::{PlatformScope, Role, UserScope, tenants, users};
+use agentry_store::{PlatformScope, Role, UserScope, platform_admin_key, tenants, users};
 use chrono::{DateTime, Utc};
 use sea_orm::DatabaseConnection;
 use sha2::{Digest, Sha256};
@@ -54,22 +54,93 @@ pub enum Forgotten {
     Key(ApiKeyId),
 }
 
+/// Where the platform admin key comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AdminKeySource<'a> {
+    /// `auth.admin_key`, configured.
+    Configured(&'a str),
+    /// The key generated at the first start, stored hashed in the database
+    /// ([`agentry_store::platform_admin_key`]).
+    Stored,
+    /// None: the admin API is off.
+    Off,
+}
+
+impl<'a> AdminKeySource<'a> {
+    /// The configured key wins; without one, the stored key when generating is allowed.
+    pub fn of(configured: &'a str, generate: bool) -> Self {
+        match (configured.is_empty(), generate) {
+            (false, _) => AdminKeySource::Configured(configured),
+            (true, true) => AdminKeySource::Stored,
+            (true, false) => AdminKeySource::Off,
+        }
+    }
+}
+
+/// How this replica checks the platform admin key.
+enum AdminCheck {
+    /// SHA-256 of the configured key; digests compare in constant time whatever the lengths.
+    Configured(Digest32),
+    /// The stored key, with the digest of the last key it matched and when: a replaced key
+    /// stops working here within the TTL, as a revoked tenant key does.
+    Stored(Mutex<Option<(Digest32, Instant)>>),
+    Off,
+}
+
 pub struct KeyResolver {
     ttl: Duration,
     forgotten: tokio::sync::broadcast::Sender<Forgotten>,
-    /// SHA-256 of the platform admin key; digests compare in constant time whatever the lengths.
-    admin_key: Option<Digest32>,
+    admin: AdminCheck,
     entries: Mutex<HashMap<Digest32, Entry>>,
 }
 
 impl KeyResolver {
-    pub fn new(admin_key: &str, ttl: Duration) -> Self {
+    pub fn new(admin_key: AdminKeySource<'_>, ttl: Duration) -> Self {
+        let admin = match admin_key {
+            AdminKeySource::Configured(k) if !k.is_empty() => AdminCheck::Configured(digest(k)),
+            AdminKeySource::Stored => AdminCheck::Stored(Mutex::new(None)),
+            AdminKeySource::Configured(_) | AdminKeySource::Off => AdminCheck::Off,
+        };
         Self {
             ttl,
             forgotten: tokio::sync::broadcast::channel(64).0,
-            admin_key: (!admin_key.is_empty()).then(|| digest(admin_key)),
+            admin,
             entries: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Is there a platform admin key at all (is the admin API on)?
+    pub fn admin_api_on(&self) -> bool {
+        !matches!(self.admin, AdminCheck::Off)
+    }
+
+    /// Is `key` the stored (generated) platform admin key? `None` when it cannot be one.
+    async fn stored_admin(
+        &self,
+        db: &DatabaseConnection,
+        key: &str,
+        d: &Digest32,
+    ) -> Option<Result<bool, ApiError>> {
+        let AdminCheck::Stored(last) = &self.admin else {
+            return None;
+        };
+        if !platform_admin_key::looks_like(key) {
+            return None;
+        }
+        {
+            let last = last.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some((seen, at)) = &*last
+                && bool::from(seen.ct_eq(d))
+                && at.elapsed() < self.ttl
+            {
+                return Some(Ok(true));
+            }
+        }
+        let matched = platform_admin_key::matches(db, &PlatformScope::new(), key).await;
+        if let Ok(true) = matched {
+            *last.lock().unwrap_or_else(|p| p.into_inner()) = Some((*d, Instant::now()));
+        }
+        Some(matched.map_err(ApiError::from))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Digest32, Entry>> {
@@ -85,10 +156,18 @@ impl KeyResolver {
         key: &str,
     ) -> Result<Resolution, ApiError> {
         let d = digest(key);
-        if let Some(admin) = &self.admin_key
+        if let AdminCheck::Configured(admin) = &self.admin
             && bool::from(d.ct_eq(admin))
         {
             return Ok(Resolution::PlatformAdmin);
+        }
+        // A generated admin key (`aga_…`) is never a tenant key: it is the admin or nothing.
+        if let Some(matched) = self.stored_admin(db, key, &d).await {
+            return Ok(if matched? {
+                Resolution::PlatformAdmin
+            } else {
+                Resolution::Invalid
+            });
         }
         if !self.ttl.is_zero() {
             let mut entries = self.lock();
@@ -229,7 +308,10 @@ mod tests {
     async fn keys_resolve_cache_and_forget() {
         let tdb = TestDb::open(Backend::Sqlite).await.unwrap();
         let db = &tdb.db;
-        let resolver = KeyResolver::new("the-platform-admin-key", Duration::from_secs(60));
+        let resolver = KeyResolver::new(
+            AdminKeySource::Configured("the-platform-admin-key"),
+            Duration::from_secs(60),
+        );
         assert!(matches!(
             resolver
                 .resolve(db, "the-platform-admin-key")
@@ -283,10 +365,58 @@ mod tests {
     }
 
     #[actix_web::test]
+    async fn the_generated_admin_key_resolves_from_the_database_and_a_configured_one_wins() {
+        let tdb = TestDb::open(Backend::Sqlite).await.unwrap();
+        let db = &tdb.db;
+        let p = PlatformScope::new();
+        let first = platform_admin_key::replace(db, &p).await.unwrap();
+        let resolver = KeyResolver::new(AdminKeySource::Stored, Duration::ZERO);
+        assert!(resolver.admin_api_on());
+        assert!(matches!(
+            resolver.resolve(db, &first.secret).await.unwrap(),
+            Resolution::PlatformAdmin
+        ));
+        // Replaced (by `agentry admin --direct reset-admin-key`, maybe on another machine):
+        // with no cache the old key is refused at once.
+        let second = platform_admin_key::replace(db, &p).await.unwrap();
+        assert!(matches!(
+            resolver.resolve(db, &first.secret).await.unwrap(),
+            Resolution::Invalid
+        ));
+        assert!(matches!(
+            resolver.resolve(db, &second.secret).await.unwrap(),
+            Resolution::PlatformAdmin
+        ));
+        // A configured key wins: the generated one is nobody.
+        let configured = KeyResolver::new(
+            AdminKeySource::of("the-configured-admin-key", true),
+            Duration::ZERO,
+        );
+        assert!(matches!(
+            configured.resolve(db, &second.secret).await.unwrap(),
+            Resolution::Invalid
+        ));
+        assert!(matches!(
+            configured
+                .resolve(db, "the-configured-admin-key")
+                .await
+                .unwrap(),
+            Resolution::PlatformAdmin
+        ));
+        // Generation off and no key: the admin API is off and nothing is the admin.
+        let off = KeyResolver::new(AdminKeySource::of("", false), Duration::ZERO);
+        assert!(!off.admin_api_on());
+        assert!(matches!(
+            off.resolve(db, &second.secret).await.unwrap(),
+            Resolution::Invalid
+        ));
+    }
+
+    #[actix_web::test]
     async fn a_key_is_never_more_than_its_user_and_disabled_users_are_invalid() {
         let tdb = TestDb::open(Backend::Sqlite).await.unwrap();
         let db = &tdb.db;
-        let resolver = KeyResolver::new("", Duration::ZERO);
+        let resolver = KeyResolver::new(AdminKeySource::Off, Duration::ZERO);
         let (tenant, _, _) = tenant_key(db, Role::Member).await;
         let scope = agentry_store::PlatformScope::new().tenant(tenant);
         let member = users::create(db, &scope, "m", Role::Member).await.unwrap();

@@ -10,7 +10,7 @@
 //! | [`Caller`] | the platform admin or any tenant key | 401 |
 //! | [`TenantCaller`] | a tenant key (member or tenant admin) | 401; 403 for the platform admin key |
 //! | [`TenantAdmin`] | a tenant key whose role is admin | 401; 403 |
-//! | [`PlatformAdmin`] | the platform admin key (`auth.admin_key`) | 404 while the admin API is off; 401; 403 |
+//! | [`PlatformAdmin`] | the platform admin key (`auth.admin_key`, or the one generated at the first start) | 404 while the admin API is off; 401; 403 |
 //!
 //! A missing, unknown, expired or revoked key and a disabled user all answer 401 with the same
 //! message, so a caller cannot tell which. A suspended tenant answers 403 `tenant_suspended`.
@@ -33,7 +33,7 @@ use agentry_schema::ids::{ApiKeyId, TenantId, UserId};
 use agentry_store::tenants::{Tenant, TenantStatus};
 use agentry_store::{PlatformScope, Role, TenantScope, UserScope};
 
-pub use cache::{Forgotten, KeyResolver};
+pub use cache::{AdminKeySource, Forgotten, KeyResolver};
 pub use credentials::{Presented, WS_KEY_PROTOCOL_PREFIX, WS_PROTOCOL};
 
 use crate::error::ApiError;
@@ -63,6 +63,12 @@ pub struct PlatformAdmin {
 }
 
 impl PlatformAdmin {
+    /// The operator at the server's machine with its configuration (`agentry admin --direct`):
+    /// whoever can open the database already holds every tenant's rows, so no key proves more.
+    pub(crate) fn at_the_console(_reason: &'static str) -> Self {
+        PlatformAdmin { _sealed: () }
+    }
+
     /// The scope that may read and change across tenants.
     pub fn scope(&self) -> PlatformScope {
         PlatformScope::new()
@@ -353,7 +359,7 @@ impl FromRequest for TenantAdmin {
 
 /// Is the admin API on (an admin key configured)?
 pub fn admin_api_enabled(state: &AppState) -> bool {
-    !state.settings.auth.admin_key.is_empty()
+    state.auth.admin_api_on()
 }
 
 impl FromRequest for PlatformAdmin {
@@ -369,7 +375,7 @@ impl FromRequest for PlatformAdmin {
             if !enabled {
                 return Err(ApiError::new(
                     ErrorCode::NotFound,
-                    "the admin API is off: set AGENTRY_AUTH__ADMIN_KEY (16+ characters) and restart to enable it",
+                    "the admin API is off: set AGENTRY_AUTH__ADMIN_KEY (16+ characters), or AGENTRY_AUTH__GENERATE_ADMIN_KEY=true, and restart to enable it",
                 ));
             }
             match caller.await? {

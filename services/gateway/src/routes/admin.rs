@@ -74,7 +74,7 @@ async fn tenant_at(
     admin: &PlatformAdmin,
     id: ApiPath<param::Tenant>,
 ) -> ApiResult<Tenant> {
-    tenancy::tenant(state, admin, id.into_inner()).await
+    tenancy::tenant(&state.db, admin, id.into_inner()).await
 }
 
 /// Every tenant, oldest first.
@@ -97,7 +97,7 @@ pub async fn list_tenants(
     query: ApiQuery<PageQuery>,
 ) -> ApiResult<Json<Page<TenantInfo>>> {
     let page = query.0.page()?;
-    let (items, total) = tenancy::list_tenants(&state, &admin, page).await?;
+    let (items, total) = tenancy::list_tenants(&state.db, &admin, page).await?;
     Ok(Json(page_of(items, total, page, views::tenant)))
 }
 
@@ -125,7 +125,7 @@ pub async fn create_tenant(
     state: web::Data<AppState>,
     body: ApiJson<CreateTenantRequest>,
 ) -> ApiResult<HttpResponse> {
-    let t = tenancy::create_tenant(&state, &admin, body.into_inner()).await?;
+    let t = tenancy::create_tenant(&state.db, &admin, body.into_inner()).await?;
     Ok(HttpResponse::Created()
         .insert_header((
             actix_web::http::header::LOCATION,
@@ -268,7 +268,7 @@ pub async fn list_users(
 ) -> ApiResult<Json<Page<UserInfo>>> {
     let page = query.0.page()?;
     let t = tenant_at(&state, &admin, tenant).await?;
-    let (items, total) = tenancy::list_users(&state, &t.scope(), page).await?;
+    let (items, total) = tenancy::list_users(&state.db, &t.scope(), page).await?;
     Ok(Json(page_of(items, total, page, views::user)))
 }
 
@@ -299,7 +299,7 @@ pub async fn create_user(
     body: ApiJson<CreateUserRequest>,
 ) -> ApiResult<HttpResponse> {
     let t = tenant_at(&state, &admin, tenant).await?;
-    let u = tenancy::create_user(&state, &t, body.into_inner()).await?;
+    let u = tenancy::create_user(&state.db, &t, body.into_inner()).await?;
     Ok(HttpResponse::Created().json(views::user(u)))
 }
 
@@ -324,9 +324,9 @@ pub async fn get_user(
     user: ApiPath<param::User>,
 ) -> ApiResult<Json<UserInfo>> {
     let (tid, user_id) = (tenant.into_inner(), user.into_inner());
-    let t = tenancy::tenant(&state, &admin, tid).await?;
+    let t = tenancy::tenant(&state.db, &admin, tid).await?;
     Ok(Json(views::user(
-        tenancy::user(&state, &t.scope(), user_id).await?,
+        tenancy::user(&state.db, &t.scope(), user_id).await?,
     )))
 }
 
@@ -356,7 +356,7 @@ pub async fn update_user(
     body: ApiJson<UpdateUserRequest>,
 ) -> ApiResult<Json<UserInfo>> {
     let (tid, user_id) = (tenant.into_inner(), user.into_inner());
-    let t = tenancy::tenant(&state, &admin, tid).await?;
+    let t = tenancy::tenant(&state.db, &admin, tid).await?;
     let u = tenancy::update_user(
         &state,
         &t.scope(),
@@ -389,7 +389,7 @@ pub async fn delete_user(
     user: ApiPath<param::User>,
 ) -> ApiResult<HttpResponse> {
     let (tid, user_id) = (tenant.into_inner(), user.into_inner());
-    let t = tenancy::tenant(&state, &admin, tid).await?;
+    let t = tenancy::tenant(&state.db, &admin, tid).await?;
     tenancy::delete_user(&state, &t.scope(), Actor::Platform, user_id).await?;
     Ok(HttpResponse::NoContent().finish())
 }
@@ -411,7 +411,7 @@ pub struct KeysQuery {
 
 /// List keys (newest first) of a scope: shared by the admin and tenant APIs.
 pub async fn keys_page(
-    state: &AppState,
+    db: &sea_orm::DatabaseConnection,
     scope: &agentry_store::TenantScope,
     q: KeysQuery,
 ) -> ApiResult<Page<ApiKeyInfo>> {
@@ -425,7 +425,7 @@ pub async fn keys_page(
             })
         })
         .transpose()?;
-    let all = tenancy::list_keys(state, scope, user_id, q.prefix.as_deref()).await?;
+    let all = tenancy::list_keys(db, scope, user_id, q.prefix.as_deref()).await?;
     let total = all.len() as u64;
     let skip = usize::try_from(page.offset).unwrap_or(usize::MAX);
     let take = usize::try_from(page.limit).unwrap_or(usize::MAX);
@@ -455,7 +455,7 @@ pub async fn list_keys(
 ) -> ApiResult<Json<Page<ApiKeyInfo>>> {
     let t = tenant_at(&state, &admin, tenant).await?;
     Ok(Json(
-        keys_page(&state, &t.scope(), query.into_inner()).await?,
+        keys_page(&state.db, &t.scope(), query.into_inner()).await?,
     ))
 }
 
@@ -484,7 +484,7 @@ pub async fn create_key(
     body: ApiJson<CreateApiKeyRequest>,
 ) -> ApiResult<HttpResponse> {
     let t = tenant_at(&state, &admin, tenant).await?;
-    let k = tenancy::create_key(&state, &t.scope(), body.into_inner()).await?;
+    let k = tenancy::create_key(&state.db, &t.scope(), body.into_inner()).await?;
     Ok(HttpResponse::Created().json(created_key(k)))
 }
 
@@ -509,9 +509,9 @@ pub async fn get_key(
     key: ApiPath<param::Key>,
 ) -> ApiResult<Json<ApiKeyInfo>> {
     let (tid, key_id) = (tenant.into_inner(), key.into_inner());
-    let t = tenancy::tenant(&state, &admin, tid).await?;
+    let t = tenancy::tenant(&state.db, &admin, tid).await?;
     Ok(Json(views::api_key(
-        tenancy::key(&state, &t.scope(), key_id).await?,
+        tenancy::key(&state.db, &t.scope(), key_id).await?,
     )))
 }
 
@@ -536,7 +536,7 @@ pub async fn revoke_key(
     key: ApiPath<param::Key>,
 ) -> ApiResult<Json<ApiKeyInfo>> {
     let (tid, key_id) = (tenant.into_inner(), key.into_inner());
-    let t = tenancy::tenant(&state, &admin, tid).await?;
+    let t = tenancy::tenant(&state.db, &admin, tid).await?;
     Ok(Json(views::api_key(
         tenancy::revoke_key(&state, &t.scope(), key_id).await?,
     )))
@@ -576,6 +576,6 @@ pub async fn usage(
     let q = query.into_inner();
     let t = tenant_at(&state, &admin, tenant).await?;
     Ok(Json(
-        tenancy::usage_report(&state, &t.scope(), q.from.as_deref(), q.to.as_deref()).await?,
+        tenancy::usage_report(&state.db, &t.scope(), q.from.as_deref(), q.to.as_deref()).await?,
     ))
 }

@@ -56,7 +56,7 @@ pub async fn list_users(
     query: ApiQuery<PageQuery>,
 ) -> ApiResult<Json<Page<UserInfo>>> {
     let page = query.0.page()?;
-    let (items, total) = tenancy::list_users(&state, &admin.scope(), page).await?;
+    let (items, total) = tenancy::list_users(&state.db, &admin.scope(), page).await?;
     Ok(Json(page_of(items, total, page, views::user)))
 }
 
@@ -86,7 +86,7 @@ pub async fn create_user(
 ) -> ApiResult<HttpResponse> {
     // The cached tenant may be a few seconds old; quotas are read fresh.
     let tenant = agentry_store::tenants::get_own(&state.db, &admin.scope()).await?;
-    let u = tenancy::create_user(&state, &tenant, body.into_inner()).await?;
+    let u = tenancy::create_user(&state.db, &tenant, body.into_inner()).await?;
     Ok(HttpResponse::Created().json(views::user(u)))
 }
 
@@ -112,7 +112,7 @@ pub async fn get_user(
 ) -> ApiResult<Json<UserInfo>> {
     let id = id.into_inner();
     Ok(Json(views::user(
-        tenancy::user(&state, &admin.scope(), id).await?,
+        tenancy::user(&state.db, &admin.scope(), id).await?,
     )))
 }
 
@@ -206,7 +206,7 @@ pub async fn list_keys(
     query: ApiQuery<KeysQuery>,
 ) -> ApiResult<Json<Page<ApiKeyInfo>>> {
     Ok(Json(
-        keys_page(&state, &admin.scope(), query.into_inner()).await?,
+        keys_page(&state.db, &admin.scope(), query.into_inner()).await?,
     ))
 }
 
@@ -232,7 +232,7 @@ pub async fn create_key(
     state: web::Data<AppState>,
     body: ApiJson<CreateApiKeyRequest>,
 ) -> ApiResult<HttpResponse> {
-    let k = tenancy::create_key(&state, &admin.scope(), body.into_inner()).await?;
+    let k = tenancy::create_key(&state.db, &admin.scope(), body.into_inner()).await?;
     Ok(HttpResponse::Created().json(created_key(k)))
 }
 
@@ -258,7 +258,7 @@ pub async fn get_key(
 ) -> ApiResult<Json<ApiKeyInfo>> {
     let id = id.into_inner();
     Ok(Json(views::api_key(
-        tenancy::key(&state, &admin.scope(), id).await?,
+        tenancy::key(&state.db, &admin.scope(), id).await?,
     )))
 }
 
