@@ -580,7 +580,14 @@ async fn openapi_documents_every_route_and_every_documented_status_is_real() {
         .body;
     let mut seen = ctx.observed().await;
     // …one with it off…
-    let off = Ctx::start_with(&[("AGENTRY_AUTH__ADMIN_KEY", "")], None).await;
+    let off = Ctx::start_with(
+        &[
+            ("AGENTRY_AUTH__ADMIN_KEY", ""),
+            ("AGENTRY_AUTH__GENERATE_ADMIN_KEY", "false"),
+        ],
+        None,
+    )
+    .await;
     misc::admin_api_off(&off).await;
     seen.extend(off.observed().await);
     // …one without an MCP encryption key…
