@@ -1,6 +1,7 @@
 //! End to end: a newcomer's first run (issue 15), through the real `agentry` binary — the
 //! platform admin key a fresh server generates and shows once, and `agentry admin` creating the
-//! first tenant and key with no server up (`--direct`) and managing a running one over HTTP.
+//! first tenant and key with no server up (`--direct`) and managing a running one over HTTP —
+//! and a client generated from `/openapi.json` running the quickstart flow.
 
 mod support;
 
@@ -489,5 +490,98 @@ async fn agentry_admin_bootstraps_on_the_database_then_manages_a_running_server(
     assert_eq!(e["error_code"], "not_found", "{e}");
     let (e, _) = http_fails(&["keys", "revoke", "acme", "not-an-id"], 1);
     assert_eq!(e["error_code"], "bad_request", "{e}");
+    s.stop().await;
+}
+
+/// A tool of the Python test venv (scripts/install-api-test-deps.sh; `AGENTRY_VENV` moves it),
+/// or `None` outside CI when it is missing.
+fn venv_tool(name: &str) -> Option<std::path::PathBuf> {
+    let venv = std::env::var_os("AGENTRY_VENV")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.cache/venv"));
+    let tool = venv.join("bin").join(name);
+    if tool.exists() {
+        return Some(tool);
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "{} is missing: run scripts/install-api-test-deps.sh",
+        tool.display()
+    );
+    eprintln!("skipped: {name} is missing (scripts/install-api-test-deps.sh)");
+    None
+}
+
+/// `openapi-python-client` turns the server's `/openapi.json` into a Python client without a
+/// warning, and that client runs the quickstart flow (tests/openapi_client/quickstart_flow.py):
+/// the document tells the truth about every request and answer of it.
+#[tokio::test]
+async fn a_client_generated_from_the_openapi_document_runs_the_quickstart_flow() {
+    let Some(generator) = venv_tool("openapi-python-client") else {
+        return;
+    };
+    let bin = generator.parent().unwrap().to_path_buf();
+    let fake = agentry_fake_model::FakeModelServer::start(agentry_fake_model::FakeConfig {
+        api_key: Some("fake-model-key".into()),
+        ..Default::default()
+    });
+    let model = fake.base_url_openai();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let s = Serve::start(
+        dir,
+        &[
+            ("AGENTRY_AUTH__ADMIN_KEY", CONFIGURED_ADMIN_KEY),
+            ("AGENTRY_LLM__PROVIDER", "openai"),
+            ("AGENTRY_LLM__BASE_URL", &model),
+            ("AGENTRY_LLM__API_KEY", "fake-model-key"),
+            ("AGENTRY_LLM__MODEL", "fake-large"),
+        ],
+    )
+    .await;
+    let spec = reqwest::get(format!("{}/openapi.json", s.base))
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    std::fs::write(dir.join("openapi.json"), &spec).unwrap();
+
+    // The generator formats its output with ruff, which the venv holds.
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = Command::new(&generator)
+        .args(["generate", "--path", "openapi.json", "--meta", "none"])
+        .args(["--output-path", "generated/agentry_client"])
+        .current_dir(dir)
+        .env("PATH", &path)
+        .output()
+        .unwrap();
+    let said = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{said}");
+    assert!(
+        !said.contains("Warning") && !said.contains("Unable to"),
+        "the generator stumbled over the document:\n{said}"
+    );
+
+    let before = fake.requests().len();
+    let flow =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/openapi_client/quickstart_flow.py");
+    let out = Command::new(bin.join("python"))
+        .arg(&flow)
+        .arg(&s.base)
+        .current_dir(dir)
+        .env("PYTHONPATH", dir.join("generated"))
+        .env("AGENTRY_ADMIN_KEY", CONFIGURED_ADMIN_KEY)
+        .output()
+        .unwrap();
+    let said = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{said}");
+    assert!(said.contains(" passed, 0 failed"), "{said}");
+    // The chat really went to the (fake) model the server was configured with.
+    assert!(fake.requests().len() > before, "the model was never asked");
     s.stop().await;
 }

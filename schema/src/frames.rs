@@ -68,7 +68,8 @@ pub enum Decision {
     },
     /// The answer to a question (kind `question`). `answer` is text, or JSON for elicitation.
     Answer {
-        #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+        // Any JSON value: a string for a question, an object for an elicitation.
+        #[cfg_attr(feature = "openapi", schema(value_type = Value))]
         answer: Value,
     },
 }
