@@ -404,6 +404,7 @@ impl Engine {
                 message,
                 enqueue,
                 request_id,
+                span: tracing::Span::current(),
             })
             .await?
     }

@@ -342,6 +342,10 @@ pub struct DoneData {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     pub token_usage: TokenUsage,
+    /// The run's OpenTelemetry trace id (32 hex digits), when traces are exported; the same id
+    /// as `trace_id` on its execution.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
 }
 
 impl DoneData {
@@ -351,7 +355,13 @@ impl DoneData {
             cancelled: status.is_cancelled(),
             reason,
             token_usage,
+            trace_id: None,
         }
+    }
+
+    pub fn with_trace_id(mut self, trace_id: Option<String>) -> Self {
+        self.trace_id = trace_id;
+        self
     }
 }
 

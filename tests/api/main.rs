@@ -31,6 +31,7 @@ mod revocation;
 mod sandbox;
 mod schemathesis;
 mod streaming;
+mod traces;
 mod visibility;
 mod wsproto;
 
@@ -544,6 +545,19 @@ async fn sigterm_closes_idle_websockets_with_1001_and_exits_at_once() {
 async fn sigterm_refuses_new_runs_and_leaves_a_long_run_for_recovery() {
     let ctx = Ctx::start_with(&[("AGENTRY_SERVER__SHUTDOWN_TIMEOUT_SECS", "2")], None).await;
     operations::sigterm_refuses_new_runs_and_leaves_a_long_run_for_recovery(ctx).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn traces_reach_an_otlp_receiver_as_one_tree_per_chat_with_the_trace_id_stored() {
+    let otlp = traces::OtlpReceiver::start().await;
+    let (fake, ctx) = traces::start(&otlp).await;
+    traces::a_chat_with_an_approval_is_one_trace(&ctx, &fake, &otlp).await;
+    traces::a_request_without_traceparent_starts_a_trace(&ctx, &otlp).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hanging_trace_collector_never_slows_a_run_and_drops_are_counted() {
+    traces::a_hanging_collector_never_slows_a_run().await;
 }
 
 #[tokio::test]

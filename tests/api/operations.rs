@@ -241,6 +241,20 @@ pub async fn sigterm_refuses_new_runs_and_leaves_a_long_run_for_recovery(mut ctx
     assert_eq!(r.status, 503, "{}", r.body);
     assert_eq!(r.code(), "service_unavailable");
     assert!(r.headers.contains_key("retry-after"));
+    // Readiness turned red with the signal, so load balancers stop sending work here.
+    let ready = ctx
+        .call(Method::GET, "/api/v1/health/ready", None, None)
+        .await;
+    assert_eq!(ready.status, 503, "{}", ready.body);
+    assert_eq!(ready.body["status"], "not_ready", "{}", ready.body);
+    assert_eq!(
+        ready.body["checks"]["shutdown"], "draining",
+        "{}",
+        ready.body
+    );
+    assert_eq!(ready.body["checks"]["database"], "ok", "{}", ready.body);
+    assert_eq!(ready.code(), "service_unavailable", "{}", ready.body);
+    assert!(ready.headers.contains_key("retry-after"));
     let status = tokio::time::timeout(Duration::from_secs(30), ctx.server.child.wait())
         .await
         .expect("the server exits after its shutdown timeout")

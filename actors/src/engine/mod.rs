@@ -42,6 +42,7 @@ use async_trait::async_trait;
 use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::deps::{EngineDeps, ToolRequest, ToolSet};
 pub use checkpoint::{CHECKPOINT_VERSION, InFlight, RunCheckpoint};
@@ -397,6 +398,8 @@ impl Agent {
             }
         };
 
+        // A step (one model call and the tool calls it asked for) is a span of the run's trace.
+        let mut step_span = tracing::Span::none();
         loop {
             match self.state {
                 RunState::Reason => {
@@ -409,7 +412,16 @@ impl Agent {
                     // The previous step's rows go in with this checkpoint, before the model
                     // is called.
                     self.checkpoint(&[], None).await?;
-                    let answer = self.reason(&model, &tools).await?;
+                    let step = self.progress().steps + 1;
+                    step_span = tracing::info_span!(
+                        "agent.step",
+                        otel.name = %format!("step {step}"),
+                        agentry.step = i64::from(step),
+                    );
+                    let answer = self
+                        .reason(&model, &tools)
+                        .instrument(step_span.clone())
+                        .await?;
                     self.update_progress(|p| p.steps += 1);
                     if !answer.text.is_empty() || !answer.calls.is_empty() {
                         self.save(history::assistant_message(
@@ -439,7 +451,8 @@ impl Agent {
                     self.resume_at = pending.clone();
                     // The checkpoint before the call runs records it as started (see `act`).
                     let call = pending.remove(0);
-                    self.act(call, &tools, &pending).await?;
+                    let span = step_span.in_scope(|| tool_span(&call));
+                    self.act(call, &tools, &pending).instrument(span).await?;
                 }
                 RunState::Approve | RunState::Respond | RunState::End => {
                     // `act` returns to `Act` (or ends the run); `respond` returns.
@@ -683,12 +696,33 @@ impl Agent {
         request: ChatRequest,
     ) -> Step<Result<ModelAnswer, (LlmError, bool)>> {
         let started = Instant::now();
-        let result = self.stream_model(model, request).await;
+        // GenAI semantic conventions; usage and finish reason are recorded as the answer ends.
+        let span = tracing::info_span!(
+            "gen_ai.chat",
+            otel.name = %format!("chat {}", model.model()),
+            otel.kind = "client",
+            otel.status_code = tracing::field::Empty,
+            gen_ai.operation.name = "chat",
+            gen_ai.system = model.provider(),
+            gen_ai.request.model = model.model(),
+            gen_ai.usage.input_tokens = tracing::field::Empty,
+            gen_ai.usage.output_tokens = tracing::field::Empty,
+            gen_ai.response.finish_reasons = tracing::field::Empty,
+            error.type = tracing::field::Empty,
+        );
+        let result = self
+            .stream_model(model, request)
+            .instrument(span.clone())
+            .await;
         let (outcome, error) = match &result {
             Ok(Ok(_)) => ("ok", None),
             Ok(Err((e, _))) => ("error", Some(crate::metrics::model_error_kind(e))),
             Err(_) => ("cancelled", None),
         };
+        if let Some(kind) = error {
+            span.record("error.type", kind);
+            span.record("otel.status_code", "ERROR");
+        }
         crate::metrics::record_model_call(
             model.provider(),
             model.model(),
@@ -716,6 +750,7 @@ impl Agent {
         let mut text = String::new();
         let mut calls = Vec::new();
         let mut usage = TokenUsage::default();
+        let mut finish = None;
         loop {
             let item = tokio::select! {
                 biased;
@@ -723,7 +758,11 @@ impl Agent {
                 item = stream.next() => item,
             };
             match item {
-                None | Some(Ok(StreamEvent::Done(_))) => break,
+                None => break,
+                Some(Ok(StreamEvent::Done(reason))) => {
+                    finish = Some(reason);
+                    break;
+                }
                 Some(Ok(StreamEvent::TextDelta(d))) => {
                     if !d.is_empty() {
                         text.push_str(&d);
@@ -742,6 +781,14 @@ impl Agent {
             }
         }
         self.update_progress(|p| p.usage.add(usage));
+        let span = tracing::Span::current();
+        // As i64: tracing-opentelemetry would turn a u64 into a string attribute.
+        let int = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        span.record("gen_ai.usage.input_tokens", int(usage.input));
+        span.record("gen_ai.usage.output_tokens", int(usage.output));
+        if let Some(reason) = finish {
+            span.record("gen_ai.response.finish_reasons", finish_reason(reason));
+        }
         Ok(Ok(ModelAnswer { text, calls }))
     }
 
@@ -787,6 +834,7 @@ impl Agent {
                 .finish_call(&call, &call.arguments, Err(err), started, None, None)
                 .await;
         };
+        tracing::Span::current().record("agentry.tool.service", tool.spec().service.as_str());
         if let Err(reason) = tools.policy.check(tool.spec()) {
             let err = ToolError::PermissionDenied(reason);
             return self
@@ -817,6 +865,7 @@ impl Agent {
         if needs_approval {
             let (decision, by) = self.approve(&call, tool.as_ref(), &args).await?;
             approved = Some(true);
+            tracing::Span::current().record("agentry.tool.approved", true);
             approved_by = by;
             if let Some(new_args) = decision {
                 if let Err(err) = tools.registry.validate(&call.name, &new_args) {
@@ -879,6 +928,12 @@ impl Agent {
         .map_err(|e| self.store_failed("recording the approval request", e))?;
         self.go(RunEvent::ApprovalNeeded)?;
         self.set_waiting(true).await?;
+        let wait = tracing::info_span!(
+            "agentry.approval.wait",
+            otel.name = %format!("approval {}", call.name),
+            agentry.approval.id = %id,
+            agentry.approval.outcome = tracing::field::Empty,
+        );
         let outcome = {
             let _paused = self.run_clock.pause();
             self.sink
@@ -887,6 +942,7 @@ impl Agent {
                     data,
                     timeout: self.deps.config.hitl_timeout,
                 })
+                .instrument(wait.clone())
                 .await
         };
         let (status, decision_json, by) = match &outcome {
@@ -903,6 +959,7 @@ impl Agent {
             HumanOutcome::TimedOut => (ApprovalStatus::TimedOut, None, None),
             HumanOutcome::Cancelled => (ApprovalStatus::Cancelled, None, None),
         };
+        wait.record("agentry.approval.outcome", status.as_str());
         approvals::decide(&self.deps.db, &self.scope, id, status, decision_json, by)
             .await
             .map_err(|e| self.store_failed("recording the decision", e))?;
@@ -997,6 +1054,11 @@ impl Agent {
         by: Option<UserId>,
         why: &str,
     ) -> Step<()> {
+        let span = tracing::Span::current();
+        if let Some(a) = approved {
+            span.record("agentry.tool.approved", a);
+        }
+        span.record("agentry.tool.outcome", "refused");
         self.sink.emit(EventPayload::ToolResult(ToolResultData {
             tool_call_id: call.id.clone(),
             result: content.clone(),
@@ -1110,6 +1172,7 @@ impl Agent {
             Err(_) => "failed",
         };
         crate::metrics::record_tool_call(&call.name, outcome, started.elapsed());
+        tracing::Span::current().record("agentry.tool.outcome", outcome);
         let (content, is_error, events, error_text, failure) = match result {
             Ok(out) => {
                 let err_text = out.is_error.then(|| out.content.to_string());
@@ -1208,6 +1271,31 @@ impl Agent {
 }
 
 /// A one-line, human-readable summary of a call for the approval prompt.
+/// The span of one tool call (GenAI `execute_tool`); service, approval and outcome are recorded
+/// as the call goes.
+fn tool_span(call: &ToolCall) -> tracing::Span {
+    tracing::info_span!(
+        "gen_ai.execute_tool",
+        otel.name = %format!("execute_tool {}", call.name),
+        gen_ai.operation.name = "execute_tool",
+        gen_ai.tool.name = %call.name,
+        gen_ai.tool.call.id = %call.id,
+        agentry.tool.service = tracing::field::Empty,
+        agentry.tool.approved = tracing::field::Empty,
+        agentry.tool.outcome = tracing::field::Empty,
+    )
+}
+
+/// The finish reason as the GenAI conventions (and OpenAI) name it.
+fn finish_reason(reason: agentry_llm::StopReason) -> &'static str {
+    match reason {
+        agentry_llm::StopReason::EndTurn => "stop",
+        agentry_llm::StopReason::ToolUse => "tool_calls",
+        agentry_llm::StopReason::MaxTokens => "length",
+        agentry_llm::StopReason::Other => "other",
+    }
+}
+
 fn describe(tool: &dyn Tool, args: &Value) -> String {
     let spec = tool.spec();
     let first = spec.description.lines().next().unwrap_or_default().trim();

@@ -148,6 +148,8 @@ pub struct McpPoolActor {
     pub(crate) cfg: McpPoolConfig,
     pub(crate) slots: HashMap<Key, Slot>,
     pub(crate) next_generation: u64,
+    /// This pool's share of `agentry_mcp_connections{state}`, as last added to the gauge.
+    published: HashMap<&'static str, f64>,
 }
 
 impl McpPoolActor {
@@ -158,6 +160,7 @@ impl McpPoolActor {
             cfg,
             slots: HashMap::new(),
             next_generation: 1,
+            published: HashMap::new(),
         }
     }
 
@@ -173,6 +176,9 @@ impl McpPoolActor {
         let generation = self.next_generation;
         self.next_generation += 1;
         let was_connected = self.slots.get(&key).is_some_and(|s| s.was_connected);
+        if was_connected {
+            metrics::counter!("agentry_mcp_reconnects_total").increment(1);
+        }
         if let Some(old) = self.slots.remove(&key) {
             close_slot(old);
         }
@@ -306,8 +312,34 @@ impl McpPoolActor {
         }
     }
 
+    /// Bring this pool's share of `agentry_mcp_connections{state}` up to date (the gauge is
+    /// the sum over every tenant's pool); `gone` withdraws it.
+    fn publish_states(&mut self, gone: bool) {
+        let mut now: HashMap<&'static str, f64> = HashMap::new();
+        if !gone {
+            for slot in self.slots.values() {
+                *now.entry(slot.status().0).or_default() += 1.0;
+            }
+        }
+        for state in self
+            .published
+            .keys()
+            .chain(now.keys())
+            .copied()
+            .collect::<Vec<_>>()
+        {
+            let delta = now.get(state).copied().unwrap_or(0.0)
+                - self.published.get(state).copied().unwrap_or(0.0);
+            if delta != 0.0 {
+                metrics::gauge!("agentry_mcp_connections", "state" => state).increment(delta);
+            }
+        }
+        self.published = now;
+    }
+
     /// Health: ping every connected server; close idle ones.
     fn sweep(&mut self, ctx: &mut Context<Self>) {
+        self.publish_states(false);
         let now = Instant::now();
         let idle: Vec<Key> = self
             .slots
@@ -533,6 +565,7 @@ impl Actor for McpPoolActor {
     }
 
     fn stopped(&mut self, _: &mut Self::Context) {
+        self.publish_states(true);
         for (_, slot) in self.slots.drain() {
             close_slot(slot);
         }

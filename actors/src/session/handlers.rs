@@ -81,6 +81,7 @@ impl Handler<StartChat> for SessionActor {
         }
         self.last_activity = Instant::now();
         let run_id = RunId::new();
+        let span = self.run_span(&msg.span, run_id);
         if self.busy() {
             if !msg.enqueue {
                 return Box::pin(fut::ready(Err(EngineError::RunInProgress)));
@@ -94,7 +95,7 @@ impl Handler<StartChat> for SessionActor {
                 session_id: self.session.id,
                 assistant_id: self.session.assistant_id.to_string(),
                 input: msg.message,
-                trace_id: None,
+                trace_id: agentry_llm::trace_context::trace_id(&span),
                 status: ExecutionStatus::Queued,
             };
             let user = msg.user;
@@ -105,6 +106,7 @@ impl Handler<StartChat> for SessionActor {
                 if let Some(r) = request_id {
                     act.run_requests.insert(run_id, r);
                 }
+                act.run_spans.insert(run_id, span);
                 act.queue.push_back(QueuedRun { run_id, user });
                 // The active run may have ended while the row was written.
                 act.start_next(ctx);
@@ -117,6 +119,7 @@ impl Handler<StartChat> for SessionActor {
         if let Some(r) = msg.request_id {
             self.run_requests.insert(run_id, r);
         }
+        self.run_spans.insert(run_id, span);
         let (tx, rx) = oneshot::channel();
         self.start_run(
             ctx,

@@ -55,6 +55,8 @@ pub struct StartChat {
     pub enqueue: bool,
     /// The id of the request that sent the message, for the log line of a run that fails.
     pub request_id: Option<String>,
+    /// The span of the request or frame that sent the message: the run's span is its child.
+    pub span: tracing::Span,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -28,6 +28,7 @@ use agentry_store::{Role, TenantScope, UserScope, events as store_events, users}
 use futures::FutureExt;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::deps::EngineDeps;
 use crate::engine::recorder::StartRows;
@@ -230,6 +231,8 @@ struct ActiveRun {
     resumed: bool,
     /// It opened an approval or a question (its end cancels any left pending).
     asked_human: bool,
+    /// The run's span (`agent.run`): its loop, model and tool calls are its children.
+    span: tracing::Span,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -266,6 +269,8 @@ pub struct SessionActor {
     approvals: HashMap<ApprovalId, (RunId, Addr<HitlApproval>)>,
     /// The request that started each accepted run, until the run ends (for its log line).
     run_requests: HashMap<RunId, String>,
+    /// The span of each run accepted but not started yet.
+    run_spans: HashMap<RunId, tracing::Span>,
     last_activity: Instant,
     shutting_down: bool,
     instance: u64,
@@ -307,6 +312,7 @@ impl SessionActor {
             queue: VecDeque::new(),
             approvals: HashMap::new(),
             run_requests: HashMap::new(),
+            run_spans: HashMap::new(),
             last_activity: Instant::now(),
             shutting_down: false,
             instance,
@@ -463,6 +469,20 @@ impl SessionActor {
 
     /// Admit a run and write its rows, then start the loop. `reply` gets the result of the
     /// admission (a chat request waits on it; queued and resumed runs report failures as events).
+    /// The span of a run, child of `parent` (the request's or frame's; none: a trace of its own).
+    pub(crate) fn run_span(&self, parent: &tracing::Span, run_id: RunId) -> tracing::Span {
+        tracing::info_span!(
+            parent: parent,
+            "agent.run",
+            otel.name = "agent run",
+            run_id = %run_id,
+            session_id = %self.session.id,
+            tenant_id = %self.tenant.id,
+            assistant_id = %self.session.assistant_id,
+            agentry.run.status = tracing::field::Empty,
+        )
+    }
+
     fn start_run(
         &mut self,
         ctx: &mut Context<Self>,
@@ -472,6 +492,11 @@ impl SessionActor {
         restarts: u32,
         reply: Option<oneshot::Sender<Result<ChatAccepted, EngineError>>>,
     ) {
+        // A run resumed after a restart has no request: its span starts a trace of its own.
+        let span = self
+            .run_spans
+            .remove(&run_id)
+            .unwrap_or_else(|| self.run_span(&tracing::Span::none(), run_id));
         self.run = Some(ActiveRun {
             run_id,
             input: None,
@@ -482,6 +507,7 @@ impl SessionActor {
             restarts,
             resumed: matches!(start, RunStart::Resume(_)),
             asked_human: false,
+            span: span.clone(),
         });
         self.last_activity = Instant::now();
         let deps = self.deps.clone();
@@ -520,7 +546,8 @@ impl SessionActor {
                 quota.do_send(ReleaseRun { tokens: 0 });
             }
             prepared
-        };
+        }
+        .instrument(span);
         ctx.spawn(fut.into_actor(self).map(move |res, act, ctx| {
             let still_ours = act.run.as_ref().is_some_and(|r| r.run_id == run_id);
             // The run start reserved the next block of event numbers with its session write.
@@ -611,7 +638,8 @@ impl SessionActor {
             sink,
             run.cancel.clone(),
             run.progress.clone(),
-        );
+        )
+        .instrument(run.span.clone());
         let addr = ctx.address();
         let handle = self.deps.runtime.spawn(async move {
             let result = AssertUnwindSafe(fut)
@@ -632,6 +660,8 @@ impl SessionActor {
             return;
         }
         run.phase = Phase::Finishing;
+        run.span
+            .record("agentry.run.status", outcome.status.as_str());
         if let Some(abort) = run.abort.take() {
             abort.abort();
         }
@@ -673,14 +703,18 @@ impl SessionActor {
         + 'static,
     ) {
         let run = run_id.to_string();
+        let trace_id = self
+            .run
+            .as_ref()
+            .filter(|r| r.run_id == run_id)
+            .and_then(|r| agentry_llm::trace_context::trace_id(&r.span));
         let done = self.log.number(
             &self.session_key,
             &run,
-            EventPayload::Done(DoneData::new(
-                outcome.status,
-                outcome.reason.clone(),
-                outcome.usage,
-            )),
+            EventPayload::Done(
+                DoneData::new(outcome.status, outcome.reason.clone(), outcome.usage)
+                    .with_trace_id(trace_id.clone()),
+            ),
         );
         let done_seq = done.event.seq;
         let mut events = self.log.not_stored();
@@ -758,11 +792,14 @@ impl SessionActor {
                 let failed = act.log.number(
                     &act.session_key,
                     &run,
-                    EventPayload::Done(DoneData::new(
-                        DoneStatus::Failed,
-                        Some(ErrorCode::InternalError.as_str().into()),
-                        outcome.usage,
-                    )),
+                    EventPayload::Done(
+                        DoneData::new(
+                            DoneStatus::Failed,
+                            Some(ErrorCode::InternalError.as_str().into()),
+                            outcome.usage,
+                        )
+                        .with_trace_id(trace_id),
+                    ),
                 );
                 let mut events = act.log.not_stored();
                 events.push((*error.event).clone());
@@ -1166,7 +1203,8 @@ async fn prepare_run(
                 session_id: session.id,
                 assistant_id: session.assistant_id.to_string(),
                 input: message,
-                trace_id: None,
+                // prepare_run runs in the run's span.
+                trace_id: agentry_llm::trace_context::trace_id(&tracing::Span::current()),
                 status: ExecutionStatus::Running,
             }),
             None,

@@ -158,10 +158,15 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    if let Err(e) = telemetry::init(&settings.log) {
-        eprintln!("agentry: invalid configuration: {e}");
-        return ExitCode::from(2);
-    }
+    // Only a serving process exports traces.
+    let otel = matches!(cli.command, Command::Serve { .. }).then_some(&settings.otel);
+    let telemetry = match telemetry::init(&settings.log, otel) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("agentry: invalid configuration: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let result = match cli.command {
         Command::Config { keys: true } => {
             outln!("{}", settings.env_keys().join("\n"));
@@ -214,6 +219,7 @@ fn main() -> ExitCode {
             );
             app.run_until_stopped().await?;
             tracing::info!("agentry stopped");
+            telemetry.shutdown();
             Ok(())
         }),
     };

@@ -132,6 +132,36 @@ fn describe() {
     );
     metrics::describe_gauge!("process_open_fds", "Open file descriptors");
     metrics::describe_gauge!("process_max_fds", "The open file descriptor limit");
+    metrics::describe_gauge!(
+        "agentry_mcp_connections",
+        "MCP client connections by state (connecting, connected, error, …), over every tenant"
+    );
+    metrics::describe_counter!(
+        "agentry_mcp_calls_total",
+        "MCP tools/call requests by outcome (ok, tool_error, timeout, cancelled, transport_error, error)"
+    );
+    metrics::describe_histogram!(
+        "agentry_mcp_call_duration_seconds",
+        metrics::Unit::Seconds,
+        "MCP tools/call latency"
+    );
+    metrics::describe_counter!(
+        "agentry_mcp_reconnects_total",
+        "Reconnects of MCP servers that had been connected"
+    );
+    metrics::describe_counter!(
+        crate::telemetry::SPANS_DROPPED,
+        "Trace spans not exported, by reason (queue_full, export_failed, shut_down)"
+    );
+    metrics::describe_counter!(
+        crate::telemetry::SPANS_EXPORTED,
+        "Trace spans the OTLP collector accepted"
+    );
+    // Present (at 0) from the start, so an alert on drops has a series to watch.
+    for reason in ["queue_full", "export_failed"] {
+        metrics::counter!(crate::telemetry::SPANS_DROPPED, "reason" => reason).increment(0);
+    }
+    metrics::counter!("agentry_mcp_reconnects_total").increment(0);
 }
 
 /// Drain histogram buckets now and then so memory stays flat between scrapes.

@@ -57,14 +57,21 @@ pub async fn request_id(
     let unmatched = route.is_none().then(|| req.path().to_string());
     let span = tracing::info_span!(
         "http",
+        otel.name = %format!("{method} {}", route.as_deref().unwrap_or("unmatched")),
+        otel.kind = "server",
+        otel.status_code = tracing::field::Empty,
         request_id = %id,
         method = %req.method(),
         path = %req.path(),
+        http.route = route.as_deref().unwrap_or("unmatched"),
+        http.response.status_code = tracing::field::Empty,
         tenant_id = tracing::field::Empty,
         user_id = tracing::field::Empty,
     );
+    // W3C trace context from the caller: this request's span continues the caller's trace.
+    crate::telemetry::continue_trace(&span, req.headers());
     let header = HeaderValue::from_str(&id).ok();
-    let result = next.call(req).instrument(span).await;
+    let result = next.call(req).instrument(span.clone()).await;
     let (status, tenant) = match &result {
         Ok(res) => (
             res.status(),
@@ -75,6 +82,10 @@ pub async fn request_id(
         ),
         Err(e) => (e.as_response_error().status_code(), None),
     };
+    span.record("http.response.status_code", i64::from(status.as_u16()));
+    if status.is_server_error() {
+        span.record("otel.status_code", "ERROR");
+    }
     access_log(&AccessLine {
         request_id: &id,
         method: &method,

@@ -41,6 +41,35 @@ pub struct Settings {
     /// `/metrics`: an optional bearer token, per-tenant labels (`[metrics]`,
     /// `AGENTRY_METRICS__*`); see docs/api.md.
     pub metrics: MetricsSettings,
+    /// OpenTelemetry traces over OTLP/HTTP (`[otel]`, `AGENTRY_OTEL__*`); see docs/deploy.md.
+    pub otel: OtelSettings,
+}
+
+/// Where traces go. Off unless an endpoint is set here or by the standard
+/// `OTEL_EXPORTER_OTLP_ENDPOINT` / `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`; the other standard
+/// variables (`OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`, `OTEL_TRACES_SAMPLER(_ARG)`,
+/// `OTEL_EXPORTER_OTLP_HEADERS`) apply as the OpenTelemetry SDKs define them.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct OtelSettings {
+    /// The collector's OTLP/HTTP base URL (`http://collector:4318`); spans go to
+    /// `{endpoint}/v1/traces`. A URL already ending in `/v1/traces` is used as it is.
+    pub endpoint: String,
+    /// `service.name` when neither `OTEL_SERVICE_NAME` nor `OTEL_RESOURCE_ATTRIBUTES` names one.
+    pub service_name: String,
+    /// Spans waiting for export at most; more are dropped (and counted in
+    /// `agentry_otel_spans_dropped_total`) rather than slowing a run.
+    pub queue_size: usize,
+}
+
+impl Default for OtelSettings {
+    fn default() -> Self {
+        OtelSettings {
+            endpoint: String::new(),
+            service_name: "agentry".into(),
+            queue_size: 2048,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -83,6 +112,7 @@ impl Default for Settings {
             config_file: None,
             secret_files: Vec::new(),
             metrics: MetricsSettings::default(),
+            otel: OtelSettings::default(),
         }
     }
 }
@@ -648,6 +678,15 @@ impl Settings {
         }
         if let Err(why) = crate::telemetry::parse_filter(&self.log.level) {
             return bad("log.level", &why);
+        }
+        if let Err(why) = crate::telemetry::check_endpoint(&self.otel.endpoint) {
+            return bad("otel.endpoint", &why);
+        }
+        if self.otel.service_name.trim().is_empty() {
+            return bad("otel.service_name", "must not be empty");
+        }
+        if self.otel.queue_size == 0 {
+            return bad("otel.queue_size", "must be at least 1");
         }
         if self.mcp.health_interval_secs == 0 {
             return bad("mcp.health_interval_secs", "must be at least 1");

@@ -27,8 +27,9 @@ use agentry_actors::{Engine, EngineError, SessionEvent, SessionHandle, Subscript
 use agentry_schema::error::ErrorCode;
 use agentry_schema::events::{EventPayload, ExecutionEvent};
 use agentry_schema::frames::{ClientFrame, FrameError, parse_client_frame};
-use agentry_schema::ids::ApprovalId;
+use agentry_schema::ids::{ApprovalId, SessionId};
 use serde::Deserialize;
+use tracing::Instrument;
 
 use crate::access;
 use crate::auth::{self, Forgotten, TenantCaller, WS_PROTOCOL, WsKey};
@@ -332,7 +333,8 @@ impl WsConnection {
                             Some(request_id),
                         )
                         .await
-                };
+                }
+                .instrument(frame_span("chat", &self.request_id, session_id));
                 ctx.spawn(fut.into_actor(self).map(|res, act, ctx| {
                     if let Err(e) = res {
                         act.engine_error(ctx, e);
@@ -362,7 +364,12 @@ impl WsConnection {
                     engine
                         .decide(&tenant, &user, session_id, request, d.decision)
                         .await
-                };
+                }
+                .instrument(frame_span(
+                    "hitl_decision",
+                    &self.request_id,
+                    session_id,
+                ));
                 ctx.spawn(fut.into_actor(self).map(|res, act, ctx| {
                     if let Err(e) = res {
                         act.engine_error(ctx, e);
@@ -371,6 +378,19 @@ impl WsConnection {
             }
         }
     }
+}
+
+/// The span of a frame that starts work (a trace of its own; the socket's request id ties it
+/// to the connection).
+fn frame_span(kind: &str, request_id: &str, session_id: SessionId) -> tracing::Span {
+    tracing::info_span!(
+        "ws.frame",
+        otel.name = %format!("ws {kind}"),
+        otel.kind = "server",
+        request_id = %request_id,
+        session_id = %session_id,
+        agentry.frame = %kind,
+    )
 }
 
 /// A text or binary message arriving in fragments, put together up to `server.frame_limit_bytes`.

@@ -196,7 +196,7 @@ impl ChatModel for AnthropicModel {
         &self.model
     }
 
-    #[tracing::instrument(skip_all, fields(provider = "anthropic", model = %self.model, stream = self.stream))]
+    #[tracing::instrument(level = "debug", skip_all, fields(provider = "anthropic", model = %self.model, stream = self.stream))]
     async fn stream(&self, request: ChatRequest) -> Result<ChatStream, LlmError> {
         let body = self.request_body(&request);
         let url = self.endpoint();

@@ -35,7 +35,12 @@ impl Transport {
     ) -> Result<reqwest::Response, LlmError> {
         let mut attempt = 0u32;
         loop {
-            let (error, retry_after) = match self.send_once(build()).await {
+            // The model call's span (the caller's) goes along as W3C trace context.
+            let mut request = build();
+            if let Some(tp) = crate::trace_context::traceparent(&tracing::Span::current()) {
+                request = request.header("traceparent", tp);
+            }
+            let (error, retry_after) = match self.send_once(request).await {
                 Ok(response) => return Ok(response),
                 Err(failure) => failure,
             };

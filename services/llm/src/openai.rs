@@ -174,7 +174,7 @@ impl ChatModel for OpenAiModel {
         &self.model
     }
 
-    #[tracing::instrument(skip_all, fields(provider = "openai", model = %self.model, stream = self.stream))]
+    #[tracing::instrument(level = "debug", skip_all, fields(provider = "openai", model = %self.model, stream = self.stream))]
     async fn stream(&self, request: ChatRequest) -> Result<ChatStream, LlmError> {
         let body = self.request_body(&request);
         let url = self.endpoint();

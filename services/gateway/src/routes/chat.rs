@@ -94,6 +94,7 @@ async fn start(
         (status = 409, description = "A run is in progress in the session (`run_in_progress`); send with `enqueue: true` to queue", body = agentry_schema::ErrorResponse),
         (status = 422, description = "A field is invalid (`validation_error`)", body = agentry_schema::ErrorResponse),
         (status = 429, description = "A tenant quota is used up (`Retry-After`)", body = agentry_schema::ErrorResponse),
+        (status = 503, description = "The server is stopping (SIGTERM) and starts no new run (`service_unavailable`); send it again, to another replica, after `Retry-After` seconds", body = agentry_schema::ErrorResponse),
     )
 )]
 pub async fn chat(
@@ -139,6 +140,7 @@ pub async fn chat(
         (status = 409, description = "A run is in progress in the session (`run_in_progress`)", body = agentry_schema::ErrorResponse),
         (status = 422, description = "A field is invalid (`validation_error`)", body = agentry_schema::ErrorResponse),
         (status = 429, description = "A tenant quota is used up (`Retry-After`)", body = agentry_schema::ErrorResponse),
+        (status = 503, description = "The server is stopping (SIGTERM) and starts no new run (`service_unavailable`); send it again, to another replica, after `Retry-After` seconds", body = agentry_schema::ErrorResponse),
     )
 )]
 pub async fn chat_stream(

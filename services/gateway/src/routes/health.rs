@@ -56,7 +56,8 @@ pub async fn live() -> HttpResponse {
     HttpResponse::Ok().json(json!({"status": "ok"}))
 }
 
-/// The database (and Redis, when configured) answer. No key needed.
+/// The database (and Redis, when configured) answer, and the server is not stopping. No key
+/// needed.
 #[utoipa::path(
     get,
     path = "/api/v1/health/ready",
@@ -64,7 +65,7 @@ pub async fn live() -> HttpResponse {
     security(()),
     responses(
         (status = 200, description = "Ready", body = ReadinessResponse),
-        (status = 503, description = "A dependency does not answer: the readiness fields plus `error_code` `database_unavailable`, `message`, `details.checks`; `Retry-After`", body = ReadinessResponse),
+        (status = 503, description = "A dependency does not answer (`error_code` `database_unavailable`), or the server is stopping after SIGTERM (`service_unavailable`, `checks.shutdown: \"draining\"`): the readiness fields plus `error_code`, `message`, `details.checks`; `Retry-After`", body = ReadinessResponse),
     )
 )]
 pub async fn ready(state: web::Data<AppState>) -> HttpResponse {
@@ -76,10 +77,16 @@ pub async fn ready(state: web::Data<AppState>) -> HttpResponse {
         "unreachable"
     }
     .to_string();
-    let ok = db == "ok";
+    // A stopping server is red at once, so load balancers send no new work its way.
+    let draining = state.engine.is_draining();
+    let ok = db == "ok" && !draining;
+    let mut checks = json!({ "database": db });
+    if draining {
+        checks["shutdown"] = json!("draining");
+    }
     let body = ReadinessResponse {
         status: if ok { "ready" } else { "not_ready" }.into(),
-        checks: json!({ "database": db }),
+        checks,
     };
     if ok {
         return HttpResponse::Ok().json(body);
@@ -87,10 +94,17 @@ pub async fn ready(state: web::Data<AppState>) -> HttpResponse {
     // Not ready is also an error response: it carries the error fields every error has, next
     // to the readiness fields load balancers and people read.
     let mut value = serde_json::to_value(&body).unwrap_or_else(|_| json!({}));
-    let error = ErrorResponse::new(
-        ErrorCode::DatabaseUnavailable,
-        "not ready: a dependency does not answer (see `checks`)",
-    )
+    let error = if draining {
+        ErrorResponse::new(
+            ErrorCode::ServiceUnavailable,
+            "not ready: the server is stopping; send new work to another replica",
+        )
+    } else {
+        ErrorResponse::new(
+            ErrorCode::DatabaseUnavailable,
+            "not ready: a dependency does not answer (see `checks`)",
+        )
+    }
     .with_details(json!({ "checks": body.checks }));
     if let (Some(v), Ok(serde_json::Value::Object(e))) =
         (value.as_object_mut(), serde_json::to_value(error))

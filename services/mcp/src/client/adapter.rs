@@ -101,18 +101,29 @@ impl Tool for McpTool {
     }
 
     async fn call(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-        self.conn
-            .call_tool(&self.remote.name, args, ctx)
-            .await
-            .map_err(|e| {
-                // This tool stays bound to its connection: once that is dead, every retry would
-                // fail the same way at once, so the loop must not retry (see `Disconnected`).
-                if e.is_transport() && self.conn.is_closed() {
-                    ToolError::Disconnected(e.to_string())
-                } else {
-                    ToolError::from(e)
-                }
-            })
+        let started = std::time::Instant::now();
+        let result = self.conn.call_tool(&self.remote.name, args, ctx).await;
+        // By outcome only: server names are tenants' own, so they would make the series unbounded.
+        let outcome = match &result {
+            Ok(out) if out.is_error => "tool_error",
+            Ok(_) => "ok",
+            Err(McpError::Timeout { .. }) => "timeout",
+            Err(McpError::Cancelled) => "cancelled",
+            Err(e) if e.is_transport() => "transport_error",
+            Err(_) => "error",
+        };
+        metrics::counter!("agentry_mcp_calls_total", "outcome" => outcome).increment(1);
+        metrics::histogram!("agentry_mcp_call_duration_seconds")
+            .record(started.elapsed().as_secs_f64());
+        result.map_err(|e| {
+            // This tool stays bound to its connection: once that is dead, every retry would
+            // fail the same way at once, so the loop must not retry (see `Disconnected`).
+            if e.is_transport() && self.conn.is_closed() {
+                ToolError::Disconnected(e.to_string())
+            } else {
+                ToolError::from(e)
+            }
+        })
     }
 }
 

@@ -450,7 +450,7 @@ impl McpConnection {
     /// The output's content is `{"text": <text blocks joined by newlines>, "content": [<other
     /// blocks>], "structured_content": <structuredContent>}` (the last two only when present);
     /// `isError: true` gives a [`ToolOutput`] with `is_error` set.
-    #[tracing::instrument(skip_all, fields(server = %self.name(), tool = %name, tool_call_id = %ctx.tool_call_id))]
+    #[tracing::instrument(skip_all, fields(otel.name = %format!("mcp tools/call {name}"), otel.kind = "client", rpc.system = "jsonrpc", rpc.method = "tools/call", server = %self.name(), tool = %name, tool_call_id = %ctx.tool_call_id))]
     pub async fn call_tool(
         &self,
         name: &str,
