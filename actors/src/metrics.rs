@@ -15,13 +15,14 @@ use crate::engine::RunOutcome;
 
 /// A run that failed or timed out is an `error` line; one cancelled, rejected or interrupted a
 /// `warn` line; a completed run is in the access log and the metrics only. Each carries the run,
-/// its session and tenant, and the request that started it (when a request did: not a recovered
-/// run).
+/// its session and tenant, the request that started it (when a request did: not a recovered
+/// run) and its trace id (when traces are exported).
 pub fn log_run_end(
     session: &Session,
     run_id: RunId,
     outcome: &RunOutcome,
     request_id: Option<&str>,
+    trace_id: Option<&str>,
 ) {
     macro_rules! emit {
         ($level:expr, $message:literal) => {
@@ -32,6 +33,7 @@ pub fn log_run_end(
                 session_id = %session.id,
                 tenant_id = %session.tenant_id,
                 request_id,
+                trace_id,
                 status = outcome.status.as_str(),
                 reason = outcome.reason.as_deref(),
                 error = outcome.error.as_deref(),

@@ -62,18 +62,27 @@ fn attrs(kvs: &[KeyValue]) -> BTreeMap<String, Value> {
         .collect()
 }
 
-/// An OTLP/HTTP receiver on loopback: `POST /v1/traces` with a protobuf body.
+/// An OTLP/HTTP receiver on loopback: `POST /v1/traces` with a protobuf body and the
+/// `Authorization` header a hosted backend (Langfuse) would want.
 pub struct OtlpReceiver {
     pub base: String,
     spans: Arc<Mutex<Vec<Received>>>,
 }
 
+/// What the receiver wants in `Authorization` (`otel.headers` sends it).
+pub const OTLP_AUTH: &str = "Basic cGstbGYtMTIzOnNrLWxmLTQ1Ng==";
+
+type Spans = Arc<Mutex<Vec<Received>>>;
+
 async fn accept(
-    State(spans): State<Arc<Mutex<Vec<Received>>>>,
+    State(spans): State<Spans>,
     headers: HeaderMap,
     body: Bytes,
 ) -> (StatusCode, [(&'static str, &'static str); 1], Vec<u8>) {
     let protobuf = [("content-type", "application/x-protobuf")];
+    if headers.get("authorization").and_then(|v| v.to_str().ok()) != Some(OTLP_AUTH) {
+        return (StatusCode::UNAUTHORIZED, protobuf, Vec::new());
+    }
     if headers.get("content-type").and_then(|v| v.to_str().ok()) != Some("application/x-protobuf") {
         return (StatusCode::UNSUPPORTED_MEDIA_TYPE, protobuf, Vec::new());
     }
@@ -168,6 +177,11 @@ pub async fn start(otlp: &OtlpReceiver) -> (agentry_fake_model::FakeModelServer,
         Wire::OpenAi,
         &[
             ("AGENTRY_OTEL__ENDPOINT", otlp.base.as_str()),
+            // Percent-encoded like OTEL_EXPORTER_OTLP_HEADERS; the receiver refuses without it.
+            (
+                "AGENTRY_OTEL__HEADERS",
+                "Authorization=Basic%20cGstbGYtMTIzOnNrLWxmLTQ1Ng==",
+            ),
             ("OTEL_SERVICE_NAME", "agentry-e2e"),
             ("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment=e2e"),
         ],

@@ -188,7 +188,7 @@ def test_docker_compose_config_validates_and_needs_the_admin_key():
     ok = compose("config")
     assert ok.returncode == 0, ok.stderr
     rendered = yaml.safe_load(ok.stdout)
-    assert set(rendered["services"]) == {"agentry", "postgres", "redis", "fake-model"}
+    assert set(rendered["services"]) == {"agentry", "postgres", "redis", "jaeger", "fake-model"}
     key = rendered["services"]["agentry"]["environment"]["AGENTRY_AUTH__ADMIN_KEY"]
     assert len(key) >= 16, "the example admin key is long enough for the server to accept it"
     # Without an env file that sets the admin key, compose refuses, saying what to do.
@@ -218,6 +218,16 @@ def test_every_compose_service_has_a_healthcheck_and_waits_for_healthy_dependenc
     assert any(p in " ".join(agentry["healthcheck"]["test"]) for p in HEALTH)
     assert agentry["depends_on"] == {"postgres": {"condition": "service_healthy"}}
     assert services["fake-model"]["profiles"] == ["fake-model"], "optional, off by default"
+    # Traces go to the Jaeger of the file, over OTLP/HTTP, and its UI is published.
+    jaeger = services["jaeger"]
+    assert "profiles" not in jaeger, "traces are there from the first `up`"
+    assert jaeger["image"].startswith("jaegertracing/all-in-one:"), jaeger["image"]
+    assert jaeger["environment"]["COLLECTOR_OTLP_ENABLED"] == "true"
+    assert any(str(p).endswith(":16686") for p in jaeger["ports"]), jaeger["ports"]
+    endpoint = agentry["environment"]["AGENTRY_OTEL__ENDPOINT"]
+    assert endpoint == "${AGENTRY_OTEL__ENDPOINT:-http://jaeger:4318}", endpoint
+    # A collector that is down must not stop Agentry: it is not a dependency.
+    assert "jaeger" not in agentry["depends_on"]
     assert "profiles" not in agentry, "Agentry starts without any provider key"
 
 
@@ -367,6 +377,9 @@ def test_chart_with_three_replicas_ingress_hpa_and_existing_secrets(config_keys)
     assert refs["AGENTRY_REDIS__URL"] == {"name": "agentry-redis", "key": "redis-url"}
     assert refs["AGENTRY_LLM__API_KEY"]["name"] == "agentry-llm"
     assert refs["AGENTRY_METRICS__TOKEN"] == {"name": "agentry-metrics", "key": "metrics-token"}
+    # Traces to Langfuse: the endpoint in plain text, its auth header from the Secret.
+    assert env["AGENTRY_OTEL__ENDPOINT"]["value"] == "https://cloud.langfuse.com/api/public/otel"
+    assert refs["AGENTRY_OTEL__HEADERS"] == {"name": "agentry-langfuse", "key": "otlp-headers"}
     monitor = one(docs, "ServiceMonitor")["spec"]["endpoints"][0]
     assert monitor["authorization"]["credentials"] == refs["AGENTRY_METRICS__TOKEN"]
     assert env["AGENTRY_METRICS__TENANT_LABELS"]["value"] == "true"

@@ -676,7 +676,18 @@ impl SessionActor {
             // The status the clients were told (a run whose end could not be written is failed).
             logged.status = status;
             let request_id = act.run_requests.remove(&run_id);
-            crate::metrics::log_run_end(&act.session, run_id, &logged, request_id.as_deref());
+            let trace_id = act
+                .run
+                .as_ref()
+                .filter(|r| r.run_id == run_id)
+                .and_then(|r| agentry_llm::trace_context::trace_id(&r.span));
+            crate::metrics::log_run_end(
+                &act.session,
+                run_id,
+                &logged,
+                request_id.as_deref(),
+                trace_id.as_deref(),
+            );
             if act.run.as_ref().is_some_and(|r| r.run_id == run_id) {
                 act.run = None;
             }

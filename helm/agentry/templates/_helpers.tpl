@@ -47,7 +47,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 
 {{/* Whether the chart creates its Secret: any secret value given in plain text. */}}
 {{- define "agentry.createSecret" -}}
-{{- if or .Values.auth.adminKey .Values.externalDatabase.url .Values.externalRedis.url .Values.llm.apiKey .Values.mcp.encryptionKey .Values.metrics.token -}}
+{{- if or .Values.auth.adminKey .Values.externalDatabase.url .Values.externalRedis.url .Values.llm.apiKey .Values.mcp.encryptionKey .Values.metrics.token .Values.otel.headers -}}
 true
 {{- end }}
 {{- end }}

@@ -55,6 +55,10 @@ pub struct OtelSettings {
     /// The collector's OTLP/HTTP base URL (`http://collector:4318`); spans go to
     /// `{endpoint}/v1/traces`. A URL already ending in `/v1/traces` is used as it is.
     pub endpoint: String,
+    /// Headers sent with every export, `name=value` pairs separated by commas, values
+    /// percent-encoded as in `OTEL_EXPORTER_OTLP_HEADERS` (Langfuse:
+    /// `Authorization=Basic%20<base64 of public:secret key>`). A secret: never printed.
+    pub headers: Secret,
     /// `service.name` when neither `OTEL_SERVICE_NAME` nor `OTEL_RESOURCE_ATTRIBUTES` names one.
     pub service_name: String,
     /// Spans waiting for export at most; more are dropped (and counted in
@@ -66,6 +70,7 @@ impl Default for OtelSettings {
     fn default() -> Self {
         OtelSettings {
             endpoint: String::new(),
+            headers: Secret::default(),
             service_name: "agentry".into(),
             queue_size: 2048,
         }
@@ -350,6 +355,7 @@ pub const SECRET_KEYS: &[&str] = &[
     "mcp.encryption_key",
     "tools.search_api_key",
     "metrics.token",
+    "otel.headers",
 ];
 
 /// The env variable that sets `key` (`auth.admin_key` → `AGENTRY_AUTH__ADMIN_KEY`).
@@ -681,6 +687,9 @@ impl Settings {
         }
         if let Err(why) = crate::telemetry::check_endpoint(&self.otel.endpoint) {
             return bad("otel.endpoint", &why);
+        }
+        if let Err(why) = crate::telemetry::parse_headers(self.otel.headers.expose()) {
+            return bad("otel.headers", &why);
         }
         if self.otel.service_name.trim().is_empty() {
             return bad("otel.service_name", "must not be empty");

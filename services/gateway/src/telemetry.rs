@@ -80,6 +80,50 @@ pub fn check_endpoint(endpoint: &str) -> Result<(), String> {
     }
 }
 
+/// `otel.headers`: `name=value` pairs separated by commas, values percent-encoded (the
+/// `OTEL_EXPORTER_OTLP_HEADERS` format), checked to make valid HTTP headers.
+pub fn parse_headers(input: &str) -> Result<Vec<(String, String)>, String> {
+    let mut out = Vec::new();
+    for pair in input.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let Some((name, value)) = pair.split_once('=') else {
+            return Err(
+                "write name=value pairs separated by commas, e.g. Authorization=Basic%20…".into(),
+            );
+        };
+        let (name, value) = (name.trim(), percent_decode(value.trim()));
+        if name.is_empty()
+            || actix_web::http::header::HeaderName::try_from(name).is_err()
+            || actix_web::http::header::HeaderValue::try_from(value.as_str()).is_err()
+        {
+            // The value may be a secret: only the name is shown.
+            return Err(format!("the header {name:?} is not a valid HTTP header"));
+        }
+        out.push((name.to_string(), value));
+    }
+    Ok(out)
+}
+
+/// `%XX` escapes decoded; anything else kept as it is (`+` stays `+`, as base64 needs).
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let hex = |b: u8| (b as char).to_digit(16);
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%'
+            && i + 2 < bytes.len()
+            && let (Some(h), Some(l)) = (hex(bytes[i + 1]), hex(bytes[i + 2]))
+        {
+            out.push(u8::try_from(h * 16 + l).unwrap_or(b'?'));
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 /// Where spans go: `otel.endpoint`, else the standard variables (the traces-specific one as it
 /// is, the general one with `/v1/traces` added). `None`: tracing is off. `OTEL_SDK_DISABLED=true`
 /// turns it off whatever is set.
@@ -204,7 +248,7 @@ fn tracer_provider(url: &str, otel: &OtelSettings) -> Result<SdkTracerProvider, 
         .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
         .with_endpoint(url)
         .with_timeout(EXPORT_TIMEOUT)
-        .with_headers(Default::default())
+        .with_headers(parse_headers(otel.headers.expose())?.into_iter().collect())
         .build()
         .map_err(|e| format!("the OTLP exporter for {url} could not be set up: {e}"))?;
     // OTEL_SERVICE_NAME, then `service.name` in OTEL_RESOURCE_ATTRIBUTES, then otel.service_name.
@@ -441,6 +485,27 @@ mod tests {
             traces_url("http://c:4318/v1/traces"),
             "http://c:4318/v1/traces"
         );
+    }
+
+    #[test]
+    fn headers_are_name_value_pairs_with_percent_encoded_values() {
+        use super::parse_headers;
+        assert_eq!(
+            parse_headers("Authorization=Basic%20cGs6c2s+, x-tenant = a%2Cb").unwrap(),
+            [
+                ("Authorization".to_string(), "Basic cGs6c2s+".to_string()),
+                ("x-tenant".to_string(), "a,b".to_string())
+            ]
+        );
+        assert_eq!(parse_headers("").unwrap(), []);
+        assert!(parse_headers("Authorization").is_err());
+        let err = parse_headers("bad name=secret-value").unwrap_err();
+        assert!(
+            err.contains("bad name") && !err.contains("secret-value"),
+            "{err}"
+        );
+        assert!(parse_headers("x=a%0Ab").is_err(), "no header injection");
+        assert_eq!(parse_headers("x=100%").unwrap()[0].1, "100%");
     }
 
     #[test]
