@@ -12,6 +12,7 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
 use crate::ctx::{ADMIN_KEY, Ctx, unique};
+use crate::observability::sample;
 
 pub const MCP_KEY: &str = "passphrase:a long enough test passphrase";
 /// The one network the test servers let users' MCP servers reach (`tools.allowed_networks`):
@@ -493,6 +494,30 @@ pub async fn mcp_tools_in_a_chat(ctx: &Ctx, fake: &FakeModelServer) {
             .to_string()
             .contains("from the agent")
     );
+
+    // The metrics saw both calls, the reconnect, and (sampled every second) the connection.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let m = ctx.metrics().await;
+        let connected = sample(&m, "agentry_mcp_connections", &[("state", "connected")]);
+        if connected >= 1.0 {
+            assert!(
+                sample(&m, "agentry_mcp_calls_total", &[("outcome", "ok")]) >= 2.0,
+                "{m}"
+            );
+            assert!(
+                sample(&m, "agentry_mcp_reconnects_total", &[]) >= 1.0,
+                "{m}"
+            );
+            assert!(m.contains("agentry_mcp_call_duration_seconds_count"), "{m}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no connected MCP connection: {m}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 
     // Another user of the tenant does not get these tools.
     fake.push(FakeReply::tool_call(
