@@ -275,7 +275,9 @@ pub async fn churn_every_run_has_exactly_one_done(ctx: &mut Ctx) {
     let scope = t.scope();
     let runs = settled(ctx, &scope).await;
     assert!(
-        runs.len() >= 20,
+        // Only that the churn happened: how many runs fit in the fixed windows between the kills
+        // depends on the machine's load (a busy 2-core machine managed 12-18, a quiet one 40+).
+        runs.len() >= 8,
         "only {} runs: the churn did not churn",
         runs.len()
     );
