@@ -353,7 +353,8 @@ def test_chart_with_default_values_renders_valid_manifests(config_keys):
     command = " ".join(test_pod["spec"]["containers"][0]["command"])
     assert "http://agentry:8000/api/v1/health/ready" in command, command
     notes = rendered["agentry/templates/NOTES.txt"]
-    assert "admin API is off" in notes and "auth.adminKey" in notes, notes
+    # No admin key in the values: the first replica generates one (stored hashed) and logs it once.
+    assert "generated" in notes and "reset-admin-key" in notes and "auth.adminKey" in notes, notes
     assert "api-keys" in notes and "agentry chat" in notes, "how to get the first key"
 
 
