@@ -8,6 +8,8 @@
 #     schemas, offline), and openapi-python-client with what its generated clients import
 #     (httpx, attrs, python-dateutil): a client generated from /openapi.json must run the
 #     quickstart flow;
+#     and openai (the official OpenAI SDK: the client of the
+#     `/v1/chat/completions` test, tests/api/openai_compat.rs);
 #   - tmux (the Debian package), which drives `agentry chat` in a real terminal, and
 #     docker-compose (the Debian package), for `docker-compose config`.
 # Add further Python test tools to PACKAGES (one venv for all of them).
@@ -25,6 +27,7 @@ PACKAGES=(
     "kubernetes-validate==1.37.0"
     "openapi-python-client==0.29.1"
     "python-dateutil==4.0.0"
+    "openai==3.51.0"
 )
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -59,7 +62,7 @@ fi
 "$venv/bin/schemathesis" --version >/dev/null
 "$venv/bin/openapi-python-client" --version >/dev/null
 "$venv/bin/python" -c "import httpx, attrs, dateutil"
-"$venv/bin/python" -c "import helm_python, kubernetes_validate, yaml, pytest; helm_python.helm_sdk_version()"
+"$venv/bin/python" -c "import helm_python, kubernetes_validate, yaml, pytest, openai; helm_python.helm_sdk_version()"
 
 echo "$want" > "$stamp"
 echo "API test dependencies installed in $venv"

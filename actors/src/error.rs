@@ -20,6 +20,12 @@ pub enum EngineError {
     ApprovalNotPending(String),
     #[error("{0}")]
     BadRequest(String),
+    /// A field of the request is invalid: the same `validation_error` (422) on every transport.
+    #[error("{message}")]
+    Validation {
+        field: &'static str,
+        message: String,
+    },
     #[error("{0}")]
     Conflict(String),
     #[error("{0}")]
@@ -50,6 +56,7 @@ impl EngineError {
             EngineError::NoActiveRun => ErrorCode::NoActiveRun,
             EngineError::ApprovalNotPending(_) => ErrorCode::ApprovalNotPending,
             EngineError::BadRequest(_) => ErrorCode::BadRequest,
+            EngineError::Validation { .. } => ErrorCode::ValidationError,
             EngineError::Conflict(_) => ErrorCode::Conflict,
             EngineError::Forbidden(_) => ErrorCode::Forbidden,
             EngineError::Quota { .. } => ErrorCode::QuotaExceeded,
@@ -68,6 +75,7 @@ impl EngineError {
             } => json!({"quota": quota, "limit": limit, "retry_after_secs": retry_after.as_secs()}),
             // What REST's `Retry-After` says, for clients on a WebSocket.
             EngineError::DatabaseUnavailable => json!({"retry_after_secs": 5}),
+            EngineError::Validation { field, .. } => json!({"field": field}),
             _ => json!({}),
         }
     }

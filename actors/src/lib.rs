@@ -33,6 +33,7 @@ pub use deps::{
 };
 pub use error::EngineError;
 pub use service::{
-    ChatCommand, ChatStarted, CreateSession, Engine, SessionHandle, channel_subscriber,
+    ChatCommand, ChatStarted, CreateSession, Engine, RunOutput, RunStream, SessionHandle,
+    channel_subscriber, check_message,
 };
-pub use session::{ChatAccepted, SessionEvent, SessionStatus, SubscriptionId};
+pub use session::{ChatAccepted, SessionEvent, SessionStatus, Subscriber, SubscriptionId};

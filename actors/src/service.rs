@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
+use agentry_schema::events::ExecutionEvent;
 use agentry_schema::frames::Decision;
 use agentry_schema::ids::{ApprovalId, AssistantId, RunId, SessionId};
 use agentry_store::approvals::{self, ApprovalStatus};
@@ -22,7 +23,7 @@ use crate::quota::{AdmitRequest, QuotaActor, ReleaseSession, ReserveSession};
 use crate::registry::{GetTenant, LiveTenant, Registry, StopTenant, TenantCount};
 use crate::session::{
     CancelRun, ChatAccepted, Decide, GetStatus, SessionActor, SessionEvent, SessionStatus,
-    Shutdown, StartChat, Subscribe, SubscriptionId, Unsubscribe,
+    Shutdown, StartChat, Subscribe, Subscriber, SubscriptionId, Unsubscribe,
 };
 use crate::tenant::{ArbiterPool, GetQuota, LiveSession, StartSession, TenantSupervisor};
 
@@ -86,7 +87,7 @@ pub struct ChatCommand {
     pub message: String,
     pub enqueue: bool,
     /// Subscribed before the message is sent, so it gets every event of the run.
-    pub subscriber: Option<Recipient<SessionEvent>>,
+    pub subscriber: Option<Subscriber>,
     /// The id of the request that sent the message (`X-Request-Id`), for the log.
     pub request_id: Option<String>,
 }
@@ -366,6 +367,49 @@ impl Engine {
         }
     }
 
+    /// The one way to run and watch a run, whatever the transport: validate, open (or create)
+    /// the session, subscribe a channel, send the message, and hand back the run's events as a
+    /// stream that ends after its `done`. The same bad input gets the same [`EngineError`] on
+    /// every transport. `cmd.subscriber` is ignored: the stream is the subscriber.
+    pub async fn stream_run(
+        &self,
+        tenant: &Tenant,
+        user: &UserScope,
+        mut cmd: ChatCommand,
+    ) -> Result<RunStream, EngineError> {
+        let (to, rx) = channel_subscriber();
+        cmd.subscriber = Some(to);
+        let started = self.chat(tenant, user, cmd).await?;
+        Ok(RunStream {
+            run: started.accepted.run_id.to_string(),
+            handle: started.handle,
+            accepted: started.accepted,
+            rx,
+            finished: false,
+        })
+    }
+
+    /// [`Engine::stream_run`], collected: every event of the run, `done` last.
+    pub async fn run_to_done(
+        &self,
+        tenant: &Tenant,
+        user: &UserScope,
+        cmd: ChatCommand,
+    ) -> Result<RunOutput, EngineError> {
+        let stream = self.stream_run(tenant, user, cmd).await?;
+        let (session_id, run_id) = (stream.session_id(), stream.run_id());
+        let events = futures::StreamExt::collect::<Vec<_>>(stream)
+            .await
+            .into_iter()
+            .map(|ev| (*ev.event).clone())
+            .collect();
+        Ok(RunOutput {
+            session_id,
+            run_id,
+            events,
+        })
+    }
+
     async fn discard_session(&self, tenant: &Tenant, user: &UserScope, id: SessionId) {
         if let Err(e) = self.delete_session(tenant, user, id).await {
             tracing::warn!(error = %e, session_id = %id, "removing the session of a refused chat failed");
@@ -413,13 +457,13 @@ impl Engine {
         &self,
         handle: &SessionHandle,
         after_seq: Option<u64>,
-        to: Recipient<SessionEvent>,
+        to: impl Into<Subscriber>,
     ) -> Result<SubscriptionId, EngineError> {
         handle
             .addr
             .send(Subscribe {
                 after_seq,
-                subscriber: to,
+                subscriber: to.into(),
             })
             .await?
     }
@@ -595,53 +639,94 @@ impl Engine {
     }
 }
 
-fn check_message(message: &str) -> Result<(), EngineError> {
+/// The checks every transport's message gets, so each answers the same `validation_error`.
+pub fn check_message(message: &str) -> Result<(), EngineError> {
     if message.trim().is_empty() {
-        return Err(EngineError::BadRequest("message must not be empty".into()));
+        return Err(EngineError::Validation {
+            field: "message",
+            message: "`message` must not be empty".into(),
+        });
     }
     if message.len() > MAX_MESSAGE_BYTES {
-        return Err(EngineError::BadRequest(format!(
-            "message is {} bytes; the limit is {MAX_MESSAGE_BYTES}",
-            message.len()
-        )));
+        return Err(EngineError::Validation {
+            field: "message",
+            message: format!(
+                "`message` is {} bytes; the limit is {MAX_MESSAGE_BYTES}",
+                message.len()
+            ),
+        });
     }
     Ok(())
 }
 
-/// A subscriber that forwards a session's events into a channel: for REST and SSE, which are
-/// not actors. The forwarder stops when the receiver is dropped.
-pub fn channel_subscriber() -> (
-    Recipient<SessionEvent>,
-    mpsc::UnboundedReceiver<SessionEvent>,
-) {
+/// A subscriber that puts a session's events into a channel: for adapters that are not actors
+/// (REST, SSE, `/mcp`, `/v1/chat/completions`). No actor is started; the session drops the
+/// subscriber once the receiver is dropped.
+pub fn channel_subscriber() -> (Subscriber, mpsc::UnboundedReceiver<SessionEvent>) {
     let (tx, rx) = mpsc::unbounded_channel();
-    let addr = Forwarder { tx }.start();
-    (addr.recipient(), rx)
+    (Subscriber::Channel(tx), rx)
 }
 
-struct Forwarder {
-    tx: mpsc::UnboundedSender<SessionEvent>,
+/// One run being watched, from the facade's [`Engine::stream_run`]: the run's own events in
+/// order (other runs of the session are skipped), ending after its `done`. Every adapter that
+/// waits for a run's end reads it through this — the one "read until `done`" in the code.
+pub struct RunStream {
+    pub handle: SessionHandle,
+    pub accepted: ChatAccepted,
+    run: String,
+    rx: mpsc::UnboundedReceiver<SessionEvent>,
+    finished: bool,
 }
 
-impl Actor for Forwarder {
-    type Context = Context<Self>;
+impl RunStream {
+    pub fn session_id(&self) -> SessionId {
+        self.handle.session.id
+    }
 
-    fn started(&mut self, ctx: &mut Self::Context) {
-        // Stop as soon as the receiver is dropped, so the session sees the subscriber go.
-        let tx = self.tx.clone();
-        ctx.spawn(
-            async move { tx.closed().await }
-                .into_actor(self)
-                .map(|_, _, ctx| ctx.stop()),
-        );
+    pub fn run_id(&self) -> RunId {
+        self.accepted.run_id
+    }
+
+    /// Read to the end of the run (after a cancel, say), discarding the events.
+    pub async fn finish(mut self) {
+        while futures::StreamExt::next(&mut self).await.is_some() {}
     }
 }
 
-impl Handler<SessionEvent> for Forwarder {
-    type Result = ();
-    fn handle(&mut self, msg: SessionEvent, ctx: &mut Self::Context) {
-        if self.tx.send(msg).is_err() {
-            ctx.stop();
+impl futures::Stream for RunStream {
+    type Item = SessionEvent;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<SessionEvent>> {
+        use std::task::Poll;
+        let this = &mut *self;
+        loop {
+            if this.finished {
+                return Poll::Ready(None);
+            }
+            match this.rx.poll_recv(cx) {
+                Poll::Ready(Some(ev)) if ev.event.run_id != this.run => continue,
+                Poll::Ready(Some(ev)) => {
+                    this.finished = ev.event.is_done();
+                    return Poll::Ready(Some(ev));
+                }
+                // The session stopped without the run's `done` (deleted meanwhile).
+                Poll::Ready(None) => {
+                    this.finished = true;
+                    return Poll::Ready(None);
+                }
+                Poll::Pending => return Poll::Pending,
+            }
         }
     }
+}
+
+/// What [`Engine::run_to_done`] returns: every event of the run, its `done` last (absent only
+/// when the session was deleted before the run ended).
+pub struct RunOutput {
+    pub session_id: SessionId,
+    pub run_id: RunId,
+    pub events: Vec<ExecutionEvent>,
 }

@@ -57,6 +57,8 @@ error_codes! {
     NoActiveRun = ("no_active_run", 404),
     /// The route does not exist.
     RouteNotFound = ("route_not_found", 404),
+    /// `POST /v1/chat/completions`: `model` names no assistant of the caller's tenant.
+    ModelNotFound = ("model_not_found", 404),
     MethodNotAllowed = ("method_not_allowed", 405),
     /// The `Accept` header rules out every form of the answer (`/mcp` needs JSON and SSE).
     NotAcceptable = ("not_acceptable", 406),
@@ -66,6 +68,9 @@ error_codes! {
     RunInProgress = ("run_in_progress", 409),
     /// The approval was already decided or timed out.
     ApprovalNotPending = ("approval_not_pending", 409),
+    /// `POST /v1/chat/completions`: the run wanted an approval (or an answer) that an OpenAI
+    /// client cannot give; the run was ended and `details.tool` names the tool.
+    ApprovalRequired = ("approval_required", 409),
     PayloadTooLarge = ("payload_too_large", 413),
     UnsupportedMediaType = ("unsupported_media_type", 415),
     /// The body is well-formed JSON but a field is missing or invalid.

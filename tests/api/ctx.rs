@@ -40,8 +40,29 @@ pub struct Resp {
 }
 
 impl Resp {
+    /// The error code: `error_code`, or under `/v1/` OpenAI's `error.code`.
     pub fn code(&self) -> &str {
-        self.body["error_code"].as_str().unwrap_or_default()
+        self.body["error_code"]
+            .as_str()
+            .or_else(|| self.body["error"]["code"].as_str())
+            .unwrap_or_default()
+    }
+
+    /// The error's `message` (under `/v1/` inside OpenAI's `error`).
+    pub fn message(&self) -> &str {
+        self.body["message"]
+            .as_str()
+            .or_else(|| self.body["error"]["message"].as_str())
+            .unwrap_or_default()
+    }
+
+    /// The error's `details` (under `/v1/` inside OpenAI's `error`).
+    pub fn details(&self) -> &Value {
+        if self.body["error"].is_object() {
+            &self.body["error"]["details"]
+        } else {
+            &self.body["details"]
+        }
     }
 }
 
@@ -141,6 +162,7 @@ impl Ctx {
         let req = rb.build().unwrap();
         let is_head = req.method() == Method::HEAD;
         let what = format!("{} {}", req.method(), req.url().path());
+        let path = req.url().path().to_string();
         let res = self.http.execute(req).await.unwrap();
         let status = res.status().as_u16();
         let headers = res.headers().clone();
@@ -167,20 +189,30 @@ impl Ctx {
         };
         if status >= 400 && !is_head {
             assert!(is_json, "{what}: error {status} is not JSON: {body}");
-            let code = body["error_code"]
+            // The OpenAI-compatible routes answer OpenAI's shape, with our code as `code`.
+            let openai = path.starts_with("/v1/");
+            let err = if openai { &body["error"] } else { &body };
+            let code = err[if openai { "code" } else { "error_code" }]
                 .as_str()
-                .unwrap_or_else(|| panic!("{what}: no error_code in {body}"));
+                .unwrap_or_else(|| panic!("{what}: no error code in {body}"));
             let code = ErrorCode::from_name(code)
-                .unwrap_or_else(|| panic!("{what}: unknown error_code {code}"));
+                .unwrap_or_else(|| panic!("{what}: unknown error code {code}"));
             assert_eq!(code.http_status(), status, "{what}: {body}");
             assert!(
-                body["message"].as_str().is_some_and(|m| !m.is_empty()),
+                err["message"].as_str().is_some_and(|m| !m.is_empty()),
                 "{what}: no message in {body}"
             );
             assert!(
-                body["details"].is_object(),
+                err["details"].is_object(),
                 "{what}: details is not an object: {body}"
             );
+            if openai {
+                assert!(err["type"].is_string(), "{what}: no type in {body}");
+                assert!(
+                    err.as_object().unwrap().contains_key("param"),
+                    "{what}: no param in {body}"
+                );
+            }
         }
         Resp {
             status,

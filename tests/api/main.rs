@@ -21,6 +21,8 @@ mod mcp_conformance;
 mod mcp_server;
 mod misc;
 mod observability;
+mod one_path;
+mod openai_compat;
 mod operations;
 mod outage;
 mod policy;
@@ -587,6 +589,7 @@ async fn openapi_documents_every_route_and_every_documented_status_is_real() {
     streaming::rest_and_sse(&ctx).await;
     streaming::websocket(&ctx).await;
     streaming::quotas(&ctx).await;
+    openai_compat::scenario(&ctx).await;
     quotas::requests_per_minute_on_every_keyed_route(&ctx).await;
     let doc = ctx
         .call(reqwest::Method::GET, "/openapi.json", None, None)
@@ -629,6 +632,22 @@ async fn openapi_documents_every_route_and_every_documented_status_is_real() {
         exempt.extend(statuses.into_iter().filter(|(_, _, status)| *status == 503));
     }
     completeness::check(&doc, &seen, &exempt);
+}
+
+#[tokio::test]
+async fn openai_sdk_streams_and_not_runs_tools_and_refuses_what_it_cannot_do() {
+    let (fake, ctx) = durability::start(agentry_fake_model::DefaultReply::Auto, None, &[]).await;
+    openai_compat::sdk_client(&ctx, &fake).await;
+}
+
+#[tokio::test]
+async fn one_run_path_same_bad_message_same_code_on_every_transport() {
+    one_path::same_bad_message_same_code_everywhere(&Ctx::start().await).await;
+}
+
+#[tokio::test]
+async fn openai_wire_format_done_marker_and_error_shape() {
+    openai_compat::scenario(&Ctx::start().await).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

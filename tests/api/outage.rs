@@ -146,7 +146,7 @@ fn assert_database_unavailable(what: &str, r: &Resp) {
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| panic!("{what}: no Retry-After"));
     assert!(retry >= 1, "{what}: Retry-After {retry}");
-    let message = r.body["message"].as_str().unwrap_or_default();
+    let message = r.message();
     assert!(
         !message.contains("pool") && !message.contains("sqlx"),
         "{what}: driver text reached the client: {message}"

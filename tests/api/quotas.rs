@@ -21,8 +21,8 @@ fn assert_quota(r: &Resp, quota: &str, limit: u64, max_retry: u64, what: &str) {
         "{what}: {}",
         r.body
     );
-    assert_eq!(r.body["details"]["quota"], quota, "{what}: {}", r.body);
-    assert_eq!(r.body["details"]["limit"], limit, "{what}: {}", r.body);
+    assert_eq!(r.details()["quota"], quota, "{what}: {}", r.body);
+    assert_eq!(r.details()["limit"], limit, "{what}: {}", r.body);
     let retry: u64 = r.headers["retry-after"]
         .to_str()
         .unwrap()

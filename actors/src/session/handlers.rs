@@ -53,7 +53,7 @@ impl Handler<Subscribe> for SessionActor {
             for e in stored {
                 last = e.seq;
                 let json = e.to_json();
-                msg.subscriber.do_send(SessionEvent {
+                msg.subscriber.send(SessionEvent {
                     event: std::sync::Arc::new(e),
                     json: json.into(),
                 });

@@ -12,7 +12,7 @@ use agentry_schema::frames::Decision;
 use agentry_schema::ids::{ApprovalId, RunId, UserId};
 use agentry_store::UserScope;
 use agentry_store::tenants::Tenant;
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 
 use crate::engine::RunOutcome;
 use crate::engine::sink::{HumanOutcome, HumanRequest};
@@ -28,6 +28,47 @@ pub struct SessionEvent {
     pub json: Arc<str>,
 }
 
+/// Who receives a session's events: an actor (the WebSocket connection) or a channel (every
+/// adapter that is plain async code: REST, SSE, `/mcp`, `/v1/chat/completions`). A channel needs
+/// no actor of its own, so an adapter running on a plain tokio task can subscribe.
+#[derive(Clone, Debug)]
+pub enum Subscriber {
+    Actor(Recipient<SessionEvent>),
+    Channel(mpsc::UnboundedSender<SessionEvent>),
+}
+
+impl Subscriber {
+    /// Deliver one event; a subscriber that is gone is dropped at the next fan-out.
+    pub fn send(&self, ev: SessionEvent) {
+        match self {
+            Subscriber::Actor(to) => to.do_send(ev),
+            Subscriber::Channel(tx) => {
+                let _ = tx.send(ev);
+            }
+        }
+    }
+
+    /// Still listening: the actor runs, or the channel's receiver is alive.
+    pub fn connected(&self) -> bool {
+        match self {
+            Subscriber::Actor(to) => to.connected(),
+            Subscriber::Channel(tx) => !tx.is_closed(),
+        }
+    }
+}
+
+impl From<Recipient<SessionEvent>> for Subscriber {
+    fn from(to: Recipient<SessionEvent>) -> Self {
+        Subscriber::Actor(to)
+    }
+}
+
+impl From<mpsc::UnboundedSender<SessionEvent>> for Subscriber {
+    fn from(tx: mpsc::UnboundedSender<SessionEvent>) -> Self {
+        Subscriber::Channel(tx)
+    }
+}
+
 // ---- input ----
 
 /// Start receiving the session's events. With `after_seq`, everything after that `seq` is
@@ -37,7 +78,7 @@ pub struct SessionEvent {
 #[rtype(result = "Result<SubscriptionId, EngineError>")]
 pub struct Subscribe {
     pub after_seq: Option<u64>,
-    pub subscriber: Recipient<SessionEvent>,
+    pub subscriber: Subscriber,
 }
 
 pub type SubscriptionId = u64;

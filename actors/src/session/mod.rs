@@ -262,7 +262,7 @@ pub struct SessionActor {
     supervisor: Recipient<SessionStopped>,
     log: EventLog,
     session_key: String,
-    subscribers: BTreeMap<SubscriptionId, Recipient<SessionEvent>>,
+    subscribers: BTreeMap<SubscriptionId, Subscriber>,
     next_sub: SubscriptionId,
     run: Option<ActiveRun>,
     queue: VecDeque<QueuedRun>,
@@ -343,7 +343,7 @@ impl SessionActor {
         self.subscribers.retain(|_, s| s.connected());
         for ev in events {
             for s in self.subscribers.values() {
-                s.do_send(ev.clone());
+                s.send(ev.clone());
             }
         }
     }
@@ -441,16 +441,16 @@ impl SessionActor {
         }));
     }
 
-    fn replay_from_ring(&self, after: u64, to: &Recipient<SessionEvent>) -> u64 {
+    fn replay_from_ring(&self, after: u64, to: &Subscriber) -> u64 {
         let mut last = after;
         for ev in self.log.ring.iter().filter(|e| e.event.seq > after) {
-            to.do_send(ev.clone());
+            to.send(ev.clone());
             last = ev.event.seq;
         }
         last
     }
 
-    fn add_subscriber(&mut self, to: Recipient<SessionEvent>) -> SubscriptionId {
+    fn add_subscriber(&mut self, to: Subscriber) -> SubscriptionId {
         let id = self.next_sub;
         self.next_sub += 1;
         self.subscribers.insert(id, to);

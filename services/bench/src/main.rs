@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use agentry_bench::harness::{Database, Target, agentry_beside_me};
 use agentry_bench::report::{self, Record};
 use agentry_bench::scenarios::{
-    self, CancelParams, HitlParams, IdleParams, RunsParams, StreamParams,
+    self, CancelParams, HitlParams, IdleParams, OpenAiParams, RunsParams, StreamParams,
 };
 use agentry_bench::suite::{Sizes, run_all};
 use anyhow::{Context, Result};
@@ -89,6 +89,16 @@ enum Command {
         concurrency: usize,
         #[arg(long, default_value_t = 5)]
         hold_secs: u64,
+    },
+    /// One-tool runs through the OpenAI-compatible `POST /v1/chat/completions`.
+    Openai {
+        #[arg(long, default_value_t = 32)]
+        clients: usize,
+        #[arg(long, default_value_t = 100)]
+        runs: u64,
+        /// Ask for the SSE stream (chunks until `data: [DONE]`).
+        #[arg(long)]
+        stream: bool,
     },
     /// Rewrite the table in a benchmarks document from the newest record of each scenario.
     Report {
@@ -212,6 +222,19 @@ async fn run(cli: Cli) -> Result<()> {
                 sessions,
                 concurrency,
                 hold_secs,
+            },
+        )
+        .await?)?,
+        Command::Openai {
+            clients,
+            runs,
+            stream,
+        } => one(scenarios::openai(
+            &target,
+            &OpenAiParams {
+                clients,
+                runs_per_client: runs,
+                stream,
             },
         )
         .await?)?,

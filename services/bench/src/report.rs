@@ -68,7 +68,16 @@ pub fn latest(dir: &Path) -> Result<Vec<Record>> {
 }
 
 fn variant_order(variant: &str) -> (usize, String) {
-    let order = ["runs-0ms", "runs-50ms", "stream", "cancel", "hitl", "idle"];
+    let order = [
+        "runs-0ms",
+        "runs-50ms",
+        "stream",
+        "cancel",
+        "hitl",
+        "idle",
+        "openai",
+        "openai-stream",
+    ];
     (
         order
             .iter()

@@ -718,3 +718,132 @@ pub async fn idle(target: &Target, p: &IdleParams) -> Result<Record> {
     stop(h).await;
     Ok(record)
 }
+
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Debug, Clone, Serialize)]
+pub struct OpenAiParams {
+    pub clients: usize,
+    pub runs_per_client: u64,
+    /// `true`: `stream: true` (SSE chunks until `data: [DONE]`); else one JSON completion.
+    pub stream: bool,
+}
+
+/// C clients doing the same one-tool runs as `runs` through `POST /v1/chat/completions` (the
+/// OpenAI-compatible endpoint), each continuing its own session (`X-Agentry-Session`), so the
+/// figure compares with `runs` over the WebSocket.
+pub async fn openai(target: &Target, p: &OpenAiParams) -> Result<Record> {
+    let variant = if p.stream { "openai-stream" } else { "openai" };
+    let frame = Frame::new("openai", variant.to_string());
+    let h = Arc::new(Harness::start(target, ModelProfile::INSTANT, &[]).await?);
+    let errors = Arc::new(Errors::default());
+    let total = p.clients as u64 * p.runs_per_client;
+    let samples = Arc::new(Samples {
+        items: std::sync::Mutex::new(Vec::new()),
+        progress: Progress::start("openai", "runs", Some(total)),
+    });
+    let barrier = Arc::new(Barrier::new(p.clients + 1));
+    let mut clients = JoinSet::new();
+    for c in 0..p.clients {
+        let (h, errors, samples, barrier) =
+            (h.clone(), errors.clone(), samples.clone(), barrier.clone());
+        let (runs, stream) = (p.runs_per_client, p.stream);
+        clients.spawn(async move {
+            let session = h.create_session(AUTO_ASSISTANT).await;
+            barrier.wait().await;
+            let session = match session {
+                Ok(s) => s,
+                Err(e) => return errors.add(e.context(format!("client {c} setup"))),
+            };
+            for i in 0..runs {
+                let t0 = Instant::now();
+                match completion(&h, &session, &todo_call(&format!("openai {c}-{i}")), stream).await
+                {
+                    Ok(()) => samples.push(t0.elapsed()),
+                    Err(e) => return errors.add(e),
+                }
+            }
+        });
+    }
+    barrier.wait().await;
+    let (cpu0, t0) = (h.cpu_time()?, Instant::now());
+    while let Some(joined) = clients.join_next().await {
+        joined.context("a client task failed")?;
+    }
+    let (window, server_cpu) = (t0.elapsed(), h.cpu_time()?.saturating_sub(cpu0));
+    let took: Vec<Duration> = samples
+        .items
+        .lock()
+        .map(|mut items| std::mem::take(&mut *items))
+        .unwrap_or_default();
+    let n = took.len() as f64;
+    let per_sec = n / window.as_secs_f64().max(1e-9);
+    let e2e = summarize(&took);
+    let figures = json!({
+        "runs": took.len(),
+        "runs_per_sec": (per_sec * 10.0).round() / 10.0,
+        "end_to_end": e2e,
+        "server_cpu_ms_per_run": if n > 0.0 { ms(server_cpu) / n } else { 0.0 },
+    });
+    let headline = format!(
+        "{per_sec:.0} runs/s; end-to-end {}; server CPU {:.2} ms/run",
+        fmt_summary(&e2e),
+        if n > 0.0 { ms(server_cpu) / n } else { 0.0 }
+    );
+    let record = frame.record(target, p, figures, headline, &errors);
+    stop(h).await;
+    Ok(record)
+}
+
+/// One completion, checked: the tool ran and the answer says so.
+async fn completion(h: &Harness, session: &str, message: &str, stream: bool) -> Result<()> {
+    let res = h
+        .http
+        .post(h.url("/v1/chat/completions"))
+        .bearer_auth(&h.key)
+        .header("x-agentry-session", session)
+        .json(&json!({
+            "model": AUTO_ASSISTANT,
+            "messages": [{"role": "user", "content": message}],
+            "stream": stream,
+        }))
+        .timeout(RUN_LIMIT)
+        .send()
+        .await?;
+    let status = res.status();
+    let body = res.text().await?;
+    if !status.is_success() {
+        bail!("/v1/chat/completions answered {status}: {body}");
+    }
+    let answer = if stream {
+        if !body.trim_end().ends_with("data: [DONE]") {
+            bail!("the stream did not end with [DONE]: {body}");
+        }
+        body.split("\n\n")
+            .filter_map(|f| f.strip_prefix("data: "))
+            .filter(|d| *d != "[DONE]")
+            .map(serde_json::from_str::<Value>)
+            .collect::<Result<Vec<_>, _>>()?
+            .iter()
+            .map(|c| {
+                if c.get("error").is_some() {
+                    bail!("the stream ended in an error: {c}");
+                }
+                Ok(c["choices"][0]["delta"]["content"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string())
+            })
+            .collect::<Result<String>>()?
+    } else {
+        let v: Value = serde_json::from_str(&body)?;
+        v["choices"][0]["message"]["content"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    if !answer.contains("write_todos") {
+        bail!("the answer does not show the tool's result: {answer:?}");
+    }
+    Ok(())
+}

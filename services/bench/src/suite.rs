@@ -6,7 +6,9 @@ use anyhow::Result;
 
 use crate::harness::Target;
 use crate::report::Record;
-use crate::scenarios::{self, CancelParams, HitlParams, IdleParams, RunsParams, StreamParams};
+use crate::scenarios::{
+    self, CancelParams, HitlParams, IdleParams, OpenAiParams, RunsParams, StreamParams,
+};
 
 /// The parameters of every scenario of the suite.
 #[derive(Debug, Clone)]
@@ -18,6 +20,8 @@ pub struct Sizes {
     pub cancel: CancelParams,
     pub hitl: HitlParams,
     pub idle: IdleParams,
+    /// `/v1/chat/completions`, non-streamed and streamed.
+    pub openai: OpenAiParams,
 }
 
 impl Sizes {
@@ -54,6 +58,11 @@ impl Sizes {
                 concurrency: 64,
                 hold_secs: 5,
             },
+            openai: OpenAiParams {
+                clients: 32,
+                runs_per_client: 100,
+                stream: false,
+            },
         }
     }
 
@@ -88,6 +97,11 @@ impl Sizes {
                 concurrency: 8,
                 hold_secs: 1,
             },
+            openai: OpenAiParams {
+                clients: 2,
+                runs_per_client: 3,
+                stream: false,
+            },
         }
     }
 }
@@ -112,5 +126,12 @@ pub async fn run_all(target: &Target, sizes: &Sizes, out: &Path) -> Result<Vec<(
     keep(scenarios::cancel(target, &sizes.cancel).await?)?;
     keep(scenarios::hitl(target, &sizes.hitl).await?)?;
     keep(scenarios::idle(target, &sizes.idle).await?)?;
+    for stream in [false, true] {
+        let params = OpenAiParams {
+            stream,
+            ..sizes.openai.clone()
+        };
+        keep(scenarios::openai(target, &params).await?)?;
+    }
     Ok(records)
 }

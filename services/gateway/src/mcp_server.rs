@@ -25,9 +25,7 @@ use actix_web::http::{Method, StatusCode, header};
 use actix_web::middleware::{Next, from_fn};
 use actix_web::{FromRequest, HttpMessage, HttpResponse, ResponseError, web};
 use agentry_actors::tools::{PlatformTools, role_policy};
-use agentry_actors::{
-    ChatCommand, ChatStarted, CreateSession, Engine, EngineError, ToolPolicy, channel_subscriber,
-};
+use agentry_actors::{ChatCommand, CreateSession, Engine, EngineError, ToolPolicy};
 use agentry_mcp::server::{
     CallAudit, CallRecord, CallerTools, Presenter, ToolServer, ToolSource, approval_question,
     is_yes, to_mcp_result,
@@ -43,6 +41,7 @@ use agentry_store::executions::{self, ExecutionStatus, NewExecution};
 use agentry_store::tenants::Tenant;
 use agentry_store::{UserScope, assistants, sessions, tool_calls};
 use async_trait::async_trait;
+use futures::StreamExt;
 use rmcp::model::{CallToolResponse, CallToolResult, ContentBlock};
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
@@ -83,7 +82,6 @@ impl McpEndpoint {
             tools: PlatformTools::new(settings.tools.clone()).with_memory(db.clone()),
             hitl_timeout_secs: settings.hitl.timeout_secs,
             sessions: Arc::default(),
-            arbiter: actix::Arbiter::current(),
         };
         let server = ToolServer::with_source("agentry", INSTRUCTIONS, Arc::new(source));
         let hosts = &settings.mcp.server_allowed_hosts;
@@ -302,9 +300,6 @@ struct CallerToolSource {
     hitl_timeout_secs: u64,
     /// The session each (tenant, user, MCP session) records its built-in calls under.
     sessions: Arc<Mutex<HashMap<AuditKey, SessionId>>>,
-    /// An actix arbiter for the actors an `ask_<assistant>` call starts: rmcp runs calls on
-    /// plain tokio tasks, where no actor can start.
-    arbiter: actix::ArbiterHandle,
 }
 
 type AuditKey = (TenantId, UserId, Option<String>);
@@ -342,7 +337,6 @@ impl ToolSource for CallerToolSource {
         for a in assistants {
             let ask = AskAssistant::new(
                 self.engine.clone(),
-                self.arbiter.clone(),
                 tenant.clone(),
                 user,
                 a.id.clone(),
@@ -565,6 +559,10 @@ fn engine_tool_error(e: EngineError) -> ToolError {
     match e {
         EngineError::NotFound(what) => ToolError::NotFound(what),
         EngineError::BadRequest(m) => ToolError::invalid(m),
+        EngineError::Validation { field, message } => ToolError::InvalidArguments {
+            message,
+            details: json!({ "field": field }),
+        },
         EngineError::Quota { .. } => ToolError::QuotaExceeded(e.to_string()),
         EngineError::Forbidden(m) => ToolError::PermissionDenied(m),
         EngineError::Unavailable | EngineError::DatabaseUnavailable | EngineError::ShuttingDown => {
@@ -595,7 +593,6 @@ pub fn ask_tool_name(assistant: &str) -> String {
 struct AskAssistant {
     spec: ToolSpec,
     engine: Engine,
-    arbiter: actix::ArbiterHandle,
     tenant: Arc<Tenant>,
     user: UserScope,
     assistant: AssistantId,
@@ -605,7 +602,6 @@ impl AskAssistant {
     #[allow(clippy::too_many_arguments)]
     fn new(
         engine: Engine,
-        arbiter: actix::ArbiterHandle,
         tenant: Arc<Tenant>,
         user: UserScope,
         assistant: AssistantId,
@@ -638,7 +634,6 @@ impl AskAssistant {
         AskAssistant {
             spec,
             engine,
-            arbiter,
             tenant,
             user,
             assistant,
@@ -729,19 +724,10 @@ impl Tool for AskAssistant {
             }
             None => None,
         };
-        // The subscriber is an actor: start it on the arbiter.
-        let (made, subscriber) = tokio::sync::oneshot::channel();
-        if !self.arbiter.spawn(async move {
-            let _ = made.send(channel_subscriber());
-        }) {
-            return Err(ToolError::Unavailable("the server is shutting down".into()));
-        }
-        let (to, mut rx) = subscriber
-            .await
-            .map_err(|_| ToolError::Unavailable("the server is shutting down".into()))?;
-        let ChatStarted { handle, accepted } = self
+        // rmcp runs calls on plain tokio tasks: the run's stream needs no actor.
+        let mut run = self
             .engine
-            .chat(
+            .stream_run(
                 &self.tenant,
                 &self.user,
                 ChatCommand {
@@ -753,41 +739,27 @@ impl Tool for AskAssistant {
                     },
                     message,
                     enqueue: false,
-                    subscriber: Some(to),
+                    subscriber: None,
                     request_id: None,
                 },
             )
             .await
             .map_err(engine_tool_error)?;
-        let session = handle.session.id;
-        let run = accepted.run_id.to_string();
+        let (session, run_id) = (run.session_id(), run.run_id().to_string());
         let mut text = String::new();
         let mut errors = Vec::new();
-        let status = loop {
+        let mut status = None;
+        loop {
             let ev = tokio::select! {
-                ev = rx.recv() => ev,
+                ev = run.next() => ev,
                 _ = ctx.cancel.cancelled() => {
                     // An MCP cancel of the call cancels the run; its `done` follows within a second.
                     let _ = self.engine.cancel(&self.tenant, &self.user, session).await;
-                    let _ = tokio::time::timeout(CANCEL_WAIT, async {
-                        while let Some(ev) = rx.recv().await {
-                            if ev.event.run_id == run && ev.event.is_done() {
-                                break;
-                            }
-                        }
-                    })
-                    .await;
+                    let _ = tokio::time::timeout(CANCEL_WAIT, run.finish()).await;
                     return Err(ToolError::Cancelled);
                 }
             };
-            let Some(ev) = ev else {
-                return Err(ToolError::failed(
-                    "the session stopped before its run ended; see GET /api/v1/sessions/{id}/events",
-                ));
-            };
-            if ev.event.run_id != run {
-                continue;
-            }
+            let Some(ev) = ev else { break };
             match &ev.event.payload {
                 EventPayload::Text(t) if t.is_final => text = t.content.clone(),
                 EventPayload::Error(e) => errors.push(e.error.clone()),
@@ -797,10 +769,16 @@ impl Tool for AskAssistant {
                         _ = ctx.cancel.cancelled() => {}
                     }
                 }
-                EventPayload::Done(d) => break d.status,
+                EventPayload::Done(d) => status = Some(d.status),
                 _ => {}
             }
+        }
+        let Some(status) = status else {
+            return Err(ToolError::failed(
+                "the session stopped before its run ended; see GET /api/v1/sessions/{id}/events",
+            ));
         };
+        let run = run_id;
         if text.is_empty() && status != DoneStatus::Completed {
             text = match errors.last() {
                 Some(e) => format!("The run ended {}: {e}", status.as_str()),

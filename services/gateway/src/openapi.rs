@@ -7,7 +7,9 @@ use utoipa::{Modify, OpenApi};
 use utoipa_swagger_ui::{Config, SwaggerUi};
 
 use crate::routes::resource::endpoint;
-use crate::routes::{admin, agents, chat, executions, health, mcp_servers, me, sessions, tenant};
+use crate::routes::{
+    admin, agents, chat, executions, health, mcp_servers, me, openai, sessions, tenant,
+};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -32,6 +34,8 @@ every response carries `X-Request-Id`. Authenticate with `Authorization: Bearer 
         sessions::decide,
         chat::chat,
         chat::chat_stream,
+        openai::chat_completions,
+        openai::list_models,
         crate::ws::connect,
         mcp_servers::list_servers,
         mcp_servers::get_server,
@@ -89,6 +93,7 @@ every response carries `X-Request-Id`. Authenticate with `Authorization: Bearer 
         (name = "auth", description = "Who the key belongs to"),
         (name = "sessions", description = "Conversations: members see their own, tenant admins the tenant's"),
         (name = "chat", description = "Send messages and stream a run's events (REST, SSE, WebSocket)"),
+        (name = "openai", description = "OpenAI-compatible front of the assistants (`model` names an assistant); errors here are OpenAI's `{error: {message, type, param, code}}`"),
         (name = "mcp", description = "Each user's MCP servers: secrets write-only, live status"),
         (name = "agents", description = "The tenant's assistants; tenant admins change them"),
         (name = "executions", description = "Runs with their tool-call audit"),

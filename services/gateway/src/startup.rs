@@ -283,16 +283,19 @@ impl Application {
             metrics,
         });
         let mut server = HttpServer::new(move || {
-            // Middleware runs outermost-last: request id → JSON errors → metrics → CORS → auth.
+            // Middleware runs outermost-last: request id → OpenAI error shape (`/v1/` only) →
+            // JSON errors → metrics → CORS → auth.
             App::new()
                 .wrap(from_fn(authenticate))
                 .wrap(cors(&state.settings.server.cors_origins))
                 .wrap(from_fn(metrics::track))
                 .wrap(from_fn(errors_as_json))
+                .wrap(from_fn(routes::openai::openai_errors))
                 .wrap(from_fn(request_id))
                 .app_data(state.clone())
                 .configure(|cfg| extract::configure(cfg, body_limit))
                 .configure(routes::configure)
+                .configure(routes::openai::configure)
                 .configure(crate::ws::configure)
                 .configure(|cfg| mcp.configure(cfg))
                 .configure(routes::page::configure)

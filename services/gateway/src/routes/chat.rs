@@ -7,7 +7,7 @@ use std::time::Duration;
 use actix_web::HttpResponse;
 use actix_web::http::header;
 use actix_web::web::{self, Bytes, Json};
-use agentry_actors::{ChatAccepted, ChatCommand, CreateSession, SessionHandle, channel_subscriber};
+use agentry_actors::{ChatCommand, CreateSession};
 use agentry_schema::api::{ChatRequest, ChatResponse};
 use agentry_schema::ids::{AssistantId, SessionId};
 use futures::stream::StreamExt;
@@ -24,25 +24,9 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .service(endpoint("/chat/stream").post(chat_stream));
 }
 
-/// Open (or create) the session, subscribe to it, then send the message: every event of the
-/// run reaches the returned receiver.
-async fn start(
-    state: &AppState,
-    caller: &TenantCaller,
-    request_id: RequestId,
-    req: ChatRequest,
-) -> ApiResult<(
-    SessionHandle,
-    ChatAccepted,
-    tokio::sync::mpsc::UnboundedReceiver<agentry_actors::SessionEvent>,
-)> {
-    // Refuse a bad message before anything is created: a refused request changes nothing.
-    if req.message.trim().is_empty() {
-        return Err(ApiError::validation(
-            "message",
-            "`message` must not be empty",
-        ));
-    }
+/// The engine command of a REST/SSE chat request. The message itself is checked by the engine,
+/// as on every transport; only the ids are REST's own to parse.
+fn command(req: ChatRequest, request_id: RequestId) -> ApiResult<ChatCommand> {
     let session_id = req
         .session_id
         .as_deref()
@@ -56,26 +40,17 @@ async fn start(
         Some(_) => None,
         None => body_id::<AssistantId>("assistant_id", req.assistant_id.as_deref())?,
     };
-    let (to, rx) = channel_subscriber();
-    let started = state
-        .engine
-        .chat(
-            caller.tenant(),
-            &caller.user(),
-            ChatCommand {
-                session_id,
-                new_session: CreateSession {
-                    assistant_id,
-                    ..Default::default()
-                },
-                message: req.message,
-                enqueue: req.enqueue,
-                subscriber: Some(to),
-                request_id: Some(request_id.0),
-            },
-        )
-        .await?;
-    Ok((started.handle, started.accepted, rx))
+    Ok(ChatCommand {
+        session_id,
+        new_session: CreateSession {
+            assistant_id,
+            ..Default::default()
+        },
+        message: req.message,
+        enqueue: req.enqueue,
+        subscriber: None,
+        request_id: Some(request_id.0),
+    })
 }
 
 /// Send a message and wait for the run's `done`. With `enqueue: true` the message may wait
@@ -103,24 +78,16 @@ pub async fn chat(
     request_id: RequestId,
     body: ApiJson<ChatRequest>,
 ) -> ApiResult<Json<ChatResponse>> {
-    let (handle, accepted, mut rx) = start(&state, &caller, request_id, body.into_inner()).await?;
-    let run = accepted.run_id.to_string();
-    let mut events = Vec::new();
+    let cmd = command(body.into_inner(), request_id)?;
     // The run ends with exactly one `done`; the assistant's own timeout bounds the wait.
-    while let Some(ev) = rx.recv().await {
-        if ev.event.run_id != run {
-            continue;
-        }
-        let done = ev.event.is_done();
-        events.push((*ev.event).clone());
-        if done {
-            break;
-        }
-    }
+    let out = state
+        .engine
+        .run_to_done(caller.tenant(), &caller.user(), cmd)
+        .await?;
     Ok(Json(ChatResponse {
-        session_id: handle.session.id.to_string(),
-        run_id: run,
-        events,
+        session_id: out.session_id.to_string(),
+        run_id: out.run_id.to_string(),
+        events: out.events,
     }))
 }
 
@@ -149,36 +116,36 @@ pub async fn chat_stream(
     request_id: RequestId,
     body: ApiJson<ChatRequest>,
 ) -> ApiResult<HttpResponse> {
-    let (handle, accepted, rx) = start(&state, &caller, request_id, body.into_inner()).await?;
-    let run = accepted.run_id.to_string();
-    let session = handle.session.id.to_string();
-    let events = futures::stream::unfold((rx, false), move |(mut rx, finished)| {
-        let run = run.clone();
-        async move {
-            if finished {
-                return None;
-            }
-            loop {
-                let next = tokio::time::timeout(Duration::from_secs(15), rx.recv()).await;
-                match next {
-                    Err(_) => return Some((Bytes::from_static(b": keep-alive\n\n"), (rx, false))),
-                    Ok(None) => return None,
-                    Ok(Some(ev)) if ev.event.run_id != run => continue,
-                    Ok(Some(ev)) => {
-                        let done = ev.event.is_done();
-                        let frame = format!("id: {}\ndata: {}\n\n", ev.event.seq, ev.json);
-                        return Some((Bytes::from(frame), (rx, done)));
-                    }
-                }
-            }
-        }
-    })
-    .map(Ok::<_, actix_web::Error>);
+    let cmd = command(body.into_inner(), request_id)?;
+    let run = state
+        .engine
+        .stream_run(caller.tenant(), &caller.user(), cmd)
+        .await?;
+    let (session, run_id) = (run.session_id().to_string(), run.run_id().to_string());
+    let frames = run.map(|ev| Bytes::from(format!("id: {}\ndata: {}\n\n", ev.event.seq, ev.json)));
     Ok(HttpResponse::Ok()
         .insert_header((header::CONTENT_TYPE, "text/event-stream"))
         .insert_header((header::CACHE_CONTROL, "no-cache"))
         .insert_header(("x-accel-buffering", "no"))
         .insert_header(("x-session-id", session))
-        .insert_header(("x-run-id", accepted.run_id.to_string()))
-        .streaming(events))
+        .insert_header(("x-run-id", run_id))
+        .streaming(with_keep_alive(frames, KEEP_ALIVE)))
+}
+
+/// How often an idle event stream gets a comment line, so proxies keep it open.
+pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
+
+/// `frames`, with an SSE comment line sent whenever none came for `every`.
+pub fn with_keep_alive(
+    frames: impl futures::Stream<Item = Bytes> + Unpin + 'static,
+    every: Duration,
+) -> impl futures::Stream<Item = Result<Bytes, actix_web::Error>> {
+    futures::stream::unfold(frames, move |mut frames| async move {
+        match tokio::time::timeout(every, frames.next()).await {
+            Err(_) => Some((Bytes::from_static(b": keep-alive\n\n"), frames)),
+            Ok(Some(frame)) => Some((frame, frames)),
+            Ok(None) => None,
+        }
+    })
+    .map(Ok::<_, actix_web::Error>)
 }

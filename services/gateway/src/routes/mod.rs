@@ -19,6 +19,7 @@ pub mod executions;
 pub mod health;
 pub mod mcp_servers;
 pub mod me;
+pub mod openai;
 pub mod page;
 pub mod resource;
 pub mod sessions;

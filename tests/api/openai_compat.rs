@@ -1,0 +1,379 @@
+//! `/v1/chat/completions` and `/v1/models` (docs/openai.md): the official `openai` Python
+//! package as the client ([`sdk_client`]), and raw HTTP for what the SDK hides ([`wire`]):
+//! the `data: [DONE]` framing, OpenAI's error shape on every error, and that a refused request
+//! changes nothing. [`scenario`] produces every documented status for the OpenAPI check.
+
+use std::path::PathBuf;
+
+use agentry_fake_model::FakeModelServer;
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use crate::ctx::{ADMIN_KEY, Ctx};
+
+/// The venv scripts/install-api-test-deps.sh makes (with `openai` in it).
+fn python() -> PathBuf {
+    let venv = std::env::var("AGENTRY_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.cache/venv"));
+    let py = venv.join("bin/python");
+    assert!(
+        py.exists(),
+        "{} is missing: run scripts/install-api-test-deps.sh",
+        py.display()
+    );
+    py
+}
+
+fn completion(ctx: &Ctx, key: Option<&str>, body: Value) -> reqwest::RequestBuilder {
+    ctx.request(Method::POST, "/v1/chat/completions", key)
+        .json(&body)
+}
+
+fn user(text: &str) -> Value {
+    json!([{"role": "user", "content": text}])
+}
+
+/// The SDK against the real server: stream and not, stateless and continued, a tool run, an
+/// approval it cannot give, a bad key, an unknown model, an empty message.
+pub async fn sdk_client(ctx: &Ctx, fake: &FakeModelServer) {
+    let t = ctx.tenant().await;
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/api/openai_client.py");
+    let out = tokio::process::Command::new(python())
+        .arg(&script)
+        .env("AGENTRY_OPENAI_BASE", ctx.url("/v1"))
+        .env("AGENTRY_KEY", &t.member.key)
+        .env("NO_PROXY", "127.0.0.1")
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENAI_BASE_URL")
+        .output()
+        .await
+        .expect("run the openai client");
+    assert!(
+        out.status.success(),
+        "the openai client failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "the client printed no JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    });
+
+    assert_eq!(r["models"], json!(["default"]), "{r}");
+
+    // Stateless: the answer, usage, and the session it went into.
+    let plain = &r["plain"];
+    assert_eq!(plain["content"], "(scripted) You said: hello there", "{r}");
+    assert_eq!(plain["object"], "chat.completion");
+    assert_eq!(plain["model"], "default");
+    assert_eq!(plain["role"], "assistant");
+    assert_eq!(plain["finish_reason"], "stop");
+    assert!(plain["id"].as_str().unwrap().starts_with("chatcmpl-"));
+    let usage = &plain["usage"];
+    let (input, output) = (
+        usage["prompt_tokens"].as_u64().unwrap(),
+        usage["completion_tokens"].as_u64().unwrap(),
+    );
+    assert!(input > 0 && output > 0, "{usage}");
+    assert_eq!(usage["total_tokens"].as_u64().unwrap(), input + output);
+    // The earlier messages reached the model, in order, before the last one.
+    let sent = fake
+        .requests()
+        .into_iter()
+        .map(|req| req.body.to_string())
+        .find(|b| b.contains("hello there"))
+        .expect("the model was asked");
+    let (q, a, h) = (
+        sent.find("first question").expect("the earlier question"),
+        sent.find("first answer").expect("the earlier answer"),
+        sent.find("hello there").unwrap(),
+    );
+    assert!(q < a && a < h, "{sent}");
+    // The session holds the whole conversation.
+    let session = plain["session"].as_str().unwrap();
+    let msgs = ctx
+        .ok(
+            Method::GET,
+            &format!("/api/v1/sessions/{session}/messages"),
+            &t.member.key,
+            None,
+            200,
+        )
+        .await;
+    let contents: Vec<&str> = msgs["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        contents[..],
+        [
+            "Answer briefly.",
+            "first question",
+            "first answer",
+            "hello there",
+            "(scripted) You said: hello there",
+            "/echo continued by header",
+            "continued by header",
+            "/echo continued by field",
+            "continued by field",
+        ],
+        "{msgs}"
+    );
+    assert_eq!(r["by_header"]["content"], "continued by header");
+    assert_eq!(r["by_header"]["session"], session);
+    assert_eq!(r["by_field"]["content"], "continued by field");
+    assert_eq!(r["by_field"]["session"], session);
+
+    // Streamed: word deltas that make the answer, one id, `stop`, then usage.
+    let s = &r["stream"];
+    assert_eq!(
+        s["text"], "(scripted) You said: stream this answer please",
+        "{r}"
+    );
+    assert!(s["deltas"].as_u64().unwrap() > 3, "{s}");
+    assert_eq!(s["roles"], json!(["assistant"]));
+    assert_eq!(s["finish_reason"], "stop");
+    assert_eq!(s["ids"].as_array().unwrap().len(), 1, "{s}");
+    assert!(s["usage"]["total_tokens"].as_u64().unwrap() > 0, "{s}");
+
+    // A tool run: the assistant called it and answered with its result.
+    for tool in [&r["tool"]["content"], &r["tool_stream"]["text"]] {
+        assert!(
+            tool.as_str()
+                .unwrap()
+                .starts_with("(scripted) Tool list_directory returned:"),
+            "{r}"
+        );
+    }
+
+    // The approval the client cannot give: a clear error naming the tool, both ways.
+    let a = &r["approval"];
+    assert_eq!(a["class"], "ConflictError", "{r}");
+    assert_eq!(a["status"], 409);
+    assert_eq!(a["code"], "approval_required");
+    assert_eq!(a["type"], "invalid_request_error");
+    assert!(a["message"].as_str().unwrap().contains("write_file"), "{a}");
+    assert_eq!(a["body"]["details"]["tool"], "write_file");
+    let a = &r["approval_stream"];
+    assert_eq!(a["class"], "APIError", "{r}");
+    assert_eq!(a["code"], "approval_required");
+    assert!(a["message"].as_str().unwrap().contains("write_file"), "{a}");
+    // …and nothing was written: the run ended rejected.
+    let run = a["body"]["details"]["run_id"].as_str().unwrap();
+    let exec = ctx
+        .ok(
+            Method::GET,
+            &format!("/api/v1/executions/{run}"),
+            &t.member.key,
+            None,
+            200,
+        )
+        .await;
+    assert_eq!(exec["status"], "rejected", "{exec}");
+
+    // A bad key: 401 in OpenAI's shape.
+    let b = &r["bad_key"];
+    assert_eq!(
+        (&b["class"], &b["status"], &b["code"], &b["type"]),
+        (
+            &json!("AuthenticationError"),
+            &json!(401),
+            &json!("unauthorized"),
+            &json!("authentication_error")
+        ),
+        "{r}"
+    );
+    // An unknown model: 404 model_not_found, naming the parameter.
+    let m = &r["unknown_model"];
+    assert_eq!(
+        (&m["class"], &m["status"], &m["code"], &m["param"]),
+        (
+            &json!("NotFoundError"),
+            &json!(404),
+            &json!("model_not_found"),
+            &json!("model")
+        ),
+        "{r}"
+    );
+    // An empty message: validation_error, as on every transport.
+    let e = &r["empty"];
+    assert_eq!(
+        (&e["status"], &e["code"], &e["param"]),
+        (&json!(422), &json!("validation_error"), &json!("messages")),
+        "{r}"
+    );
+}
+
+/// The wire itself: SSE framing with `data: [DONE]`, error bodies in OpenAI's shape, and every
+/// documented status (for the OpenAPI check), each refusal changing nothing.
+pub async fn scenario(ctx: &Ctx) {
+    let t = ctx.tenant().await;
+    let key = &t.member.key;
+
+    let models = ctx.ok(Method::GET, "/v1/models", key, None, 200).await;
+    assert_eq!(models["object"], "list");
+    assert_eq!(models["data"][0]["id"], "default", "{models}");
+    assert_eq!(models["data"][0]["object"], "model");
+
+    let ok = ctx
+        .send(completion(
+            ctx,
+            Some(key),
+            json!({"model": "default", "messages": user("/echo hi"), "temperature": 0.2}),
+        ))
+        .await;
+    assert_eq!(ok.status, 200, "{}", ok.body);
+    assert_eq!(ok.body["choices"][0]["message"]["content"], "hi");
+    assert_eq!(
+        ok.headers["x-agentry-session"].to_str().unwrap(),
+        ok.body["agentry_session_id"].as_str().unwrap()
+    );
+
+    // Streamed: only `data:` lines (and keep-alive comments), the last one `[DONE]`.
+    let res = completion(
+        ctx,
+        Some(key),
+        json!({"model": "default", "messages": user("/echo a b c"), "stream": true}),
+    )
+    .send()
+    .await
+    .unwrap();
+    assert_eq!(res.status(), 200);
+    assert_eq!(res.headers()["content-type"], "text/event-stream");
+    let text = res.text().await.unwrap();
+    let data: Vec<&str> = text
+        .split("\n\n")
+        .filter(|f| !f.is_empty() && !f.starts_with(':'))
+        .map(|f| f.strip_prefix("data: ").expect("only data lines"))
+        .collect();
+    assert_eq!(data.last(), Some(&"[DONE]"), "{text}");
+    let chunks: Vec<Value> = data[..data.len() - 1]
+        .iter()
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    assert!(
+        chunks
+            .iter()
+            .all(|c| c["object"] == "chat.completion.chunk")
+    );
+    let answer: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    assert_eq!(answer, "a b c");
+    assert_eq!(
+        chunks.last().unwrap()["choices"][0]["finish_reason"],
+        "stop"
+    );
+
+    let sessions_before = ctx
+        .ok(Method::GET, "/api/v1/sessions", key, None, 200)
+        .await["total"]
+        .clone();
+    // Each refusal: its status, OpenAI's shape (checked by `Ctx::send`), its code.
+    let refusals: Vec<(reqwest::RequestBuilder, u16, &str)> = vec![
+        (
+            ctx.request(Method::POST, "/v1/chat/completions", Some(key))
+                .header("content-type", "application/json")
+                .body("{not json"),
+            400,
+            "invalid_json",
+        ),
+        (
+            completion(
+                ctx,
+                None,
+                json!({"model": "default", "messages": user("x")}),
+            ),
+            401,
+            "unauthorized",
+        ),
+        (
+            completion(
+                ctx,
+                Some(ADMIN_KEY),
+                json!({"model": "default", "messages": user("x")}),
+            ),
+            403,
+            "forbidden",
+        ),
+        (
+            completion(
+                ctx,
+                Some(key),
+                json!({"model": "nobody", "messages": user("x")}),
+            ),
+            404,
+            "model_not_found",
+        ),
+        (
+            completion(
+                ctx,
+                Some(key),
+                json!({"model": "default", "messages": user("")}),
+            ),
+            422,
+            "validation_error",
+        ),
+        (
+            completion(ctx, Some(key), json!({"model": "default", "messages": []})),
+            422,
+            "validation_error",
+        ),
+        (
+            completion(
+                ctx,
+                Some(key),
+                json!({"model": "default", "messages": user("x"), "tools": [{"type": "function"}]}),
+            ),
+            422,
+            "validation_error",
+        ),
+        (
+            completion(
+                ctx,
+                Some(key),
+                json!({"model": "default", "messages": user("x"), "agentry_session_id": uuid::Uuid::new_v4().to_string()}),
+            ),
+            404,
+            "not_found",
+        ),
+        (
+            ctx.request(Method::GET, "/v1/models", Some("agk_AAAAAAAA_x")),
+            401,
+            "unauthorized",
+        ),
+        (
+            ctx.request(Method::GET, "/v1/models", Some(ADMIN_KEY)),
+            403,
+            "forbidden",
+        ),
+        (
+            completion(
+                ctx,
+                Some(key),
+                json!({"model": "default", "messages": user(r#"/tool write_file {"file_path": "w.txt", "content": "x"}"#)}),
+            ),
+            409,
+            "approval_required",
+        ),
+    ];
+    for (rb, status, code) in refusals {
+        let r = ctx.send(rb).await;
+        assert_eq!((r.status, r.code()), (status, code), "{}", r.body);
+        assert!(r.body["error"]["message"].is_string(), "{}", r.body);
+    }
+    // Only the approval run made a session; the refused requests made none.
+    let sessions_after = ctx
+        .ok(Method::GET, "/api/v1/sessions", key, None, 200)
+        .await["total"]
+        .clone();
+    assert_eq!(
+        sessions_after.as_u64().unwrap(),
+        sessions_before.as_u64().unwrap() + 1
+    );
+}
