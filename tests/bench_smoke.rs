@@ -99,12 +99,30 @@ async fn smoke(database: Database) {
     assert_eq!(idle["health_with_sessions_open"].as_u64(), Some(200));
     assert!(idle["server_rss_after_bytes"].as_u64() > Some(0));
 
+    // The same one-tool runs through `/v1/chat/completions`, streamed and not.
+    let completions = sizes.openai.clients as u64 * sizes.openai.runs_per_client;
+    for variant in ["openai", "openai-stream"] {
+        let f = &by_variant(variant).figures;
+        assert_eq!(f["runs"].as_u64(), Some(completions), "{variant}: {f}");
+        assert_eq!(f["end_to_end"]["count"].as_u64(), Some(completions));
+        assert!(f["server_cpu_ms_per_run"].as_f64().unwrap() > 0.0, "{f}");
+    }
+
     // And the records make the table of the benchmarks document.
     let doc = out.path().join("benchmarks.md");
     std::fs::write(&doc, format!("# B\n{}\n{}\n", report::BEGIN, report::END)).unwrap();
-    assert_eq!(report::update_doc(&doc, out.path()).unwrap(), 6);
+    assert_eq!(report::update_doc(&doc, out.path()).unwrap(), 8);
     let text = std::fs::read_to_string(&doc).unwrap();
-    for variant in ["runs-0ms", "runs-50ms", "stream", "cancel", "hitl", "idle"] {
+    for variant in [
+        "runs-0ms",
+        "runs-50ms",
+        "stream",
+        "cancel",
+        "hitl",
+        "idle",
+        "openai",
+        "openai-stream",
+    ] {
         assert!(
             text.contains(&format!("| {variant} | {} |", database.label())),
             "{variant} row in:\n{text}"
