@@ -93,6 +93,8 @@ pub enum Route {
     CreateSessionAutoApprove,
     ReplaceAgentAutoApprove,
     AddStdioMcpServer,
+    OpenAiCompletion,
+    OpenAiModels,
 }
 
 use Route::*;
@@ -157,6 +159,8 @@ pub const ROUTES: &[Route] = &[
     CreateSessionAutoApprove,
     ReplaceAgentAutoApprove,
     AddStdioMcpServer,
+    OpenAiCompletion,
+    OpenAiModels,
 ];
 
 /// Expected status per caller, in the order of [`WHO`].
@@ -195,7 +199,9 @@ pub fn expected(route: Route) -> [u16; 7] {
         | AdminRevokeKey | AdminUsage => PLATFORM,
         // Creating works for any tenant caller: the outsider creates in its own tenant.
         CreateSession => [401, 401, 401, 201, 201, 201, 403],
-        Chat | ChatStream => [401, 401, 401, 200, 200, 200, 403],
+        // The outsider's `default` is its own tenant's assistant.
+        Chat | ChatStream | OpenAiCompletion => [401, 401, 401, 200, 200, 200, 403],
+        OpenAiModels => TENANT_LIST,
         // A fresh session of A's member each time.
         DeleteSession => [401, 401, 401, 404, 204, 204, 403],
         // The seeded session has no active run (`no_active_run`); 200 is in `streaming`.
@@ -487,6 +493,15 @@ pub async fn build(ctx: &Ctx, fx: &MatrixFx, route: Route) -> Req {
             Some(json!({ "message": "hello from the matrix" })),
         ),
         WsChat => req(Method::GET, format!("/ws/chat/{s}"), None),
+        OpenAiCompletion => req(
+            Method::POST,
+            "/v1/chat/completions".into(),
+            Some(json!({
+                "model": "default",
+                "messages": [{"role": "user", "content": "hello from the matrix"}],
+            })),
+        ),
+        OpenAiModels => req(Method::GET, "/v1/models".into(), None),
         ListMcpServers => req(Method::GET, mcp.clone(), None),
         AddMcpServer => req(
             Method::POST,
@@ -574,10 +589,10 @@ pub async fn authorization_matrix(ctx: &Ctx) {
             }
             if matches!(who, Who::BadKey | Who::Revoked) && got.status == 401 {
                 assert_eq!(
-                    got.body["message"],
+                    got.message(),
                     ctx.call(Method::GET, "/api/v1/me", Some("agk_AAAAAAAA_x"), None)
                         .await
-                        .body["message"],
+                        .message(),
                     "an unusable key answers the same message whatever the reason"
                 );
             }
