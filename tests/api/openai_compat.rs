@@ -343,6 +343,22 @@ pub async fn scenario(ctx: &Ctx) {
             "not_found",
         ),
         (
+            ctx.request(Method::POST, "/v1/chat/completions", Some(key))
+                .header("content-type", "text/plain")
+                .body("{}"),
+            415,
+            "unsupported_media_type",
+        ),
+        (
+            completion(
+                ctx,
+                Some(key),
+                json!({"model": "default", "messages": user(&"x".repeat(crate::ctx::BODY_LIMIT))}),
+            ),
+            413,
+            "payload_too_large",
+        ),
+        (
             ctx.request(Method::GET, "/v1/models", Some("agk_AAAAAAAA_x")),
             401,
             "unauthorized",

@@ -85,7 +85,8 @@ every response carries `X-Request-Id`. Authenticate with `Authorization: Bearer 
         &RateLimited,
         &DatabaseUnavailable,
         &JsonBodies,
-        &PathParameterRules
+        &PathParameterRules,
+        &OpenAiShapedErrors
     ),
     security(("bearer" = []), ("api_key" = [])),
     tags(
@@ -290,6 +291,35 @@ impl Modify for JsonBodies {
             responses
                 .entry("415".to_string())
                 .or_insert_with(|| media_type.clone().into());
+        }
+    }
+}
+
+/// Under `/v1/` (the OpenAI-compatible routes) every error answer has OpenAI's shape
+/// (`OpenAiErrorBody`), the shared ones added above (413, 415, 429, 503) included.
+struct OpenAiShapedErrors;
+
+impl Modify for OpenAiShapedErrors {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::{Ref, RefOr, schema::Schema};
+        let ours = RefOr::<Schema>::Ref(Ref::from_schema_name("ErrorResponse"));
+        for (path, op) in all_operations(openapi) {
+            if !path.starts_with("/v1/") {
+                continue;
+            }
+            for response in op.responses.responses.values_mut() {
+                let RefOr::T(response) = response else {
+                    continue;
+                };
+                for content in response.content.values_mut() {
+                    let RefOr::T(content) = content else {
+                        continue;
+                    };
+                    if content.schema.as_ref() == Some(&ours) {
+                        content.schema = Some(Ref::from_schema_name("OpenAiErrorBody").into());
+                    }
+                }
+            }
         }
     }
 }
