@@ -1,5 +1,6 @@
 //! Properties of the wire types (seed 000, properties 1–6 and 26).
 
+use agentry_schema::error::ErrorCode;
 use agentry_schema::events::*;
 use agentry_schema::frames::{ClientFrame, FrameError, parse_client_frame};
 use proptest::prelude::*;
@@ -24,6 +25,101 @@ fn json_value() -> impl Strategy<Value = Value> {
                 .prop_map(|m| Value::Object(m.into_iter().collect())),
         ]
     })
+}
+
+/// How a generated bad frame must be refused.
+#[derive(Debug, Clone)]
+enum BadFrame {
+    /// Not JSON at all (the parser's own message says where).
+    InvalidJson,
+    /// Exactly this error.
+    Exactly(FrameError),
+    /// A known type whose payload does not fit it.
+    InvalidPayload(String),
+}
+
+const FRAME_TYPES: [&str; 5] = ["chat", "hitl_decision", "cancel", "ping", "resume"];
+
+fn json_object() -> impl Strategy<Value = serde_json::Map<String, Value>> {
+    prop::collection::btree_map("[a-z_]{1,8}", json_value(), 0..4)
+        .prop_map(|m| m.into_iter().collect())
+}
+
+/// Raw frames that are wrong in one known way, each with the error it must get.
+fn bad_frame() -> impl Strategy<Value = (String, BadFrame)> {
+    let unknown_type =
+        "[a-z_]{0,12}".prop_filter("a known type", |t| !FRAME_TYPES.contains(&t.as_str()));
+    prop_oneof![
+        // A JSON object cut before its closing brace is never valid JSON.
+        json_object().prop_map(|o| {
+            let mut raw = Value::Object(o).to_string();
+            raw.pop();
+            (raw, BadFrame::InvalidJson)
+        }),
+        json_value()
+            .prop_filter("an object", |v| !v.is_object())
+            .prop_map(|v| (v.to_string(), BadFrame::Exactly(FrameError::NotAnObject))),
+        // No "type", or a "type" that is not a string.
+        (
+            json_object(),
+            proptest::option::of(json_value().prop_filter("a string", |v| !v.is_string()))
+        )
+            .prop_map(|(mut o, ty)| {
+                o.remove("type");
+                if let Some(ty) = ty {
+                    o.insert("type".into(), ty);
+                }
+                (
+                    Value::Object(o).to_string(),
+                    BadFrame::Exactly(FrameError::MissingType),
+                )
+            }),
+        // A string "type" but no "payload" object.
+        (
+            any::<prop::sample::Index>(),
+            unknown_type.clone(),
+            any::<bool>(),
+            proptest::option::of(json_value().prop_filter("an object", |v| !v.is_object()))
+        )
+            .prop_map(|(i, other, known, payload)| {
+                let ty = if known {
+                    i.get(&FRAME_TYPES).to_string()
+                } else {
+                    other
+                };
+                let mut o = serde_json::Map::new();
+                o.insert("type".into(), json!(ty));
+                if let Some(p) = payload {
+                    o.insert("payload".into(), p);
+                }
+                (
+                    Value::Object(o).to_string(),
+                    BadFrame::Exactly(FrameError::MissingPayload),
+                )
+            }),
+        (unknown_type, json_object()).prop_map(|(ty, payload)| {
+            let raw = json!({"type": ty, "payload": payload}).to_string();
+            (raw, BadFrame::Exactly(FrameError::UnknownType(ty)))
+        }),
+        // Known types with payloads that cannot be theirs.
+        json_value()
+            .prop_filter("a string", |v| !v.is_string())
+            .prop_map(|message| {
+                let raw = json!({"type": "chat", "payload": {"message": message}}).to_string();
+                (raw, BadFrame::InvalidPayload("chat".into()))
+            }),
+        json_object().prop_map(|mut payload| {
+            payload.remove("request_id");
+            let raw = json!({"type": "hitl_decision", "payload": payload}).to_string();
+            (raw, BadFrame::InvalidPayload("hitl_decision".into()))
+        }),
+        json_value()
+            .prop_filter("a u64", |v| !v.is_u64())
+            .prop_map(|after| {
+                let raw = json!({"type": "resume", "payload": {"after_seq": after}}).to_string();
+                (raw, BadFrame::InvalidPayload("resume".into()))
+            }),
+    ]
 }
 
 fn tool_status() -> impl Strategy<Value = ToolStatus> {
@@ -251,12 +347,32 @@ proptest! {
     }
 
     #[test]
-    fn a_bad_client_frame_gives_a_typed_error_never_a_panic(raw in ".{0,200}") {
-        // Anything goes: the parser either accepts a well-formed frame or says why not.
-        match parse_client_frame(&raw) {
-            Ok(frame) => { let _ = frame.type_name(); }
-            Err(e) => { let _ = (e.code(), e.to_string()); }
+    fn a_bad_client_frame_gives_a_typed_error_never_a_panic((raw, expected) in bad_frame()) {
+        // Each bad frame is built to fail one way; the parser must name exactly that way, with
+        // the error code the client sees.
+        let err = match parse_client_frame(&raw) {
+            Ok(frame) => return Err(TestCaseError::fail(format!("{raw:?} was accepted as {frame:?}"))),
+            Err(e) => e,
+        };
+        match (&expected, &err) {
+            (BadFrame::InvalidJson, FrameError::InvalidJson(reason)) => {
+                prop_assert!(!reason.is_empty());
+                prop_assert_eq!(err.code(), ErrorCode::InvalidJson);
+            }
+            (BadFrame::Exactly(want), got) => {
+                prop_assert_eq!(got, want);
+                prop_assert_eq!(err.code(), ErrorCode::InvalidFrame);
+            }
+            (BadFrame::InvalidPayload(want_type), FrameError::InvalidPayload { frame_type, reason }) => {
+                prop_assert_eq!(frame_type, want_type);
+                prop_assert!(!reason.is_empty());
+                prop_assert_eq!(err.code(), ErrorCode::InvalidFrame);
+            }
+            (want, got) => {
+                return Err(TestCaseError::fail(format!("{raw:?}: expected {want:?}, got {got:?}")));
+            }
         }
+        prop_assert!(!err.to_string().is_empty());
     }
 
     #[test]
