@@ -445,9 +445,14 @@ mod tests {
                 checked += 1;
                 let has_429 = op["responses"].get("429").is_some();
                 assert!(has_429, "{method} {path} does not document its 429");
+                // The OpenAI-compatible routes answer in OpenAI's error shape.
+                let body = if path.starts_with("/v1/") {
+                    "#/components/schemas/OpenAiErrorBody"
+                } else {
+                    "#/components/schemas/ErrorResponse"
+                };
                 assert_eq!(
-                    op["responses"]["429"]["content"]["application/json"]["schema"]["$ref"],
-                    "#/components/schemas/ErrorResponse",
+                    op["responses"]["429"]["content"]["application/json"]["schema"]["$ref"], body,
                     "{method} {path}"
                 );
             }
