@@ -325,7 +325,16 @@ pub async fn metrics_need_the_token_and_cover_models_tools_and_the_process(ctx: 
         r.text().await.unwrap()
     };
     use crate::observability::sample;
-    let m = scrape().await;
+    // The approval's actor counts itself when it starts, which can be just after the
+    // `hitl_request` reached the client: wait for the gauge (bounded), don't race it.
+    let mut m = scrape().await;
+    for _ in 0..100 {
+        if sample(&m, "agentry_approvals_waiting", &[]) == 1.0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        m = scrape().await;
+    }
     assert_eq!(sample(&m, "agentry_approvals_waiting", &[]), 1.0, "{m}");
     send(
         &mut ws,
@@ -333,7 +342,15 @@ pub async fn metrics_need_the_token_and_cover_models_tools_and_the_process(ctx: 
     )
     .await;
     crate::streaming::until_done_or_hitl(&mut ws).await;
-    let m = scrape().await;
+    // Likewise the actor uncounts itself when it stops, after it handed the decision on.
+    let mut m = scrape().await;
+    for _ in 0..100 {
+        if sample(&m, "agentry_approvals_waiting", &[]) == 0.0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        m = scrape().await;
+    }
     assert_eq!(sample(&m, "agentry_approvals_waiting", &[]), 0.0, "{m}");
     let model = [("provider", "openai"), ("model", "fake-large")];
     let ok = [model[0], model[1], ("outcome", "ok")];
