@@ -1,12 +1,13 @@
 //! [`KeyResolver`]: turns a presented key into a [`Resolution`], remembering tenant keys for
 //! `auth.cache_ttl_secs` so authentication is not a database round trip per request.
 //!
-//! Entries are keyed by the SHA-256 of the key (the key itself is not kept). A revocation, a
+//! The cache is a [`moka`] cache bounded to [`MAX_ENTRIES`] keys (least-used keys go first) whose
+//! entries live `auth.cache_ttl_secs`, or less when the key itself expires sooner. Entries are
+//! keyed by the SHA-256 of the key (the key itself is not kept). A revocation, a
 //! suspension, a disabled or deleted user made through this replica's API forgets the affected
 //! entries at once ([`KeyResolver::forget_tenant`], [`KeyResolver::forget_key`]); one made through
 //! another replica takes effect here when the entry expires, so the TTL bounds it everywhere.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -14,6 +15,8 @@ use agentry_schema::ids::{ApiKeyId, TenantId};
 use agentry_store::api_keys::{self, KeyCheck};
 use agentry_store::{PlatformScope, Role, UserScope, platform_admin_key, tenants, users};
 use chrono::{DateTime, Utc};
+use moka::Expiry;
+use moka::sync::Cache;
 use sea_orm::DatabaseConnection;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
@@ -21,8 +24,9 @@ use subtle::ConstantTimeEq;
 use super::Resolution;
 use crate::error::ApiError;
 
-/// More distinct live keys than this and the cache starts over (it only saves round trips).
-const MAX_ENTRIES: usize = 10_000;
+/// At most this many distinct keys are remembered; past it the cache evicts the keys used least
+/// (it only saves round trips, so an evicted key costs one database check).
+const MAX_ENTRIES: u64 = 10_000;
 
 type Digest32 = [u8; 32];
 
@@ -30,18 +34,31 @@ fn digest(s: &str) -> Digest32 {
     Sha256::digest(s.as_bytes()).into()
 }
 
+#[derive(Clone)]
 struct Entry {
     resolution: Resolution,
     tenant_id: TenantId,
     key_id: ApiKeyId,
     /// The key's own expiry: a cached key stops working on time, not up to a TTL late.
     expires_at: Option<DateTime<Utc>>,
-    at: Instant,
 }
 
-impl Entry {
-    fn fresh(&self, ttl: Duration) -> bool {
-        self.at.elapsed() < ttl && self.expires_at.is_none_or(|t| Utc::now() < t)
+/// An entry lives the TTL, or until its key expires when that comes first.
+struct EntryLifetime {
+    ttl: Duration,
+}
+
+impl Expiry<Digest32, Entry> for EntryLifetime {
+    fn expire_after_create(
+        &self,
+        _key: &Digest32,
+        entry: &Entry,
+        _created_at: Instant,
+    ) -> Option<Duration> {
+        let key_left = entry
+            .expires_at
+            .map(|t| (t - Utc::now()).to_std().unwrap_or(Duration::ZERO));
+        Some(key_left.map_or(self.ttl, |left| left.min(self.ttl)))
     }
 }
 
@@ -91,11 +108,16 @@ pub struct KeyResolver {
     ttl: Duration,
     forgotten: tokio::sync::broadcast::Sender<Forgotten>,
     admin: AdminCheck,
-    entries: Mutex<HashMap<Digest32, Entry>>,
+    /// `None` when the TTL is zero: every check goes to the database.
+    entries: Option<Cache<Digest32, Entry>>,
 }
 
 impl KeyResolver {
     pub fn new(admin_key: AdminKeySource<'_>, ttl: Duration) -> Self {
+        Self::with_capacity(admin_key, ttl, MAX_ENTRIES)
+    }
+
+    fn with_capacity(admin_key: AdminKeySource<'_>, ttl: Duration, capacity: u64) -> Self {
         let admin = match admin_key {
             AdminKeySource::Configured(k) if !k.is_empty() => AdminCheck::Configured(digest(k)),
             AdminKeySource::Stored => AdminCheck::Stored(Mutex::new(None)),
@@ -105,7 +127,12 @@ impl KeyResolver {
             ttl,
             forgotten: tokio::sync::broadcast::channel(64).0,
             admin,
-            entries: Mutex::new(HashMap::new()),
+            entries: (!ttl.is_zero()).then(|| {
+                Cache::builder()
+                    .max_capacity(capacity)
+                    .expire_after(EntryLifetime { ttl })
+                    .build()
+            }),
         }
     }
 
@@ -143,11 +170,6 @@ impl KeyResolver {
         Some(matched.map_err(ApiError::from))
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Digest32, Entry>> {
-        // A panic while holding the lock leaves only a cache behind: keep using it.
-        self.entries.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
     /// Resolve `key`. `Ok(Resolution::Invalid)` covers unknown, wrong, expired and revoked keys,
     /// a user that is gone or disabled, and a tenant that is gone.
     pub async fn resolve(
@@ -169,28 +191,13 @@ impl KeyResolver {
                 Resolution::Invalid
             });
         }
-        if !self.ttl.is_zero() {
-            let mut entries = self.lock();
-            match entries.get(&d) {
-                Some(e) if e.fresh(self.ttl) => return Ok(e.resolution.clone()),
-                Some(_) => {
-                    entries.remove(&d);
-                }
-                None => {}
-            }
+        if let Some(entry) = self.entries.as_ref().and_then(|c| c.get(&d)) {
+            return Ok(entry.resolution);
         }
         let (resolution, expires_at) = Self::from_database(db, key).await?;
         if let Resolution::Tenant { tenant, key_id, .. } = &resolution
-            && !self.ttl.is_zero()
+            && let Some(entries) = &self.entries
         {
-            let mut entries = self.lock();
-            if entries.len() >= MAX_ENTRIES {
-                let ttl = self.ttl;
-                entries.retain(|_, e| e.fresh(ttl));
-                if entries.len() >= MAX_ENTRIES {
-                    entries.clear();
-                }
-            }
             entries.insert(
                 d,
                 Entry {
@@ -198,7 +205,6 @@ impl KeyResolver {
                     tenant_id: tenant.id,
                     key_id: *key_id,
                     expires_at,
-                    at: Instant::now(),
                 },
             );
         }
@@ -255,13 +261,13 @@ impl KeyResolver {
 
     /// Forget every cached key of a tenant (after a suspension, a user change, a deletion).
     pub fn forget_tenant(&self, tenant: TenantId) {
-        self.lock().retain(|_, e| e.tenant_id != tenant);
+        self.forget_where(|e| e.tenant_id == tenant);
         let _ = self.forgotten.send(Forgotten::Tenant(tenant));
     }
 
     /// Forget one key (after its revocation).
     pub fn forget_key(&self, key: ApiKeyId) {
-        self.lock().retain(|_, e| e.key_id != key);
+        self.forget_where(|e| e.key_id == key);
         let _ = self.forgotten.send(Forgotten::Key(key));
     }
 
@@ -271,9 +277,25 @@ impl KeyResolver {
         self.forgotten.subscribe()
     }
 
+    /// Drop the matching entries now (a walk over at most [`MAX_ENTRIES`]; revocations are rare).
+    /// moka's `invalidate_entries_if` would be lazy, and its entry count approximate.
+    fn forget_where(&self, matches: impl Fn(&Entry) -> bool) {
+        let Some(entries) = &self.entries else {
+            return;
+        };
+        for (d, e) in entries.iter() {
+            if matches(&e) {
+                entries.invalidate(&*d);
+            }
+        }
+    }
+
     #[cfg(test)]
     fn len(&self) -> usize {
-        self.lock().len()
+        self.entries.as_ref().map_or(0, |c| {
+            c.run_pending_tasks();
+            c.entry_count() as usize
+        })
     }
 }
 
@@ -362,6 +384,49 @@ mod tests {
         ));
         resolver.forget_tenant(tenant2);
         assert_eq!(resolver.len(), 0);
+    }
+
+    #[actix_web::test]
+    async fn a_cached_key_stops_working_at_its_own_expiry_and_the_cache_is_bounded() {
+        let tdb = TestDb::open(Backend::Sqlite).await.unwrap();
+        let db = &tdb.db;
+        // A TTL far longer than the key's life: only the key's expiry can end the entry.
+        let resolver = KeyResolver::with_capacity(AdminKeySource::Off, Duration::from_secs(600), 3);
+        let (tenant, _, _) = tenant_key(db, Role::Member).await;
+        let scope = PlatformScope::new().tenant(tenant);
+        let user = users::create(db, &scope, "soon", Role::Member)
+            .await
+            .unwrap();
+        let soon = Utc::now() + chrono::Duration::milliseconds(1500);
+        let k = api_keys::create(db, &scope, user.id, "soon", Role::Member, Some(soon))
+            .await
+            .unwrap();
+        assert!(matches!(
+            resolver.resolve(db, &k.secret).await.unwrap(),
+            Resolution::Tenant { .. }
+        ));
+        assert_eq!(resolver.len(), 1);
+        // However late this wakes up, it is after the expiry.
+        let left = (soon - Utc::now()).to_std().unwrap_or_default();
+        tokio::time::sleep(left + Duration::from_millis(200)).await;
+        assert!(matches!(
+            resolver.resolve(db, &k.secret).await.unwrap(),
+            Resolution::Invalid
+        ));
+
+        // More live keys than the bound: the cache keeps at most the bound, and every key
+        // still resolves (an evicted one from the database).
+        let mut secrets = Vec::new();
+        for _ in 0..6 {
+            secrets.push(tenant_key(db, Role::Member).await.2);
+        }
+        for secret in secrets.iter().chain(secrets.iter()) {
+            assert!(matches!(
+                resolver.resolve(db, secret).await.unwrap(),
+                Resolution::Tenant { .. }
+            ));
+        }
+        assert!(resolver.len() <= 3, "{} entries", resolver.len());
     }
 
     #[actix_web::test]

@@ -8,6 +8,7 @@ use std::net::IpAddr;
 use std::str::FromStr;
 
 use agentry_schema::secret::Secret;
+use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
 /// Limits and switches of the built-in tools. See `docs/tools.md` for what each one governs.
@@ -126,33 +127,20 @@ impl Default for BuiltinConfig {
     }
 }
 
-/// A network in CIDR notation: `10.0.0.0/8`, `::1/128`, or a single address.
+/// A network in CIDR notation: `10.0.0.0/8`, `::1/128`, or a single address. An [`IpNet`] that
+/// keeps our config syntax (a bare address is its own network) and error messages, and lets an
+/// IPv4 network match the IPv4-mapped IPv6 form of its addresses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
-pub struct Cidr {
-    addr: IpAddr,
-    prefix: u8,
-}
+pub struct Cidr(IpNet);
 
 impl Cidr {
     pub fn contains(&self, ip: IpAddr) -> bool {
-        match (self.addr, ip) {
-            (IpAddr::V4(net), IpAddr::V4(ip)) => {
-                let mask = u32::MAX
-                    .checked_shl(32 - u32::from(self.prefix))
-                    .unwrap_or(0);
-                u32::from(net) & mask == u32::from(ip) & mask
+        match (self.0, ip) {
+            (IpNet::V4(net), IpAddr::V6(v6)) => {
+                v6.to_ipv4_mapped().is_some_and(|v4| net.contains(&v4))
             }
-            (IpAddr::V6(net), IpAddr::V6(ip)) => {
-                let mask = u128::MAX
-                    .checked_shl(128 - u32::from(self.prefix))
-                    .unwrap_or(0);
-                u128::from(net) & mask == u128::from(ip) & mask
-            }
-            (IpAddr::V4(_), IpAddr::V6(v6)) => v6
-                .to_ipv4_mapped()
-                .is_some_and(|v4| self.contains(IpAddr::V4(v4))),
-            (IpAddr::V6(_), IpAddr::V4(_)) => false,
+            (net, ip) => net.contains(&ip),
         }
     }
 }
@@ -168,15 +156,18 @@ impl FromStr for Cidr {
         let addr: IpAddr = addr
             .parse()
             .map_err(|_| format!("{s:?} is not a network: {addr:?} is not an IP address"))?;
-        let max = if addr.is_ipv4() { 32 } else { 128 };
-        let prefix =
-            match prefix {
-                None => max,
-                Some(p) => p.parse::<u8>().ok().filter(|p| *p <= max).ok_or_else(|| {
-                    format!("{s:?} is not a network: the prefix must be 0..={max}")
-                })?,
-            };
-        Ok(Self { addr, prefix })
+        let Some(prefix) = prefix else {
+            return Ok(Self(IpNet::from(addr)));
+        };
+        prefix
+            .parse::<u8>()
+            .ok()
+            .and_then(|p| IpNet::new(addr, p).ok())
+            .map(Self)
+            .ok_or_else(|| {
+                let max = if addr.is_ipv4() { 32 } else { 128 };
+                format!("{s:?} is not a network: the prefix must be 0..={max}")
+            })
     }
 }
 
@@ -189,7 +180,7 @@ impl TryFrom<String> for Cidr {
 
 impl From<Cidr> for String {
     fn from(c: Cidr) -> String {
-        format!("{}/{}", c.addr, c.prefix)
+        c.0.to_string()
     }
 }
 
@@ -209,7 +200,22 @@ mod tests {
         let all: Cidr = "0.0.0.0/0".parse().unwrap();
         assert!(all.contains("8.8.8.8".parse().unwrap()));
         assert!("10.0.0.0/33".parse::<Cidr>().is_err());
-        assert!("nope/8".parse::<Cidr>().is_err());
+        assert_eq!(
+            "nope/8".parse::<Cidr>().unwrap_err(),
+            r#""nope/8" is not a network: "nope" is not an IP address"#
+        );
+        assert_eq!(
+            "::/129".parse::<Cidr>().unwrap_err(),
+            r#""::/129" is not a network: the prefix must be 0..=128"#
+        );
+        // Host bits are kept as written and still match their network; the text round-trips.
+        let host: Cidr = "10.20.3.4/16".parse().unwrap();
+        assert!(host.contains("10.20.200.1".parse().unwrap()));
+        assert_eq!(String::from(host), "10.20.3.4/16");
+        assert_eq!(String::from(one), "::1/128");
+        // An IPv6 network never matches an IPv4 address.
+        let v6all: Cidr = "::/0".parse().unwrap();
+        assert!(!v6all.contains("1.2.3.4".parse().unwrap()));
         let err =
             serde_json::from_value::<BuiltinConfig>(serde_json::json!({"allowed_networks": ["x"]}))
                 .unwrap_err();
