@@ -1301,11 +1301,7 @@ fn describe(tool: &dyn Tool, args: &Value) -> String {
     let first = spec.description.lines().next().unwrap_or_default().trim();
     let mut preview = args.to_string();
     if preview.len() > 300 {
-        let mut cut = 300;
-        while !preview.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        preview.truncate(cut);
+        preview.truncate(preview.floor_char_boundary(300));
         preview.push('…');
     }
     if first.is_empty() {

@@ -173,11 +173,7 @@ pub(crate) fn truncate_utf8(s: &mut String, max: usize) -> bool {
     if s.len() <= max {
         return false;
     }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    s.truncate(end);
+    s.truncate(s.floor_char_boundary(max));
     true
 }
 
