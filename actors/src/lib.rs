@@ -5,9 +5,12 @@
 //! └─ TenantSupervisor (one per tenant)  routes by session; restarts dead session actors
 //!    ├─ QuotaActor                      rate, concurrency, sessions per user, tokens per day
 //!    ├─ McpPoolActor                    per-user MCP connections: connect, health, backoff, idle
-//!    ├─ SessionActor (per live session) event log + replay, subscribers, the run, the queue
-//!    │  └─ (the agent loop, a task on the engine runtime)
-//!    └─ HitlApproval (per pending approval or question)
+//!    └─ SessionActor (per live session) event log + replay, subscribers, the run, the queue
+//!       └─ (the agent loop, a task on the engine runtime)
+//!
+//! ApprovalDesk (one per process, not an actor)  pending approvals and questions by id: a
+//!                                               decision goes from the adapter to the waiting
+//!                                               run through it, in one hop
 //! ```
 //!
 //! [`Engine`] is the facade the gateway calls; nothing here knows HTTP.
@@ -24,7 +27,10 @@ pub mod quota;
 pub mod registry;
 pub mod service;
 pub mod session;
+pub mod supervise;
 pub mod tenant;
+#[cfg(feature = "test-hooks")]
+pub mod test_hooks;
 pub mod tools;
 
 pub use deps::{

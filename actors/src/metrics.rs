@@ -183,6 +183,11 @@ pub fn approvals_waiting(delta: f64) {
     metrics::gauge!("agentry_approvals_waiting").increment(delta);
 }
 
+/// A supervised actor (quota, MCP pool) was restarted after it stopped or panicked.
+pub fn actor_restarted(actor: &'static str, why: &'static str) {
+    metrics::counter!("agentry_actor_restarts_total", "actor" => actor, "why" => why).increment(1);
+}
+
 pub fn record_quota_rejection(quota: &'static str) {
     metrics::counter!("agentry_quota_rejections_total", "quota" => quota).increment(1);
 }

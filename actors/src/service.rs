@@ -9,7 +9,7 @@ use actix::prelude::*;
 use agentry_schema::events::ExecutionEvent;
 use agentry_schema::frames::Decision;
 use agentry_schema::ids::{ApprovalId, AssistantId, RunId, SessionId};
-use agentry_store::approvals::{self, ApprovalStatus};
+use agentry_store::approvals;
 use agentry_store::sessions::{self, NewSession, Session};
 use agentry_store::tenants::Tenant;
 use agentry_store::{PlatformScope, UserScope, executions};
@@ -22,8 +22,8 @@ use crate::error::EngineError;
 use crate::quota::{AdmitRequest, QuotaActor, ReleaseSession, ReserveSession};
 use crate::registry::{GetTenant, LiveTenant, Registry, StopTenant, TenantCount};
 use crate::session::{
-    CancelRun, ChatAccepted, Decide, GetStatus, SessionActor, SessionEvent, SessionStatus,
-    Shutdown, StartChat, Subscribe, Subscriber, SubscriptionId, Unsubscribe,
+    CancelRun, ChatAccepted, GetStatus, SessionActor, SessionEvent, SessionStatus, Shutdown,
+    StartChat, Subscribe, Subscriber, SubscriptionId, Unsubscribe,
 };
 use crate::tenant::{ArbiterPool, GetQuota, LiveSession, StartSession, TenantSupervisor};
 
@@ -59,6 +59,8 @@ pub fn may_auto_approve(tenant: &Tenant, user: &UserScope) -> Result<(), EngineE
 pub struct Engine {
     deps: Arc<EngineDeps>,
     registry: Addr<Registry>,
+    /// Pending approvals and questions: decisions go through it straight to their run.
+    desk: Arc<crate::hitl::ApprovalDesk>,
     /// Set once the process is stopping: new runs are refused (see [`Engine::drain`]).
     draining: Arc<std::sync::atomic::AtomicBool>,
 }
@@ -103,10 +105,12 @@ impl Engine {
     pub fn start(deps: EngineDeps, arbiters: usize, tenant_idle_after: Duration) -> Engine {
         let deps = Arc::new(deps);
         let pool = Arc::new(ArbiterPool::new(arbiters));
-        let registry = Registry::new(deps.clone(), pool, tenant_idle_after).start();
+        let desk = Arc::new(crate::hitl::ApprovalDesk::new());
+        let registry = Registry::new(deps.clone(), pool, tenant_idle_after, desk.clone()).start();
         Engine {
             deps,
             registry,
+            desk,
             draining: Default::default(),
         }
     }
@@ -492,6 +496,11 @@ impl Engine {
     }
 
     /// A decision on a pending approval or question of the session.
+    ///
+    /// The hot path is one hop: the desk checks that the request is pending for this caller's
+    /// session and hands the decision to the waiting run, with no database read and no actor in
+    /// between. Only a decision the desk cannot deliver reads the store, to tell "not yours or
+    /// never existed" (404, the same either way) from "over" (409).
     pub async fn decide(
         &self,
         tenant: &Tenant,
@@ -500,34 +509,25 @@ impl Engine {
         request_id: ApprovalId,
         decision: Decision,
     ) -> Result<(), EngineError> {
-        let session = self.load_session(tenant, user, id).await?;
-        let sup = self.supervisor(tenant).await?;
-        let live = sup.send(LiveSession(session.id)).await?;
-        let result = match live {
-            Some(addr) => {
-                addr.send(Decide {
-                    request_id,
-                    decision,
-                    by: user.user_id,
-                })
-                .await?
-            }
-            None => Err(EngineError::ApprovalNotPending(request_id.to_string())),
-        };
-        if let Err(EngineError::ApprovalNotPending(_)) = &result {
-            // Unknown to this session at all → 404; known but over → 409.
-            let row = approvals::get(&self.deps.db, &tenant.scope(), request_id).await?;
-            match row {
-                Some(a) if a.session_id == session.id => {
-                    if a.status == ApprovalStatus::Pending {
-                        // Pending in the store but no live waiter: its run is gone.
-                        return Err(EngineError::ApprovalNotPending(request_id.to_string()));
-                    }
-                }
-                _ => return Err(EngineError::NotFound(format!("approval {request_id}"))),
-            }
+        if self
+            .desk
+            .decide(request_id, tenant.id, id, user, decision)?
+        {
+            return Ok(());
         }
-        result
+        let session = self.load_session(tenant, user, id).await?;
+        match approvals::get(&self.deps.db, &tenant.scope(), request_id).await? {
+            // Known to this session but not pending for a live run: over, or its run is gone.
+            Some(a) if a.session_id == session.id => {
+                Err(EngineError::ApprovalNotPending(request_id.to_string()))
+            }
+            _ => Err(EngineError::NotFound(format!("approval {request_id}"))),
+        }
+    }
+
+    /// How many approvals and questions wait for a decision, in the whole process.
+    pub fn approvals_pending(&self) -> usize {
+        self.desk.len()
     }
 
     /// Delete a session: stop its actor (a running run ends with `done`), then its rows.

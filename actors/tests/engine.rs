@@ -1588,3 +1588,311 @@ async fn an_idle_tenant_supervisor_stops_and_comes_back_on_next_use() {
     let events = Events { rx }.until_done(run).await;
     assert_eq!(done(&events).status, DoneStatus::Completed);
 }
+
+/// A decision goes to the waiting run through the approval desk alone, and only the session's
+/// owner or an admin of its tenant can make it: another tenant's admin and another member get
+/// "not found" with the right ids, a decision of the wrong kind is refused, and none of them
+/// changes anything.
+#[actix_rt::test]
+async fn only_the_owner_or_an_admin_decides_and_refusals_change_nothing() {
+    let Some(h) = Harness::new(Backend::Sqlite, Wire::OpenAi).await else {
+        return;
+    };
+    h.fake().push(write_file("call_1", "notes/a.txt", "a\n"));
+    h.fake().push(FakeReply::text("written"));
+    let s = h.new_session(false).await;
+    let (mut ev, run) = h.send(&s, "write").await;
+    let upto = ev
+        .until(|e| matches!(e.payload, EventPayload::HitlRequest(_)))
+        .await;
+    let id = hitl_request_id(&upto);
+    assert_eq!(h.engine.approvals_pending(), 1);
+    let approve = || Decision::Approve { message: None };
+
+    let other = agentry_store::tenants::create(
+        &h.db.db,
+        &agentry_store::PlatformScope::new(),
+        agentry_store::tenants::NewTenant {
+            name: format!("other-{}", uuid::Uuid::now_v7()),
+            quotas: Default::default(),
+            features_enabled: vec![],
+            tool_permissions: None,
+            policy: Default::default(),
+        },
+    )
+    .await
+    .unwrap();
+    let mallory = agentry_store::users::create(
+        &h.db.db,
+        &other.scope(),
+        "mallory",
+        agentry_store::Role::Admin,
+    )
+    .await
+    .unwrap();
+    let mallory = agentry_store::UserScope {
+        tenant: other.scope(),
+        user_id: mallory.id,
+        role: agentry_store::Role::Admin,
+    };
+    let r = h
+        .engine
+        .decide(&other, &mallory, s.session.id, id, approve())
+        .await;
+    assert!(matches!(r, Err(EngineError::NotFound(_))), "{r:?}");
+    // Even naming the victim's tenant next to its own scope (which the gateway's key never
+    // pairs): refused, and nothing decided.
+    let r = h
+        .engine
+        .decide(&h.tenant, &mallory, s.session.id, id, approve())
+        .await;
+    assert!(r.is_err(), "{r:?}");
+    assert_eq!(h.engine.approvals_pending(), 1);
+
+    let bob = agentry_store::users::create(
+        &h.db.db,
+        &h.tenant.scope(),
+        "bob",
+        agentry_store::Role::Member,
+    )
+    .await
+    .unwrap();
+    let bob = agentry_store::UserScope {
+        tenant: h.tenant.scope(),
+        user_id: bob.id,
+        role: agentry_store::Role::Member,
+    };
+    let r = h
+        .engine
+        .decide(&h.tenant, &bob, s.session.id, id, approve())
+        .await;
+    assert!(matches!(r, Err(EngineError::NotFound(_))), "{r:?}");
+
+    // The owner, naming another of their sessions: not found there.
+    let s2 = h.new_session(false).await;
+    let r = h
+        .engine
+        .decide(&h.tenant, &h.user, s2.session.id, id, approve())
+        .await;
+    assert!(matches!(r, Err(EngineError::NotFound(_))), "{r:?}");
+    // The owner, answering an approval as if it were a question: refused, still pending.
+    let r = h
+        .engine
+        .decide(
+            &h.tenant,
+            &h.user,
+            s.session.id,
+            id,
+            Decision::Answer {
+                answer: json!("yes"),
+            },
+        )
+        .await;
+    assert!(matches!(r, Err(EngineError::BadRequest(_))), "{r:?}");
+    assert_eq!(h.engine.approvals_pending(), 1);
+    let status = h.engine.status(&s).await.unwrap();
+    assert_eq!(status.pending_approvals, vec![id]);
+    let exec = executions::get(&h.db.db, &h.tenant.scope(), run)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(exec.status, ExecutionStatus::WaitingApproval);
+
+    // An admin of the tenant may decide on a member's session.
+    let admin = agentry_store::UserScope {
+        role: agentry_store::Role::Admin,
+        ..bob
+    };
+    h.engine
+        .decide(&h.tenant, &admin, s.session.id, id, approve())
+        .await
+        .unwrap();
+    let rest = ev.until_done(run).await;
+    assert_eq!(done(&rest).status, DoneStatus::Completed);
+    let row = approvals::get(&h.db.db, &h.tenant.scope(), id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (row.status, row.decided_by),
+        (ApprovalStatus::Approved, Some(admin.user_id))
+    );
+    assert_eq!(h.engine.approvals_pending(), 0);
+    // Over: a conflict for whoever may see it; an id never issued: not found.
+    let r = h
+        .engine
+        .decide(&h.tenant, &h.user, s.session.id, id, approve())
+        .await;
+    assert!(
+        matches!(r, Err(EngineError::ApprovalNotPending(_))),
+        "{r:?}"
+    );
+    let r = h
+        .engine
+        .decide(
+            &h.tenant,
+            &h.user,
+            s.session.id,
+            agentry_schema::ids::ApprovalId::new(),
+            approve(),
+        )
+        .await;
+    assert!(matches!(r, Err(EngineError::NotFound(_))), "{r:?}");
+}
+
+/// The tenant's quota actor restarted in place after a stop or a panic: the same address keeps
+/// admitting, with the counts it had (today's tokens), and runs start and end through it.
+#[actix_rt::test]
+async fn a_quota_actor_that_stops_or_panics_is_restarted_with_its_counts() {
+    use agentry_actors::quota::GetUsage;
+    use agentry_actors::test_hooks::{PanicNow, StopNow};
+    let Some(h) = Harness::new(Backend::Sqlite, Wire::OpenAi).await else {
+        return;
+    };
+    h.fake().push(FakeReply::text("one"));
+    let s = h.new_session(false).await;
+    let (mut ev, run) = h.send(&s, "first").await;
+    assert_eq!(
+        done(&ev.until_done(run).await).status,
+        DoneStatus::Completed
+    );
+    let quota = h.engine.quota(&h.tenant).await.unwrap();
+    let before = quota.send(GetUsage).await.unwrap();
+    assert!(before.tokens_used_today > 0, "{before:?}");
+
+    quota.send(StopNow).await.unwrap();
+    h.engine.admit_request(&h.tenant).await.unwrap();
+    assert_eq!(
+        quota.send(GetUsage).await.unwrap().tokens_used_today,
+        before.tokens_used_today
+    );
+    // The message that panicked gets no reply; the next one is served.
+    assert!(quota.send(PanicNow).await.is_err());
+    h.engine.admit_request(&h.tenant).await.unwrap();
+    assert!(h.engine.quota(&h.tenant).await.unwrap() == quota);
+
+    h.fake().push(FakeReply::text("two"));
+    let (mut ev, run) = h.send(&s, "second").await;
+    assert_eq!(
+        done(&ev.until_done(run).await).status,
+        DoneStatus::Completed
+    );
+    let mut after = quota.send(GetUsage).await.unwrap();
+    for _ in 0..100 {
+        if after.running == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        after = quota.send(GetUsage).await.unwrap();
+    }
+    assert_eq!(after.running, 0, "{after:?}");
+    assert!(
+        after.tokens_used_today > before.tokens_used_today,
+        "{after:?}"
+    );
+}
+
+/// A session actor whose handler panics: the events it held in memory are stored, its run's
+/// quota slot is given back (with `max_concurrent_runs` 1 a leaked slot would refuse every
+/// later run), its approval is cancelled, and a fresh actor resumes the run for the same
+/// subscriber, which sees exactly one `done`.
+#[actix_rt::test]
+async fn a_session_actor_that_panics_keeps_its_events_and_gives_back_its_run_slot() {
+    use agentry_actors::quota::GetUsage;
+    use agentry_actors::test_hooks::PanicNow;
+    let Some(h) = Harness::with(
+        Backend::Sqlite,
+        Wire::OpenAi,
+        Options {
+            quotas: agentry_store::tenants::Quotas {
+                max_concurrent_runs: 1,
+                ..Default::default()
+            },
+            ..Options::default()
+        },
+    )
+    .await
+    else {
+        return;
+    };
+    for _ in 0..3 {
+        h.fake().push(write_file("call_1", "notes/p.txt", "p\n"));
+        h.fake().push(FakeReply::text("written"));
+    }
+    let s = h.new_session(false).await;
+    let (mut ev, run) = h.send(&s, "write").await;
+    let upto = ev
+        .until(|e| matches!(e.payload, EventPayload::HitlRequest(_)))
+        .await;
+    let asked = upto.last().unwrap().seq;
+    let quota = h.engine.quota(&h.tenant).await.unwrap();
+    assert_eq!(quota.send(GetUsage).await.unwrap().running, 1);
+
+    assert!(s.addr.send(PanicNow).await.is_err());
+
+    // The events the actor held (a running run's events wait for its end) were stored.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let stored =
+            agentry_store::events::list_after(&h.db.db, &h.tenant.scope(), s.session.id, 0, 100)
+                .await
+                .unwrap();
+        if stored.iter().any(|e| e.seq == asked) {
+            assert!(stored.iter().any(|e| e.seq == upto[0].seq));
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the hitl_request (seq {asked}) was never stored: {stored:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    // The same subscriber follows the run to its one `done`, approving what it is asked again.
+    let mut after = Vec::new();
+    let d = loop {
+        let e = ev.next(Duration::from_secs(30)).await;
+        after.push(e.clone());
+        match &e.payload {
+            EventPayload::HitlRequest(r) if e.run_id == run.to_string() => {
+                h.engine
+                    .decide(
+                        &h.tenant,
+                        &h.user,
+                        s.session.id,
+                        r.request_id.parse().unwrap(),
+                        Decision::Approve { message: None },
+                    )
+                    .await
+                    .unwrap();
+            }
+            EventPayload::Done(d) if e.run_id == run.to_string() => break d.clone(),
+            _ => {}
+        }
+    };
+    assert!(
+        errors(&after).iter().any(|x| x.error.contains("restarted")),
+        "{after:?}"
+    );
+    assert!(
+        matches!(d.status, DoneStatus::Completed | DoneStatus::Interrupted),
+        "{d:?}"
+    );
+    let seqs: Vec<u64> = upto.iter().chain(after.iter()).map(|e| e.seq).collect();
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
+    assert_eq!(h.engine.approvals_pending(), 0);
+    let mut usage = quota.send(GetUsage).await.unwrap();
+    for _ in 0..100 {
+        if usage.running == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        usage = quota.send(GetUsage).await.unwrap();
+    }
+    assert_eq!(usage.running, 0, "a run slot leaked: {usage:?}");
+    // And the tenant's one run slot admits the next run.
+    let s2 = h.new_session(true).await;
+    let (mut ev2, run2) = h.send(&s2, "again").await;
+    let all = ev2.until_done(run2).await;
+    assert_eq!(done(&all).status, DoneStatus::Completed, "{all:?}");
+}

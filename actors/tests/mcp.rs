@@ -667,3 +667,40 @@ async fn a_call_whose_server_dies_is_not_retried_on_the_dead_connection() {
     );
     assert_eq!(done(&all).status, DoneStatus::Completed);
 }
+
+/// A tenant's pool that panics or stops is restarted in place by its supervisor: the address
+/// the sessions hold serves the tenant again, and connections are made anew on their next use.
+#[actix_rt::test]
+async fn a_pool_that_panics_or_stops_is_restarted_and_serves_the_tenant_again() {
+    use agentry_actors::test_hooks::{PanicNow, StopNow};
+    let configs = Arc::new(Configs::default());
+    let h = harness(configs.clone(), Duration::from_secs(3600)).await;
+    configs.set(h.user.user_id, vec![everything("everything")]);
+    wait_for_tool(&h, h.user.user_id, "everything__echo").await;
+    let pool = h.engine.mcp_pool(&h.tenant).await.unwrap().unwrap();
+    // The panicking message gets no reply; the pool does not die with it.
+    assert!(pool.send(PanicNow).await.is_err());
+    wait_for_tool(&h, h.user.user_id, "everything__echo").await;
+    pool.send(StopNow).await.unwrap();
+    wait_for_tool(&h, h.user.user_id, "everything__echo").await;
+    // The same address, and a chat through it calls the tool.
+    let again = h.engine.mcp_pool(&h.tenant).await.unwrap().unwrap();
+    assert!(again == pool, "the pool has a new address");
+    h.fake().push(FakeReply::tool_call(
+        "e1",
+        "everything__echo",
+        json!({"message": "after the restart"}),
+    ));
+    h.fake().push(FakeReply::text("it echoed"));
+    let s = h.new_session(false).await;
+    let (mut ev, run) = h.send(&s, "echo something").await;
+    let all = ev.until_done(run).await;
+    let result = tool_results(&all).first().cloned().expect("a tool result");
+    assert_eq!(result.status, ToolStatus::Success, "{}", result.result);
+    assert!(
+        result.result.to_string().contains("after the restart"),
+        "{}",
+        result.result
+    );
+    assert_eq!(done(&all).status, DoneStatus::Completed);
+}

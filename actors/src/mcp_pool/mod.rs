@@ -572,6 +572,18 @@ impl Actor for McpPoolActor {
     }
 }
 
+/// Restarted by the tenant's supervisor after a stop or a panic
+/// ([`crate::supervise::start_supervised`]). After a panic `stopped` did not run and connects in
+/// flight lost their tasks: every connection is closed and made again on its next use.
+impl actix::Supervised for McpPoolActor {
+    fn restarting(&mut self, _: &mut Self::Context) {
+        self.publish_states(true);
+        for (_, slot) in self.slots.drain() {
+            close_slot(slot);
+        }
+    }
+}
+
 /// Whether a connection last checked at `last` is due for a ping at `now`, every `every`.
 fn health_due(last: Instant, now: Instant, every: Duration) -> bool {
     now.saturating_duration_since(last) >= every

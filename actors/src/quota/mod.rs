@@ -184,6 +184,11 @@ impl Actor for QuotaActor {
     type Context = Context<Self>;
 }
 
+/// Restarted in place by the tenant's supervisor after a stop or a panic
+/// ([`crate::supervise::start_supervised`]), with its counts: the runs it admitted still hold
+/// their slots and release them as they end.
+impl actix::Supervised for QuotaActor {}
+
 #[cfg(test)]
 mod tests {
     use super::*;

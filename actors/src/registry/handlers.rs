@@ -18,21 +18,22 @@ impl Handler<GetTenant> for Registry {
             return MessageResult(addr.clone());
         }
         let tenant = Arc::new(msg.tenant);
-        let quota = QuotaActor::new(QuotaState::new(
-            tenant.quotas,
-            msg.tokens_used_today,
-            Utc::now(),
-        ))
-        .start();
-        let sup = TenantSupervisor::new(
-            tenant,
+        // The tenant's actors live on one arbiter of the pool, not on the registry's thread:
+        // tenants spread over the cores, and a tenant's admission never queues behind another
+        // tenant's work on the main thread.
+        let arbiter = self.arbiters.pick();
+        let quotas = QuotaState::new(tenant.quotas, msg.tokens_used_today, Utc::now());
+        let quota =
+            crate::supervise::start_supervised(&arbiter, "quota", move |_| QuotaActor::new(quotas));
+        let (deps, arbiters, me) = (
             self.deps.clone(),
-            quota,
             self.arbiters.clone(),
             ctx.address().recipient(),
-            self.tenant_idle_after,
-        )
-        .start();
+        );
+        let (idle_after, desk) = (self.tenant_idle_after, self.desk.clone());
+        let sup = TenantSupervisor::start_in_arbiter(&arbiter, move |_| {
+            TenantSupervisor::new(tenant, deps, quota, arbiters, me, idle_after, desk)
+        });
         self.tenants.insert(id, sup.clone());
         MessageResult(sup)
     }

@@ -12,6 +12,7 @@ use actix::prelude::*;
 use agentry_schema::ids::TenantId;
 
 use crate::deps::EngineDeps;
+use crate::hitl::ApprovalDesk;
 use crate::tenant::{ArbiterPool, TenantSupervisor};
 pub use messages::*;
 
@@ -20,6 +21,7 @@ pub struct Registry {
     arbiters: Arc<ArbiterPool>,
     tenants: HashMap<TenantId, Addr<TenantSupervisor>>,
     tenant_idle_after: Duration,
+    pub(crate) desk: Arc<ApprovalDesk>,
 }
 
 impl Registry {
@@ -27,12 +29,14 @@ impl Registry {
         deps: Arc<EngineDeps>,
         arbiters: Arc<ArbiterPool>,
         tenant_idle_after: Duration,
+        desk: Arc<ApprovalDesk>,
     ) -> Self {
         Registry {
             deps,
             arbiters,
             tenants: HashMap::new(),
             tenant_idle_after,
+            desk,
         }
     }
 }

@@ -12,7 +12,7 @@ use super::messages::*;
 use super::{QueuedRun, RunStart, SessionActor};
 use crate::engine::sink::HumanOutcome;
 use crate::error::EngineError;
-use crate::hitl::{ApprovalClosed, HitlApproval, Resolve};
+use crate::hitl::ApprovalClosed;
 
 impl Handler<Subscribe> for SessionActor {
     type Result = AtomicResponse<Self, Result<SubscriptionId, EngineError>>;
@@ -152,28 +152,6 @@ impl Handler<CancelRun> for SessionActor {
     }
 }
 
-impl Handler<Decide> for SessionActor {
-    type Result = ResponseFuture<Result<(), EngineError>>;
-
-    fn handle(&mut self, msg: Decide, _: &mut Self::Context) -> Self::Result {
-        self.last_activity = Instant::now();
-        let Some((_, addr)) = self.approvals.get(&msg.request_id) else {
-            let id = msg.request_id.to_string();
-            return Box::pin(async move { Err(EngineError::ApprovalNotPending(id)) });
-        };
-        let addr = addr.clone();
-        let id = msg.request_id.to_string();
-        Box::pin(async move {
-            addr.send(Resolve {
-                decision: msg.decision,
-                by: Some(msg.by),
-            })
-            .await
-            .map_err(|_| EngineError::ApprovalNotPending(id))?
-        })
-    }
-}
-
 impl Handler<GetStatus> for SessionActor {
     type Result = MessageResult<GetStatus>;
     fn handle(&mut self, _: GetStatus, _: &mut Self::Context) -> Self::Result {
@@ -209,7 +187,7 @@ impl Handler<Shutdown> for SessionActor {
         self.shutting_down = true;
         self.queue.clear();
         if self.cancel_run(ctx).is_err() && self.run.is_none() {
-            ctx.stop();
+            self.stop_on_purpose(ctx);
         }
     }
 }
@@ -231,28 +209,19 @@ impl Handler<Emit> for SessionActor {
 
 impl Handler<OpenApproval> for SessionActor {
     type Result = ();
-    fn handle(&mut self, msg: OpenApproval, ctx: &mut Self::Context) {
+    fn handle(&mut self, msg: OpenApproval, _: &mut Self::Context) {
         if let Some(run) = self.run.as_mut().filter(|r| r.run_id == msg.run_id) {
             run.asked_human = true;
         }
         let live = self.run.as_ref().is_some_and(|r| {
             r.run_id == msg.run_id && r.phase == super::Phase::Running && !r.cancel.is_cancelled()
         });
+        let id = msg.request.id;
         if !live {
-            let _ = msg.reply.send(HumanOutcome::Cancelled);
+            self.desk.close(id, HumanOutcome::Cancelled);
             return;
         }
-        let id = msg.request.id;
-        let kind = msg.request.data.kind;
-        let addr = HitlApproval::new(
-            id,
-            kind,
-            msg.request.timeout,
-            msg.reply,
-            ctx.address().recipient(),
-        )
-        .start();
-        self.approvals.insert(id, (msg.run_id, addr));
+        self.approvals.insert(id, msg.run_id);
         self.publish(
             Some(msg.run_id),
             EventPayload::HitlRequest(msg.request.data),

@@ -8,14 +8,13 @@ use std::sync::Arc;
 
 use actix::{Message, Recipient};
 use agentry_schema::events::{EventPayload, ExecutionEvent};
-use agentry_schema::frames::Decision;
-use agentry_schema::ids::{ApprovalId, RunId, UserId};
+use agentry_schema::ids::{ApprovalId, RunId};
 use agentry_store::UserScope;
 use agentry_store::tenants::Tenant;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
 use crate::engine::RunOutcome;
-use crate::engine::sink::{HumanOutcome, HumanRequest};
+use crate::engine::sink::HumanRequest;
 use crate::error::EngineError;
 
 // ---- output ----
@@ -112,15 +111,6 @@ pub struct ChatAccepted {
 #[rtype(result = "Result<RunId, EngineError>")]
 pub struct CancelRun;
 
-/// A decision on a pending `hitl_request`.
-#[derive(Message)]
-#[rtype(result = "Result<(), EngineError>")]
-pub struct Decide {
-    pub request_id: ApprovalId,
-    pub decision: Decision,
-    pub by: UserId,
-}
-
 /// The session's live state.
 #[derive(Message)]
 #[rtype(result = "SessionStatus")]
@@ -163,13 +153,14 @@ pub(crate) struct Emit {
     pub payload: EventPayload,
 }
 
-/// The run task needs a human.
+/// The run task needs a human. The request is already open on the approval desk (a decision
+/// goes there, not here); the session publishes its `hitl_request`, or cancels it when the run
+/// is over.
 #[derive(Message)]
 #[rtype(result = "()")]
 pub(crate) struct OpenApproval {
     pub run_id: RunId,
     pub request: HumanRequest,
-    pub reply: oneshot::Sender<HumanOutcome>,
 }
 
 /// The run task ended (or panicked). Sent through the mailbox after all of the task's events,

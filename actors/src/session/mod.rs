@@ -37,9 +37,9 @@ use crate::engine::{
     Progress, RunCheckpoint, RunInput, RunOutcome, RunRecorder, SharedProgress, run_agent,
 };
 use crate::error::EngineError;
-use crate::hitl::{CancelApproval, HitlApproval};
+use crate::hitl::{ApprovalDesk, Waiter};
 use crate::quota::{AcquireRun, QuotaActor, ReleaseRun};
-use crate::tenant::SessionStopped;
+use crate::tenant::{RestartSession, SessionStopped};
 pub use messages::*;
 
 /// How long a session reuses the assistant it loaded for a run instead of reading it again. A
@@ -219,8 +219,34 @@ enum Phase {
     Finishing,
 }
 
+/// A run slot of the tenant's quota (`max_concurrent_runs`), held by an admitted run. It is
+/// given back exactly once: when the run ends with its token count, or, with none, when whatever
+/// holds it is dropped instead: a start abandoned half-way, a loop restarted after a panic, or a
+/// session actor that panicked and was dropped without `stopped`. (Tokens of a run cut short
+/// that way are counted by the run that resumes it, whose usage starts from the checkpoint.)
+pub(crate) struct RunSlot {
+    quota: Addr<QuotaActor>,
+    tokens: u64,
+}
+
+impl RunSlot {
+    fn release(mut self, tokens: u64) {
+        self.tokens = tokens;
+    }
+}
+
+impl Drop for RunSlot {
+    fn drop(&mut self) {
+        self.quota.do_send(ReleaseRun {
+            tokens: self.tokens,
+        });
+    }
+}
+
 struct ActiveRun {
     run_id: RunId,
+    /// Its quota slot, once admitted.
+    slot: Option<RunSlot>,
     input: Option<RunInput>,
     cancel: CancellationToken,
     abort: Option<tokio::task::AbortHandle>,
@@ -266,13 +292,20 @@ pub struct SessionActor {
     next_sub: SubscriptionId,
     run: Option<ActiveRun>,
     queue: VecDeque<QueuedRun>,
-    approvals: HashMap<ApprovalId, (RunId, Addr<HitlApproval>)>,
+    /// The run's requests open on the desk (for the status and to cancel them with the run).
+    approvals: HashMap<ApprovalId, RunId>,
+    /// Where its runs' approvals and questions wait for a decision.
+    desk: Arc<ApprovalDesk>,
     /// The request that started each accepted run, until the run ends (for its log line).
     run_requests: HashMap<RunId, String>,
     /// The span of each run accepted but not started yet.
     run_spans: HashMap<RunId, tracing::Span>,
     last_activity: Instant,
     shutting_down: bool,
+    /// `stopped` (or the drop after a panic) did its work.
+    wound_down: bool,
+    /// This actor chose to stop; any other stop is a crash.
+    stop_requested: bool,
     instance: u64,
     /// Set when the actor starts: where reservations report back.
     me: Option<Addr<SessionActor>>,
@@ -286,6 +319,7 @@ pub struct SessionActor {
 }
 
 impl SessionActor {
+    #[allow(clippy::too_many_arguments)] // what a session gets from its supervisor, one by one
     pub fn new(
         session: Session,
         tenant: Arc<Tenant>,
@@ -294,6 +328,7 @@ impl SessionActor {
         mcp: Option<Addr<crate::mcp_pool::McpPoolActor>>,
         supervisor: Recipient<SessionStopped>,
         instance: u64,
+        desk: Arc<ApprovalDesk>,
     ) -> Self {
         let cap = deps.config.event_ring;
         SessionActor {
@@ -311,16 +346,32 @@ impl SessionActor {
             run: None,
             queue: VecDeque::new(),
             approvals: HashMap::new(),
+            desk,
             run_requests: HashMap::new(),
             run_spans: HashMap::new(),
             last_activity: Instant::now(),
             shutting_down: false,
+            wound_down: false,
+            stop_requested: false,
             instance,
             me: None,
             unrecorded: Vec::new(),
             unrecorded_tried: Instant::now(),
             assistant: None,
         }
+    }
+
+    /// Subscribers carried over from the actor this one replaces (it panicked).
+    pub(crate) fn with_subscribers(mut self, subscribers: Vec<Subscriber>) -> Self {
+        for s in subscribers {
+            self.add_subscriber(s);
+        }
+        self
+    }
+
+    fn stop_on_purpose(&mut self, ctx: &mut Context<Self>) {
+        self.stop_requested = true;
+        ctx.stop();
     }
 
     fn busy(&self) -> bool {
@@ -464,6 +515,10 @@ impl SessionActor {
         Arc::new(ActorSink {
             addr: ctx.address(),
             run_id,
+            desk: self.desk.clone(),
+            tenant: self.tenant.id,
+            session: self.session.id,
+            owner: self.session.user_id,
         })
     }
 
@@ -499,6 +554,7 @@ impl SessionActor {
             .unwrap_or_else(|| self.run_span(&tracing::Span::none(), run_id));
         self.run = Some(ActiveRun {
             run_id,
+            slot: None,
             input: None,
             cancel: CancellationToken::new(),
             abort: None,
@@ -538,25 +594,28 @@ impl SessionActor {
                 Ok(Err(_)) => {}
                 Err(_) => return Err(EngineError::Unavailable),
             }
-            let prepared = prepare_run(
+            // From here the slot is given back however this ends, even if this future is
+            // dropped (the actor stopped or panicked).
+            let slot = RunSlot { quota, tokens: 0 };
+            prepare_run(
                 &deps, tenant, kept, &session, run_id, &user, start, mcp, reserve,
             )
-            .await;
-            if prepared.is_err() {
-                quota.do_send(ReleaseRun { tokens: 0 });
-            }
-            prepared
+            .await
+            .map(|p| (slot, p))
         }
         .instrument(span);
         ctx.spawn(fut.into_actor(self).map(move |res, act, ctx| {
             let still_ours = act.run.as_ref().is_some_and(|r| r.run_id == run_id);
             // The run start reserved the next block of event numbers with its session write.
             act.on_reserved(res.is_ok().then_some(reserve));
-            if let Ok(p) = &res {
+            if let Ok((_, p)) = &res {
                 act.assistant = Some((p.input.assistant.clone(), p.assistant_loaded));
             }
             match res {
-                Ok(prepared) if still_ours => {
+                Ok((slot, prepared)) if still_ours => {
+                    if let Some(run) = act.run.as_mut() {
+                        run.slot = Some(slot);
+                    }
                     let cancelled = act.run.as_ref().is_some_and(|r| r.cancel.is_cancelled());
                     if let Some(tx) = reply {
                         let _ = tx.send(Ok(ChatAccepted {
@@ -665,10 +724,10 @@ impl SessionActor {
         if let Some(abort) = run.abort.take() {
             abort.abort();
         }
+        if let Some(slot) = run.slot.take() {
+            slot.release(outcome.usage.total);
+        }
         self.close_approvals(Some(run_id));
-        self.quota.do_send(ReleaseRun {
-            tokens: outcome.usage.total,
-        });
         let tenant = self.tenant.id.to_string();
         let mut logged = outcome.clone();
         self.end_run(ctx, run_id, outcome, move |act, ctx, status, usage| {
@@ -692,7 +751,7 @@ impl SessionActor {
                 act.run = None;
             }
             if act.shutting_down {
-                ctx.stop();
+                act.stop_on_purpose(ctx);
             } else {
                 act.start_next(ctx);
             }
@@ -900,13 +959,12 @@ impl SessionActor {
         let ids: Vec<ApprovalId> = self
             .approvals
             .iter()
-            .filter(|(_, (r, _))| run_id.is_none_or(|x| x == *r))
+            .filter(|(_, r)| run_id.is_none_or(|x| x == **r))
             .map(|(id, _)| *id)
             .collect();
         for id in ids {
-            if let Some((_, addr)) = self.approvals.remove(&id) {
-                addr.do_send(CancelApproval);
-            }
+            self.approvals.remove(&id);
+            self.desk.close(id, HumanOutcome::Cancelled);
         }
     }
 
@@ -1021,7 +1079,7 @@ impl SessionActor {
                     // Without its floor the session cannot number events safely: stop, and let
                     // the next use start a fresh actor.
                     tracing::error!(error = %e, session_id = %act.session.id, "loading the session's state failed; stopping its actor");
-                    ctx.stop();
+                    act.stop_on_purpose(ctx);
                     return;
                 }
             };
@@ -1272,6 +1330,23 @@ fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
 struct ActorSink {
     addr: Addr<SessionActor>,
     run_id: RunId,
+    desk: Arc<ApprovalDesk>,
+    tenant: agentry_schema::ids::TenantId,
+    session: agentry_schema::ids::SessionId,
+    owner: UserId,
+}
+
+/// Cancels a request when the wait for it is dropped (the run task aborted): nobody can decide
+/// on a run that is gone. A no-op once the request is over.
+struct CloseOnDrop<'a> {
+    desk: &'a ApprovalDesk,
+    id: ApprovalId,
+}
+
+impl Drop for CloseOnDrop<'_> {
+    fn drop(&mut self) {
+        self.desk.close(self.id, HumanOutcome::Cancelled);
+    }
 }
 
 #[async_trait::async_trait]
@@ -1283,14 +1358,36 @@ impl RunSink for ActorSink {
         });
     }
 
+    /// The request is opened on the desk here, before the session publishes it, so a decision
+    /// can never arrive before the request is there; the decision comes back straight through
+    /// the desk. The timeout is kept here too: no actor or timer per request.
     async fn ask_human(&self, request: HumanRequest) -> HumanOutcome {
-        let (tx, rx) = oneshot::channel();
+        let id = request.id;
+        let timeout = request.timeout;
+        let waiter = Waiter {
+            tenant: self.tenant,
+            session: self.session,
+            owner: self.owner,
+            run: self.run_id,
+            kind: request.data.kind,
+        };
+        let mut rx = self.desk.open(id, waiter, self.addr.clone().recipient());
+        let _close = CloseOnDrop {
+            desk: &self.desk,
+            id,
+        };
         self.addr.do_send(OpenApproval {
             run_id: self.run_id,
             request,
-            reply: tx,
         });
-        rx.await.unwrap_or(HumanOutcome::Cancelled)
+        match tokio::time::timeout(timeout, &mut rx).await {
+            Ok(outcome) => outcome.unwrap_or(HumanOutcome::Cancelled),
+            Err(_) => {
+                // A decision may have won the race: then the channel holds it.
+                self.desk.close(id, HumanOutcome::TimedOut);
+                rx.await.unwrap_or(HumanOutcome::Cancelled)
+            }
+        }
     }
 }
 
@@ -1318,12 +1415,40 @@ impl Actor for SessionActor {
                 && act.last_activity.elapsed() >= timeout;
             if idle {
                 tracing::debug!(session_id = %act.session.id, "session idle; stopping its actor");
-                ctx.stop();
+                act.stop_on_purpose(ctx);
             }
         });
     }
 
+    /// Also reached when a handler panicked: the panic unwinds out of the arbiter's task, and
+    /// actix, dropping the actor's context, stops it. Nobody asked for that stop, so this is a
+    /// crash: its buffered events are still stored, its run's quota slot is given back (the run
+    /// is dropped with the actor, see [`RunSlot`]), its approvals are cancelled, and its
+    /// supervisor starts a fresh actor at once, which resumes the run from its checkpoint for
+    /// the same subscribers.
     fn stopped(&mut self, _ctx: &mut Self::Context) {
+        let crashed = !self.stop_requested;
+        if crashed {
+            tracing::error!(session_id = %self.session.id, "a session actor stopped without being asked to (a handler panicked); storing its events and restarting it");
+        }
+        self.wind_down(crashed);
+    }
+}
+
+/// A backstop for an actor dropped without even `stopped` (its arbiter went away).
+impl Drop for SessionActor {
+    fn drop(&mut self) {
+        if !self.wound_down {
+            self.wind_down(true);
+        }
+    }
+}
+
+impl SessionActor {
+    /// What a stopping actor does last. `crashed`: it did not stop but was dropped, and is to be
+    /// started again.
+    fn wind_down(&mut self, crashed: bool) {
+        self.wound_down = true;
         // Whatever is still buffered goes to the store, and once everything sent is stored the
         // unused reservation is given back, so the next actor numbers on without a gap. The
         // actor is gone, so a plain task.
@@ -1356,10 +1481,20 @@ impl Actor for SessionActor {
                 a.abort();
             }
         }
+        self.close_approvals(None);
+        let restart = (crashed && !self.shutting_down).then(|| {
+            Box::new(RestartSession {
+                session: self.session.clone(),
+                subscribers: std::mem::take(&mut self.subscribers)
+                    .into_values()
+                    .collect(),
+            })
+        });
         self.supervisor.do_send(SessionStopped {
             session_id: self.session.id,
             user_id: self.session.user_id,
             instance: self.instance,
+            restart,
         });
     }
 }

@@ -1,11 +1,12 @@
 use std::sync::Arc;
 
 use actix::prelude::*;
+use agentry_store::sessions::Session;
 
 use super::TenantSupervisor;
 use super::messages::*;
 use crate::quota::UpdateQuotas;
-use crate::session::{AssistantChanged, SessionActor, TenantChanged};
+use crate::session::{AssistantChanged, SessionActor, Subscriber, TenantChanged};
 
 impl Handler<StartSession> for TenantSupervisor {
     type Result = MessageResult<StartSession>;
@@ -15,22 +16,37 @@ impl Handler<StartSession> for TenantSupervisor {
         if let Some(addr) = self.live(id) {
             return MessageResult(addr);
         }
-        let user = msg.session.user_id;
+        MessageResult(self.start_session(msg.session, Vec::new(), ctx))
+    }
+}
+
+impl TenantSupervisor {
+    /// Start the session's actor on an arbiter of the pool; `subscribers` carry over from an
+    /// actor it replaces.
+    fn start_session(
+        &mut self,
+        session: Session,
+        subscribers: Vec<Subscriber>,
+        ctx: &mut Context<Self>,
+    ) -> Addr<SessionActor> {
+        let id = session.id;
+        let user = session.user_id;
         let tenant = self.tenant.clone();
         let deps = self.deps.clone();
         let quota = self.quota.clone();
         let mcp = self.mcp.clone();
         let me = ctx.address().recipient();
-        let session = msg.session;
+        let desk = self.desk.clone();
         let instance = self.next_instance;
         self.next_instance += 1;
         let addr = SessionActor::start_in_arbiter(&self.arbiters.pick(), move |_| {
-            SessionActor::new(session, tenant, deps, quota, mcp, me, instance)
+            SessionActor::new(session, tenant, deps, quota, mcp, me, instance, desk)
+                .with_subscribers(subscribers)
         });
         self.sessions.insert(id, (addr.clone(), user, instance));
         self.idle_since = None;
         crate::metrics::live_sessions(1.0);
-        MessageResult(addr)
+        addr
     }
 }
 
@@ -83,17 +99,22 @@ impl Handler<LiveCount> for TenantSupervisor {
 
 impl Handler<SessionStopped> for TenantSupervisor {
     type Result = ();
-    fn handle(&mut self, msg: SessionStopped, _: &mut Self::Context) {
+    fn handle(&mut self, msg: SessionStopped, ctx: &mut Self::Context) {
         // A newer actor of the same session may already be live: remove only this instance.
-        if self
-            .sessions
-            .get(&msg.session_id)
-            .is_some_and(|(_, _, i)| *i == msg.instance)
-        {
-            self.sessions.remove(&msg.session_id);
+        // (The periodic check may have forgotten a dead one already: then none is live.)
+        let current = match self.sessions.get(&msg.session_id) {
+            Some((_, _, i)) => *i == msg.instance,
+            None => true,
+        };
+        if current && self.sessions.remove(&msg.session_id).is_some() {
             crate::metrics::live_sessions(-1.0);
         }
-        self.user_maybe_idle(msg.user_id);
+        match msg.restart {
+            Some(r) if current => {
+                self.start_session(r.session, r.subscribers, ctx);
+            }
+            _ => self.user_maybe_idle(msg.user_id),
+        }
     }
 }
 

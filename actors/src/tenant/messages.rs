@@ -46,6 +46,14 @@ pub struct SessionStopped {
     pub user_id: UserId,
     /// Which start of the session actor stopped.
     pub instance: u64,
+    /// It did not stop but was dropped after a handler panicked: start it again now, for these
+    /// subscribers (its recovery resumes the run it had).
+    pub restart: Option<Box<RestartSession>>,
+}
+
+pub struct RestartSession {
+    pub session: Session,
+    pub subscribers: Vec<crate::session::Subscriber>,
 }
 
 /// Sent to the registry: no live sessions for a while; the supervisor stopped.

@@ -16,6 +16,7 @@ use agentry_schema::ids::{SessionId, TenantId, UserId};
 use agentry_store::tenants::Tenant;
 
 use crate::deps::EngineDeps;
+use crate::hitl::ApprovalDesk;
 use crate::mcp_pool::{McpPoolActor, UserIdle};
 use crate::quota::QuotaActor;
 use crate::session::SessionActor;
@@ -56,6 +57,7 @@ pub struct TenantSupervisor {
     registry: Recipient<TenantIdle>,
     idle_since: Option<Instant>,
     idle_after: Duration,
+    desk: Arc<ApprovalDesk>,
 }
 
 impl TenantSupervisor {
@@ -66,6 +68,7 @@ impl TenantSupervisor {
         arbiters: Arc<ArbiterPool>,
         registry: Recipient<TenantIdle>,
         idle_after: Duration,
+        desk: Arc<ApprovalDesk>,
     ) -> Self {
         TenantSupervisor {
             tenant,
@@ -78,6 +81,7 @@ impl TenantSupervisor {
             registry,
             idle_since: Some(Instant::now()),
             idle_after,
+            desk,
         }
     }
 
@@ -118,16 +122,17 @@ impl Actor for TenantSupervisor {
 
     fn started(&mut self, ctx: &mut Self::Context) {
         if let Some(source) = &self.deps.mcp {
-            self.mcp = Some(
-                McpPoolActor::new(self.tenant.clone(), source.clone(), {
-                    let mut cfg = self.deps.config.mcp_pool.clone();
-                    if cfg.workspaces.as_os_str().is_empty() {
-                        cfg.workspaces = self.deps.config.data_dir.join("workspaces");
-                    }
-                    cfg
-                })
-                .start(),
-            );
+            let mut cfg = self.deps.config.mcp_pool.clone();
+            if cfg.workspaces.as_os_str().is_empty() {
+                cfg.workspaces = self.deps.config.data_dir.join("workspaces");
+            }
+            let (tenant, source) = (self.tenant.clone(), source.clone());
+            // On this supervisor's arbiter, restarted if it stops or panics.
+            self.mcp = Some(crate::supervise::start_supervised(
+                &Arbiter::current(),
+                "mcp_pool",
+                move |_| McpPoolActor::new(tenant, source, cfg),
+            ));
         }
         let check = (self.idle_after / 4).clamp(Duration::from_millis(50), Duration::from_secs(60));
         ctx.run_interval(check, |act, _ctx| {

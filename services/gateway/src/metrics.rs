@@ -108,6 +108,10 @@ fn describe() {
         "agentry_approvals_waiting",
         "Approvals and questions waiting for a human"
     );
+    metrics::describe_counter!(
+        "agentry_actor_restarts_total",
+        "Tenant actors (quota, mcp_pool) restarted by their supervisor, by why (stopped, panicked)"
+    );
     metrics::describe_gauge!(
         "agentry_db_pool_connections",
         "Database pool connections by state (in_use, idle)"
