@@ -184,6 +184,9 @@ pub struct EngineDeps {
     /// tests. Loops run outside the actors' arbiters so a slow or panicking loop never blocks
     /// or kills an actor.
     pub runtime: tokio::runtime::Handle,
+    /// Cluster mode: the replicas' shared Redis (session leases, quotas, cache invalidation),
+    /// with this replica's id. `None` in single-node mode.
+    pub coordination: Option<agentry_store::coordination::Coordination>,
 }
 
 impl EngineDeps {

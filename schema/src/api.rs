@@ -103,6 +103,11 @@ pub struct HealthResponse {
     pub uptime: f64,
     /// How tenant programs (`execute`, stdio MCP servers) run.
     pub sandbox: SandboxHealth,
+    /// `single` (no Redis: this server owns the database) or `cluster` (one replica of
+    /// several, coordinated over Redis).
+    pub mode: String,
+    /// This server's replica id (`cluster.replica_id`, or generated at start).
+    pub replica_id: String,
 }
 
 /// The sandbox in use (docs/security.md).

@@ -68,6 +68,9 @@ error_codes! {
     RunInProgress = ("run_in_progress", 409),
     /// The approval was already decided or timed out.
     ApprovalNotPending = ("approval_not_pending", 409),
+    /// Cluster mode: another replica owns the session's live run (`details.owner_replica`);
+    /// send the request to that replica, or retry after `Retry-After`.
+    SessionOwnedElsewhere = ("session_owned_elsewhere", 409),
     /// `POST /v1/chat/completions`: the run wanted an approval (or an answer) that an OpenAI
     /// client cannot give; the run was ended and `details.tool` names the tool.
     ApprovalRequired = ("approval_required", 409),
@@ -92,6 +95,9 @@ error_codes! {
     /// The database cannot be reached (connection refused or lost, no pooled connection within
     /// `database.acquire_timeout_secs`); `Retry-After` says when to try again. Nothing changed.
     DatabaseUnavailable = ("database_unavailable", 503),
+    /// Cluster mode: Redis (the replicas' coordination) cannot be reached, so no new run can
+    /// start; runs in flight go on. `Retry-After` says when to try again.
+    CoordinationUnavailable = ("coordination_unavailable", 503),
     /// An operation ran out of time.
     Timeout = ("timeout", 504),
 }

@@ -8,6 +8,7 @@ mod support;
 
 mod budget;
 mod chat_cli;
+mod cluster;
 mod completeness;
 mod concurrency;
 mod ctx;
@@ -71,6 +72,14 @@ async fn own_postgres(shared: &str, suffix: &str) -> String {
     format!("{prefix}/{own}{query}")
 }
 
+/// A PostgreSQL database of one test's own (`name` tells it apart; a rerun starts it afresh):
+/// a single-node server holds its database alone (the database lease), so tests that run at
+/// once cannot share one.
+async fn postgres_db(name: &str) -> Option<String> {
+    let shared = postgres()?;
+    Some(own_postgres(&shared, name).await)
+}
+
 fn postgres() -> Option<String> {
     use agentry_store::testing::Backend;
     if Backend::Postgres.skipped() {
@@ -112,7 +121,9 @@ async fn a_changed_assistant_reaches_the_live_session_at_once() {
 
 #[tokio::test]
 async fn a_one_tool_run_stays_within_the_sql_statement_budget_on_postgres() {
-    let Some(url) = postgres() else { return };
+    let Some(url) = postgres_db("budget").await else {
+        return;
+    };
     let (_fake, ctx) = durability::start(
         agentry_fake_model::DefaultReply::Auto,
         Some(&url),
@@ -147,7 +158,9 @@ async fn kill9_churn_leaves_every_run_with_exactly_one_done() {
 
 #[tokio::test]
 async fn kill9_churn_leaves_every_run_with_exactly_one_done_on_postgres() {
-    let Some(url) = postgres() else { return };
+    let Some(url) = postgres_db("churn").await else {
+        return;
+    };
     let (_fake, mut ctx) = durability::start(churn_model(), Some(&url), &[]).await;
     durability::churn_every_run_has_exactly_one_done(&mut ctx).await;
 }
@@ -187,7 +200,9 @@ async fn admin_flow_tenant_user_key_revoke_suspend_quotas() {
 
 #[tokio::test]
 async fn admin_flow_on_postgres() {
-    let Some(url) = postgres() else { return };
+    let Some(url) = postgres_db("admin_flow").await else {
+        return;
+    };
     let ctx = Ctx::start_with(&[], Some(&url)).await;
     flows::admin_flow(&ctx).await;
     flows::usage_flow(&ctx).await;
@@ -335,7 +350,7 @@ async fn a_key_revoked_elsewhere_is_refused_at_the_next_chat_frame() {
 
 /// On PostgreSQL (where statements really run at once) when it is there, else SQLite.
 async fn racing_server() -> Ctx {
-    match postgres() {
+    match postgres_db("races").await {
         Some(url) => Ctx::start_with(&[], Some(&url)).await,
         None => Ctx::start().await,
     }
@@ -362,14 +377,18 @@ async fn websocket_fragments_are_joined_bad_utf8_is_1007_protocol_errors_1002_an
 
 #[tokio::test]
 async fn every_keyed_route_answers_503_database_unavailable_while_the_database_is_refused() {
-    let Some(url) = postgres() else { return };
+    let Some(url) = postgres_db("keyed_outage").await else {
+        return;
+    };
     let (relay, ctx) = behind_relay(&url).await;
     outage::every_keyed_route(&ctx, &relay).await;
 }
 
 #[tokio::test]
 async fn a_refused_or_black_holed_database_answers_503_fast_and_the_server_recovers() {
-    let Some(url) = postgres() else { return };
+    let Some(url) = postgres_db("refused_outage").await else {
+        return;
+    };
     let (relay, ctx) = behind_relay(&url).await;
     outage::refused_and_black_holed(&ctx, &relay).await;
 }
@@ -622,7 +641,7 @@ async fn openapi_documents_every_route_and_every_documented_status_is_real() {
     seen.extend(platform.observed().await);
     // …and one that loses its database.
     let mut exempt = std::collections::BTreeSet::new();
-    if let Some(url) = postgres() {
+    if let Some(url) = postgres_db("completeness").await {
         let (relay, down) = behind_relay(&url).await;
         outage::every_keyed_route(&down, &relay).await;
         seen.extend(down.observed().await);
@@ -683,4 +702,49 @@ async fn tenant_programs_cannot_reach_the_platform_with_landlock() {
 #[tokio::test]
 async fn no_sandboxed_process_survives_a_server_crash() {
     sandbox::no_orphan_survives_a_crash().await;
+}
+
+// ---- modes and the database lease (issue 13; docs/operations.md, "Running N replicas") ----
+
+#[tokio::test]
+async fn a_second_single_node_server_on_the_same_sqlite_file_refuses_to_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!(
+        "sqlite://{}?mode=rwc",
+        dir.path().join("shared.db").display()
+    );
+    cluster::a_second_single_node_server_is_refused(&url).await;
+}
+
+#[tokio::test]
+async fn a_second_single_node_server_on_the_same_postgres_refuses_to_start() {
+    let Some(url) = postgres_db("single_guard").await else {
+        return;
+    };
+    cluster::a_second_single_node_server_is_refused(&url).await;
+}
+
+#[tokio::test]
+async fn a_second_single_node_server_on_the_same_mysql_refuses_to_start() {
+    let Some(url) = cluster::own_mysql("single_guard").await else {
+        return;
+    };
+    cluster::a_second_single_node_server_is_refused(&url).await;
+}
+
+#[tokio::test]
+async fn replicas_share_postgres_and_redis_and_a_single_node_server_is_refused() {
+    let Some(url) = postgres_db("replicas").await else {
+        return;
+    };
+    cluster::replicas_share_the_database_and_exclude_single_node_servers(&url).await;
+    cluster::cluster_mode_refuses_sqlite_and_an_unreachable_redis(&url).await;
+}
+
+#[tokio::test]
+async fn replicas_share_mysql_and_redis_and_a_single_node_server_is_refused() {
+    let Some(url) = cluster::own_mysql("replicas").await else {
+        return;
+    };
+    cluster::replicas_share_the_database_and_exclude_single_node_servers(&url).await;
 }

@@ -16,6 +16,9 @@ pub struct Server {
     pub data_dir: tempfile::TempDir,
     /// Every line the server logged (stderr) since it started listening (across restarts).
     pub logs: Arc<Mutex<Vec<String>>>,
+    /// The lines it logged while starting, up to and including the one saying it listens (of
+    /// every start, across restarts).
+    pub start_logs: Arc<Mutex<Vec<String>>>,
     /// The settings it was started with, for a restart.
     env: Vec<(String, String)>,
 }
@@ -55,13 +58,15 @@ impl Server {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         let logs = Arc::new(Mutex::new(Vec::new()));
-        let (child, port) = spawn(data_dir.path(), &env, logs.clone()).await;
+        let start_logs = Arc::new(Mutex::new(Vec::new()));
+        let (child, port) = spawn(data_dir.path(), &env, logs.clone(), start_logs.clone()).await;
         Server {
             child,
             base: format!("http://127.0.0.1:{port}"),
             port,
             data_dir,
             logs,
+            start_logs,
             env,
         }
     }
@@ -84,7 +89,13 @@ impl Server {
 
     /// Start the server again (after [`Server::crash`]) on the same data dir and settings.
     pub async fn restart(&mut self) {
-        let (child, port) = spawn(self.data_dir.path(), &self.env, self.logs.clone()).await;
+        let (child, port) = spawn(
+            self.data_dir.path(),
+            &self.env,
+            self.logs.clone(),
+            self.start_logs.clone(),
+        )
+        .await;
         self.child = child;
         self.port = port;
         self.base = format!("http://127.0.0.1:{port}");
@@ -99,6 +110,15 @@ impl Server {
             .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
             .filter(|v| keep(v))
             .collect()
+    }
+
+    /// Whether a line logged while starting contains `needle`.
+    pub fn logged_at_start(&self, needle: &str) -> bool {
+        self.start_logs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .any(|l| l.contains(needle))
     }
 
     /// Send SIGTERM.
@@ -121,6 +141,7 @@ async fn spawn(
     data_dir: &std::path::Path,
     env: &[(String, String)],
     logs: Arc<Mutex<Vec<String>>>,
+    start_logs: Arc<Mutex<Vec<String>>>,
 ) -> (Child, u16) {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_agentry"));
     cmd.arg("serve")
@@ -143,7 +164,13 @@ async fn spawn(
     let mut child = cmd.spawn().expect("spawn agentry");
     let stderr = child.stderr.take().unwrap();
     let mut lines = BufReader::new(stderr).lines();
-    let port = listening_port(&mut lines, |_| {}).await;
+    let port = listening_port(&mut lines, |l| {
+        start_logs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(l.to_string())
+    })
+    .await;
     // Keep draining the log so the child never blocks on a full pipe; keep it for tests.
     tokio::spawn(async move {
         while let Ok(Some(line)) = lines.next_line().await {

@@ -156,6 +156,7 @@ impl Harness {
                 ..EngineConfig::default()
             },
             runtime: tokio::runtime::Handle::current(),
+            coordination: None,
         };
         let engine = Engine::start(deps, 0, opts.tenant_idle_after);
         let tenant = tenants::create(

@@ -8,6 +8,7 @@ mod m20261122_000001_initial;
 mod m20261125_000010_tenant_policy;
 mod m20261125_000020_durable_runs;
 mod m20261125_000030_platform_admin_key;
+mod m20261125_000100_server_leases;
 
 pub struct Migrator;
 
@@ -19,6 +20,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261125_000010_tenant_policy::Migration),
             Box::new(m20261125_000020_durable_runs::Migration),
             Box::new(m20261125_000030_platform_admin_key::Migration),
+            Box::new(m20261125_000100_server_leases::Migration),
         ]
     }
 }

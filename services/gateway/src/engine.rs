@@ -124,7 +124,11 @@ pub struct EngineParts {
     pub watcher: Option<Arc<McpConfigWatcher>>,
 }
 
-pub fn build(settings: &Settings, db: &DatabaseConnection) -> anyhow::Result<EngineParts> {
+pub fn build(
+    settings: &Settings,
+    db: &DatabaseConnection,
+    cluster: &crate::cluster::Cluster,
+) -> anyhow::Result<EngineParts> {
     let secrets = SecretBox::from_config(Some(&settings.mcp.encryption_key))
         .map(Some)
         .or_else(|e| match e {
@@ -177,6 +181,7 @@ pub fn build(settings: &Settings, db: &DatabaseConnection) -> anyhow::Result<Eng
             ..EngineConfig::default()
         },
         runtime: engine_runtime()?,
+        coordination: cluster.coordination.clone(),
     };
     let arbiters = std::thread::available_parallelism()
         .map(|n| n.get())

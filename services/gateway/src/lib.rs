@@ -5,6 +5,7 @@
 pub mod access;
 pub mod admin_cli;
 pub mod auth;
+pub mod cluster;
 pub mod engine;
 pub mod error;
 pub mod extract;

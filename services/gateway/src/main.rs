@@ -213,9 +213,13 @@ fn main() -> ExitCode {
             tracing::info!(
                 host = %settings.server.host,
                 port = app.port(),
-                "agentry listening on http://{}:{}",
+                replica_id = %app.cluster().replica_id(),
+                mode = app.cluster().mode.as_str(),
+                "agentry listening on http://{}:{} (replica {}, {} mode)",
                 settings.server.host,
-                app.port()
+                app.port(),
+                app.cluster().replica_id(),
+                app.cluster().mode.as_str(),
             );
             app.run_until_stopped().await?;
             tracing::info!("agentry stopped");

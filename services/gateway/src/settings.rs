@@ -18,6 +18,9 @@ pub struct Settings {
     pub server: ServerSettings,
     pub database: DatabaseSettings,
     pub redis: RedisSettings,
+    /// This replica in cluster mode, and the database lease (`[cluster]`, `AGENTRY_CLUSTER__*`);
+    /// see docs/operations.md, "Running N replicas".
+    pub cluster: ClusterSettings,
     pub auth: AuthSettings,
     pub hitl: HitlSettings,
     pub session: SessionSettings,
@@ -106,6 +109,7 @@ impl Default for Settings {
             server: ServerSettings::default(),
             database: DatabaseSettings::default(),
             redis: RedisSettings::default(),
+            cluster: ClusterSettings::default(),
             auth: AuthSettings::default(),
             hitl: HitlSettings::default(),
             session: SessionSettings::default(),
@@ -223,11 +227,54 @@ impl Default for DatabaseSettings {
     }
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default)]
 pub struct RedisSettings {
-    /// Set to enable multi-replica mode (`redis://…` or `rediss://…`).
+    /// Set to run as one replica of a cluster (`redis://[user:password@]host:port[/db]`);
+    /// needs PostgreSQL or MySQL. Unset: a single-node server.
     pub url: Secret,
+    /// Every Redis key and channel of this deployment starts with `{key_prefix}:`, so several
+    /// deployments can share one Redis.
+    pub key_prefix: String,
+}
+
+impl Default for RedisSettings {
+    fn default() -> Self {
+        RedisSettings {
+            url: Secret::default(),
+            key_prefix: "agentry".into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ClusterSettings {
+    /// This server's id, shown in `/api/v1/health` and the logs, unique among the live
+    /// replicas. Empty: `<host name>-<6 random characters>`, new at every start.
+    pub replica_id: String,
+    /// The database lease (one single-node server per database; one row per replica): renewed
+    /// every third of this; a holder silent this long counts as dead and is taken over.
+    pub database_lease_ttl_secs: u64,
+}
+
+impl Default for ClusterSettings {
+    fn default() -> Self {
+        ClusterSettings {
+            replica_id: String::new(),
+            database_lease_ttl_secs: 15,
+        }
+    }
+}
+
+/// What is wrong with a configured replica id, if anything.
+fn replica_id_problem(id: &str) -> Option<&'static str> {
+    if id.len() > 100 {
+        return Some("must be at most 100 characters");
+    }
+    (!id.chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
+    .then_some("may contain only letters, digits, `-`, `_` and `.`")
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -669,8 +716,34 @@ impl Settings {
             return bad("database.acquire_timeout_secs", "must be at least 1");
         }
         let redis = self.redis.url.expose();
-        if !(redis.is_empty() || redis.starts_with("redis://") || redis.starts_with("rediss://")) {
-            return bad("redis.url", "must start with redis:// or rediss://");
+        if redis.starts_with("rediss://") {
+            return bad(
+                "redis.url",
+                "rediss:// (TLS) is not supported by this build; reach Redis over redis:// on a private network, or through a TLS sidecar",
+            );
+        }
+        if !(redis.is_empty() || redis.starts_with("redis://")) {
+            return bad("redis.url", "must start with redis://");
+        }
+        if !redis.is_empty()
+            && matches!(
+                agentry_store::backend_of(&self.database_url()),
+                Some(sea_orm::DatabaseBackend::Sqlite)
+            )
+        {
+            return bad(
+                "redis.url",
+                "cluster mode (Redis set) needs a database every replica shares: set database.url (AGENTRY_DATABASE__URL) to postgres://… or mysql://… — SQLite is one file on one machine. Or unset redis.url to run a single-node server",
+            );
+        }
+        if self.redis.key_prefix.trim().is_empty() {
+            return bad("redis.key_prefix", "must not be empty");
+        }
+        if let Some(why) = replica_id_problem(&self.cluster.replica_id) {
+            return bad("cluster.replica_id", why);
+        }
+        if self.cluster.database_lease_ttl_secs < 3 {
+            return bad("cluster.database_lease_ttl_secs", "must be at least 3");
         }
         let admin = self.auth.admin_key.expose();
         if !admin.is_empty() && admin.len() < 16 {
@@ -726,12 +799,6 @@ impl Settings {
             && !matches!(e, agentry_mcp::config_file::LoadError::Missing { .. })
         {
             return bad("mcp.config_file", &e.to_string());
-        }
-        if !self.redis.url.is_empty() {
-            return bad(
-                "redis.url",
-                "multi-replica mode (Redis) is not available in this version; unset it and run one replica",
-            );
         }
         if let Some((key, why)) = self.sandbox.validate().into_iter().next() {
             return bad(&format!("sandbox.{key}"), &why);
@@ -866,15 +933,18 @@ mod tests {
         let s = Settings::load_from(Some(&toml), env(&[])).unwrap();
         assert_eq!(s.auth.admin_key.expose(), "admin-key-from-a-file");
         assert_eq!(s.metrics.token.expose(), "metrics-token");
-        // A redis URL from a file arrives too (and is refused as any redis URL is today).
-        let redis = secret_file(&dir, "redis", "redis://h\n");
-        let e = Settings::load_from(None, env(&[("AGENTRY_REDIS__URL_FILE", &redis)]))
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("redis.url") && e.contains("not available"),
-            "{e}"
-        );
+        // A redis URL from a file arrives too.
+        let redis = secret_file(&dir, "redis", "redis://:pw@h:6379/2\n");
+        let s = Settings::load_from(
+            None,
+            env(&[
+                ("AGENTRY_REDIS__URL_FILE", &redis),
+                ("AGENTRY_DATABASE__URL", "postgres://u@h/db"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(s.redis.url.expose(), "redis://:pw@h:6379/2");
+        assert_eq!(s.view()["redis"]["url"], "redis://:***@h:6379/2");
     }
 
     #[test]
@@ -1021,6 +1091,57 @@ mod tests {
         let err = Settings::load_from(Some(Path::new("/nonexistent/agentry.toml")), env(&[]))
             .unwrap_err();
         assert!(err.to_string().contains("does not exist"));
+    }
+
+    #[test]
+    fn cluster_mode_needs_a_shared_database_and_a_sane_replica_id() {
+        let err = |pairs: &[(&str, &str)]| {
+            Settings::load_from(None, env(pairs))
+                .map(|_| ())
+                .unwrap_err()
+                .to_string()
+        };
+        // Redis with the default SQLite, or an explicit SQLite URL: refused, saying what to do.
+        for db in [None, Some("sqlite:///tmp/x.db")] {
+            let mut pairs = vec![("AGENTRY_REDIS__URL", "redis://127.0.0.1:6379/0")];
+            if let Some(db) = db {
+                pairs.push(("AGENTRY_DATABASE__URL", db));
+            }
+            let e = err(&pairs);
+            assert!(
+                e.contains("redis.url") && e.contains("SQLite") && e.contains("postgres://"),
+                "{e}"
+            );
+        }
+        // PostgreSQL and MySQL are accepted, with a replica id of our own.
+        for db in ["postgres://u@h/db", "mysql://u@h/db"] {
+            let s = Settings::load_from(
+                None,
+                env(&[
+                    ("AGENTRY_REDIS__URL", "redis://127.0.0.1:6379/3"),
+                    ("AGENTRY_DATABASE__URL", db),
+                    ("AGENTRY_CLUSTER__REPLICA_ID", "replica-a.1"),
+                    ("AGENTRY_REDIS__KEY_PREFIX", "acme"),
+                ]),
+            )
+            .unwrap();
+            assert_eq!(s.cluster.replica_id, "replica-a.1");
+            assert_eq!(s.redis.key_prefix, "acme");
+        }
+        let pg = ("AGENTRY_DATABASE__URL", "postgres://u@h/db");
+        let redis = ("AGENTRY_REDIS__URL", "redis://127.0.0.1:6379/3");
+        let e = err(&[pg, redis, ("AGENTRY_CLUSTER__REPLICA_ID", "a b")]);
+        assert!(e.contains("cluster.replica_id"), "{e}");
+        let e = err(&[pg, ("AGENTRY_REDIS__URL", "rediss://h:6380")]);
+        assert!(e.contains("redis.url") && e.contains("TLS"), "{e}");
+        let e = err(&[pg, redis, ("AGENTRY_REDIS__KEY_PREFIX", " ")]);
+        assert!(e.contains("redis.key_prefix"), "{e}");
+        let e = err(&[("AGENTRY_CLUSTER__DATABASE_LEASE_TTL_SECS", "1")]);
+        assert!(e.contains("cluster.database_lease_ttl_secs"), "{e}");
+        // The defaults: single-node, a generated id, a 15 s database lease.
+        let s = Settings::load_from(None, env(&[])).unwrap();
+        assert!(s.redis.url.is_empty() && s.cluster.replica_id.is_empty());
+        assert_eq!(s.cluster.database_lease_ttl_secs, 15);
     }
 
     #[test]

@@ -21,6 +21,7 @@ use crate::{extract, metrics, openapi, routes};
 
 pub struct Application {
     port: u16,
+    cluster: Arc<crate::cluster::Cluster>,
     server: Server,
     sandbox: agentry_sandbox::SandboxHandle,
     admin_key: AdminKeyAtStart,
@@ -140,6 +141,7 @@ const REQUESTS_GRACE_SECS: u64 = 5;
 /// What a graceful stop needs besides the server's handle.
 struct Drain {
     engine: agentry_actors::Engine,
+    cluster: Arc<crate::cluster::Cluster>,
     db: DatabaseConnection,
     shutdown: tokio_util::sync::CancellationToken,
     /// How long runs get to finish (`server.shutdown_timeout_secs`).
@@ -179,6 +181,8 @@ impl Drain {
                 }
             }
         }
+        // Runs still going are left to the next start: let it start at once.
+        self.cluster.release(&self.db).await;
     }
 }
 
@@ -209,6 +213,8 @@ fn stop_on_signals(handle: actix_web::dev::ServerHandle, drain: Drain) -> std::i
 impl Application {
     pub async fn build(mut settings: Settings) -> anyhow::Result<Application> {
         let db = open_database(&settings).await?;
+        // Before anything runs a session: a second server on this database is refused here.
+        let cluster = crate::cluster::join(&settings, &db).await?;
         let admin_key = first_run_admin_key(&settings, &db).await?;
         let db_probe = open_probe(&settings).await?;
         db_probe.spawn();
@@ -231,7 +237,7 @@ impl Application {
             settings.metrics.tenant_labels,
             settings.metrics.max_tenant_labels,
         );
-        let parts = crate::engine::build(&settings, &db)?;
+        let parts = crate::engine::build(&settings, &db, &cluster)?;
         // Run ends the previous process could not record go to the database before any session
         // numbers an event (docs/operations.md, "What a client sees on crash").
         parts
@@ -240,9 +246,22 @@ impl Application {
             .await
             .context("recording the run ends the previous process journaled")?;
         // Runs a previous process left unfinished resume from their checkpoints (or end as
-        // interrupted) in the background; the server answers meanwhile.
+        // interrupted) in the background; the server answers meanwhile. In cluster mode only
+        // when no other replica is live: their unfinished runs are theirs, and taking over a
+        // dead replica's sessions is not built yet (docs/operations.md, "Running N replicas").
+        let others = cluster.other_live_replicas(&db).await?;
+        if !others.is_empty() {
+            tracing::info!(
+                replicas = %others.iter().map(|l| l.replica_id.as_str()).collect::<Vec<_>>().join(", "),
+                "other replicas are live: unfinished runs are left to them, not recovered here"
+            );
+        }
         let recovering = parts.engine.clone();
+        let recover = others.is_empty();
         actix_web::rt::spawn(async move {
+            if !recover {
+                return;
+            }
             match recovering.recover().await {
                 Ok(0) => {}
                 Ok(n) => tracing::info!(sessions = n, "recovered unfinished runs"),
@@ -258,6 +277,7 @@ impl Application {
         let shutdown_token = tokio_util::sync::CancellationToken::new();
         let drain = Drain {
             engine: parts.engine.clone(),
+            cluster: cluster.clone(),
             db: db.clone(),
             shutdown: shutdown_token.clone(),
             timeout: Duration::from_secs(shutdown),
@@ -279,6 +299,7 @@ impl Application {
             db,
             db_probe,
             settings,
+            cluster: cluster.clone(),
             started: Instant::now(),
             metrics,
         });
@@ -319,6 +340,7 @@ impl Application {
         stop_on_signals(server.handle(), drain)?;
         Ok(Application {
             port,
+            cluster,
             server,
             sandbox,
             admin_key,
@@ -327,6 +349,11 @@ impl Application {
 
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// This server's mode and replica id.
+    pub fn cluster(&self) -> &crate::cluster::Cluster {
+        &self.cluster
     }
 
     /// Where the platform admin key came from (a generated one is shown in the start log once).

@@ -15,6 +15,8 @@ pub struct AppState {
     /// The database's last known reachability, for the health endpoints.
     pub db_probe: Arc<crate::readiness::DatabaseProbe>,
     pub settings: Settings,
+    /// This server's mode, replica id and database lease; Redis in cluster mode.
+    pub cluster: Arc<crate::cluster::Cluster>,
     pub started: Instant,
     /// Resolves API keys (with a short cache); see `auth`.
     pub auth: KeyResolver,

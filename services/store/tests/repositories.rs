@@ -97,6 +97,7 @@ per_backend!(
     users_and_roles,
     api_keys_authenticate_expire_and_revoke,
     the_generated_admin_key_is_one_per_database_and_checked_by_hash,
+    the_database_lease_admits_one_single_node_server_or_one_cluster,
     assistants_default_and_crud,
     executions_lifecycle_and_listing,
     approvals_first_decision_wins,
@@ -1600,4 +1601,139 @@ async fn prop_tenant_isolation(db: DatabaseConnection) {
         }
     })
     .await;
+}
+
+/// The database lease (issue 13): one single-node server, or replicas with distinct ids, never
+/// both; a lease past its TTL, or held by a process of this host that is gone, is taken over,
+/// and its old holder's renewals then fail. Inside a transaction rolled back at the end, so the
+/// shared test database keeps no lease.
+async fn the_database_lease_admits_one_single_node_server_or_one_cluster(db: DatabaseConnection) {
+    use agentry_store::server_lease::{self, Holder, ServeMode};
+    use sea_orm::{EntityTrait, TransactionTrait};
+    let txn = db.begin().await.unwrap();
+    agentry_schema::entities::server_lease::Entity::delete_many()
+        .exec(&txn)
+        .await
+        .unwrap();
+    let p = platform();
+    let ttl = Duration::from_secs(30);
+    let holder = |mode, id: &str, host: &str, pid| Holder {
+        mode,
+        replica_id: id.into(),
+        host: host.into(),
+        pid,
+    };
+    let a = holder(ServeMode::Single, "a", "host-a", 10);
+    let b = holder(ServeMode::Single, "b", "host-b", 20);
+    let c = holder(ServeMode::Cluster, "c", "host-c", 30);
+    let c_again = holder(ServeMode::Cluster, "c", "host-d", 40);
+    let d = holder(ServeMode::Cluster, "d", "host-d", 41);
+
+    server_lease::acquire(&txn, &p, &a, ttl)
+        .await
+        .unwrap()
+        .unwrap();
+    // A second single-node server is refused, told who holds the database.
+    let held = server_lease::acquire(&txn, &p, &b, ttl)
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(
+        (held.replica_id.as_str(), held.host.as_str(), held.pid),
+        ("a", "host-a", 10)
+    );
+    let why = held.explain(ServeMode::Single);
+    assert!(
+        why.contains("another single-node server") && why.contains("\"a\""),
+        "{why}"
+    );
+    assert!(
+        held.expires_in_secs() > 0 && held.expires_in_secs() <= 31,
+        "{held:?}"
+    );
+    assert!(server_lease::renew(&txn, &p, &a, ttl).await.unwrap());
+    // So is a replica of a cluster.
+    let held = server_lease::acquire(&txn, &p, &c, ttl)
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(held.mode, "single");
+    assert!(
+        held.explain(ServeMode::Cluster)
+            .contains("a single-node server serves")
+    );
+
+    // Released: replicas may come, each with its own id; single-node servers may not.
+    assert!(server_lease::release(&txn, &p, &a).await.unwrap());
+    assert!(!server_lease::renew(&txn, &p, &a, ttl).await.unwrap());
+    server_lease::acquire(&txn, &p, &c, ttl)
+        .await
+        .unwrap()
+        .unwrap();
+    let held = server_lease::acquire(&txn, &p, &c_again, ttl)
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert_eq!((held.host.as_str(), held.pid), ("host-c", 30));
+    assert!(
+        held.explain(ServeMode::Cluster)
+            .contains("replica id \"c\"")
+    );
+    server_lease::acquire(&txn, &p, &d, ttl)
+        .await
+        .unwrap()
+        .unwrap();
+    let held = server_lease::acquire(&txn, &p, &b, ttl)
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(held.mode, "cluster");
+    let mut live: Vec<String> = server_lease::live(&txn, &p)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|l| l.name)
+        .collect();
+    live.sort();
+    assert_eq!(live, ["replica:c", "replica:d"]);
+
+    // Expired leases are taken over, and the old holder cannot renew any more.
+    assert!(server_lease::release(&txn, &p, &c).await.unwrap());
+    assert!(server_lease::release(&txn, &p, &d).await.unwrap());
+    server_lease::acquire(&txn, &p, &a, Duration::ZERO)
+        .await
+        .unwrap()
+        .unwrap();
+    server_lease::acquire(&txn, &p, &b, ttl)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(!server_lease::renew(&txn, &p, &a, ttl).await.unwrap());
+    assert!(server_lease::renew(&txn, &p, &b, ttl).await.unwrap());
+
+    // On this host, a holder whose process is gone is taken over before its lease expires;
+    // one whose process lives (this test) is not.
+    assert!(server_lease::release(&txn, &p, &b).await.unwrap());
+    let me = Holder::this_process(ServeMode::Single, "me".into());
+    let gone = Holder {
+        replica_id: "gone".into(),
+        pid: 999_999_999,
+        ..me.clone()
+    };
+    server_lease::acquire(&txn, &p, &gone, ttl)
+        .await
+        .unwrap()
+        .unwrap();
+    server_lease::acquire(&txn, &p, &me, ttl)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(!server_lease::renew(&txn, &p, &gone, ttl).await.unwrap());
+    let elsewhere = holder(ServeMode::Single, "other", "host-x", 50);
+    let held = server_lease::acquire(&txn, &p, &elsewhere, ttl)
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(held.replica_id, "me");
+    txn.rollback().await.unwrap();
 }

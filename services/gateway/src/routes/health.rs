@@ -22,10 +22,10 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     path = "/api/v1/health",
     tag = "health",
     security(()),
-    responses((status = 200, description = "`ok`, or `degraded` when the database does not answer; `sandbox` says how tenant programs run", body = HealthResponse))
+    responses((status = 200, description = "`ok`, or `degraded` when the database (or, in cluster mode, Redis) does not answer; `sandbox` says how tenant programs run; `mode` and `replica_id` which server answered", body = HealthResponse))
 )]
 pub async fn health(state: web::Data<AppState>) -> HttpResponse {
-    let db_ok = state.db_probe.reachable();
+    let db_ok = state.db_probe.reachable() && redis_ok(&state);
     let sandbox = state.settings.tools.sandbox.status();
     HttpResponse::Ok().json(HealthResponse {
         status: if db_ok { "ok" } else { "degraded" }.into(),
@@ -41,7 +41,18 @@ pub async fn health(state: web::Data<AppState>) -> HttpResponse {
             process_limit: sandbox.process_limit.clone(),
             egress: sandbox.egress,
         },
+        mode: state.cluster.mode.as_str().into(),
+        replica_id: state.cluster.replica_id().into(),
     })
+}
+
+/// Redis answers, or this server does not use it (single-node mode).
+fn redis_ok(state: &AppState) -> bool {
+    state
+        .cluster
+        .coordination
+        .as_ref()
+        .is_none_or(|c| c.reachable())
 }
 
 /// The process answers. No key needed.
@@ -65,7 +76,7 @@ pub async fn live() -> HttpResponse {
     security(()),
     responses(
         (status = 200, description = "Ready", body = ReadinessResponse),
-        (status = 503, description = "A dependency does not answer (`error_code` `database_unavailable`), or the server is stopping after SIGTERM (`service_unavailable`, `checks.shutdown: \"draining\"`): the readiness fields plus `error_code`, `message`, `details.checks`; `Retry-After`", body = ReadinessResponse),
+        (status = 503, description = "A dependency does not answer (`error_code` `database_unavailable`; in cluster mode `coordination_unavailable` when only Redis does not), or the server is stopping after SIGTERM (`service_unavailable`, `checks.shutdown: \"draining\"`): the readiness fields plus `error_code`, `message`, `details.checks`; `Retry-After`", body = ReadinessResponse),
     )
 )]
 pub async fn ready(state: web::Data<AppState>) -> HttpResponse {
@@ -79,8 +90,16 @@ pub async fn ready(state: web::Data<AppState>) -> HttpResponse {
     .to_string();
     // A stopping server is red at once, so load balancers send no new work its way.
     let draining = state.engine.is_draining();
-    let ok = db == "ok" && !draining;
+    let redis = state
+        .cluster
+        .coordination
+        .as_ref()
+        .map(|c| if c.reachable() { "ok" } else { "unreachable" });
+    let ok = db == "ok" && redis.is_none_or(|r| r == "ok") && !draining;
     let mut checks = json!({ "database": db });
+    if let Some(redis) = redis {
+        checks["redis"] = json!(redis);
+    }
     if draining {
         checks["shutdown"] = json!("draining");
     }
@@ -98,6 +117,11 @@ pub async fn ready(state: web::Data<AppState>) -> HttpResponse {
         ErrorResponse::new(
             ErrorCode::ServiceUnavailable,
             "not ready: the server is stopping; send new work to another replica",
+        )
+    } else if db == "ok" {
+        ErrorResponse::new(
+            ErrorCode::CoordinationUnavailable,
+            "not ready: Redis does not answer (see `checks`); runs in flight go on, new runs are refused",
         )
     } else {
         ErrorResponse::new(
