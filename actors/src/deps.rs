@@ -36,6 +36,9 @@ pub struct EngineConfig {
     pub cancel_grace: Duration,
     /// How often buffered events are written to the database.
     pub event_flush_interval: Duration,
+    /// Live session actors per process past which the least recently used idle ones stop
+    /// (they start again, from the database, when next used); 0: no cap.
+    pub max_live_sessions: usize,
     pub mcp_pool: crate::mcp_pool::McpPoolConfig,
 }
 
@@ -51,6 +54,7 @@ impl Default for EngineConfig {
             max_restarts: 2,
             cancel_grace: Duration::from_millis(300),
             event_flush_interval: Duration::from_millis(100),
+            max_live_sessions: 10_000,
             mcp_pool: crate::mcp_pool::McpPoolConfig::default(),
         }
     }

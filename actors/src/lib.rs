@@ -20,6 +20,7 @@ pub mod engine;
 pub mod error;
 pub mod hitl;
 pub mod journal;
+pub mod live_sessions;
 pub mod mcp_pool;
 pub mod memory_tools;
 pub mod metrics;

@@ -61,15 +61,18 @@ pub struct Engine {
     registry: Addr<Registry>,
     /// Pending approvals and questions: decisions go through it straight to their run.
     desk: Arc<crate::hitl::ApprovalDesk>,
+    live_sessions: Arc<crate::live_sessions::LiveSessions>,
     /// Set once the process is stopping: new runs are refused (see [`Engine::drain`]).
     draining: Arc<std::sync::atomic::AtomicBool>,
 }
 
-/// A live session the caller may use.
+/// A live session the caller may use. While a handle (or a clone) exists, the session's actor
+/// is not evicted (see [`crate::live_sessions`]).
 #[derive(Clone)]
 pub struct SessionHandle {
     pub session: Session,
     pub addr: Addr<SessionActor>,
+    _guard: crate::live_sessions::LeaseGuard,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -106,13 +109,30 @@ impl Engine {
         let deps = Arc::new(deps);
         let pool = Arc::new(ArbiterPool::new(arbiters));
         let desk = Arc::new(crate::hitl::ApprovalDesk::new());
-        let registry = Registry::new(deps.clone(), pool, tenant_idle_after, desk.clone()).start();
+        let live_sessions = Arc::new(crate::live_sessions::LiveSessions::new(
+            deps.config.max_live_sessions,
+        ));
+        let registry = Registry::new(
+            deps.clone(),
+            pool,
+            tenant_idle_after,
+            desk.clone(),
+            live_sessions.clone(),
+        )
+        .start();
         Engine {
             deps,
             registry,
             desk,
+            live_sessions,
             draining: Default::default(),
         }
+    }
+
+    /// How many session actors are live in this process (at most about
+    /// `max_live_sessions` once the idle ones over it have left).
+    pub fn live_sessions(&self) -> usize {
+        self.live_sessions.len()
     }
 
     pub fn deps(&self) -> &Arc<EngineDeps> {
@@ -321,12 +341,16 @@ impl Engine {
     ) -> Result<SessionHandle, EngineError> {
         let session = self.load_session(tenant, user, id).await?;
         let sup = self.supervisor(tenant).await?;
-        let addr = sup
+        let held = sup
             .send(StartSession {
                 session: session.clone(),
             })
             .await?;
-        Ok(SessionHandle { session, addr })
+        Ok(SessionHandle {
+            session,
+            addr: held.addr,
+            _guard: held.guard,
+        })
     }
 
     /// Send a message: into an existing session, or a new one. The message is stored before this
@@ -489,10 +513,10 @@ impl Engine {
     ) -> Result<RunId, EngineError> {
         let session = self.load_session(tenant, user, id).await?;
         let sup = self.supervisor(tenant).await?;
-        let Some(addr) = sup.send(LiveSession(session.id)).await? else {
+        let Some(held) = sup.send(LiveSession(session.id)).await? else {
             return Err(EngineError::NoActiveRun);
         };
-        addr.send(CancelRun).await?
+        held.addr.send(CancelRun).await?
     }
 
     /// A decision on a pending approval or question of the session.
@@ -539,8 +563,8 @@ impl Engine {
     ) -> Result<(), EngineError> {
         let session = self.load_session(tenant, user, id).await?;
         let sup = self.supervisor(tenant).await?;
-        if let Some(addr) = sup.send(LiveSession(session.id)).await? {
-            addr.do_send(Shutdown);
+        if let Some(held) = sup.send(LiveSession(session.id)).await? {
+            held.addr.do_send(Shutdown);
         }
         sessions::delete(&self.deps.db, &tenant.scope(), session.id).await?;
         if let Ok(quota) = sup.send(GetQuota).await {
@@ -630,9 +654,9 @@ impl Engine {
                 continue;
             };
             let sup = self.supervisor(&tenant).await?;
-            let addr = sup.send(StartSession { session }).await?;
+            let held = sup.send(StartSession { session }).await?;
             if let Some(runs) = missing.remove(&(exec.tenant_id, exec.session_id)) {
-                addr.do_send(crate::session::AddMissingDone(runs));
+                held.addr.do_send(crate::session::AddMissingDone(runs));
             }
         }
         Ok(seen.len())

@@ -933,15 +933,18 @@ async fn replay_reaches_into_the_store_after_the_actor_restarts() {
         (Events { rx }, acc.run_id)
     };
     let all = ev.until_done(run).await;
+    // Nobody watches or holds the session: the idle actor stops; a new one serves the replay
+    // from the store, seq continuing.
     drop(ev);
-    // The idle actor stops; a new one serves the replay from the store, seq continuing.
+    let (old_addr, session_id) = (s.addr.clone(), s.session.id);
+    drop(s);
     tokio::time::sleep(Duration::from_millis(1200)).await;
     let reopened = h
         .engine
-        .open_session(&h.tenant, &h.user, s.session.id)
+        .open_session(&h.tenant, &h.user, session_id)
         .await
         .unwrap();
-    assert!(!reopened.addr.eq(&s.addr), "a fresh actor");
+    assert!(!reopened.addr.eq(&old_addr), "a fresh actor");
     let (to, rx) = agentry_actors::channel_subscriber();
     h.engine.subscribe(&reopened, Some(0), to).await.unwrap();
     let mut replay = Events { rx };
@@ -1560,7 +1563,10 @@ async fn an_idle_tenant_supervisor_stops_and_comes_back_on_next_use() {
         .run_id;
     Events { rx }.until_done(run).await;
     assert_eq!(h.engine.live_tenants().await.unwrap(), 1);
-    // The session actor stops after its idle timeout, then the tenant's supervisor after its own.
+    let session_id = s.session.id;
+    // Nobody holds the session: its actor stops after its idle timeout, then the tenant's
+    // supervisor after its own.
+    drop(s);
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while h.engine.live_tenants().await.unwrap() > 0 {
         assert!(
@@ -1573,7 +1579,7 @@ async fn an_idle_tenant_supervisor_stops_and_comes_back_on_next_use() {
     h.fake().push(FakeReply::text("second"));
     let reopened = h
         .engine
-        .open_session(&h.tenant, &h.user, s.session.id)
+        .open_session(&h.tenant, &h.user, session_id)
         .await
         .unwrap();
     assert_eq!(h.engine.live_tenants().await.unwrap(), 1);

@@ -389,7 +389,9 @@ async fn a_users_connections_close_when_their_last_session_stops() {
         .await
         .unwrap();
     assert_eq!(groups.len(), 1);
+    // Nobody watches or holds the session any more: its actor may stop when idle.
     drop(ev);
+    drop(s);
     let deadline = Instant::now() + Duration::from_secs(15);
     while pool.send(OpenConnections).await.unwrap() > 0 {
         assert!(

@@ -14,6 +14,7 @@ mod concurrency;
 mod ctx;
 mod durability;
 mod edge;
+mod eviction;
 mod fake_model;
 mod flows;
 mod matrix;
@@ -95,6 +96,15 @@ fn postgres() -> Option<String> {
         );
     }
     Some(url)
+}
+
+// ---- the cap on live sessions (docs/operations.md) ----
+
+#[tokio::test]
+async fn evicted_sessions_stay_usable_and_a_waiting_approval_is_never_evicted() {
+    let cap = eviction::CAP.to_string();
+    let ctx = Ctx::start_with(&[("AGENTRY_SESSION__MAX_LIVE", cap.as_str())], None).await;
+    eviction::evicted_sessions_stay_usable_and_a_waiting_approval_is_never_evicted(&ctx).await;
 }
 
 // ---- the SQL-statement budget of a run (docs/benchmarks.md) ----

@@ -25,14 +25,15 @@ impl Handler<GetTenant> for Registry {
         let quotas = QuotaState::new(tenant.quotas, msg.tokens_used_today, Utc::now());
         let quota =
             crate::supervise::start_supervised(&arbiter, "quota", move |_| QuotaActor::new(quotas));
-        let (deps, arbiters, me) = (
+        let (deps, arbiters, live, me) = (
             self.deps.clone(),
             self.arbiters.clone(),
+            self.live_sessions.clone(),
             ctx.address().recipient(),
         );
         let (idle_after, desk) = (self.tenant_idle_after, self.desk.clone());
         let sup = TenantSupervisor::start_in_arbiter(&arbiter, move |_| {
-            TenantSupervisor::new(tenant, deps, quota, arbiters, me, idle_after, desk)
+            TenantSupervisor::new(tenant, deps, quota, arbiters, live, me, idle_after, desk)
         });
         self.tenants.insert(id, sup.clone());
         MessageResult(sup)

@@ -259,3 +259,12 @@ impl Handler<AddMissingDone> for SessionActor {
         }
     }
 }
+
+impl Handler<Evict> for SessionActor {
+    type Result = ();
+    fn handle(&mut self, _: Evict, ctx: &mut Self::Context) {
+        if !self.leave_if_idle(ctx) {
+            self.residency.refused();
+        }
+    }
+}

@@ -143,6 +143,12 @@ pub struct TenantChanged(pub Arc<Tenant>);
 #[rtype(result = "()")]
 pub struct Shutdown;
 
+/// The process holds more live sessions than `session.max_live`: stop if idle and nobody holds
+/// the session (see [`crate::live_sessions`]); otherwise stay and say so.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Evict;
+
 // ---- internal ----
 
 /// An event from the session's run task.

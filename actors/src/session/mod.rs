@@ -38,6 +38,7 @@ use crate::engine::{
 };
 use crate::error::EngineError;
 use crate::hitl::{ApprovalDesk, Waiter};
+use crate::live_sessions::Residency;
 use crate::quota::{AcquireRun, QuotaActor, ReleaseRun};
 use crate::tenant::{RestartSession, SessionStopped};
 pub use messages::*;
@@ -316,6 +317,12 @@ pub struct SessionActor {
     /// The assistant its last run used, and when it was loaded: the next run reuses it for
     /// [`ASSISTANT_REUSE`] (or until this server changes it, [`AssistantChanged`]).
     assistant: Option<(Assistant, Instant)>,
+    /// Its place among the process's live sessions (the cap, eviction, who holds it).
+    residency: Residency,
+    /// Start-up recovery is done: before, the actor's numbering and runs are not known yet.
+    recovered: bool,
+    /// Giving back its unused event numbers before it leaves.
+    leaving: bool,
 }
 
 impl SessionActor {
@@ -327,10 +334,11 @@ impl SessionActor {
         quota: Addr<QuotaActor>,
         mcp: Option<Addr<crate::mcp_pool::McpPoolActor>>,
         supervisor: Recipient<SessionStopped>,
-        instance: u64,
+        residency: Residency,
         desk: Arc<ApprovalDesk>,
     ) -> Self {
         let cap = deps.config.event_ring;
+        let instance = residency.instance;
         SessionActor {
             scope: tenant.scope(),
             session_key: session.id.to_string(),
@@ -358,6 +366,9 @@ impl SessionActor {
             unrecorded: Vec::new(),
             unrecorded_tried: Instant::now(),
             assistant: None,
+            residency,
+            recovered: false,
+            leaving: false,
         }
     }
 
@@ -372,6 +383,105 @@ impl SessionActor {
     fn stop_on_purpose(&mut self, ctx: &mut Context<Self>) {
         self.stop_requested = true;
         ctx.stop();
+    }
+
+    /// Nothing in flight and nobody watching: the actor may stop and lose nothing, since its
+    /// next start reads everything back from the database.
+    fn idle(&mut self) -> bool {
+        self.subscribers.retain(|_, s| s.connected());
+        self.recovered
+            && !self.busy()
+            && !self.shutting_down
+            && !self.leaving
+            && self.approvals.is_empty()
+            && self.subscribers.is_empty()
+            && self.log.held.is_empty()
+            && self.log.unflushed.is_empty()
+            && !self.log.flushing
+            && !self.log.reserving
+    }
+
+    /// Stop if idle and nobody holds the session (eviction past the live-session cap, or the
+    /// idle timeout). Its unused event numbers are given back first, so the next actor of the
+    /// session numbers on without skipping any. Returns false when it stays.
+    fn leave_if_idle(&mut self, ctx: &mut Context<Self>) -> bool {
+        if !self.idle() || self.residency.lease.held() {
+            return false;
+        }
+        let last = self.log.last_seq();
+        let reserved = self.log.reserved;
+        if reserved <= last {
+            return self.retire(ctx);
+        }
+        self.leaving = true;
+        let db = self.deps.db.clone();
+        let scope = self.scope;
+        let sid = self.session.id;
+        let fut = async move { sessions::release_seq(&db, &scope, sid, reserved, last).await };
+        // `wait`: nothing else is handled until the numbers are given back; whoever got hold of
+        // the session meanwhile is served afterwards (then the actor stays).
+        ctx.wait(fut.into_actor(self).map(move |res, act, ctx| {
+            act.leaving = false;
+            match res {
+                // Only this actor moves the reservation, so the release took effect.
+                Ok(()) => act.log.reserved = last,
+                Err(e) => {
+                    tracing::debug!(error = %e, session_id = %act.session.id, "giving back unused event numbers failed; staying live");
+                    act.residency.refused();
+                    return;
+                }
+            }
+            if !act.retire(ctx) {
+                act.residency.refused();
+            }
+        }));
+        true
+    }
+
+    fn retire(&mut self, ctx: &mut Context<Self>) -> bool {
+        if self.idle() && self.residency.lease.try_retire() {
+            tracing::debug!(session_id = %self.session.id, "session idle; stopping its actor");
+            self.stop_on_purpose(ctx);
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Once nobody watches and no run is going, the events stay in the database only: a
+    /// subscriber that comes back replays from there. The other buffers are let go too.
+    fn trim_if_unwatched(&mut self) {
+        let holding = self.log.ring.capacity() > 0
+            || self.log.unflushed.capacity() > 0
+            || self.log.held.capacity() > 0
+            || self.assistant.is_some();
+        if !holding || self.run.is_some() {
+            return;
+        }
+        self.subscribers.retain(|_, s| s.connected());
+        if !self.subscribers.is_empty() {
+            return;
+        }
+        let stored = self.log.persisted_upto;
+        while self.log.ring.front().is_some_and(|e| e.event.seq <= stored) {
+            self.log.ring.pop_front();
+        }
+        self.log.ring.shrink_to_fit();
+        if self.log.unflushed.is_empty() && !self.log.flushing {
+            self.log.unflushed = Vec::new();
+        }
+        self.log.held.shrink_to_fit();
+        if self
+            .assistant
+            .as_ref()
+            .is_some_and(|(_, at)| at.elapsed() >= ASSISTANT_REUSE)
+        {
+            self.assistant = None;
+        }
+        self.queue.shrink_to_fit();
+        self.approvals.shrink_to_fit();
+        self.run_requests.shrink_to_fit();
+        self.run_spans.shrink_to_fit();
     }
 
     fn busy(&self) -> bool {
@@ -1084,6 +1194,7 @@ impl SessionActor {
                 }
             };
             act.log = EventLog::new(rec.seq_floor, act.deps.config.event_ring);
+            act.recovered = true;
             for (run_id, user) in rec.queued {
                 act.queue.push_back(QueuedRun { run_id, user });
             }
@@ -1404,18 +1515,13 @@ impl Actor for SessionActor {
                 act.reserve_ahead();
             }
             act.retry_unrecorded(ctx);
+            act.trim_if_unwatched();
         });
         let timeout = self.deps.config.session_timeout;
         let check = (timeout / 4).clamp(Duration::from_millis(50), Duration::from_secs(30));
         ctx.run_interval(check, move |act, ctx| {
-            act.subscribers.retain(|_, s| s.connected());
-            let idle = !act.busy()
-                && act.approvals.is_empty()
-                && act.subscribers.is_empty()
-                && act.last_activity.elapsed() >= timeout;
-            if idle {
-                tracing::debug!(session_id = %act.session.id, "session idle; stopping its actor");
-                act.stop_on_purpose(ctx);
+            if act.last_activity.elapsed() >= timeout {
+                act.leave_if_idle(ctx);
             }
         });
     }
@@ -1452,9 +1558,15 @@ impl SessionActor {
         // Whatever is still buffered goes to the store, and once everything sent is stored the
         // unused reservation is given back, so the next actor numbers on without a gap. The
         // actor is gone, so a plain task.
+        self.residency.leave();
         let batch = self.log.not_stored();
         let unrecorded = std::mem::take(&mut self.unrecorded);
-        let (reserved, last_sent) = (self.log.reserved, self.log.ring.back().map(|e| e.event.seq));
+        // Everything numbered is stored below (held events too), so the numbers above the last
+        // one are unused. An actor that never recovered knows no numbers: it gives none back.
+        let (reserved, last_sent) = (
+            self.log.reserved,
+            self.recovered.then(|| self.log.last_seq()),
+        );
         let db = self.deps.db.clone();
         let scope = self.scope;
         let sid = self.session.id;
@@ -1470,6 +1582,7 @@ impl SessionActor {
             }
             if let Some(last) = last_sent
                 && unrecorded.is_empty()
+                && reserved > last
                 && let Err(e) = sessions::release_seq(&db, &scope, sid, reserved, last).await
             {
                 tracing::debug!(error = %e, "giving back unused event numbers failed");

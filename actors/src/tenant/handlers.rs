@@ -3,8 +3,9 @@ use std::sync::Arc;
 use actix::prelude::*;
 use agentry_store::sessions::Session;
 
-use super::TenantSupervisor;
 use super::messages::*;
+use super::{LiveActor, TenantSupervisor};
+use crate::live_sessions::{Lease, Residency, SessionRef};
 use crate::quota::UpdateQuotas;
 use crate::session::{AssistantChanged, SessionActor, Subscriber, TenantChanged};
 
@@ -13,8 +14,8 @@ impl Handler<StartSession> for TenantSupervisor {
 
     fn handle(&mut self, msg: StartSession, ctx: &mut Self::Context) -> Self::Result {
         let id = msg.session.id;
-        if let Some(addr) = self.live(id) {
-            return MessageResult(addr);
+        if let Some(held) = self.live(id) {
+            return MessageResult(held);
         }
         MessageResult(self.start_session(msg.session, Vec::new(), ctx))
     }
@@ -28,7 +29,7 @@ impl TenantSupervisor {
         session: Session,
         subscribers: Vec<Subscriber>,
         ctx: &mut Context<Self>,
-    ) -> Addr<SessionActor> {
+    ) -> SessionRef {
         let id = session.id;
         let user = session.user_id;
         let tenant = self.tenant.clone();
@@ -37,21 +38,37 @@ impl TenantSupervisor {
         let mcp = self.mcp.clone();
         let me = ctx.address().recipient();
         let desk = self.desk.clone();
-        let instance = self.next_instance;
-        self.next_instance += 1;
+        let instance = self.live_sessions.next_instance();
+        // Held before the actor exists: it cannot retire before the caller is done with it.
+        let (lease, guard) = Lease::new_held();
+        let residency = Residency {
+            live: self.live_sessions.clone(),
+            lease: lease.clone(),
+            id,
+            instance,
+        };
         let addr = SessionActor::start_in_arbiter(&self.arbiters.pick(), move |_| {
-            SessionActor::new(session, tenant, deps, quota, mcp, me, instance, desk)
+            SessionActor::new(session, tenant, deps, quota, mcp, me, residency, desk)
                 .with_subscribers(subscribers)
         });
-        self.sessions.insert(id, (addr.clone(), user, instance));
+        self.sessions.insert(
+            id,
+            LiveActor {
+                addr: addr.clone(),
+                user,
+                instance,
+                lease: lease.clone(),
+            },
+        );
+        self.live_sessions.insert(id, instance, addr.clone(), lease);
         self.idle_since = None;
         crate::metrics::live_sessions(1.0);
-        addr
+        SessionRef { addr, guard }
     }
 }
 
 impl Handler<LiveSession> for TenantSupervisor {
-    type Result = Option<Addr<SessionActor>>;
+    type Result = Option<SessionRef>;
     fn handle(&mut self, msg: LiveSession, _: &mut Self::Context) -> Self::Result {
         self.live(msg.0)
     }
@@ -67,8 +84,8 @@ impl Handler<GetQuota> for TenantSupervisor {
 impl Handler<AssistantChanged> for TenantSupervisor {
     type Result = ();
     fn handle(&mut self, msg: AssistantChanged, _: &mut Self::Context) {
-        for (addr, _, _) in self.sessions.values() {
-            addr.do_send(msg.clone());
+        for s in self.sessions.values() {
+            s.addr.do_send(msg.clone());
         }
     }
 }
@@ -80,8 +97,8 @@ impl Handler<UpdateTenant> for TenantSupervisor {
         if let Some(pool) = &self.mcp {
             pool.do_send(crate::mcp_pool::TenantUpdated(msg.0.clone()));
         }
-        for (addr, _, _) in self.sessions.values() {
-            addr.do_send(TenantChanged(Arc::clone(&msg.0)));
+        for s in self.sessions.values() {
+            s.addr.do_send(TenantChanged(Arc::clone(&msg.0)));
         }
         self.tenant = msg.0;
     }
@@ -92,7 +109,7 @@ impl Handler<LiveCount> for TenantSupervisor {
     fn handle(&mut self, _: LiveCount, _: &mut Self::Context) -> usize {
         self.sessions
             .values()
-            .filter(|(a, _, _)| a.connected())
+            .filter(|s| s.addr.connected() && !s.lease.retired())
             .count()
     }
 }
@@ -103,10 +120,11 @@ impl Handler<SessionStopped> for TenantSupervisor {
         // A newer actor of the same session may already be live: remove only this instance.
         // (The periodic check may have forgotten a dead one already: then none is live.)
         let current = match self.sessions.get(&msg.session_id) {
-            Some((_, _, i)) => *i == msg.instance,
+            Some(s) => s.instance == msg.instance,
             None => true,
         };
-        if current && self.sessions.remove(&msg.session_id).is_some() {
+        if current && let Some(gone) = self.sessions.remove(&msg.session_id) {
+            self.live_sessions.remove(msg.session_id, gone.instance);
             crate::metrics::live_sessions(-1.0);
         }
         match msg.restart {

@@ -8,20 +8,20 @@ use agentry_schema::ids::{SessionId, TenantId, UserId};
 use agentry_store::sessions::Session;
 use agentry_store::tenants::Tenant;
 
+use crate::live_sessions::SessionRef;
 use crate::quota::QuotaActor;
-use crate::session::SessionActor;
 
 /// The live actor of a session, started if needed. The caller has already loaded and
 /// authorized the row.
 #[derive(Message)]
-#[rtype(result = "Addr<SessionActor>")]
+#[rtype(result = "SessionRef")]
 pub struct StartSession {
     pub session: Session,
 }
 
 /// The live actor of a session, if there is one (no start).
 #[derive(Message)]
-#[rtype(result = "Option<Addr<SessionActor>>")]
+#[rtype(result = "Option<SessionRef>")]
 pub struct LiveSession(pub SessionId);
 
 #[derive(Message)]

@@ -17,6 +17,7 @@ use agentry_store::tenants::Tenant;
 
 use crate::deps::EngineDeps;
 use crate::hitl::ApprovalDesk;
+use crate::live_sessions::{Instance, Lease, LiveSessions, SessionRef};
 use crate::mcp_pool::{McpPoolActor, UserIdle};
 use crate::quota::QuotaActor;
 use crate::session::SessionActor;
@@ -46,13 +47,22 @@ impl ArbiterPool {
     }
 }
 
+/// A live session actor of the tenant.
+pub(crate) struct LiveActor {
+    pub(crate) addr: Addr<SessionActor>,
+    pub(crate) user: UserId,
+    pub(crate) instance: Instance,
+    pub(crate) lease: Arc<Lease>,
+}
+
 pub struct TenantSupervisor {
     pub(crate) tenant: Arc<Tenant>,
     deps: Arc<EngineDeps>,
     quota: Addr<QuotaActor>,
     pub(crate) mcp: Option<Addr<McpPoolActor>>,
-    sessions: HashMap<SessionId, (Addr<SessionActor>, UserId, u64)>,
-    next_instance: u64,
+    pub(crate) sessions: HashMap<SessionId, LiveActor>,
+    /// Every live session of the process, for the cap.
+    pub(crate) live_sessions: Arc<LiveSessions>,
     arbiters: Arc<ArbiterPool>,
     registry: Recipient<TenantIdle>,
     idle_since: Option<Instant>,
@@ -66,6 +76,7 @@ impl TenantSupervisor {
         deps: Arc<EngineDeps>,
         quota: Addr<QuotaActor>,
         arbiters: Arc<ArbiterPool>,
+        live_sessions: Arc<LiveSessions>,
         registry: Recipient<TenantIdle>,
         idle_after: Duration,
         desk: Arc<ApprovalDesk>,
@@ -76,7 +87,7 @@ impl TenantSupervisor {
             quota,
             mcp: None,
             sessions: HashMap::new(),
-            next_instance: 1,
+            live_sessions,
             arbiters,
             registry,
             idle_since: Some(Instant::now()),
@@ -89,24 +100,49 @@ impl TenantSupervisor {
         self.tenant.id
     }
 
-    fn live(&mut self, id: SessionId) -> Option<Addr<SessionActor>> {
-        match self.sessions.get(&id) {
-            Some((addr, _, _)) if addr.connected() => Some(addr.clone()),
-            Some((_, user, _)) => {
-                // Died without saying so (its arbiter went down): forget it; the next use starts
-                // a fresh actor, which resumes any run it had from the checkpoint.
-                let user = *user;
-                self.sessions.remove(&id);
-                crate::metrics::live_sessions(-1.0);
-                self.user_maybe_idle(user);
-                None
-            }
-            None => None,
+    /// The session's live actor, held for the caller (it is not evicted while held).
+    pub(crate) fn live(&mut self, id: SessionId) -> Option<SessionRef> {
+        let live = self.sessions.get(&id)?;
+        let guard = live
+            .addr
+            .connected()
+            .then(|| live.lease.acquire())
+            .flatten();
+        if let Some(guard) = guard {
+            self.live_sessions.touch(id, live.instance);
+            return Some(SessionRef {
+                addr: live.addr.clone(),
+                guard,
+            });
+        }
+        self.forget(id);
+        None
+    }
+
+    /// Forget the session's actor if it retired (evicted, idle) or died without saying so (its
+    /// arbiter went down): the next use starts a fresh actor, which resumes any run it had
+    /// from the checkpoint. Not a use: its place in the eviction order stays.
+    fn forget_if_gone(&mut self, id: SessionId) {
+        if self
+            .sessions
+            .get(&id)
+            .is_some_and(|s| !s.addr.connected() || s.lease.retired())
+        {
+            self.forget(id);
         }
     }
 
+    fn forget(&mut self, id: SessionId) {
+        let Some(gone) = self.sessions.remove(&id) else {
+            return;
+        };
+        self.live_sessions.remove(id, gone.instance);
+        crate::metrics::live_sessions(-1.0);
+        self.user_maybe_idle(gone.user);
+    }
+
     fn user_maybe_idle(&mut self, user: UserId) {
-        if !self.sessions.values().any(|(_, u, _)| *u == user)
+        if !self.sessions.values().any(|s| s.user == user)
             && let Some(pool) = &self.mcp
         {
             pool.do_send(UserIdle { user });
@@ -138,7 +174,7 @@ impl Actor for TenantSupervisor {
         ctx.run_interval(check, |act, _ctx| {
             let ids: Vec<SessionId> = act.sessions.keys().copied().collect();
             for id in ids {
-                act.live(id);
+                act.forget_if_gone(id);
             }
             if act.sessions.is_empty()
                 && act
@@ -155,8 +191,8 @@ impl Actor for TenantSupervisor {
     }
 
     fn stopped(&mut self, _: &mut Self::Context) {
-        for (addr, _, _) in self.sessions.values() {
-            addr.do_send(crate::session::Shutdown);
+        for s in self.sessions.values() {
+            s.addr.do_send(crate::session::Shutdown);
         }
     }
 }

@@ -168,6 +168,7 @@ pub fn build(
         config: EngineConfig {
             hitl_timeout: Duration::from_secs(settings.hitl.timeout_secs),
             session_timeout: Duration::from_secs(settings.session.timeout_secs),
+            max_live_sessions: settings.session.max_live,
             data_dir: settings.data_dir.clone(),
             mcp_pool: McpPoolConfig {
                 health_interval: Duration::from_secs(settings.mcp.health_interval_secs),

@@ -323,6 +323,9 @@ pub struct SessionSettings {
     pub timeout_secs: u64,
     /// Delete sessions idle for this many days; 0 keeps them forever.
     pub retention_days: u64,
+    /// Live session actors per process: past it, the least recently used idle ones stop (their
+    /// data stays in the database; the next use starts them again). 0: no cap.
+    pub max_live: usize,
 }
 
 impl Default for SessionSettings {
@@ -330,6 +333,7 @@ impl Default for SessionSettings {
         SessionSettings {
             timeout_secs: 3600,
             retention_days: 0,
+            max_live: 10_000,
         }
     }
 }
@@ -993,6 +997,7 @@ mod tests {
         assert_eq!(s.server.max_connections, 10_000);
         assert_eq!(s.hitl.timeout_secs, 300);
         assert_eq!(s.session.timeout_secs, 3600);
+        assert_eq!(s.session.max_live, 10_000);
         assert!(s.auth.admin_key.is_empty());
         assert!(s.database_url().starts_with("sqlite://"));
         assert!(s.database_url().contains("agentry-data"));
