@@ -108,10 +108,24 @@ async fn smoke(database: Database) {
         assert!(f["server_cpu_ms_per_run"].as_f64().unwrap() > 0.0, "{f}");
     }
 
+    // The soak: runs in new sessions, memory read at the start, the end and after idle (that
+    // eviction bounds the live sessions is tested in tests/api/eviction.rs).
+    let soak = &by_variant("soak").figures;
+    assert!(soak["runs"].as_u64() > Some(0), "{soak}");
+    let marks: Vec<&str> = soak["samples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["at"].as_str().unwrap())
+        .collect();
+    assert_eq!(marks, ["start", "end", "after 1 s idle"], "{soak}");
+    assert!(soak["live_sessions_after_idle"].is_u64(), "{soak}");
+    assert!(soak["bytes_per_run_after_idle"].is_number(), "{soak}");
+
     // And the records make the table of the benchmarks document.
     let doc = out.path().join("benchmarks.md");
     std::fs::write(&doc, format!("# B\n{}\n{}\n", report::BEGIN, report::END)).unwrap();
-    assert_eq!(report::update_doc(&doc, out.path()).unwrap(), 8);
+    assert_eq!(report::update_doc(&doc, out.path()).unwrap(), 9);
     let text = std::fs::read_to_string(&doc).unwrap();
     for variant in [
         "runs-0ms",
@@ -122,6 +136,7 @@ async fn smoke(database: Database) {
         "idle",
         "openai",
         "openai-stream",
+        "soak",
     ] {
         assert!(
             text.contains(&format!("| {variant} | {} |", database.label())),

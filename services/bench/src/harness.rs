@@ -242,6 +242,38 @@ impl Harness {
         str_field(&session, "session_id")
     }
 
+    /// One run through `POST /api/v1/chat` in a new session of `assistant`: every event of the
+    /// run, `done` last.
+    pub async fn rest_run(&self, assistant: &str, message: &str) -> Result<Vec<Value>> {
+        let body = self
+            .post(
+                "/api/v1/chat",
+                &self.key,
+                json!({"message": message, "assistant_id": assistant}),
+            )
+            .await?;
+        body.get("events")
+            .and_then(Value::as_array)
+            .cloned()
+            .with_context(|| format!("no `events` in {body}"))
+    }
+
+    /// The value of the gauge `name` in `/metrics`.
+    pub async fn gauge(&self, name: &str) -> Result<u64> {
+        let text = self
+            .http
+            .get(self.url("/metrics"))
+            .send()
+            .await
+            .context("GET /metrics")?
+            .error_for_status()
+            .context("GET /metrics")?
+            .text()
+            .await
+            .context("reading /metrics")?;
+        Ok(sum_samples(&text, name))
+    }
+
     /// The server's resident memory, from `/proc`.
     pub fn rss_bytes(&self) -> Result<u64> {
         rss_bytes(self.pid)

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use agentry_bench::harness::{Database, Target, agentry_beside_me};
 use agentry_bench::report::{self, Record};
 use agentry_bench::scenarios::{
-    self, CancelParams, HitlParams, IdleParams, OpenAiParams, RunsParams, StreamParams,
+    self, CancelParams, HitlParams, IdleParams, OpenAiParams, RunsParams, SoakParams, StreamParams,
 };
 use agentry_bench::suite::{Sizes, run_all};
 use anyhow::{Context, Result};
@@ -99,6 +99,21 @@ enum Command {
         /// Ask for the SSE stream (chunks until `data: [DONE]`).
         #[arg(long)]
         stream: bool,
+    },
+    /// C clients doing one-tool REST runs, each in a new session, for a long time: server RSS at
+    /// 1, 10 and 30 minutes, at the end and after idle, and RSS left per finished run.
+    Soak {
+        #[arg(long, default_value_t = 5)]
+        clients: usize,
+        /// How long the clients run (the 30-minute figure needs 1800).
+        #[arg(long, default_value_t = 1800)]
+        duration_secs: u64,
+        /// How long the server is left idle after the last run before RSS is read again.
+        #[arg(long, default_value_t = 90)]
+        idle_secs: u64,
+        /// `session.max_live` of the server [default: the server's].
+        #[arg(long)]
+        max_live: Option<usize>,
     },
     /// Rewrite the table in a benchmarks document from the newest record of each scenario.
     Report {
@@ -235,6 +250,21 @@ async fn run(cli: Cli) -> Result<()> {
                 clients,
                 runs_per_client: runs,
                 stream,
+            },
+        )
+        .await?)?,
+        Command::Soak {
+            clients,
+            duration_secs,
+            idle_secs,
+            max_live,
+        } => one(scenarios::soak(
+            &target,
+            &SoakParams {
+                clients,
+                duration_secs,
+                idle_secs,
+                max_live,
             },
         )
         .await?)?,

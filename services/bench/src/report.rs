@@ -77,6 +77,7 @@ fn variant_order(variant: &str) -> (usize, String) {
         "idle",
         "openai",
         "openai-stream",
+        "soak",
     ];
     (
         order

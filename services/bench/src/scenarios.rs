@@ -847,3 +847,148 @@ async fn completion(h: &Harness, session: &str, message: &str, stream: bool) -> 
     }
     Ok(())
 }
+
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SoakParams {
+    pub clients: usize,
+    pub duration_secs: u64,
+    /// How long the server is left alone after the last run before its memory is read again.
+    pub idle_secs: u64,
+    /// `session.max_live` for the server (`None`: its default).
+    pub max_live: Option<usize>,
+}
+
+/// When the soak reads the server's memory besides its start, end and idle: 1, 10 and 30
+/// minutes, those within the duration.
+const SOAK_MARKS: [u64; 3] = [60, 600, 1800];
+
+/// C clients doing one-tool REST runs back to back, each in a new session (`POST
+/// /api/v1/chat` without a session), for a long time: the server's resident memory at 1, 10
+/// and 30 minutes, at the end and after an idle time, and what each finished run left resident.
+pub async fn soak(target: &Target, p: &SoakParams) -> Result<Record> {
+    let frame = Frame::new("soak", "soak".into());
+    let env: Vec<(&str, String)> = p
+        .max_live
+        .map(|m| vec![("AGENTRY_SESSION__MAX_LIVE", m.to_string())])
+        .unwrap_or_default();
+    let h = Arc::new(Harness::start(target, ModelProfile::INSTANT, &env).await?);
+    let errors = Arc::new(Errors::default());
+    let finished = Arc::new(AtomicU64::new(0));
+    let stopping = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // One run first, so the figures are not charged with what the first run of the process
+    // allocates once.
+    check_rest_run(&h.rest_run(AUTO_ASSISTANT, &todo_call("warm-up")).await?)?;
+    let progress = Arc::new(Progress::start("soak", "runs", None));
+    let mut clients = JoinSet::new();
+    for c in 0..p.clients {
+        let (h, errors, finished, stopping, progress) = (
+            h.clone(),
+            errors.clone(),
+            finished.clone(),
+            stopping.clone(),
+            progress.clone(),
+        );
+        clients.spawn(async move {
+            let mut i = 0u64;
+            while !stopping.load(Ordering::Relaxed) {
+                let outcome = async {
+                    let events = h
+                        .rest_run(AUTO_ASSISTANT, &todo_call(&format!("soak {c}-{i}")))
+                        .await?;
+                    check_rest_run(&events)
+                }
+                .await;
+                match outcome {
+                    Ok(()) => {
+                        finished.fetch_add(1, Ordering::Relaxed);
+                        progress.tick();
+                    }
+                    Err(e) => {
+                        errors.add(e.context(format!("client {c}, run {i}")));
+                        break;
+                    }
+                }
+                i += 1;
+            }
+        });
+    }
+    let t0 = Instant::now();
+    let sample = |label: String| -> Result<Value> {
+        Ok(json!({
+            "at": label,
+            "secs": (t0.elapsed().as_secs_f64() * 10.0).round() / 10.0,
+            "rss_bytes": h.rss_bytes()?,
+            "runs": finished.load(Ordering::Relaxed),
+        }))
+    };
+    let mut samples = vec![sample("start".into())?];
+    let duration = Duration::from_secs(p.duration_secs);
+    for mark in SOAK_MARKS.iter().filter(|m| **m <= p.duration_secs) {
+        tokio::time::sleep_until((t0 + Duration::from_secs(*mark)).into()).await;
+        samples.push(sample(format!("{} min", mark / 60))?);
+    }
+    tokio::time::sleep_until((t0 + duration).into()).await;
+    stopping.store(true, Ordering::Relaxed);
+    while clients.join_next().await.is_some() {}
+    drop(progress);
+    samples.push(sample("end".into())?);
+    let live_at_end = h.gauge("agentry_live_sessions").await?;
+    tokio::time::sleep(Duration::from_secs(p.idle_secs)).await;
+    samples.push(sample(format!("after {} s idle", p.idle_secs))?);
+    let live_after_idle = h.gauge("agentry_live_sessions").await?;
+
+    let get = |i: usize, field: &str| samples[i][field].as_u64().unwrap_or(0);
+    // From the first minute on (or the start of a shorter soak): what the runs since then
+    // left resident, per run, and how much the whole grew.
+    let base = if samples.len() > 3 { 1 } else { 0 };
+    let end = samples.len() - 2;
+    let idle = samples.len() - 1;
+    let runs_since = get(end, "runs").saturating_sub(get(base, "runs"));
+    let per_run = |to: usize| {
+        (get(to, "rss_bytes") as f64 - get(base, "rss_bytes") as f64) / runs_since.max(1) as f64
+    };
+    let growth = |to: usize| {
+        (get(to, "rss_bytes") as f64 / get(base, "rss_bytes").max(1) as f64 - 1.0) * 100.0
+    };
+    let mib = |i: usize| get(i, "rss_bytes") as f64 / 1048576.0;
+    let figures = json!({
+        "runs": get(end, "runs"),
+        "samples": samples,
+        "baseline": samples[base]["at"],
+        "bytes_per_run_at_end": per_run(end).round(),
+        "bytes_per_run_after_idle": per_run(idle).round(),
+        "growth_pct_at_end": (growth(end) * 10.0).round() / 10.0,
+        "growth_pct_after_idle": (growth(idle) * 10.0).round() / 10.0,
+        "live_sessions_at_end": live_at_end,
+        "live_sessions_after_idle": live_after_idle,
+    });
+    let marks: Vec<String> = (0..samples.len())
+        .map(|i| format!("{} {:.0}", samples[i]["at"].as_str().unwrap_or(""), mib(i)))
+        .collect();
+    let headline = format!(
+        "{} runs; RSS MiB: {}; {:+.1}% from {} to end; {:.1} KiB per finished run after idle",
+        get(end, "runs"),
+        marks.join(", "),
+        growth(end),
+        samples[base]["at"].as_str().unwrap_or(""),
+        per_run(idle) / 1024.0,
+    );
+    let record = frame.record(target, p, figures, headline, &errors);
+    stop(h).await;
+    Ok(record)
+}
+
+/// A REST run's events, checked: it completed and its tool ran.
+fn check_rest_run(events: &[Value]) -> Result<()> {
+    let kind = |e: &Value| e["event_type"].as_str().unwrap_or("").to_string();
+    let last = events.last().context("no events")?;
+    if kind(last) != "done" || last["data"]["status"] != "completed" {
+        bail!("the run did not complete: {last}");
+    }
+    if !events.iter().any(|e| kind(e) == "tool_result") {
+        bail!("the run completed without a tool result");
+    }
+    Ok(())
+}

@@ -7,7 +7,7 @@ use anyhow::Result;
 use crate::harness::Target;
 use crate::report::Record;
 use crate::scenarios::{
-    self, CancelParams, HitlParams, IdleParams, OpenAiParams, RunsParams, StreamParams,
+    self, CancelParams, HitlParams, IdleParams, OpenAiParams, RunsParams, SoakParams, StreamParams,
 };
 
 /// The parameters of every scenario of the suite.
@@ -22,6 +22,7 @@ pub struct Sizes {
     pub idle: IdleParams,
     /// `/v1/chat/completions`, non-streamed and streamed.
     pub openai: OpenAiParams,
+    pub soak: SoakParams,
 }
 
 impl Sizes {
@@ -63,6 +64,13 @@ impl Sizes {
                 runs_per_client: 100,
                 stream: false,
             },
+            // The soak: 5 clients, 30 minutes, then 90 s idle.
+            soak: SoakParams {
+                clients: 5,
+                duration_secs: 1800,
+                idle_secs: 90,
+                max_live: None,
+            },
         }
     }
 
@@ -102,6 +110,12 @@ impl Sizes {
                 runs_per_client: 3,
                 stream: false,
             },
+            soak: SoakParams {
+                clients: 2,
+                duration_secs: 3,
+                idle_secs: 1,
+                max_live: Some(2),
+            },
         }
     }
 }
@@ -133,5 +147,6 @@ pub async fn run_all(target: &Target, sizes: &Sizes, out: &Path) -> Result<Vec<(
         };
         keep(scenarios::openai(target, &params).await?)?;
     }
+    keep(scenarios::soak(target, &sizes.soak).await?)?;
     Ok(records)
 }
