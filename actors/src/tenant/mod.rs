@@ -71,6 +71,7 @@ pub struct TenantSupervisor {
 }
 
 impl TenantSupervisor {
+    #[allow(clippy::too_many_arguments)] // what a tenant's actors share with the process
     pub fn new(
         tenant: Arc<Tenant>,
         deps: Arc<EngineDeps>,
