@@ -122,6 +122,19 @@ pub async fn fragments_utf8_protocol_errors_and_close(ctx: &Ctx) {
         closed_with(&mut ws, "invalid UTF-8").await,
         CloseCode::Invalid
     );
+    // A close the server starts ends promptly too: once the client has answered it, the server
+    // drops TCP at once (not after the 1 s linger). Same generous bound as above.
+    let closed = Instant::now();
+    loop {
+        match tokio::time::timeout(Duration::from_secs(5), ws.next()).await {
+            Ok(Some(Ok(_))) => {}
+            Ok(None | Some(Err(_))) => break,
+            Err(_) => panic!("the server held the connection for 5 s after its own close"),
+        }
+    }
+    let took = closed.elapsed();
+    eprintln!("a close the server started completed in {took:?}");
+    assert!(took < Duration::from_millis(500), "the close took {took:?}");
     let mut ws = socket(ctx).await;
     ws.send(fragment(&[0x7b, 0xc3], OpCode::Data(Data::Text), false))
         .await

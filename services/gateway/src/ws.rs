@@ -247,11 +247,11 @@ impl WsConnection {
             Ok(id) => act.subscription = Some(id),
             Err(e) => {
                 act.engine_error(ctx, e);
-                ctx.close(Some(ws::CloseReason {
-                    code: ws::CloseCode::Again,
-                    description: Some("the session is not available; reconnect".into()),
-                }));
-                ctx.stop();
+                act.close_with(
+                    ctx,
+                    ws::CloseCode::Again,
+                    "the session is not available; reconnect",
+                );
             }
         }));
     }
@@ -305,11 +305,7 @@ impl WsConnection {
             return;
         }
         tracing::info!(session_id = %self.handle.session.id, code = %e.code, "closing a WebSocket whose caller may no longer act");
-        ctx.close(Some(ws::CloseReason {
-            code: ws::CloseCode::Policy,
-            description: Some(e.code.as_str().into()),
-        }));
-        ctx.stop();
+        self.close_with(ctx, ws::CloseCode::Policy, e.code.as_str());
     }
 
     /// Start what a checked frame asks for.
@@ -422,12 +418,17 @@ impl WsConnection {
         }
     }
 
+    /// Close from our side. The client answers our close and then waits for us to end TCP
+    /// (RFC 6455 §7.1.1), which actix-http would do only after `client_disconnect_timeout`
+    /// (1 s): [`WsConnection::stop_reading`] ends it once our close frame is out. The client's
+    /// answer is not needed: the connection is over either way.
     fn close_with(&mut self, ctx: &mut ws::WebsocketContext<Self>, code: ws::CloseCode, why: &str) {
         ctx.close(Some(ws::CloseReason {
             code,
             description: Some(why.into()),
         }));
         ctx.stop();
+        self.stop_reading();
     }
 
     /// One fragment of a message (RFC 6455 §5.4); the whole message is handled like an
@@ -512,12 +513,12 @@ impl Actor for WsConnection {
         ctx.spawn(
             async move { shutdown.cancelled().await }
                 .into_actor(self)
-                .map(|_, _, ctx| {
-                    ctx.close(Some(ws::CloseReason {
-                        code: ws::CloseCode::Away,
-                        description: Some("the server is shutting down; reconnect".into()),
-                    }));
-                    ctx.stop();
+                .map(|_, act, ctx| {
+                    act.close_with(
+                        ctx,
+                        ws::CloseCode::Away,
+                        "the server is shutting down; reconnect",
+                    );
                 }),
         );
         ctx.add_stream(tokio_stream::wrappers::BroadcastStream::new(
@@ -526,11 +527,7 @@ impl Actor for WsConnection {
         ctx.run_interval(self.heartbeat, |act, ctx| {
             if act.last_seen.elapsed() > act.client_timeout {
                 tracing::debug!(session_id = %act.handle.session.id, "WebSocket client stopped answering; dropping it");
-                ctx.close(Some(ws::CloseReason {
-                    code: ws::CloseCode::Away,
-                    description: Some("no heartbeat".into()),
-                }));
-                ctx.stop();
+                act.close_with(ctx, ws::CloseCode::Away, "no heartbeat");
                 return;
             }
             // A session actor with a subscriber only stops when the session is deleted (or its
@@ -541,11 +538,7 @@ impl Actor for WsConnection {
                     ErrorCode::NotFound,
                     "the session was deleted; open another one",
                 );
-                ctx.close(Some(ws::CloseReason {
-                    code: ws::CloseCode::Normal,
-                    description: Some("session deleted".into()),
-                }));
-                ctx.stop();
+                act.close_with(ctx, ws::CloseCode::Normal, "session deleted");
                 return;
             }
             ctx.ping(b"");
@@ -596,11 +589,8 @@ impl StreamHandler<Result<ws::Message, ws::ProtocolError>> for WsConnection {
                 self.stop_reading();
             }
             Err(ws::ProtocolError::Overflow) => {
-                ctx.close(Some(ws::CloseReason {
-                    code: ws::CloseCode::Size,
-                    description: Some(format!("frames are limited to {} bytes", self.frame_limit)),
-                }));
-                ctx.stop();
+                let why = format!("frames are limited to {} bytes", self.frame_limit);
+                self.close_with(ctx, ws::CloseCode::Size, &why);
             }
             // Text that is not UTF-8 (the codec reports it as an I/O error).
             Err(ws::ProtocolError::Io(e)) if e.to_string().contains("utf-8") => {
