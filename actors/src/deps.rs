@@ -54,7 +54,7 @@ impl Default for EngineConfig {
             max_restarts: 2,
             cancel_grace: Duration::from_millis(300),
             event_flush_interval: Duration::from_millis(100),
-            max_live_sessions: 10_000,
+            max_live_sessions: 1_000,
             mcp_pool: crate::mcp_pool::McpPoolConfig::default(),
         }
     }

@@ -333,7 +333,7 @@ impl Default for SessionSettings {
         SessionSettings {
             timeout_secs: 3600,
             retention_days: 0,
-            max_live: 10_000,
+            max_live: 1_000,
         }
     }
 }
@@ -997,7 +997,7 @@ mod tests {
         assert_eq!(s.server.max_connections, 10_000);
         assert_eq!(s.hitl.timeout_secs, 300);
         assert_eq!(s.session.timeout_secs, 3600);
-        assert_eq!(s.session.max_live, 10_000);
+        assert_eq!(s.session.max_live, 1_000);
         assert!(s.auth.admin_key.is_empty());
         assert!(s.database_url().starts_with("sqlite://"));
         assert!(s.database_url().contains("agentry-data"));
