@@ -49,10 +49,25 @@ pub async fn evicted_sessions_stay_usable_and_a_waiting_approval_is_never_evicte
     assert_eq!(hitl["event_type"], "hitl_request", "{evs:?}");
     let request = hitl["data"]["request_id"].as_str().unwrap().to_string();
     drop(ws);
+    // Once its events are stored, nothing but the waiting run keeps it live: from then on the
+    // cap asks it to leave whenever it is the least recently used.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !stored_events(ctx, key, &waiting)
+        .await
+        .iter()
+        .any(|e| e["event_type"] == "hitl_request")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the hitl_request was never stored"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 
-    // Many more sessions than the cap, one finished REST run each.
+    // Many more sessions than the cap, one finished REST run each: the waiting session comes
+    // round as the least recently used again and again.
     let mut runs = Vec::new();
-    for i in 0..CAP + 5 {
+    for i in 0..3 * (CAP + 5) {
         let r = ctx
             .ok(
                 Method::POST,
