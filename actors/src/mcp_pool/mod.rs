@@ -91,10 +91,16 @@ impl Default for McpPoolConfig {
     }
 }
 
-/// The delay before reconnect attempt `n` (0-based): `base * 2^n`, capped.
+/// The delay before reconnect attempt `n` (0-based): the server's one retry policy
+/// ([`agentry_llm::RetryPolicy`]): `base * 2^n` capped at `backoff_max`, plus a random jitter of
+/// up to as much again, so the pools of many tenants do not hammer a server that came back in step.
 pub fn backoff(cfg: &McpPoolConfig, attempt: u32) -> Duration {
-    let factor = 2u32.saturating_pow(attempt.min(20));
-    cfg.backoff_base.saturating_mul(factor).min(cfg.backoff_max)
+    let policy = agentry_llm::RetryPolicy {
+        base_delay: cfg.backoff_base,
+        max_delay: cfg.backoff_max,
+        ..agentry_llm::RetryPolicy::default()
+    };
+    agentry_llm::retry_delay(&policy, attempt, None)
 }
 
 pub type Key = (UserId, String);
@@ -606,16 +612,21 @@ mod tests {
     }
 
     #[test]
-    fn backoff_doubles_and_caps() {
+    fn backoff_doubles_and_caps_with_jitter() {
         let cfg = McpPoolConfig {
             backoff_base: Duration::from_millis(100),
             backoff_max: Duration::from_secs(2),
             ..McpPoolConfig::default()
         };
-        assert_eq!(backoff(&cfg, 0), Duration::from_millis(100));
-        assert_eq!(backoff(&cfg, 1), Duration::from_millis(200));
-        assert_eq!(backoff(&cfg, 3), Duration::from_millis(800));
-        assert_eq!(backoff(&cfg, 10), Duration::from_secs(2));
-        assert_eq!(backoff(&cfg, 1000), Duration::from_secs(2));
+        // The step, plus up to as much again (backon computes in f32: 10 ppm of slack).
+        for (attempt, step_ms) in [(0, 100), (1, 200), (3, 800), (10, 2000), (1000, 2000)] {
+            let step = Duration::from_millis(step_ms);
+            let slack = step / 100_000 + Duration::from_micros(1);
+            let d = backoff(&cfg, attempt);
+            assert!(
+                d + slack >= step && d <= step * 2 + slack,
+                "attempt {attempt}: {d:?}"
+            );
+        }
     }
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use agentry_schema::secret::Secret;
 use serde::{Deserialize, Serialize};
 
-use crate::retry::{MAX_RETRY_AFTER, RetryPolicy};
+use crate::retry::{MAX_DELAY, MAX_RETRY_AFTER, RetryPolicy};
 use crate::{AnthropicModel, ChatModel, LlmError, OpenAiModel, ScriptedModel};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
@@ -213,6 +213,7 @@ impl ModelConfig {
         RetryPolicy {
             max_retries: self.max_retries,
             base_delay: Duration::from_millis(self.base_delay_ms),
+            max_delay: MAX_DELAY,
             max_retry_after: MAX_RETRY_AFTER,
         }
     }

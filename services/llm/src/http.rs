@@ -11,7 +11,7 @@ use futures::{Stream, StreamExt};
 use reqwest::StatusCode;
 use serde_json::Value;
 
-use crate::retry::{RetryPolicy, parse_retry_after, retry_delay};
+use crate::retry::{RetryPolicy, parse_retry_after};
 use crate::sse::{SseEvent, SseParser};
 use crate::{ChatStream, LlmError, StreamEvent};
 
@@ -26,39 +26,42 @@ pub(crate) struct Transport {
 
 impl Transport {
     /// Send the request built by `build` until it gets a 2xx, a non-retryable error, or runs out
-    /// of retries. Sleeping between attempts is a plain `tokio::time::sleep`, so dropping the
-    /// returned future cancels the wait and any request in flight.
+    /// of retries ([`RetryPolicy::backoff`], with the provider's `Retry-After` winning). The
+    /// waits are `tokio::time::sleep`, so dropping the returned future cancels the wait and any
+    /// request in flight.
     pub async fn send(
         &self,
         provider: &'static str,
         build: impl Fn() -> reqwest::RequestBuilder,
     ) -> Result<reqwest::Response, LlmError> {
-        let mut attempt = 0u32;
-        loop {
+        use backon::Retryable;
+        let attempt = || {
             // The model call's span (the caller's) goes along as W3C trace context.
             let mut request = build();
             if let Some(tp) = crate::trace_context::traceparent(&tracing::Span::current()) {
                 request = request.header("traceparent", tp);
             }
-            let (error, retry_after) = match self.send_once(request).await {
-                Ok(response) => return Ok(response),
-                Err(failure) => failure,
-            };
-            if !error.is_retryable() || attempt >= self.retry.max_retries {
-                return Err(error);
-            }
-            let delay = retry_delay(&self.retry, attempt, retry_after);
-            tracing::warn!(
-                provider,
-                attempt = attempt + 1,
-                max_retries = self.retry.max_retries,
-                delay_ms = delay.as_millis() as u64,
-                error = %error,
-                "model request failed; retrying"
-            );
-            tokio::time::sleep(delay).await;
-            attempt += 1;
-        }
+            self.send_once(request)
+        };
+        let mut retries = 0u32;
+        attempt
+            .retry(self.retry.backoff())
+            .sleep(tokio::time::sleep)
+            .when(|(error, _)| error.is_retryable())
+            .adjust(|(_, retry_after), step| self.retry.next_delay(step, *retry_after))
+            .notify(|(error, _), delay| {
+                retries += 1;
+                tracing::warn!(
+                    provider,
+                    attempt = retries,
+                    max_retries = self.retry.max_retries,
+                    delay_ms = delay.as_millis() as u64,
+                    error = %error,
+                    "model request failed; retrying"
+                );
+            })
+            .await
+            .map_err(|(error, _)| error)
     }
 
     async fn send_once(

@@ -12,7 +12,7 @@
 //!   [`scripted_reply`] and `docs/models.md`).
 //!
 //! [`build_model`] turns a [`ModelConfig`] into one of them. HTTP providers retry 429, 5xx,
-//! timeouts and connection failures with [`retry_delay`] before the stream starts.
+//! timeouts and connection failures with the jittered [`RetryPolicy`] before the stream starts.
 
 mod anthropic;
 mod config;
@@ -26,7 +26,7 @@ pub mod trace_context;
 pub use anthropic::{ANTHROPIC_VERSION, AnthropicModel, DEFAULT_ANTHROPIC_MAX_TOKENS};
 pub use config::{ModelConfig, Provider, ProviderEndpoint, build_model};
 pub use openai::OpenAiModel;
-pub use retry::{MAX_RETRY_AFTER, RetryPolicy, parse_retry_after, retry_delay};
+pub use retry::{MAX_DELAY, MAX_RETRY_AFTER, RetryPolicy, parse_retry_after, retry_delay};
 pub use scripted::{
     SCRIPTED_MAX_SLEEP, ScriptedAction, ScriptedModel, ScriptedReply, estimate_tokens,
     estimate_usage, scripted_reply, split_words,

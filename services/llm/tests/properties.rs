@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use agentry_llm::sse::{SseEvent, SseParser};
 use agentry_llm::{
-    ChatMessage, ChatRequest, MAX_RETRY_AFTER, RetryPolicy, ScriptedAction, ToolCall, retry_delay,
-    scripted_reply, split_words,
+    ChatMessage, ChatRequest, MAX_DELAY, MAX_RETRY_AFTER, RetryPolicy, ScriptedAction, ToolCall,
+    retry_delay, scripted_reply, split_words,
 };
 use proptest::prelude::*;
 use serde_json::{Map, Value};
@@ -15,8 +15,17 @@ fn policy(base_ms: u64, max_retries: u32) -> RetryPolicy {
     RetryPolicy {
         max_retries,
         base_delay: Duration::from_millis(base_ms),
+        max_delay: MAX_DELAY,
         max_retry_after: MAX_RETRY_AFTER,
     }
+}
+
+/// The backoff step before jitter: `base * 2^n`, capped at [`MAX_DELAY`].
+fn step(base_ms: u64, n: u32) -> Duration {
+    Duration::from_millis(base_ms)
+        .checked_mul(1u32.checked_shl(n).unwrap_or(u32::MAX))
+        .unwrap_or(Duration::MAX)
+        .min(MAX_DELAY)
 }
 
 fn json_leaf() -> impl Strategy<Value = Value> {
@@ -80,31 +89,53 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
 
     #[test]
-    fn retry_delay_is_base_times_two_to_the_attempt(base_ms in 0u64..10_000, attempt in 0u32..20) {
-        let p = policy(base_ms, 3);
-        prop_assert_eq!(
-            retry_delay(&p, attempt, None),
-            Duration::from_millis(base_ms * (1u64 << attempt))
-        );
-    }
-
-    #[test]
-    fn retry_delays_double_from_one_attempt_to_the_next(base_ms in 1u64..10_000, attempt in 0u32..20) {
-        let p = policy(base_ms, 3);
-        prop_assert_eq!(retry_delay(&p, attempt + 1, None), retry_delay(&p, attempt, None) * 2);
-    }
-
-    #[test]
-    fn retry_after_wins_and_is_capped(
+    fn retry_delays_are_bounded_doubling_steps_plus_jitter(
         base_ms in 0u64..10_000,
-        attempt in 0u32..20,
+        max_retries in 0u32..12,
+    ) {
+        let p = policy(base_ms, max_retries);
+        let delays: Vec<Duration> = p.delays().collect();
+        // Exactly max_retries waits, then the backoff is spent.
+        prop_assert_eq!(delays.len(), max_retries as usize);
+        for (n, d) in delays.iter().enumerate() {
+            let step = step(base_ms, n as u32);
+            let slack = step / 100_000 + Duration::from_micros(1);
+            prop_assert!(*d + slack >= step, "retry {}: {:?} < {:?}", n, d, step);
+            prop_assert!(*d <= step * 2 + slack, "retry {}: {:?} > 2 × {:?}", n, d, step);
+        }
+        // The loops that count their own attempts get the same bounds.
+        for attempt in 0..20u32 {
+            let step = step(base_ms, attempt);
+            let d = retry_delay(&p, attempt, None);
+            let slack = step / 100_000 + Duration::from_micros(1);
+            prop_assert!(d + slack >= step && d <= step * 2 + slack, "attempt {}: {:?}", attempt, d);
+        }
+    }
+
+    #[test]
+    fn retry_delays_are_jittered(base_ms in 10u64..10_000, attempt in 0u32..8) {
+        // Forty draws of the same wait: with a jitter in [0, step) they cannot all agree.
+        let p = policy(base_ms, 3);
+        let first = retry_delay(&p, attempt, None);
+        prop_assert!((0..40).any(|_| retry_delay(&p, attempt, None) != first));
+    }
+
+    #[test]
+    fn retry_after_wins_and_is_capped_but_never_adds_a_retry(
+        base_ms in 0u64..10_000,
+        max_retries in 0u32..6,
         retry_after_ms in 0u64..10_000_000,
     ) {
-        let p = policy(base_ms, 3);
+        let p = policy(base_ms, max_retries);
         let retry_after = Duration::from_millis(retry_after_ms);
-        let delay = retry_delay(&p, attempt, Some(retry_after));
+        let mut steps = p.delays();
+        for _ in 0..max_retries {
+            let delay = p.next_delay(steps.next(), Some(retry_after));
+            prop_assert_eq!(delay, Some(retry_after.min(MAX_RETRY_AFTER)));
+        }
+        prop_assert_eq!(p.next_delay(steps.next(), Some(retry_after)), None);
+        let delay = retry_delay(&p, 0, Some(retry_after));
         prop_assert_eq!(delay, retry_after.min(MAX_RETRY_AFTER));
-        prop_assert!(delay <= MAX_RETRY_AFTER);
     }
 
     #[test]

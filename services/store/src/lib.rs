@@ -311,20 +311,23 @@ pub async fn connect(opts: &DbOptions) -> Result<DatabaseConnection> {
         });
     }
     // The pool's acquire timeout is short; opening the pool at start-up may wait longer for a
-    // database that is still coming up (`connect_timeout`), trying again while it is unreachable.
+    // database that is still coming up (`connect_timeout`), trying again while it is unreachable,
+    // with the jittered doubling backoff the server uses everywhere (no retry after the deadline).
+    use backon::Retryable;
     let deadline = std::time::Instant::now() + opts.connect_timeout;
-    loop {
-        match Database::connect(co.clone()).await {
-            Ok(mut db) => {
-                db.set_metric_callback(stats::record);
-                return Ok(db);
-            }
-            Err(e) if database_unreachable(&e) && std::time::Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-            Err(e) => return Err(e.into()),
-        }
-    }
+    let mut db = (|| Database::connect(co.clone()))
+        .retry(
+            backon::ExponentialBuilder::new()
+                .with_min_delay(Duration::from_millis(100))
+                .with_max_delay(Duration::from_secs(1))
+                .without_max_times()
+                .with_jitter(),
+        )
+        .sleep(tokio::time::sleep)
+        .when(|e| database_unreachable(e) && std::time::Instant::now() < deadline)
+        .await?;
+    db.set_metric_callback(stats::record);
+    Ok(db)
 }
 
 /// Apply every pending migration. On PostgreSQL and MySQL a database-level lock, held on one

@@ -1737,3 +1737,71 @@ async fn the_database_lease_admits_one_single_node_server_or_one_cluster(db: Dat
     assert_eq!(held.replica_id, "me");
     txn.rollback().await.unwrap();
 }
+
+/// A database that comes up while the server starts: `connect` keeps trying (the jittered
+/// backoff) until it answers; one that never comes up is given up on at `connect_timeout`.
+#[tokio::test]
+async fn connect_waits_for_a_database_that_comes_up_and_gives_up_on_one_that_does_not() {
+    if Backend::Postgres.skipped() {
+        return;
+    }
+    let target = Backend::Postgres.url(std::path::Path::new("."));
+    let upstream = url::Url::parse(&target).unwrap();
+    let upstream = format!(
+        "{}:{}",
+        upstream.host_str().unwrap(),
+        upstream.port().unwrap_or(5432)
+    );
+    let free_port = || {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    };
+    let with_port = |port: u16| {
+        let mut u = url::Url::parse(&target).unwrap();
+        u.set_port(Some(port)).unwrap();
+        u.to_string()
+    };
+    let opts = |url: String, connect_timeout: Duration| agentry_store::DbOptions {
+        url,
+        max_connections: 2,
+        connect_timeout,
+        acquire_timeout: Duration::from_secs(5),
+    };
+
+    // Nothing listens for the first 700 ms (refused), then a proxy to PostgreSQL does.
+    let port = free_port();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+            .await
+            .unwrap();
+        loop {
+            let (mut inbound, _) = listener.accept().await.unwrap();
+            let upstream = upstream.clone();
+            tokio::spawn(async move {
+                let mut outbound = tokio::net::TcpStream::connect(upstream).await.unwrap();
+                let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+            });
+        }
+    });
+    let started = std::time::Instant::now();
+    let db = agentry_store::connect(&opts(with_port(port), Duration::from_secs(30)))
+        .await
+        .expect("connects once the database is up");
+    assert!(started.elapsed() >= Duration::from_millis(700));
+    db.ping().await.unwrap();
+
+    // Never up: an error, well before the 30 s a retry without a deadline could take.
+    let started = std::time::Instant::now();
+    let err = agentry_store::connect(&opts(with_port(free_port()), Duration::from_secs(1)))
+        .await
+        .unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}: {err}",
+        started.elapsed()
+    );
+}
