@@ -39,6 +39,9 @@ pub struct EngineConfig {
     /// Live session actors per process past which the least recently used idle ones stop
     /// (they start again, from the database, when next used); 0: no cap.
     pub max_live_sessions: usize,
+    /// Cluster mode: how long a replica's lease on a session's live run lasts unless renewed
+    /// (it is renewed every third of this).
+    pub session_lease_ttl: Duration,
     pub mcp_pool: crate::mcp_pool::McpPoolConfig,
 }
 
@@ -55,6 +58,7 @@ impl Default for EngineConfig {
             cancel_grace: Duration::from_millis(300),
             event_flush_interval: Duration::from_millis(100),
             max_live_sessions: 1_000,
+            session_lease_ttl: Duration::from_secs(10),
             mcp_pool: crate::mcp_pool::McpPoolConfig::default(),
         }
     }

@@ -44,6 +44,21 @@ pub enum EngineError {
     /// The process is stopping (SIGTERM): no new runs; the client retries elsewhere or later.
     #[error("the server is shutting down; retry in a moment")]
     ShuttingDown,
+    /// Cluster mode: another replica runs this session now; its commands go there until its
+    /// run ends (forwarding them is not built yet).
+    #[error(
+        "replica {owner} runs this session now: send the request to that replica, or retry after {} s, when its run has ended or its lease has expired",
+        retry_after.as_secs().max(1)
+    )]
+    SessionOwnedElsewhere {
+        owner: String,
+        retry_after: Duration,
+    },
+    /// Cluster mode: Redis does not answer, so no run can be given an owner.
+    #[error(
+        "the replicas' coordination (Redis) does not answer, so no new run can start; runs in flight go on; retry shortly"
+    )]
+    CoordinationUnavailable,
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -62,6 +77,8 @@ impl EngineError {
             EngineError::Quota { .. } => ErrorCode::QuotaExceeded,
             EngineError::DatabaseUnavailable => ErrorCode::DatabaseUnavailable,
             EngineError::Unavailable | EngineError::ShuttingDown => ErrorCode::ServiceUnavailable,
+            EngineError::SessionOwnedElsewhere { .. } => ErrorCode::SessionOwnedElsewhere,
+            EngineError::CoordinationUnavailable => ErrorCode::CoordinationUnavailable,
             EngineError::Internal(_) => ErrorCode::InternalError,
         }
     }
@@ -76,8 +93,25 @@ impl EngineError {
             // What REST's `Retry-After` says, for clients on a WebSocket.
             EngineError::DatabaseUnavailable => json!({"retry_after_secs": 5}),
             EngineError::Validation { field, .. } => json!({"field": field}),
+            EngineError::SessionOwnedElsewhere { owner, retry_after } => json!({
+                "owner_replica": owner,
+                "retry_after_secs": retry_after.as_secs().max(1),
+            }),
+            EngineError::CoordinationUnavailable => {
+                json!({"retry_after_secs": COORDINATION_RETRY_AFTER_SECS})
+            }
             _ => json!({}),
         }
+    }
+}
+
+/// What `Retry-After` says while Redis does not answer.
+pub const COORDINATION_RETRY_AFTER_SECS: u64 = 2;
+
+impl From<agentry_store::coordination::CoordinationError> for EngineError {
+    fn from(e: agentry_store::coordination::CoordinationError) -> Self {
+        tracing::warn!(error = %e, "the replicas' coordination (Redis) failed");
+        EngineError::CoordinationUnavailable
     }
 }
 
@@ -87,6 +121,10 @@ impl From<StoreError> for EngineError {
             StoreError::NotFound(what) => EngineError::NotFound(what),
             StoreError::Invalid(msg) => EngineError::BadRequest(msg),
             StoreError::Conflict(msg) => EngineError::Conflict(msg),
+            StoreError::Fenced { .. } => EngineError::SessionOwnedElsewhere {
+                owner: "another replica".into(),
+                retry_after: Duration::from_secs(1),
+            },
             e if e.is_unavailable() => {
                 tracing::warn!(error = %e, "database unreachable");
                 EngineError::DatabaseUnavailable

@@ -591,8 +591,13 @@ impl Engine {
                 .await?
                 .is_none()
             {
-                executions::record_end(&self.deps.db, &scope, &entry.end).await?;
-                written += 1;
+                match executions::record_end(&self.deps.db, &scope, &entry.end).await {
+                    Ok(()) => written += 1,
+                    // Another replica owns the session now and carried its run on: this end is
+                    // stale (the refusal is logged).
+                    Err(agentry_store::StoreError::Fenced { .. }) => {}
+                    Err(e) => return Err(e.into()),
+                }
             }
         }
         if !entries.is_empty() {

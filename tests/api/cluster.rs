@@ -211,3 +211,527 @@ pub async fn cluster_mode_refuses_sqlite_and_an_unreachable_redis(db_url: &str) 
         "{stderr}"
     );
 }
+
+/// Two replicas on one database and Redis (issue 13, item 2): while a run of a session waits for
+/// an approval on replica A, A owns the session (its Redis lease); a chat for that session on
+/// replica B is refused with 409 `session_owned_elsewhere` naming A, over REST and over a
+/// WebSocket, instead of starting a second run. Once A's run ends, B runs the session's next
+/// run, numbering its events above A's.
+pub async fn a_session_live_on_one_replica_is_refused_on_another(db_url: &str) {
+    use crate::ctx::Ctx;
+    use crate::streaming::{new_session, next_json, send, until_done_or_hitl};
+    use reqwest::Method;
+    use serde_json::json;
+    let redis = redis_url();
+    let prefix = crate::ctx::unique("cluster-own");
+    let env = |id: &'static str| {
+        vec![
+            ("AGENTRY_REDIS__URL", redis.clone()),
+            ("AGENTRY_REDIS__KEY_PREFIX", prefix.clone()),
+            ("AGENTRY_CLUSTER__REPLICA_ID", id.to_string()),
+        ]
+    };
+    let start = |id: &'static str| {
+        let env = env(id);
+        async move {
+            let pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            Ctx::start_with(&pairs, Some(db_url)).await
+        }
+    };
+    let a = start("replica-a").await;
+    let b = start("replica-b").await;
+    let t = a.tenant().await;
+    let key = t.member.key.as_str();
+    let sid = new_session(&a, key).await;
+
+    // On A: a run that waits for an approval.
+    let mut ws = crate::mcp::ws_connect(&a, key, &sid).await;
+    let write = r#"/tool write_file {"file_path": "notes.txt", "content": "hi"}"#;
+    send(
+        &mut ws,
+        json!({"type": "chat", "payload": {"message": write}}),
+    )
+    .await;
+    let evs = until_done_or_hitl(&mut ws).await;
+    let hitl = evs.last().unwrap().clone();
+    assert_eq!(hitl["event_type"], "hitl_request", "{evs:?}");
+    let request = hitl["data"]["request_id"].as_str().unwrap().to_string();
+    let a_last = hitl["seq"].as_u64().unwrap();
+
+    // On B: refused, naming A, with a Retry-After; no second run starts.
+    let chat = json!({"message": "hello from B", "session_id": sid});
+    let r = b
+        .call(Method::POST, "/api/v1/chat", Some(key), Some(&chat))
+        .await;
+    assert_eq!(r.status, 409, "{}", r.body);
+    assert_eq!(r.code(), "session_owned_elsewhere", "{}", r.body);
+    assert_eq!(r.details()["owner_replica"], "replica-a", "{}", r.body);
+    assert!(r.message().contains("replica-a"), "{}", r.body);
+    let retry: u64 = r.headers["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!((1..=10).contains(&retry), "Retry-After {retry}");
+    // The same over a WebSocket on B: an error event, and the socket stays open.
+    let mut ws_b = crate::mcp::ws_connect(&b, key, &sid).await;
+    send(
+        &mut ws_b,
+        json!({"type": "chat", "payload": {"message": "socket on B"}}),
+    )
+    .await;
+    let ev = loop {
+        let ev = next_json(&mut ws_b).await;
+        if ev["event_type"] == "error" {
+            break ev;
+        }
+    };
+    assert_eq!(ev["data"]["error_code"], "session_owned_elsewhere", "{ev}");
+    send(&mut ws_b, json!({"type": "ping", "payload": {}})).await;
+    assert_eq!(next_json(&mut ws_b).await["type"], "pong");
+    let listed = runs_of(&b, key, &sid).await;
+    let count = |v: &Value| {
+        v.as_array()
+            .or_else(|| v["executions"].as_array())
+            .or_else(|| v["items"].as_array())
+            .map(|a| a.len())
+            .unwrap_or(usize::MAX)
+    };
+    assert_eq!(count(&listed), 1, "only A's run exists: {listed}");
+
+    // A's run goes on: approved on A, it ends with its one `done`.
+    a.ok(
+        Method::POST,
+        &format!("/api/v1/sessions/{sid}/approvals/{request}"),
+        key,
+        Some(json!({"type": "approve"})),
+        200,
+    )
+    .await;
+    let evs = until_done_or_hitl(&mut ws).await;
+    assert_eq!(evs.last().unwrap()["event_type"], "done", "{evs:?}");
+    let a_done = evs.last().unwrap()["seq"].as_u64().unwrap();
+    assert!(a_done > a_last);
+
+    // Then B may run the session (the lease is released right after A's end is stored; allow
+    // a generous bound for a loaded machine).
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let body = loop {
+        let r = b
+            .call(Method::POST, "/api/v1/chat", Some(key), Some(&chat))
+            .await;
+        if r.status == 200 {
+            break r.body;
+        }
+        assert_eq!(r.code(), "session_owned_elsewhere", "{}", r.body);
+        assert!(
+            std::time::Instant::now() < deadline,
+            "B never got the session"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let b_events = body["events"].as_array().unwrap();
+    assert_eq!(b_events.last().unwrap()["event_type"], "done", "{body}");
+    assert!(
+        b_events.iter().all(|e| e["seq"].as_u64().unwrap() > a_done),
+        "B numbers above A's events: {body}"
+    );
+    // The stored stream has no duplicate seq and both runs' `done`.
+    let stored = b
+        .ok(
+            Method::GET,
+            &format!("/api/v1/sessions/{sid}/events?after_seq=0"),
+            key,
+            None,
+            200,
+        )
+        .await;
+    let stored = stored
+        .as_array()
+        .or_else(|| stored["events"].as_array())
+        .cloned()
+        .unwrap();
+    let seqs: Vec<u64> = stored.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+    let mut sorted = seqs.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    assert_eq!(seqs, sorted, "strictly increasing, no duplicates");
+    assert_eq!(
+        stored.iter().filter(|e| e["event_type"] == "done").count(),
+        2,
+        "one done per run"
+    );
+    assert_eq!(count(&runs_of(&a, key, &sid).await), 2);
+}
+
+/// The runs of a session, as listed by `ctx`.
+async fn runs_of(ctx: &crate::ctx::Ctx, key: &str, sid: &str) -> Value {
+    ctx.ok(
+        reqwest::Method::GET,
+        &format!("/api/v1/executions?session_id={sid}"),
+        key,
+        None,
+        200,
+    )
+    .await
+}
+
+/// Redis lost under a replica (issue 13, item 3), through a TCP relay the test controls: a run
+/// in flight finishes and its events are stored; readiness turns red with
+/// `coordination_unavailable`; a new run is refused 503 `coordination_unavailable` with
+/// `Retry-After`; when Redis answers again, readiness and new runs recover without a restart.
+pub async fn a_lost_redis_refuses_new_runs_and_recovers(db_url: &str) {
+    use crate::outage::{Link, Relay};
+    use crate::streaming::{new_session, next_json, send, until_done_or_hitl};
+    use agentry_fake_model::{DefaultReply, FakeReply};
+    use reqwest::Method;
+    use serde_json::json;
+    let redis = reqwest::Url::parse(&redis_url()).unwrap();
+    let relay = Relay::start(format!(
+        "{}:{}",
+        redis.host_str().unwrap(),
+        redis.port().unwrap_or(6379)
+    ))
+    .await;
+    let relayed = format!("redis://127.0.0.1:{}{}", relay.addr.port(), redis.path());
+    let prefix = crate::ctx::unique("cluster-outage");
+    let words: Vec<String> = (0..30).map(|i| format!("w{i}")).collect();
+    // A run of about 3 s: long enough to lose Redis under it.
+    let reply = DefaultReply::Always(
+        FakeReply::text(&words.join(" "))
+            .in_chunks(30)
+            .with_chunk_delay(Duration::from_millis(100)),
+    );
+    let (_fake, ctx) = crate::durability::start(
+        reply,
+        Some(db_url),
+        &[
+            ("AGENTRY_REDIS__URL", relayed.as_str()),
+            ("AGENTRY_REDIS__KEY_PREFIX", prefix.as_str()),
+            ("AGENTRY_CLUSTER__REPLICA_ID", "outage-a"),
+        ],
+    )
+    .await;
+    let t = ctx.tenant().await;
+    let key = t.member.key.as_str();
+    let (s1, s2) = (new_session(&ctx, key).await, new_session(&ctx, key).await);
+    let mut ws = crate::mcp::ws_connect(&ctx, key, &s1).await;
+    send(
+        &mut ws,
+        json!({"type": "chat", "payload": {"message": "long"}}),
+    )
+    .await;
+    loop {
+        if next_json(&mut ws).await["event_type"] == "text" {
+            break;
+        }
+    }
+
+    relay.set(Link::Refused).await;
+    let ready = |want: u16| {
+        let ctx = &ctx;
+        async move {
+            let deadline = std::time::Instant::now() + Duration::from_secs(15);
+            loop {
+                let r = ctx
+                    .call(Method::GET, "/api/v1/health/ready", None, None)
+                    .await;
+                if r.status == want {
+                    return r;
+                }
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "readiness stayed {} ({}) instead of {want}",
+                    r.status,
+                    r.body
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    let r = ready(503).await;
+    assert_eq!(r.code(), "coordination_unavailable", "{}", r.body);
+    assert_eq!(r.body["checks"]["redis"], "unreachable", "{}", r.body);
+    assert_eq!(r.body["checks"]["database"], "ok", "{}", r.body);
+    assert!(r.headers.contains_key("retry-after"));
+    // A new run: refused, nothing started.
+    let chat = json!({"message": "while Redis is away", "session_id": s2});
+    let r = ctx
+        .call(Method::POST, "/api/v1/chat", Some(key), Some(&chat))
+        .await;
+    assert_eq!(r.status, 503, "{}", r.body);
+    assert_eq!(r.code(), "coordination_unavailable", "{}", r.body);
+    assert!(r.headers.contains_key("retry-after"), "{:?}", r.headers);
+    // The run in flight finishes, and its `done` is stored.
+    let evs = until_done_or_hitl(&mut ws).await;
+    let done = evs.last().unwrap();
+    assert_eq!(done["event_type"], "done", "{evs:?}");
+    assert_eq!(done["data"]["status"], "completed", "{done}");
+    let stored = ctx
+        .ok(
+            Method::GET,
+            &format!("/api/v1/sessions/{s1}/events?after_seq=0"),
+            key,
+            None,
+            200,
+        )
+        .await;
+    let stored = stored
+        .as_array()
+        .or_else(|| stored["events"].as_array())
+        .cloned()
+        .unwrap();
+    assert!(
+        stored
+            .iter()
+            .any(|e| e["event_type"] == "done" && e["seq"] == done["seq"]),
+        "the run's done is stored"
+    );
+
+    // Redis back: ready again, and runs start, without a restart.
+    relay.set(Link::Up).await;
+    ready(200).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let r = ctx
+            .call(Method::POST, "/api/v1/chat", Some(key), Some(&chat))
+            .await;
+        if r.status == 200 {
+            assert_eq!(
+                r.body["events"].as_array().unwrap().last().unwrap()["event_type"],
+                "done"
+            );
+            break;
+        }
+        assert_eq!(r.code(), "coordination_unavailable", "{}", r.body);
+        assert!(
+            std::time::Instant::now() < deadline,
+            "runs never started again"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Cache invalidation over Redis (issue 13, item 7): with a key cache of ten minutes, a key
+/// revoked on replica A is refused on replica B within seconds, and so is a key of a tenant
+/// suspended on A: only the announcement over Redis can do that, not the cache's TTL.
+pub async fn changes_on_one_replica_reach_the_others_caches(db_url: &str) {
+    use crate::ctx::{ADMIN_KEY, Ctx};
+    use reqwest::Method;
+    use serde_json::json;
+    let redis = redis_url();
+    let prefix = crate::ctx::unique("cluster-changes");
+    let start = |id: &'static str| {
+        let (redis, prefix) = (redis.clone(), prefix.clone());
+        async move {
+            Ctx::start_with(
+                &[
+                    ("AGENTRY_REDIS__URL", redis.as_str()),
+                    ("AGENTRY_REDIS__KEY_PREFIX", prefix.as_str()),
+                    ("AGENTRY_CLUSTER__REPLICA_ID", id),
+                    ("AGENTRY_AUTH__CACHE_TTL_SECS", "600"),
+                ],
+                Some(db_url),
+            )
+            .await
+        }
+    };
+    let a = start("changes-a").await;
+    let b = start("changes-b").await;
+    let t = a.tenant().await;
+    // Both keys are cached on B.
+    for key in [&t.member.key, &t.member2.key] {
+        assert_eq!(me(&b, key).await.status, 200);
+    }
+    // Revoked on A: refused on B.
+    a.ok(
+        Method::DELETE,
+        &format!("/api/v1/tenant/api-keys/{}", t.member.key_id),
+        &t.admin.key,
+        None,
+        200,
+    )
+    .await;
+    let (r, took) = until(&b, &t.member.key, 401, "a revoked key").await;
+    assert_eq!(r.code(), "unauthorized");
+    eprintln!("a revocation on A reached B in {took:?}");
+    assert_eq!(me(&b, &t.member2.key).await.status, 200, "other keys stay");
+    // Suspended on A: refused on B.
+    a.ok(
+        Method::PATCH,
+        &format!("/api/v1/admin/tenants/{}", t.id),
+        ADMIN_KEY,
+        Some(json!({"status": "suspended"})),
+        200,
+    )
+    .await;
+    let (r, took) = until(&b, &t.member2.key, 403, "a suspended tenant").await;
+    assert_eq!(r.code(), "tenant_suspended");
+    eprintln!("a suspension on A reached B in {took:?}");
+}
+
+async fn me(ctx: &crate::ctx::Ctx, key: &str) -> crate::ctx::Resp {
+    ctx.call(reqwest::Method::GET, "/api/v1/me", Some(key), None)
+        .await
+}
+
+/// Call `/me` with `key` until it answers `want` (within 10 s): the answer and how long it took.
+async fn until(
+    ctx: &crate::ctx::Ctx,
+    key: &str,
+    want: u16,
+    what: &str,
+) -> (crate::ctx::Resp, Duration) {
+    let started = std::time::Instant::now();
+    loop {
+        let r = me(ctx, key).await;
+        if r.status == want {
+            return (r, started.elapsed());
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{what}: still {} on the other replica after 10 s ({})",
+            r.status,
+            r.body
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Fencing through the real binary (issue 13, item 2): replica A owns a session whose run waits
+/// for an approval; A is paused (`SIGSTOP`) past its session lease; replica B loads the session,
+/// claims it with a newer token and resumes the run from its checkpoint; A, continued
+/// (`SIGCONT`), finds its lease lost, and its late write (the end of its copy of the run) is
+/// refused and logged. The run ends once, on B.
+pub async fn a_paused_owner_loses_the_session_and_its_late_writes_are_refused(db_url: &str) {
+    use crate::ctx::Ctx;
+    use crate::streaming::{new_session, send, until_done_or_hitl};
+    use reqwest::Method;
+    use serde_json::json;
+    let redis = redis_url();
+    let prefix = crate::ctx::unique("cluster-fence");
+    let start = |id: &'static str| {
+        let (redis, prefix) = (redis.clone(), prefix.clone());
+        async move {
+            Ctx::start_with(
+                &[
+                    ("AGENTRY_REDIS__URL", redis.as_str()),
+                    ("AGENTRY_REDIS__KEY_PREFIX", prefix.as_str()),
+                    ("AGENTRY_CLUSTER__REPLICA_ID", id),
+                    ("AGENTRY_CLUSTER__SESSION_LEASE_TTL_SECS", "3"),
+                ],
+                Some(db_url),
+            )
+            .await
+        }
+    };
+    let a = start("fence-a").await;
+    let b = start("fence-b").await;
+    let t = a.tenant().await;
+    let key = t.member.key.as_str();
+    let sid = new_session(&a, key).await;
+    let mut ws_a = crate::mcp::ws_connect(&a, key, &sid).await;
+    let write = r#"/tool write_file {"file_path": "notes.txt", "content": "hi"}"#;
+    send(
+        &mut ws_a,
+        json!({"type": "chat", "payload": {"message": write}}),
+    )
+    .await;
+    let evs = until_done_or_hitl(&mut ws_a).await;
+    let hitl = evs.last().unwrap().clone();
+    assert_eq!(hitl["event_type"], "hitl_request", "{evs:?}");
+    let run_id = hitl["run_id"].as_str().unwrap().to_string();
+    let a_last = hitl["seq"].as_u64().unwrap();
+
+    // A stops answering past its lease (3 s).
+    let pid = a.server.child.id().unwrap().to_string();
+    let signal = |sig: &str| {
+        let status = std::process::Command::new("kill")
+            .args([sig, &pid])
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill {sig} {pid}");
+    };
+    signal("-STOP");
+    tokio::time::sleep(Duration::from_millis(4500)).await;
+
+    // B loads the session: it claims it and resumes the run, which asks again.
+    let req = crate::mcp::ws_request(&b, key, &sid, &format!("?after_seq={a_last}"));
+    let mut ws_b = tokio_tungstenite::connect_async(req).await.unwrap().0;
+    let evs = until_done_or_hitl(&mut ws_b).await;
+    let again = evs.last().unwrap().clone();
+    assert_eq!(again["event_type"], "hitl_request", "{evs:?}");
+    assert_eq!(again["run_id"], run_id.as_str(), "the same run, resumed");
+    assert!(again["seq"].as_u64().unwrap() > a_last);
+    let request = again["data"]["request_id"].as_str().unwrap().to_string();
+
+    // A continues: it finds its lease lost, and the write it then tries is refused, and logged.
+    signal("-CONT");
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let refused = a.server.log_lines(|v| {
+            v.to_string()
+                .contains("refused a write with a stale fencing token")
+        });
+        if !refused.is_empty() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "A's late write was not refused (or not logged) within 20 s"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        !a.server
+            .log_lines(|v| v.to_string().contains("lost the session's lease"))
+            .is_empty(),
+        "A logs that it lost the session"
+    );
+
+    // The run goes on and ends on B, once.
+    b.ok(
+        Method::POST,
+        &format!("/api/v1/sessions/{sid}/approvals/{request}"),
+        key,
+        Some(json!({"type": "approve"})),
+        200,
+    )
+    .await;
+    let evs = until_done_or_hitl(&mut ws_b).await;
+    let done = evs.last().unwrap();
+    assert_eq!(done["event_type"], "done", "{evs:?}");
+    assert_eq!(done["data"]["status"], "completed", "{done}");
+    let stored = b
+        .ok(
+            Method::GET,
+            &format!("/api/v1/sessions/{sid}/events?after_seq=0"),
+            key,
+            None,
+            200,
+        )
+        .await;
+    let stored = stored
+        .as_array()
+        .or_else(|| stored["events"].as_array())
+        .cloned()
+        .unwrap();
+    let seqs: Vec<u64> = stored.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+    let mut sorted = seqs.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    assert_eq!(seqs, sorted, "no seq twice");
+    let dones: Vec<&Value> = stored
+        .iter()
+        .filter(|e| e["event_type"] == "done")
+        .collect();
+    assert_eq!(dones.len(), 1, "exactly one done: {dones:?}");
+    assert_eq!(dones[0]["seq"], done["seq"]);
+    let run = b
+        .ok(
+            Method::GET,
+            &format!("/api/v1/executions/{run_id}"),
+            key,
+            None,
+            200,
+        )
+        .await;
+    assert_eq!(run["status"], "completed", "{run}");
+    drop(ws_a);
+}

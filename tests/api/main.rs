@@ -758,3 +758,43 @@ async fn replicas_share_mysql_and_redis_and_a_single_node_server_is_refused() {
     };
     cluster::replicas_share_the_database_and_exclude_single_node_servers(&url).await;
 }
+
+#[tokio::test]
+async fn a_session_live_on_one_replica_is_refused_on_another_postgres() {
+    let Some(url) = postgres_db("owned_elsewhere").await else {
+        return;
+    };
+    cluster::a_session_live_on_one_replica_is_refused_on_another(&url).await;
+}
+
+#[tokio::test]
+async fn a_lost_redis_refuses_new_runs_with_503_and_everything_recovers_postgres() {
+    let Some(url) = postgres_db("redis_outage").await else {
+        return;
+    };
+    cluster::a_lost_redis_refuses_new_runs_and_recovers(&url).await;
+}
+
+#[tokio::test]
+async fn a_session_live_on_one_replica_is_refused_on_another_mysql() {
+    let Some(url) = cluster::own_mysql("owned_elsewhere").await else {
+        return;
+    };
+    cluster::a_session_live_on_one_replica_is_refused_on_another(&url).await;
+}
+
+#[tokio::test]
+async fn a_key_revoked_or_tenant_suspended_on_one_replica_is_refused_on_another_at_once() {
+    let Some(url) = postgres_db("changes").await else {
+        return;
+    };
+    cluster::changes_on_one_replica_reach_the_others_caches(&url).await;
+}
+
+#[tokio::test]
+async fn a_paused_owner_loses_the_session_to_another_replica_and_its_late_writes_are_refused() {
+    let Some(url) = postgres_db("fence").await else {
+        return;
+    };
+    cluster::a_paused_owner_loses_the_session_and_its_late_writes_are_refused(&url).await;
+}

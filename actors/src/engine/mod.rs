@@ -67,6 +67,9 @@ pub struct RunInput {
     pub resume: Option<RunCheckpoint>,
     /// The tenant's MCP pool.
     pub mcp: Option<actix::Addr<crate::mcp_pool::McpPoolActor>>,
+    /// Cluster mode: the fencing token of this replica's lease on the session; every write of
+    /// the run carries it. `None` on a single-node server.
+    pub fence: Option<i64>,
 }
 
 /// How a run ended; the session turns it into the `done` event and the execution row.
@@ -141,7 +144,13 @@ pub async fn run_agent(
     let started = Instant::now();
     let scope = input.tenant.scope();
     let mut agent = Agent {
-        recorder: RunRecorder::new(deps.db.clone(), scope, input.session_id, input.run_id),
+        recorder: RunRecorder::new(
+            deps.db.clone(),
+            scope,
+            input.session_id,
+            input.run_id,
+            input.fence,
+        ),
         state: RunState::Reason,
         resume_at: Vec::new(),
         asked_human: Arc::default(),

@@ -66,6 +66,9 @@ pub struct RunRecorder {
     status: Option<(ExecutionStatus, SessionState)>,
     /// Checkpoints this run wrote, so the end prunes only when there are more than it keeps.
     checkpoints: u64,
+    /// Cluster mode: the fencing token every transaction checks first
+    /// ([`sessions::fence`]), so a replica that lost the session's lease writes nothing.
+    fence: Option<i64>,
 }
 
 impl RunRecorder {
@@ -74,6 +77,7 @@ impl RunRecorder {
         scope: TenantScope,
         session_id: SessionId,
         run_id: RunId,
+        fence: Option<i64>,
     ) -> Self {
         RunRecorder {
             db,
@@ -83,6 +87,15 @@ impl RunRecorder {
             waiting: StepRows::default(),
             status: None,
             checkpoints: 0,
+            fence,
+        }
+    }
+
+    /// The first statement of each of the run's transactions in cluster mode.
+    async fn check_fence(&self, txn: &impl sea_orm::ConnectionTrait) -> Result<(), StoreError> {
+        match self.fence {
+            Some(token) => sessions::fence(txn, &self.scope, self.session_id, token).await,
+            None => Ok(()),
         }
     }
 
@@ -90,6 +103,7 @@ impl RunRecorder {
     /// `reserve_seq`, in one transaction.
     pub async fn start(&self, rows: StartRows, reserve_seq: u64) -> Result<(), StoreError> {
         let txn = self.db.begin().await?;
+        self.check_fence(&txn).await?;
         let message = match rows {
             StartRows::Fresh(new) => {
                 let input = new.input.clone();
@@ -149,6 +163,7 @@ impl RunRecorder {
     /// there is one. On failure nothing is written and the rows keep waiting (for the end).
     pub async fn commit_step(&mut self, cp: &RunCheckpoint) -> Result<(), StoreError> {
         let txn = self.db.begin().await?;
+        self.check_fence(&txn).await?;
         let rows = self.waiting.clone();
         messages::save_many(&txn, &self.scope, self.session_id, rows.messages).await?;
         tool_calls::insert_many(&txn, &self.scope, rows.tool_calls).await?;

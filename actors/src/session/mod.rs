@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 use agentry_schema::error::ErrorCode;
 use agentry_schema::events::{DoneData, DoneStatus, EventPayload, ExecutionEvent};
-use agentry_schema::ids::{ApprovalId, AssistantId, RunId, UserId};
+use agentry_schema::ids::{ApprovalId, AssistantId, RunId, SessionId, UserId};
 use agentry_store::approvals;
 use agentry_store::assistants::{self, Assistant, AssistantSpec};
 use agentry_store::checkpoints;
@@ -323,6 +323,63 @@ pub struct SessionActor {
     recovered: bool,
     /// Giving back its unused event numbers before it leaves.
     leaving: bool,
+    /// Cluster mode: this replica's lease on the session, held while it runs one of its runs
+    /// (and renewed every third of its TTL); see [`claim`].
+    lease: Option<Lease>,
+    /// Cluster mode: the fencing token of the latest lease this actor held. Its writes carry
+    /// it, so once another replica took the session over they are refused.
+    fence: Option<i64>,
+}
+
+/// This replica's lease on the session (cluster mode).
+#[derive(Debug, Clone, Copy)]
+struct Lease {
+    token: i64,
+    renewing: bool,
+}
+
+/// A lease just claimed: its token, and (when it was not this replica's already) the session's
+/// event floor read after the claim, since another replica may have numbered events meanwhile.
+#[derive(Debug, Clone, Copy)]
+struct Claimed {
+    token: i64,
+    floor: Option<u64>,
+}
+
+/// Cluster mode: own the session's live run, or learn that another replica does. Fails fast
+/// while Redis does not answer: no run starts without an owner.
+async fn claim(
+    deps: &EngineDeps,
+    coordination: &agentry_store::coordination::Coordination,
+    scope: &TenantScope,
+    session_id: SessionId,
+) -> Result<Claimed, EngineError> {
+    use agentry_store::coordination::SessionClaim;
+    if !coordination.reachable() {
+        return Err(EngineError::CoordinationUnavailable);
+    }
+    let stored = sessions::fence_of(&deps.db, scope, session_id).await?;
+    match coordination
+        .claim_session(
+            &session_id.to_string(),
+            stored,
+            deps.config.session_lease_ttl,
+        )
+        .await?
+    {
+        SessionClaim::Owned { token, fresh } => {
+            let floor = if fresh {
+                Some(sessions::seq_floor(&deps.db, scope, session_id).await?)
+            } else {
+                None
+            };
+            Ok(Claimed { token, floor })
+        }
+        SessionClaim::Elsewhere { owner, expires_in } => Err(EngineError::SessionOwnedElsewhere {
+            owner,
+            retry_after: expires_in.max(Duration::from_secs(1)),
+        }),
+    }
 }
 
 impl SessionActor {
@@ -369,6 +426,8 @@ impl SessionActor {
             residency,
             recovered: false,
             leaving: false,
+            lease: None,
+            fence: None,
         }
     }
 
@@ -484,6 +543,100 @@ impl SessionActor {
         self.run_spans.shrink_to_fit();
     }
 
+    /// A lease claimed for a run (or a recovery): hold it, and number events above whatever
+    /// another replica numbered while it held the session.
+    fn took_lease(&mut self, claimed: Option<Claimed>) {
+        let Some(c) = claimed else { return };
+        self.lease = Some(Lease {
+            token: c.token,
+            renewing: false,
+        });
+        self.fence = Some(c.token);
+        if let Some(floor) = c.floor
+            && floor >= self.log.next_seq
+        {
+            self.log.next_seq = floor + 1;
+        }
+    }
+
+    /// The session has nothing to run here any more: give the lease back, after the unused
+    /// event numbers (so the next owner, here or elsewhere, numbers on without a gap).
+    fn release_lease(&mut self) {
+        let Some(lease) = self.lease.take() else {
+            return;
+        };
+        let Some(coordination) = self.deps.coordination.clone() else {
+            return;
+        };
+        let last = self.log.last_seq();
+        let all_stored = self.log.held.is_empty() && self.log.persisted_upto >= last;
+        let reserved = self.log.reserved;
+        if all_stored {
+            // Lowering what this actor believes reserved is always safe: it reserves again
+            // before it sends above it.
+            self.log.reserved = self.log.reserved.min(last);
+        }
+        let (db, scope, sid) = (self.deps.db.clone(), self.scope, self.session.id);
+        self.deps.runtime.spawn(async move {
+            if all_stored
+                && let Err(e) = sessions::release_seq(&db, &scope, sid, reserved, last).await
+            {
+                tracing::debug!(error = %e, "giving back unused event numbers failed");
+            }
+            if let Err(e) = coordination
+                .release_session(&sid.to_string(), lease.token)
+                .await
+            {
+                tracing::warn!(error = %e, session_id = %sid, "releasing the session's lease failed; it expires by itself");
+            }
+        });
+    }
+
+    /// Renew the lease while a run holds it. Lost (it expired and another replica claimed the
+    /// session): the run here stops, and its late writes are refused by their fencing token.
+    fn renew_lease(&mut self, ctx: &mut Context<Self>) {
+        let Some(coordination) = self.deps.coordination.clone() else {
+            return;
+        };
+        let Some(lease) = self.lease.as_mut().filter(|l| !l.renewing) else {
+            return;
+        };
+        lease.renewing = true;
+        let token = lease.token;
+        let sid = self.session.id;
+        let ttl = self.deps.config.session_lease_ttl;
+        let fut = async move {
+            coordination
+                .renew_session(&sid.to_string(), token, ttl)
+                .await
+        };
+        ctx.spawn(fut.into_actor(self).map(move |res, act, _ctx| {
+            let Some(lease) = act.lease.as_mut().filter(|l| l.token == token) else {
+                return;
+            };
+            lease.renewing = false;
+            match res {
+                Ok(true) => {}
+                Ok(false) => {
+                    tracing::error!(
+                        session_id = %sid,
+                        token,
+                        "this replica lost the session's lease (not renewed in time; another replica took the session): its run here stops, and its late writes are refused"
+                    );
+                    act.lease = None;
+                    if let Some(run) = &act.run {
+                        run.cancel.cancel();
+                    }
+                }
+                Err(e) => tracing::warn!(
+                    error = %e,
+                    session_id = %sid,
+                    "renewing the session's lease failed; the run goes on and tries again"
+                ),
+            }
+        }));
+    }
+
     fn busy(&self) -> bool {
         self.run.is_some() || !self.queue.is_empty() || !self.unrecorded.is_empty()
     }
@@ -571,15 +724,24 @@ impl SessionActor {
         let db = self.deps.db.clone();
         let scope = self.scope;
         let sid = self.session.id;
+        let fence = self.fence;
         let fut = async move {
             // Idempotent: a run's end record may have stored some of these already.
-            let res = store_events::append_missing(&db, &scope, sid, &batch).await;
+            let res = store_events::append_missing_fenced(&db, &scope, sid, &batch, fence).await;
             (res, batch)
         };
         ctx.spawn(fut.into_actor(self).map(|(res, batch), act, ctx| {
             act.log.flushing = false;
             match res {
                 Ok(()) => {
+                    if let Some(last) = batch.last() {
+                        act.log.persisted_upto = act.log.persisted_upto.max(last.seq);
+                    }
+                    act.log.evict();
+                }
+                // A newer owner of the session wrote: these events of this replica's lost run
+                // are not stored (the refusal is logged); the new owner's stream is the one.
+                Err(agentry_store::StoreError::Fenced { .. }) => {
                     if let Some(last) = batch.last() {
                         act.log.persisted_upto = act.log.persisted_upto.max(last.seq);
                     }
@@ -687,34 +849,54 @@ impl SessionActor {
         let quota = self.quota.clone();
         let mcp = self.mcp.clone();
         let resuming = matches!(start, RunStart::Resume(_));
-        let reserve = self.log.next_seq + SEQ_BLOCK;
+        let base = self.log.next_seq;
+        let coordination = self.deps.coordination.clone();
+        let scope = self.scope;
         self.log.reserving = true;
         let fut = async move {
-            match quota.send(AcquireRun).await {
-                Ok(Ok(())) => {}
-                Ok(Err(r)) if !resuming => {
-                    crate::metrics::record_quota_rejection(r.quota);
-                    return Err(EngineError::Quota {
-                        quota: r.quota,
-                        limit: r.limit,
-                        retry_after: r.retry_after,
-                    });
+            // Cluster mode: the run needs the session's lease first (before a quota slot).
+            let claimed = match &coordination {
+                Some(c) => match claim(&deps, c, &scope, session.id).await {
+                    Ok(claimed) => Some(claimed),
+                    Err(e) => return (Err(e), None, 0),
+                },
+                None => None,
+            };
+            let base = claimed
+                .and_then(|c| c.floor)
+                .map_or(base, |floor| base.max(floor + 1));
+            let reserve = base + SEQ_BLOCK;
+            let fence = claimed.map(|c| c.token);
+            let res = async {
+                match quota.send(AcquireRun).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(r)) if !resuming => {
+                        crate::metrics::record_quota_rejection(r.quota);
+                        return Err(EngineError::Quota {
+                            quota: r.quota,
+                            limit: r.limit,
+                            retry_after: r.retry_after,
+                        });
+                    }
+                    // A run interrupted by a restart goes on even over the limit.
+                    Ok(Err(_)) => {}
+                    Err(_) => return Err(EngineError::Unavailable),
                 }
-                // A run interrupted by a restart goes on even over the limit.
-                Ok(Err(_)) => {}
-                Err(_) => return Err(EngineError::Unavailable),
+                // From here the slot is given back however this ends, even if this future is
+                // dropped (the actor stopped or panicked).
+                let slot = RunSlot { quota, tokens: 0 };
+                prepare_run(
+                    &deps, tenant, kept, &session, run_id, &user, start, mcp, reserve, fence,
+                )
+                .await
+                .map(|p| (slot, p))
             }
-            // From here the slot is given back however this ends, even if this future is
-            // dropped (the actor stopped or panicked).
-            let slot = RunSlot { quota, tokens: 0 };
-            prepare_run(
-                &deps, tenant, kept, &session, run_id, &user, start, mcp, reserve,
-            )
-            .await
-            .map(|p| (slot, p))
+            .await;
+            (res, claimed, reserve)
         }
         .instrument(span);
-        ctx.spawn(fut.into_actor(self).map(move |res, act, ctx| {
+        ctx.spawn(fut.into_actor(self).map(move |(res, claimed, reserve), act, ctx| {
+            act.took_lease(claimed);
             let still_ours = act.run.as_ref().is_some_and(|r| r.run_id == run_id);
             // The run start reserved the next block of event numbers with its session write.
             act.on_reserved(res.is_ok().then_some(reserve));
@@ -766,6 +948,17 @@ impl SessionActor {
                     match reply {
                         Some(tx) => {
                             let _ = tx.send(Err(e));
+                        }
+                        // Another replica owns the session (or Redis cannot say who does): the
+                        // run is not this replica's to end; its owner carries it on.
+                        None if matches!(
+                            e,
+                            EngineError::SessionOwnedElsewhere { .. }
+                                | EngineError::CoordinationUnavailable
+                        ) =>
+                        {
+                            tracing::info!(%run_id, session_id = %act.session.id, error = %e, "not resuming a run this replica does not own");
+                            return;
                         }
                         None => {
                             // A queued or resumed run that cannot start still ends with done.
@@ -861,6 +1054,7 @@ impl SessionActor {
                 act.run = None;
             }
             if act.shutting_down {
+                act.release_lease();
                 act.stop_on_purpose(ctx);
             } else {
                 act.start_next(ctx);
@@ -923,6 +1117,7 @@ impl SessionActor {
             messages: outcome.rows.messages.clone(),
             tool_calls: outcome.rows.tool_calls.clone(),
             cancel_approvals: asked,
+            fence: self.fence,
         };
         // Checkpoints are pruned only past what a run keeps (a short run never gets there); a
         // resumed run's count is unknown, so it prunes.
@@ -957,6 +1152,19 @@ impl SessionActor {
                         tracing::warn!(error = %e, %run_id, "pruning checkpoints failed");
                     }
                 });
+            }
+            Err(e @ agentry_store::StoreError::Fenced { .. }) => {
+                // Another replica took the session over (this one lost its lease) and carries
+                // the run on from its checkpoint: nothing of this end may be written, and the
+                // run's one `done` is the new owner's.
+                tracing::error!(error = %e, %run_id, "the end of a run was refused: another replica owns the session now");
+                act.lease = None;
+                let stale = act.log.not_stored();
+                if let Some(last) = stale.last() {
+                    act.stored_upto(last.seq);
+                }
+                act.log.held.clear();
+                then(act, ctx, DoneStatus::Interrupted, outcome.usage);
             }
             Err(e) => {
                 tracing::error!(error = %e, %run_id, "recording the end of a run failed; it ends as failed and is recorded once the database is back");
@@ -995,6 +1203,7 @@ impl SessionActor {
                     messages: outcome.rows.messages,
                     tool_calls: outcome.rows.tool_calls,
                     cancel_approvals: true,
+                    fence: act.fence,
                 };
                 // Journaled, the events are safe to send: the next start stores them with the
                 // same numbers before anything else is numbered.
@@ -1057,12 +1266,16 @@ impl SessionActor {
     }
 
     fn start_next(&mut self, ctx: &mut Context<Self>) {
-        if self.run.is_some() || self.shutting_down {
+        if self.run.is_some() {
             return;
         }
-        if let Some(q) = self.queue.pop_front() {
+        if !self.shutting_down
+            && let Some(q) = self.queue.pop_front()
+        {
             self.start_run(ctx, q.run_id, q.user, RunStart::Queued, 0, None);
+            return;
         }
+        self.release_lease();
     }
 
     fn close_approvals(&mut self, run_id: Option<RunId>) {
@@ -1195,6 +1408,8 @@ impl SessionActor {
             };
             act.log = EventLog::new(rec.seq_floor, act.deps.config.event_ring);
             act.recovered = true;
+            // Its floor was read after the claim already.
+            act.took_lease(rec.lease.map(|l| Claimed { floor: None, ..l }));
             for (run_id, user) in rec.queued {
                 act.queue.push_back(QueuedRun { run_id, user });
             }
@@ -1248,6 +1463,8 @@ struct Recovery {
     seq_floor: u64,
     active: Option<(RunId, UserScope, Option<RunCheckpoint>)>,
     queued: Vec<(RunId, UserScope)>,
+    /// Cluster mode: the lease claimed to pick up the unfinished run.
+    lease: Option<Claimed>,
 }
 
 async fn user_scope(deps: &EngineDeps, scope: &TenantScope, user_id: UserId) -> UserScope {
@@ -1269,9 +1486,31 @@ async fn load_recovery(
     scope: &TenantScope,
     session: &Session,
 ) -> agentry_store::Result<Recovery> {
+    let unfinished = executions::active_for_session(&deps.db, scope, session.id).await?;
+    // Cluster mode: an unfinished run is touched only by the replica that owns the session. One
+    // live elsewhere (or a Redis that cannot say) is left alone: its owner carries it on.
+    let mut lease = None;
+    if unfinished.is_some()
+        && let Some(c) = &deps.coordination
+    {
+        match claim(deps, c, scope, session.id).await {
+            Ok(claimed) => lease = Some(claimed),
+            Err(e) => {
+                tracing::info!(session_id = %session.id, error = %e, "leaving the session's unfinished run to its owner");
+                return Ok(Recovery {
+                    seq_floor: sessions::seq_floor(&deps.db, scope, session.id).await?,
+                    active: None,
+                    queued: Vec::new(),
+                    lease: None,
+                });
+            }
+        }
+    }
+    let fence = lease.map(|l| l.token);
+    // Read after the claim: the floor includes whatever the previous owner numbered.
     let seq_floor = sessions::seq_floor(&deps.db, scope, session.id).await?;
     let mut active = None;
-    if let Some(exec) = executions::active_for_session(&deps.db, scope, session.id).await? {
+    if let Some(exec) = unfinished {
         if let Some(done) = store_events::done_of_run(&deps.db, scope, exec.id).await? {
             // Its stream already ended it: record the status that `done` told, never run it
             // again.
@@ -1293,6 +1532,7 @@ async fn load_recovery(
                     messages: Vec::new(),
                     tool_calls: Vec::new(),
                     cancel_approvals: true,
+                    fence,
                 },
             )
             .await?;
@@ -1316,6 +1556,7 @@ async fn load_recovery(
         seq_floor,
         active,
         queued,
+        lease,
     })
 }
 
@@ -1349,7 +1590,7 @@ pub(crate) async fn assistant_exists(
     load_assistant(deps, scope, id).await.map(|_| ())
 }
 
-#[allow(clippy::too_many_arguments)] // the run's identity, how it starts, and its reservation
+#[allow(clippy::too_many_arguments)] // the run's identity, how it starts, its reservation and fence
 /// Write what must be stored before a run starts (DESIGN §1.5: an acknowledged message is in the
 /// database), in one transaction ([`RunRecorder::start`]), and build the loop's input. The
 /// tenant is the one the session holds (kept current by its supervisor), and the assistant the
@@ -1364,6 +1605,7 @@ async fn prepare_run(
     start: RunStart,
     mcp: Option<Addr<crate::mcp_pool::McpPoolActor>>,
     reserve_seq: u64,
+    fence: Option<i64>,
 ) -> Result<PreparedRun, EngineError> {
     let scope = &tenant.scope();
     let (assistant, assistant_loaded) = match kept {
@@ -1373,7 +1615,7 @@ async fn prepare_run(
             Instant::now(),
         ),
     };
-    let recorder = RunRecorder::new(deps.db.clone(), *scope, session.id, run_id);
+    let recorder = RunRecorder::new(deps.db.clone(), *scope, session.id, run_id, fence);
     let mut notice = None;
     let (rows, resume) = match start {
         RunStart::Fresh { message } => (
@@ -1421,6 +1663,7 @@ async fn prepare_run(
             auto_approve,
             resume,
             mcp,
+            fence,
         },
         notice,
         assistant_loaded,
@@ -1517,6 +1760,11 @@ impl Actor for SessionActor {
             act.retry_unrecorded(ctx);
             act.trim_if_unwatched();
         });
+        if self.deps.coordination.is_some() {
+            ctx.run_interval(self.deps.config.session_lease_ttl / 3, |act, ctx| {
+                act.renew_lease(ctx);
+            });
+        }
         let timeout = self.deps.config.session_timeout;
         let check = (timeout / 4).clamp(Duration::from_millis(50), Duration::from_secs(30));
         ctx.run_interval(check, move |act, ctx| {
@@ -1570,13 +1818,26 @@ impl SessionActor {
         let db = self.deps.db.clone();
         let scope = self.scope;
         let sid = self.session.id;
+        let fence = self.fence;
+        // Stopping with a run still going (shutdown): its lease goes, so another replica can
+        // resume it from its checkpoint without waiting for the TTL. A crashed actor keeps it:
+        // the fresh one started here at once takes it back as this replica's.
+        if let (false, Some(lease), Some(c)) =
+            (crashed, self.lease.take(), self.deps.coordination.clone())
+        {
+            self.deps.runtime.spawn(async move {
+                let _ = c.release_session(&sid.to_string(), lease.token).await;
+            });
+        }
         self.deps.runtime.spawn(async move {
             for end in &unrecorded {
                 if let Err(e) = executions::record_end(&db, &scope, end).await {
                     tracing::warn!(error = %e, run_id = %end.run_id, "the end of a run is still unrecorded; the next start records it from the journal");
                 }
             }
-            if let Err(e) = store_events::append_missing(&db, &scope, sid, &batch).await {
+            if let Err(e) =
+                store_events::append_missing_fenced(&db, &scope, sid, &batch, fence).await
+            {
                 tracing::warn!(error = %e, "storing the last events of a session failed");
                 return;
             }

@@ -18,6 +18,9 @@ pub struct Model {
     /// The highest event `seq` the session may have sent: a restarted session numbers its
     /// events above it (and above the stored ones), so no sent `seq` names another event.
     pub seq_reserved: i64,
+    /// Cluster mode: the highest fencing token that wrote for the session (0: none). A write
+    /// with a lower token is refused (`agentry_store::sessions::fence`).
+    pub fence: i64,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

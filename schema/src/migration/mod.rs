@@ -9,6 +9,7 @@ mod m20261125_000010_tenant_policy;
 mod m20261125_000020_durable_runs;
 mod m20261125_000030_platform_admin_key;
 mod m20261125_000100_server_leases;
+mod m20261125_000110_session_fence;
 
 pub struct Migrator;
 
@@ -21,6 +22,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261125_000020_durable_runs::Migration),
             Box::new(m20261125_000030_platform_admin_key::Migration),
             Box::new(m20261125_000100_server_leases::Migration),
+            Box::new(m20261125_000110_session_fence::Migration),
         ]
     }
 }

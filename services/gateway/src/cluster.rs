@@ -59,23 +59,6 @@ impl Cluster {
         }
     }
 
-    /// The other replicas whose leases are live now (cluster mode; empty in single-node mode).
-    pub async fn other_live_replicas(
-        &self,
-        db: &DatabaseConnection,
-    ) -> anyhow::Result<Vec<server_lease::LeaseHeld>> {
-        if !self.is_cluster() {
-            return Ok(Vec::new());
-        }
-        let mine = self.holder.lease_name();
-        Ok(server_lease::live(db, &PlatformScope::new())
-            .await
-            .context("listing the live replicas")?
-            .into_iter()
-            .filter(|l| l.name != mine)
-            .collect())
-    }
-
     /// Renew the lease every third of its TTL for as long as the process runs; exit if another
     /// server took it over.
     fn spawn_heartbeat(self: &Arc<Self>, db: DatabaseConnection) {

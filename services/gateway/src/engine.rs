@@ -179,6 +179,7 @@ pub fn build(
                 user_http_guard: Arc::new(GuardedResolver::new(&settings.tools)),
                 ..McpPoolConfig::default()
             },
+            session_lease_ttl: Duration::from_secs(settings.cluster.session_lease_ttl_secs),
             ..EngineConfig::default()
         },
         runtime: engine_runtime()?,
@@ -229,6 +230,15 @@ impl From<EngineError> for ApiError {
             .with_retry_after(1),
             EngineError::DatabaseUnavailable => ApiError::database_unavailable(),
             EngineError::ShuttingDown => ApiError::new(e.code(), e.to_string()).with_retry_after(5),
+            EngineError::SessionOwnedElsewhere { retry_after, .. } => {
+                let secs = retry_after.as_secs().max(1);
+                ApiError::new(e.code(), e.to_string())
+                    .with_details(e.details())
+                    .with_retry_after(secs)
+            }
+            EngineError::CoordinationUnavailable => ApiError::new(e.code(), e.to_string())
+                .with_details(e.details())
+                .with_retry_after(agentry_actors::error::COORDINATION_RETRY_AFTER_SECS),
             EngineError::Internal(msg) => ApiError::internal("engine", msg),
             EngineError::NotFound(what) => ApiError::not_found(what),
             other => ApiError::new(other.code(), other.to_string()).with_details(other.details()),

@@ -256,6 +256,9 @@ pub struct ClusterSettings {
     /// The database lease (one single-node server per database; one row per replica): renewed
     /// every third of this; a holder silent this long counts as dead and is taken over.
     pub database_lease_ttl_secs: u64,
+    /// How long a replica's lease on a session's live run lasts unless renewed (every third of
+    /// this). A replica that stalls longer loses the session, and its late writes are refused.
+    pub session_lease_ttl_secs: u64,
 }
 
 impl Default for ClusterSettings {
@@ -263,6 +266,7 @@ impl Default for ClusterSettings {
         ClusterSettings {
             replica_id: String::new(),
             database_lease_ttl_secs: 15,
+            session_lease_ttl_secs: 10,
         }
     }
 }
@@ -748,6 +752,9 @@ impl Settings {
         }
         if self.cluster.database_lease_ttl_secs < 3 {
             return bad("cluster.database_lease_ttl_secs", "must be at least 3");
+        }
+        if self.cluster.session_lease_ttl_secs < 3 {
+            return bad("cluster.session_lease_ttl_secs", "must be at least 3");
         }
         let admin = self.auth.admin_key.expose();
         if !admin.is_empty() && admin.len() < 16 {

@@ -246,22 +246,11 @@ impl Application {
             .await
             .context("recording the run ends the previous process journaled")?;
         // Runs a previous process left unfinished resume from their checkpoints (or end as
-        // interrupted) in the background; the server answers meanwhile. In cluster mode only
-        // when no other replica is live: their unfinished runs are theirs, and taking over a
-        // dead replica's sessions is not built yet (docs/operations.md, "Running N replicas").
-        let others = cluster.other_live_replicas(&db).await?;
-        if !others.is_empty() {
-            tracing::info!(
-                replicas = %others.iter().map(|l| l.replica_id.as_str()).collect::<Vec<_>>().join(", "),
-                "other replicas are live: unfinished runs are left to them, not recovered here"
-            );
-        }
+        // interrupted) in the background; the server answers meanwhile. In cluster mode each
+        // session's actor first claims the session's lease: a run live on another replica is
+        // left to it, one whose owner died (its lease expired) is resumed here.
         let recovering = parts.engine.clone();
-        let recover = others.is_empty();
         actix_web::rt::spawn(async move {
-            if !recover {
-                return;
-            }
             match recovering.recover().await {
                 Ok(0) => {}
                 Ok(n) => tracing::info!(sessions = n, "recovered unfinished runs"),
@@ -303,6 +292,8 @@ impl Application {
             started: Instant::now(),
             metrics,
         });
+        // Other replicas' changes drop what this one cached of them (cluster mode).
+        crate::invalidate::spawn_listener(state.clone());
         let mut server = HttpServer::new(move || {
             // Middleware runs outermost-last: request id → OpenAI error shape (`/v1/` only) →
             // JSON errors → metrics → CORS → auth.

@@ -253,8 +253,10 @@ async fn apply_tenant_update(
 ) -> ApiResult<Tenant> {
     let updated = tenants::update(&state.db, &admin.scope(), id, change).await?;
     // A suspension, a reactivation or new quotas apply to cached keys at once, and to the live
-    // actors (a suspended tenant's sessions stop; new quotas apply to the next admission).
+    // actors (a suspended tenant's sessions stop; new quotas apply to the next admission), here
+    // and on the other replicas.
     state.auth.forget_tenant(id);
+    crate::invalidate::announce(state, crate::invalidate::Change::Tenant { tenant_id: id });
     if let Err(e) = state.engine.tenant_changed(&updated).await {
         tracing::warn!(error = %e, "telling the engine about the tenant change failed");
     }
@@ -338,6 +340,7 @@ pub async fn delete_tenant(state: &AppState, admin: &PlatformAdmin, id: TenantId
         return Err(ApiError::not_found(format!("tenant {id}")));
     }
     state.auth.forget_tenant(id);
+    crate::invalidate::announce(state, crate::invalidate::Change::Tenant { tenant_id: id });
     if let Err(e) = state.engine.tenant_deleted(id).await {
         tracing::warn!(error = %e, "stopping the deleted tenant's actors failed");
     }
@@ -427,6 +430,12 @@ pub async fn update_user(
 ) -> ApiResult<User> {
     let updated = update_user_stored(&state.db, scope, actor, id, req).await?;
     state.auth.forget_tenant(scope.tenant_id());
+    crate::invalidate::announce(
+        state,
+        crate::invalidate::Change::Users {
+            tenant_id: scope.tenant_id(),
+        },
+    );
     Ok(updated)
 }
 
@@ -462,6 +471,12 @@ pub async fn delete_user(
         return Err(ApiError::not_found(format!("user {id}")));
     }
     state.auth.forget_tenant(scope.tenant_id());
+    crate::invalidate::announce(
+        state,
+        crate::invalidate::Change::Users {
+            tenant_id: scope.tenant_id(),
+        },
+    );
     if let Err(e) = state.engine.remove_user_files(scope.tenant_id(), id).await {
         tracing::error!(error = %e, "removing the deleted user's workspace failed");
     }
@@ -548,6 +563,13 @@ pub async fn key(db: &DatabaseConnection, scope: &TenantScope, id: ApiKeyId) -> 
 pub async fn revoke_key(state: &AppState, scope: &TenantScope, id: ApiKeyId) -> ApiResult<ApiKey> {
     let key = revoke_key_stored(&state.db, scope, id).await?;
     state.auth.forget_key(id);
+    crate::invalidate::announce(
+        state,
+        crate::invalidate::Change::Key {
+            tenant_id: scope.tenant_id(),
+            key_id: id,
+        },
+    );
     Ok(key)
 }
 

@@ -7,8 +7,8 @@
 //! the last verdict of a background ping, for the readiness probe and for refusing new work
 //! at once.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -201,5 +201,182 @@ impl Coordination {
                 tokio::time::sleep(PROBE_INTERVAL).await;
             }
         });
+    }
+}
+
+/// Who owns a session's live run, as [`Coordination::claim_session`] found it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SessionClaim {
+    /// This replica owns it, with this fencing token (the same one while it keeps the lease).
+    Owned { token: i64, fresh: bool },
+    /// Another replica does, for at most `expires_in` more unless it renews.
+    Elsewhere { owner: String, expires_in: Duration },
+}
+
+/// Take the session's lease unless another replica holds it. KEYS: the lease, the session's
+/// token counter. ARGV: this replica's id, the TTL in ms, the lowest token the database allows
+/// (the session's stored fence: a Redis that lost its data must not hand out an older token).
+/// The lease's value is `<replica id>|<token>`; replica ids never contain `|`.
+const CLAIM: &str = r"
+local cur = redis.call('GET', KEYS[1])
+if cur then
+  local sep = string.find(cur, '|', 1, true)
+  local owner = string.sub(cur, 1, sep - 1)
+  local tok = string.sub(cur, sep + 1)
+  if owner == ARGV[1] then
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    return {1, tok, owner, 0, 0}
+  end
+  return {0, tok, owner, redis.call('PTTL', KEYS[1]), 0}
+end
+local tok = redis.call('INCR', KEYS[2])
+local floor = tonumber(ARGV[3])
+if tok <= floor then
+  tok = floor + 1
+  redis.call('SET', KEYS[2], tok)
+end
+redis.call('SET', KEYS[1], ARGV[1] .. '|' .. tok, 'PX', ARGV[2])
+return {1, tostring(tok), ARGV[1], 0, 1}
+";
+
+/// Renew the lease if this replica still holds it with this token. A lease Redis lost (a
+/// restart, an eviction) is taken back, unless a newer token was handed out meanwhile.
+/// KEYS: the lease, the counter. ARGV: `<replica id>|<token>`, the TTL in ms, the token.
+const RENEW: &str = r"
+local cur = redis.call('GET', KEYS[1])
+if cur == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+if not cur then
+  local issued = tonumber(redis.call('GET', KEYS[2]) or '0')
+  if issued <= tonumber(ARGV[3]) then
+    redis.call('SET', KEYS[2], ARGV[3])
+    redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+    return 1
+  end
+end
+return 0
+";
+
+/// Give the lease up if it is still this replica's with this token.
+const RELEASE: &str = r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+return 0
+";
+
+static CLAIM_SCRIPT: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(CLAIM));
+static RENEW_SCRIPT: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(RENEW));
+static RELEASE_SCRIPT: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(RELEASE));
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+impl Coordination {
+    fn session_keys(&self, session: &str) -> (String, String) {
+        (
+            self.key(&format!("session:{session}:owner")),
+            self.key(&format!("session:{session}:token")),
+        )
+    }
+
+    /// Own the session's live run for `ttl` (renew with [`Coordination::renew_session`]), or
+    /// learn which replica does. `min_token`: the session's fence in the database.
+    pub async fn claim_session(
+        &self,
+        session: &str,
+        min_token: i64,
+        ttl: Duration,
+    ) -> Result<SessionClaim, CoordinationError> {
+        let (lease, counter) = self.session_keys(session);
+        let mut conn = self.redis.clone();
+        let (owned, token, owner, pttl, fresh): (i64, String, String, i64, i64) = CLAIM_SCRIPT
+            .key(lease)
+            .key(counter)
+            .arg(&*self.replica_id)
+            .arg(ms(ttl))
+            .arg(min_token)
+            .invoke_async(&mut conn)
+            .await?;
+        let token: i64 = token
+            .parse()
+            .map_err(|_| CoordinationError::Refused(format!("a session lease holds {token:?}")))?;
+        Ok(if owned == 1 {
+            SessionClaim::Owned {
+                token,
+                fresh: fresh == 1,
+            }
+        } else {
+            SessionClaim::Elsewhere {
+                owner,
+                expires_in: Duration::from_millis(u64::try_from(pttl).unwrap_or(0)),
+            }
+        })
+    }
+
+    /// Keep the session's lease for `ttl` more. `false`: it is not ours any more (it expired
+    /// and another replica claimed the session): stop writing for it.
+    pub async fn renew_session(
+        &self,
+        session: &str,
+        token: i64,
+        ttl: Duration,
+    ) -> Result<bool, CoordinationError> {
+        let (lease, counter) = self.session_keys(session);
+        let mut conn = self.redis.clone();
+        let renewed: i64 = RENEW_SCRIPT
+            .key(lease)
+            .key(counter)
+            .arg(format!("{}|{token}", self.replica_id))
+            .arg(ms(ttl))
+            .arg(token)
+            .invoke_async(&mut conn)
+            .await?;
+        Ok(renewed == 1)
+    }
+
+    /// Give the session's lease up (its run ended), if it is still ours with `token`.
+    pub async fn release_session(
+        &self,
+        session: &str,
+        token: i64,
+    ) -> Result<(), CoordinationError> {
+        let (lease, _) = self.session_keys(session);
+        let mut conn = self.redis.clone();
+        let _: i64 = RELEASE_SCRIPT
+            .key(lease)
+            .arg(format!("{}|{token}", self.replica_id))
+            .invoke_async(&mut conn)
+            .await?;
+        Ok(())
+    }
+}
+
+impl Coordination {
+    /// Publish `payload` on the channel `{prefix}:{suffix}` (at most once, to whoever listens
+    /// now).
+    pub async fn publish(&self, suffix: &str, payload: &str) -> Result<(), CoordinationError> {
+        let mut conn = self.redis.clone();
+        let _: i64 = redis::cmd("PUBLISH")
+            .arg(self.key(suffix))
+            .arg(payload)
+            .query_async(&mut conn)
+            .await?;
+        Ok(())
+    }
+
+    /// Listen to the channel `{prefix}:{suffix}` on a connection of its own (a subscribed
+    /// connection cannot be shared). The stream ends when the connection is lost.
+    pub async fn subscribe(
+        &self,
+        suffix: &str,
+    ) -> Result<redis::aio::PubSubStream, CoordinationError> {
+        let mut pubsub = self.client.get_async_pubsub().await?;
+        pubsub.subscribe(self.key(suffix)).await?;
+        Ok(pubsub.into_on_message())
     }
 }

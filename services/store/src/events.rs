@@ -55,6 +55,33 @@ pub async fn append_missing(
     Ok(())
 }
 
+/// [`append_missing`] under a fencing token (cluster mode, [`crate::sessions::fence`]): in one
+/// transaction with the token's check, refused if a newer owner of the session wrote. `None`
+/// writes unfenced (single-node mode).
+pub async fn append_missing_fenced<C>(
+    db: &C,
+    scope: &TenantScope,
+    session_id: SessionId,
+    events: &[ExecutionEvent],
+    fence: Option<i64>,
+) -> Result<()>
+where
+    C: ConnectionTrait + sea_orm::TransactionTrait,
+{
+    let Some(token) = fence else {
+        return append_missing(db, scope, session_id, events).await;
+    };
+    if events.is_empty() {
+        return Ok(());
+    }
+    use sea_orm::TransactionSession;
+    let txn = db.begin().await?;
+    crate::sessions::fence(&txn, scope, session_id, token).await?;
+    append_missing(&txn, scope, session_id, events).await?;
+    txn.commit().await?;
+    Ok(())
+}
+
 fn row(
     scope: &TenantScope,
     session_id: SessionId,

@@ -250,6 +250,11 @@ pub struct RunEnd {
     /// the look is skipped).
     #[serde(default = "yes")]
     pub cancel_approvals: bool,
+    /// Cluster mode: the fencing token of the replica that owns the session's run (see
+    /// [`crate::sessions::fence`]); the end is refused if a newer owner wrote. `None`: a
+    /// single-node server, which holds the whole database.
+    #[serde(default)]
+    pub fence: Option<i64>,
 }
 
 fn yes() -> bool {
@@ -263,6 +268,13 @@ where
     C: ConnectionTrait + TransactionTrait,
 {
     let txn = db.begin().await?;
+    if let Some(token) = end.fence {
+        match crate::sessions::fence(&txn, scope, end.session_id, token).await {
+            // A deleted session keeps its runs: the end is still the run's.
+            Ok(()) | Err(StoreError::NotFound(_)) => {}
+            Err(e) => return Err(e),
+        }
+    }
     let ts = now();
     let ended = execution::Entity::update_many()
         .col_expr(execution::Column::Status, Expr::value(end.status.as_str()))

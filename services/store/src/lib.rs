@@ -151,6 +151,16 @@ pub enum StoreError {
     Corrupt(String),
     #[error("database error: {0}")]
     Db(DbErr),
+    /// Cluster mode: a write for a session carried a fencing token lower than the one stored
+    /// for it: another replica owns the session now. Nothing was written.
+    #[error(
+        "session {session}: this write's fencing token {token} is older than the session's {current}; another replica owns the session now, so nothing was written"
+    )]
+    Fenced {
+        session: String,
+        token: i64,
+        current: i64,
+    },
 }
 
 /// What a concurrent change can make a statement fail with is the client's race, not a fault:
@@ -200,6 +210,7 @@ impl StoreError {
             StoreError::Invalid(_) => ErrorCode::ValidationError,
             StoreError::Db(e) if database_unreachable(e) => ErrorCode::DatabaseUnavailable,
             StoreError::Corrupt(_) | StoreError::Db(_) => ErrorCode::InternalError,
+            StoreError::Fenced { .. } => ErrorCode::SessionOwnedElsewhere,
         }
     }
 

@@ -108,6 +108,7 @@ pub async fn create(
         created_at: Set(ts),
         last_active: Set(ts),
         seq_reserved: Set(0),
+        fence: Set(0),
     };
     let m = model.insert(db).await.map_err(|e| {
         StoreError::conflict_on_unique(e, || format!("session {id} already exists"))
@@ -245,6 +246,72 @@ pub async fn release_seq(
         .exec(db)
         .await?;
     Ok(())
+}
+
+/// Check this write's fencing token against the session's and raise the session's to it, in the
+/// caller's transaction (cluster mode, issue 13): the first statement of every transaction a
+/// run's owner writes for its session. Refused ([`StoreError::Fenced`], logged) when a newer
+/// owner wrote already. On PostgreSQL and MySQL the update locks the session's row until the
+/// transaction ends, so a newer owner's first write waits for this one and then refuses every
+/// later write of the old owner; SQLite runs one write transaction at a time anyway.
+pub async fn fence(
+    db: &impl ConnectionTrait,
+    scope: &TenantScope,
+    id: SessionId,
+    token: i64,
+) -> Result<()> {
+    let res = session::Entity::update_many()
+        .col_expr(session::Column::Fence, Expr::value(token))
+        .filter(session::Column::Id.eq(id.0))
+        .filter(session::Column::TenantId.eq(scope.uuid()))
+        .filter(session::Column::Fence.lte(token))
+        .exec(db)
+        .await?;
+    if res.rows_affected > 0 {
+        return Ok(());
+    }
+    let current: Option<i64> = session::Entity::find()
+        .select_only()
+        .column(session::Column::Fence)
+        .filter(session::Column::Id.eq(id.0))
+        .filter(session::Column::TenantId.eq(scope.uuid()))
+        .into_tuple()
+        .one(db)
+        .await?;
+    match current {
+        None => Err(StoreError::NotFound(format!("session {id}"))),
+        Some(current) => {
+            tracing::warn!(
+                session_id = %id,
+                tenant_id = %scope.tenant_id(),
+                token,
+                current,
+                "refused a write with a stale fencing token: another replica owns the session now"
+            );
+            Err(StoreError::Fenced {
+                session: id.to_string(),
+                token,
+                current,
+            })
+        }
+    }
+}
+
+/// The session's fencing token: the highest that wrote for it (0: none yet).
+pub async fn fence_of(
+    db: &impl ConnectionTrait,
+    scope: &TenantScope,
+    id: SessionId,
+) -> Result<i64> {
+    let current: Option<i64> = session::Entity::find()
+        .select_only()
+        .column(session::Column::Fence)
+        .filter(session::Column::Id.eq(id.0))
+        .filter(session::Column::TenantId.eq(scope.uuid()))
+        .into_tuple()
+        .one(db)
+        .await?;
+    current.ok_or_else(|| StoreError::NotFound(format!("session {id}")))
 }
 
 /// The `seq` below which a (re)started session must not number events: the highest stored or

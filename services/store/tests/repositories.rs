@@ -98,6 +98,7 @@ per_backend!(
     api_keys_authenticate_expire_and_revoke,
     the_generated_admin_key_is_one_per_database_and_checked_by_hash,
     the_database_lease_admits_one_single_node_server_or_one_cluster,
+    an_owner_whose_fencing_token_is_stale_writes_nothing,
     assistants_default_and_crud,
     executions_lifecycle_and_listing,
     approvals_first_decision_wins,
@@ -1008,6 +1009,7 @@ async fn a_runs_end_is_one_idempotent_write_and_reservations_only_rise(db: Datab
             tool_calls: None,
             tool_call_id: None,
         }],
+        fence: None,
         tool_calls: vec![agentry_store::tool_calls::NewToolCallLog {
             session_id: s.id,
             execution_id: run,
@@ -1804,4 +1806,134 @@ async fn connect_waits_for_a_database_that_comes_up_and_gives_up_on_one_that_doe
         "{:?}: {err}",
         started.elapsed()
     );
+}
+
+/// Fencing (issue 13): once a newer owner of a session wrote with its token, the old owner's
+/// events and run end are refused and change nothing; its own token keeps working until then,
+/// and a single-node write (no token) is never refused.
+async fn an_owner_whose_fencing_token_is_stale_writes_nothing(db: DatabaseConnection) {
+    let scope = new_tenant(&db).await;
+    let user = users::create(
+        &db,
+        &scope,
+        &format!("u-{}", uuid::Uuid::now_v7()),
+        Role::Member,
+    )
+    .await
+    .unwrap();
+    let s = sessions::create(&db, &scope, new_session(user.id))
+        .await
+        .unwrap();
+    assert_eq!(sessions::fence_of(&db, &scope, s.id).await.unwrap(), 0);
+    let run = executions::create(
+        &db,
+        &scope,
+        NewExecution {
+            id: RunId::new(),
+            user_id: user.id,
+            session_id: s.id,
+            assistant_id: "default".into(),
+            input: "hi".into(),
+            trace_id: None,
+            status: ExecutionStatus::Running,
+        },
+    )
+    .await
+    .unwrap()
+    .id;
+    let ev = |seq: u64| {
+        ExecutionEvent::new(
+            seq,
+            s.id.to_string(),
+            run.to_string(),
+            EventPayload::text(format!("t{seq}"), false),
+        )
+    };
+    // The first owner (token 1) writes.
+    events::append_missing_fenced(&db, &scope, s.id, &[ev(1)], Some(1))
+        .await
+        .unwrap();
+    assert_eq!(sessions::fence_of(&db, &scope, s.id).await.unwrap(), 1);
+    // A newer owner (token 2) writes once: from now on token 1 is stale.
+    events::append_missing_fenced(&db, &scope, s.id, &[ev(2)], Some(2))
+        .await
+        .unwrap();
+    let refused = events::append_missing_fenced(&db, &scope, s.id, &[ev(3)], Some(1)).await;
+    assert!(
+        matches!(
+            refused,
+            Err(StoreError::Fenced {
+                token: 1,
+                current: 2,
+                ..
+            })
+        ),
+        "{refused:?}"
+    );
+    let end = executions::RunEnd {
+        run_id: run,
+        session_id: s.id,
+        status: ExecutionStatus::Failed,
+        steps: 1,
+        usage: TokenUsage::new(1, 1),
+        error: Some("the old owner's end".into()),
+        events: vec![ev(4)],
+        messages: vec![],
+        tool_calls: vec![],
+        cancel_approvals: true,
+        fence: Some(1),
+    };
+    let refused = executions::record_end(&db, &scope, &end).await;
+    assert!(
+        matches!(refused, Err(StoreError::Fenced { .. })),
+        "{refused:?}"
+    );
+    assert_eq!(
+        refused.unwrap_err().code().as_str(),
+        "session_owned_elsewhere"
+    );
+    // Nothing of the stale writes is there: the run is still running, only seqs 1 and 2 exist.
+    let exec = executions::get(&db, &scope, run).await.unwrap().unwrap();
+    assert_eq!(exec.status, ExecutionStatus::Running);
+    let stored: Vec<u64> = events::list_after(&db, &scope, s.id, 0, 100)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.seq)
+        .collect();
+    assert_eq!(stored, [1, 2]);
+    // The new owner's end goes in; a token can never go back down.
+    executions::record_end(
+        &db,
+        &scope,
+        &executions::RunEnd {
+            fence: Some(2),
+            status: ExecutionStatus::Completed,
+            error: None,
+            ..end.clone()
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        executions::get(&db, &scope, run)
+            .await
+            .unwrap()
+            .unwrap()
+            .status,
+        ExecutionStatus::Completed
+    );
+    assert!(sessions::fence(&db, &scope, s.id, 1).await.is_err());
+    sessions::fence(&db, &scope, s.id, 2).await.unwrap();
+    assert_eq!(sessions::fence_of(&db, &scope, s.id).await.unwrap(), 2);
+    // A single-node write carries no token and is not fenced.
+    events::append_missing_fenced(&db, &scope, s.id, &[ev(9)], None)
+        .await
+        .unwrap();
+    // Another tenant's session is not found, whatever the token.
+    let other = new_tenant(&db).await;
+    assert!(matches!(
+        sessions::fence(&db, &other, s.id, 99).await,
+        Err(StoreError::NotFound(_))
+    ));
 }

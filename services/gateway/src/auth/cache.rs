@@ -271,6 +271,14 @@ impl KeyResolver {
         let _ = self.forgotten.send(Forgotten::Key(key));
     }
 
+    /// Forget every cached key (changes may have been missed: another replica's announcements
+    /// while Redis was away).
+    pub fn forget_all(&self) {
+        if let Some(entries) = &self.entries {
+            entries.invalidate_all();
+        }
+    }
+
     /// Hear of every later [`forget_tenant`](Self::forget_tenant) and
     /// [`forget_key`](Self::forget_key) (a receiver that lags hears `Lagged`: check everything).
     pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<Forgotten> {

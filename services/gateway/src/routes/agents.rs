@@ -365,6 +365,13 @@ async fn assistant_changed(state: &AppState, admin: &TenantAdmin, id: &Assistant
     if let Err(e) = state.engine.assistant_changed(admin.tenant_id(), id).await {
         tracing::warn!(error = %e, "telling the engine about the assistant change failed");
     }
+    crate::invalidate::announce(
+        state,
+        crate::invalidate::Change::Assistant {
+            tenant_id: admin.tenant_id(),
+            assistant_id: id.clone(),
+        },
+    );
 }
 
 #[cfg(test)]
