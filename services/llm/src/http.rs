@@ -12,7 +12,7 @@ use reqwest::StatusCode;
 use serde_json::Value;
 
 use crate::retry::{RetryPolicy, parse_retry_after};
-use crate::sse::{SseEvent, SseParser};
+use crate::sse::{SseError, SseEvent};
 use crate::{ChatStream, LlmError, StreamEvent};
 
 /// Timeouts and retries of one HTTP provider.
@@ -190,11 +190,35 @@ pub(crate) trait SseDecoder: Send + 'static {
     fn on_end(&mut self, out: &mut Vec<StreamEvent>) -> Result<(), LlmError>;
 }
 
-type ByteStream = Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>>;
+/// Why the response body stopped: a gap longer than the idle timeout, or the body broke.
+#[derive(Debug, thiserror::Error)]
+enum BodyError {
+    #[error("no data for the idle timeout")]
+    Idle,
+    #[error(transparent)]
+    Broken(reqwest::Error),
+}
+
+/// The response body's chunks, each within `idle_timeout` of the previous one.
+fn body_with_idle_timeout(
+    response: reqwest::Response,
+    idle_timeout: Duration,
+) -> impl Stream<Item = Result<Bytes, BodyError>> + Send + 'static {
+    let body: Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>> =
+        Box::pin(response.bytes_stream());
+    futures::stream::unfold(Some(body), move |body| async move {
+        let mut body = body?;
+        match tokio::time::timeout(idle_timeout, body.next()).await {
+            Err(_) => Some((Err(BodyError::Idle), None)),
+            Ok(Some(Ok(chunk))) => Some((Ok(chunk), Some(body))),
+            Ok(Some(Err(error))) => Some((Err(BodyError::Broken(error)), None)),
+            Ok(None) => None,
+        }
+    })
+}
 
 struct SseState<D> {
-    body: ByteStream,
-    parser: SseParser,
+    events: Pin<Box<dyn Stream<Item = Result<SseEvent, SseError<BodyError>>> + Send>>,
     decoder: D,
     pending: VecDeque<Result<StreamEvent, LlmError>>,
     finished: bool,
@@ -213,17 +237,6 @@ impl<D: SseDecoder> SseState<D> {
             }
         }
     }
-
-    fn feed(&mut self, events: Vec<SseEvent>) {
-        for event in events {
-            if self.finished {
-                return;
-            }
-            let mut out = Vec::new();
-            let result = self.decoder.on_event(event, &mut out);
-            self.push(out, result);
-        }
-    }
 }
 
 /// Stream a `text/event-stream` response through `decoder`. The stream ends after the decoder's
@@ -235,8 +248,10 @@ pub(crate) fn sse_stream<D: SseDecoder>(
     decoder: D,
 ) -> ChatStream {
     let state = SseState {
-        body: Box::pin(response.bytes_stream()),
-        parser: SseParser::new(),
+        events: Box::pin(crate::sse::events(body_with_idle_timeout(
+            response,
+            idle_timeout,
+        ))),
         decoder,
         pending: VecDeque::new(),
         finished: false,
@@ -250,36 +265,33 @@ pub(crate) fn sse_stream<D: SseDecoder>(
             if state.finished {
                 return None;
             }
-            match tokio::time::timeout(state.idle_timeout, state.body.next()).await {
-                Err(_) => {
-                    state.finished = true;
-                    return Some((Err(LlmError::Timeout(state.idle_timeout)), state));
+            match state.events.next().await {
+                Some(Ok(event)) => {
+                    let mut out = Vec::new();
+                    let result = state.decoder.on_event(event, &mut out);
+                    state.push(out, result);
                 }
-                Ok(Some(Ok(chunk))) => {
-                    let events = state.parser.feed(&chunk);
-                    state.feed(events);
-                }
-                Ok(Some(Err(error))) => {
+                Some(Err(error)) => {
                     state.finished = true;
-                    let error = if error.is_timeout() {
-                        LlmError::Timeout(state.idle_timeout)
-                    } else {
-                        LlmError::Connect(format!(
+                    let error = match error {
+                        SseError::Body(BodyError::Idle) => LlmError::Timeout(state.idle_timeout),
+                        SseError::Body(BodyError::Broken(e)) if e.is_timeout() => {
+                            LlmError::Timeout(state.idle_timeout)
+                        }
+                        SseError::Body(BodyError::Broken(e)) => LlmError::Connect(format!(
                             "the response stream broke: {}",
-                            error_chain(&error)
-                        ))
+                            error_chain(&e)
+                        )),
+                        SseError::Malformed(why) => {
+                            LlmError::Decode(format!("the event stream is malformed: {why}"))
+                        }
                     };
                     return Some((Err(error), state));
                 }
-                Ok(None) => {
-                    if let Some(last) = state.parser.finish() {
-                        state.feed(vec![last]);
-                    }
-                    if !state.finished {
-                        let mut out = Vec::new();
-                        let result = state.decoder.on_end(&mut out).map(|()| Flow::Finished);
-                        state.push(out, result);
-                    }
+                None => {
+                    let mut out = Vec::new();
+                    let result = state.decoder.on_end(&mut out).map(|()| Flow::Finished);
+                    state.push(out, result);
                     state.finished = true;
                 }
             }

@@ -1,10 +1,13 @@
-//! A small incremental parser for `text/event-stream` bodies (the WHATWG server-sent events
-//! format) as the model providers send them.
+//! `text/event-stream` bodies as the model providers send them, parsed by `sse-stream`.
 //!
-//! Bytes arrive in arbitrary chunks: a line, a `data:` payload, a CRLF pair or a UTF-8 character
-//! may be split across two chunks. [`SseParser::feed`] buffers what it cannot use yet and returns
-//! every event completed by the chunk. Comments (`: ping`) are skipped, `data:` lines of one event
-//! are joined with `\n`, and an event is dispatched on a blank line.
+//! [`events`] adds what we need on top of the library: the final event of a body that ends
+//! without its blank line is still dispatched (some servers close the stream right after the
+//! last `data:` line; `sse-stream` alone drops it), events without `data` (`event: ping` with
+//! nothing else) are skipped, and a failure of the body itself comes back as the body's own
+//! error so the caller can tell a stalled stream from a broken one.
+
+use bytes::Bytes;
+use futures::{Stream, StreamExt};
 
 /// One dispatched event.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -14,107 +17,69 @@ pub struct SseEvent {
     pub data: String,
 }
 
-#[derive(Debug, Default)]
-pub struct SseParser {
-    /// Bytes of the current, not yet terminated line.
-    line: Vec<u8>,
-    /// The previous chunk ended in `\r`, so a leading `\n` belongs to that line ending.
-    after_cr: bool,
-    event: Option<String>,
-    data: String,
-    has_data: bool,
+/// Why the event stream stopped early.
+#[derive(Debug)]
+pub enum SseError<E> {
+    /// The body failed (E is the body stream's own error).
+    Body(E),
+    /// The bytes are not a valid event stream (a line without a colon, an unknown field, a
+    /// repeated `event:` line, bytes that are not UTF-8).
+    Malformed(String),
 }
 
-impl SseParser {
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Feed the next chunk of the body; returns the events it completed, in order.
-    pub fn feed(&mut self, chunk: &[u8]) -> Vec<SseEvent> {
-        let mut events = Vec::new();
-        for &byte in chunk {
-            if self.after_cr {
-                self.after_cr = false;
-                if byte == b'\n' {
-                    continue;
-                }
+/// The events of `body`, in order. Ends after the first error item.
+pub fn events<S, E>(body: S) -> impl Stream<Item = Result<SseEvent, SseError<E>>> + Send
+where
+    S: Stream<Item = Result<Bytes, E>> + Send + 'static,
+    E: std::error::Error + Send + Sync + 'static,
+{
+    // Two line ends after the body: finish an unterminated line, then dispatch the event it
+    // belongs to. After a complete body they are empty lines, which dispatch nothing.
+    let body = body.chain(futures::stream::once(async {
+        Ok(Bytes::from_static(b"\n\n"))
+    }));
+    sse_stream::SseStream::from_bytes_stream(body)
+        .scan(false, |failed, item| {
+            // sse-stream drops the rest of a chunk it could not parse: stop at the first error.
+            if *failed {
+                return futures::future::ready(None);
             }
-            match byte {
-                b'\n' => self.end_line(&mut events),
-                b'\r' => {
-                    self.after_cr = true;
-                    self.end_line(&mut events);
-                }
-                _ => self.line.push(byte),
-            }
-        }
-        events
-    }
-
-    /// The body ended. A final event that lacks its blank line is still dispatched: some servers
-    /// close the stream right after the last `data:` line.
-    pub fn finish(&mut self) -> Option<SseEvent> {
-        let mut events = Vec::new();
-        if !self.line.is_empty() {
-            self.end_line(&mut events);
-        }
-        self.end_line(&mut events);
-        events.pop()
-    }
-
-    fn end_line(&mut self, events: &mut Vec<SseEvent>) {
-        let line = std::mem::take(&mut self.line);
-        if line.is_empty() {
-            if self.has_data {
-                events.push(SseEvent {
-                    event: self.event.take(),
-                    data: std::mem::take(&mut self.data),
-                });
-            }
-            self.event = None;
-            self.data.clear();
-            self.has_data = false;
-            return;
-        }
-        let line = String::from_utf8_lossy(&line);
-        if line.starts_with(':') {
-            return;
-        }
-        let (field, value) = match line.find(':') {
-            Some(i) => {
-                let value = &line[i + 1..];
-                (&line[..i], value.strip_prefix(' ').unwrap_or(value))
-            }
-            None => (&line[..], ""),
-        };
-        match field {
-            "data" => {
-                if self.has_data {
-                    self.data.push('\n');
-                }
-                self.data.push_str(value);
-                self.has_data = true;
-            }
-            "event" => self.event = Some(value.to_string()),
-            // `id` and `retry` matter for browser reconnection, not for a model answer.
-            _ => {}
-        }
-    }
+            *failed = item.is_err();
+            futures::future::ready(Some(item))
+        })
+        .filter_map(|item| {
+            futures::future::ready(match item {
+                Ok(sse) => sse.data.map(|data| {
+                    Ok(SseEvent {
+                        event: sse.event,
+                        data,
+                    })
+                }),
+                Err(sse_stream::Error::Body(e)) => Some(Err(match e.downcast::<E>() {
+                    Ok(e) => SseError::Body(*e),
+                    Err(other) => SseError::Malformed(other.to_string()),
+                })),
+                Err(other) => Some(Err(SseError::Malformed(other.to_string()))),
+            })
+        })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn parse_in_pieces(body: &str, piece: usize) -> Vec<SseEvent> {
-        let mut parser = SseParser::new();
-        let mut events = Vec::new();
-        for chunk in body.as_bytes().chunks(piece) {
-            events.extend(parser.feed(chunk));
-        }
-        events.extend(parser.finish());
-        events
+    /// `body` cut into pieces of `piece` bytes, parsed to the end.
+    pub(crate) fn parse_in_pieces(body: &str, piece: usize) -> Vec<SseEvent> {
+        let chunks: Vec<Result<Bytes, std::io::Error>> = body
+            .as_bytes()
+            .chunks(piece)
+            .map(|c| Ok(Bytes::copy_from_slice(c)))
+            .collect();
+        futures::executor::block_on(
+            events(futures::stream::iter(chunks))
+                .map(|e| e.expect("a valid stream"))
+                .collect(),
+        )
     }
 
     #[test]
@@ -141,19 +106,28 @@ mod tests {
 
     #[test]
     fn last_event_without_blank_line_is_dispatched_at_the_end() {
-        assert_eq!(
-            parse_in_pieces("data: a\n\ndata: b", 3),
-            vec![
-                SseEvent {
-                    event: None,
-                    data: "a".into()
-                },
-                SseEvent {
-                    event: None,
-                    data: "b".into()
-                }
-            ]
-        );
+        for body in [
+            "data: a\n\ndata: b",
+            "data: a\n\ndata: b\n",
+            "data: a\n\ndata: b\r",
+        ] {
+            for piece in 1..body.len() {
+                assert_eq!(
+                    parse_in_pieces(body, piece),
+                    vec![
+                        SseEvent {
+                            event: None,
+                            data: "a".into()
+                        },
+                        SseEvent {
+                            event: None,
+                            data: "b".into()
+                        }
+                    ],
+                    "{body:?} in pieces of {piece}"
+                );
+            }
+        }
     }
 
     #[test]
@@ -164,7 +138,7 @@ mod tests {
     #[test]
     fn data_without_space_and_empty_data() {
         assert_eq!(
-            parse_in_pieces("data:x\n\ndata\n\n", 2),
+            parse_in_pieces("data:x\n\ndata:\n\n", 2),
             vec![
                 SseEvent {
                     event: None,
@@ -175,6 +149,32 @@ mod tests {
                     data: "".into()
                 }
             ]
+        );
+    }
+
+    #[test]
+    fn a_malformed_stream_and_a_broken_body_end_with_their_error() {
+        // What came in earlier chunks arrives; the bad line ends the stream with an error.
+        let chunks: Vec<Result<Bytes, std::io::Error>> = vec![
+            Ok(Bytes::from_static(b"data: a\n\n")),
+            Ok(Bytes::from_static(b"not a field\n\ndata: b\n\n")),
+        ];
+        let items: Vec<_> =
+            futures::executor::block_on(events(futures::stream::iter(chunks)).collect());
+        assert_eq!(items.len(), 2, "{items:?}");
+        assert_eq!(items[0].as_ref().unwrap().data, "a");
+        assert!(matches!(items[1], Err(SseError::Malformed(_))), "{items:?}");
+
+        let chunks: Vec<Result<Bytes, std::io::Error>> = vec![
+            Ok(Bytes::from_static(b"data: a\n\n")),
+            Err(std::io::Error::other("reset")),
+        ];
+        let items: Vec<_> =
+            futures::executor::block_on(events(futures::stream::iter(chunks)).collect());
+        assert_eq!(items.len(), 2, "{items:?}");
+        assert!(
+            matches!(&items[1], Err(SseError::Body(e)) if e.to_string() == "reset"),
+            "{items:?}"
         );
     }
 }

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use agentry_llm::sse::{SseEvent, SseParser};
+use agentry_llm::sse::{SseEvent, events};
 use agentry_llm::{
     ChatMessage, ChatRequest, MAX_DELAY, MAX_RETRY_AFTER, RetryPolicy, ScriptedAction, ToolCall,
     retry_delay, scripted_reply, split_words,
@@ -192,18 +192,22 @@ proptest! {
             .map(|p| format!("event: e{eol}data: {p}{eol}: comment{eol}{eol}"))
             .collect();
         let bytes = body.as_bytes();
-        let mut parser = SseParser::new();
-        let mut events = Vec::new();
+        let mut chunks: Vec<Result<bytes::Bytes, std::io::Error>> = Vec::new();
         let mut at = 0;
         for cut in cuts.iter().cycle() {
             if at >= bytes.len() {
                 break;
             }
             let end = (at + cut).min(bytes.len());
-            events.extend(parser.feed(&bytes[at..end]));
+            chunks.push(Ok(bytes::Bytes::copy_from_slice(&bytes[at..end])));
             at = end;
         }
-        events.extend(parser.finish());
+        let events: Vec<SseEvent> = futures::executor::block_on(
+            futures::StreamExt::collect::<Vec<_>>(events(futures::stream::iter(chunks))),
+        )
+        .into_iter()
+        .map(|e| e.expect("a valid stream"))
+        .collect();
         // `data: <p>`: the one space after the colon is dropped, the rest is kept.
         let expected: Vec<SseEvent> = payloads
             .iter()
