@@ -157,27 +157,16 @@ fn retry_after_response(description: &str, retry_after: &str) -> utoipa::openapi
 fn keyed_operations(
     openapi: &mut utoipa::openapi::OpenApi,
 ) -> impl Iterator<Item = (&String, &mut utoipa::openapi::path::Operation)> {
-    openapi.paths.paths.iter_mut().flat_map(|(path, item)| {
-        [
-            &mut item.get,
-            &mut item.put,
-            &mut item.post,
-            &mut item.delete,
-            &mut item.patch,
-        ]
-        .into_iter()
-        .flatten()
-        .filter(|op| {
-            !op.security.as_ref().is_some_and(|reqs| {
-                reqs.iter()
-                    .all(|r| *r == utoipa::openapi::security::SecurityRequirement::default())
-            })
+    all_operations(openapi).filter(|(_, op)| {
+        !op.security.as_ref().is_some_and(|reqs| {
+            reqs.iter()
+                .all(|r| *r == utoipa::openapi::security::SecurityRequirement::default())
         })
-        .map(move |op| (path, op))
     })
 }
 
-/// Every operation (but the platform admin's `/admin` routes) with every method.
+/// Every operation with every method, with its path: the platform admin's `/admin` routes and
+/// the public ones included (callers filter).
 fn all_operations(
     openapi: &mut utoipa::openapi::OpenApi,
 ) -> impl Iterator<Item = (&String, &mut utoipa::openapi::path::Operation)> {
