@@ -4,30 +4,11 @@
 
 mod support;
 
-use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use support::{agentry, run};
+
+use std::process::{Output, Stdio};
 
 use tokio::io::{AsyncBufReadExt, BufReader};
-
-/// `agentry ARGS` in `dir` with exactly the `AGENTRY_*` variables given (none inherited).
-fn agentry(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_agentry"));
-    cmd.args(args).current_dir(dir);
-    for (k, _) in std::env::vars() {
-        if k.starts_with("AGENTRY_") {
-            cmd.env_remove(k);
-        }
-    }
-    cmd.env("AGENTRY_DATA_DIR", dir.join("data"));
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    cmd
-}
-
-fn run(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
-    agentry(dir, args, env).output().unwrap()
-}
 
 fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()

@@ -5,34 +5,15 @@
 
 mod support;
 
+use support::{agentry, run};
+
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 const CONFIGURED_ADMIN_KEY: &str = "a-configured-platform-admin-key";
-
-/// `agentry ARGS` in `dir` with exactly the `AGENTRY_*` variables given (none inherited) and
-/// the data dir `dir/data`.
-fn agentry(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_agentry"));
-    cmd.args(args).current_dir(dir);
-    for (k, _) in std::env::vars() {
-        if k.starts_with("AGENTRY_") {
-            cmd.env_remove(k);
-        }
-    }
-    cmd.env("AGENTRY_DATA_DIR", dir.join("data"));
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    cmd
-}
-
-fn run(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
-    agentry(dir, args, env).output().unwrap()
-}
 
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()

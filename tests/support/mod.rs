@@ -179,3 +179,29 @@ async fn spawn(
     });
     (child, port)
 }
+
+/// `agentry ARGS` in `dir` with exactly the `AGENTRY_*` variables given (none inherited) and
+/// the data dir `dir/data`: the same start for every test of the binary's commands.
+pub fn agentry(
+    dir: &std::path::Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> std::process::Command {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_agentry"));
+    cmd.args(args).current_dir(dir);
+    for (k, _) in std::env::vars() {
+        if k.starts_with("AGENTRY_") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.env("AGENTRY_DATA_DIR", dir.join("data"));
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd
+}
+
+/// Run [`agentry`] to the end.
+pub fn run(dir: &std::path::Path, args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+    agentry(dir, args, env).output().unwrap()
+}
