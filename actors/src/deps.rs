@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agentry_llm::{ChatModel, LlmError, ModelConfig, RetryPolicy, build_model};
+pub use agentry_mcp::pipeline::{AllowAll, ToolPolicy};
 use agentry_mcp::tool::{ToolRegistry, ToolSpec};
 use agentry_schema::ids::{SessionId, TenantId, UserId};
 use agentry_store::Role;
@@ -138,21 +139,6 @@ pub struct ToolRequest {
     pub assistant: Assistant,
     /// The tenant's MCP pool, for the user's MCP tools.
     pub mcp: Option<actix::Addr<crate::mcp_pool::McpPoolActor>>,
-}
-
-/// Decides whether a role may call a tool (`service:tool`, `service:*`, `*:*`).
-pub trait ToolPolicy: Send + Sync {
-    /// `Err(reason)` when denied.
-    fn check(&self, spec: &ToolSpec) -> Result<(), String>;
-}
-
-/// Everything allowed.
-pub struct AllowAll;
-
-impl ToolPolicy for AllowAll {
-    fn check(&self, _spec: &ToolSpec) -> Result<(), String> {
-        Ok(())
-    }
 }
 
 /// The tools of one run and the policy that guards them.

@@ -47,32 +47,44 @@ impl ToolPolicy for RbacPolicy {
     }
 }
 
+/// The platform's own tools: the built-in services (and the memory tools when a database is
+/// given), registered and their schemas compiled once, when the server starts. Every run and
+/// every `/mcp` request clones the registry, which shares the compiled validators. The built-in
+/// configuration (`[tools]`) is read at start, so a change to it means a restart, which builds
+/// the registry again.
 pub struct PlatformTools {
-    pub builtin: BuiltinConfig,
-    /// For the memory tools; `None` leaves them out.
-    pub db: Option<sea_orm::DatabaseConnection>,
+    config: BuiltinConfig,
+    registry: ToolRegistry,
 }
 
 impl PlatformTools {
     pub fn new(builtin: BuiltinConfig) -> Self {
-        PlatformTools { builtin, db: None }
+        let registry = builtin_registry(&builtin, &BuiltinService::ALL);
+        PlatformTools {
+            config: builtin,
+            registry,
+        }
     }
 
+    /// Add the memory tools, which read and write the store.
     pub fn with_memory(mut self, db: sea_orm::DatabaseConnection) -> Self {
-        self.db = Some(db);
+        for t in crate::memory_tools::memory_tools(db) {
+            if let Err(e) = self.registry.register(t) {
+                tracing::error!(error = %e, "memory tool not registered");
+            }
+        }
         self
     }
 
-    /// Every built-in tool, with the memory tools when a database was given: what a run starts
-    /// from before its assistant's `tools` narrow it, and what `/mcp` serves.
-    pub fn builtin_tools(&self) -> ToolRegistry {
-        let mut registry: ToolRegistry = builtin_registry(&self.builtin, &BuiltinService::ALL);
-        if let Some(db) = &self.db {
-            for t in crate::memory_tools::memory_tools(db.clone()) {
-                let _ = registry.register(t);
-            }
-        }
-        registry
+    /// The configuration the built-in tools were built from.
+    pub fn config(&self) -> &BuiltinConfig {
+        &self.config
+    }
+
+    /// Every platform tool: what a run starts from before its assistant's `tools` narrow it,
+    /// and what `/mcp` serves. Clone it to narrow it; nothing is compiled again.
+    pub fn builtin_tools(&self) -> &ToolRegistry {
+        &self.registry
     }
 }
 
@@ -98,7 +110,7 @@ impl ToolProvider for PlatformTools {
     async fn tools_for(&self, req: &ToolRequest) -> ToolSet {
         let patterns = req.assistant.spec.tools.as_deref();
         let mut warnings = Vec::new();
-        let mut registry = self.builtin_tools();
+        let mut registry = self.registry.clone();
         registry.retain(|s| assistant_allows(patterns, s));
         if let Some(pool) = &req.mcp {
             match pool.send(UserTools { user: req.user_id }).await {
@@ -155,5 +167,70 @@ mod tests {
         assert!(assistant_allows(Some(&p(&["github:create_issue"])), &gh));
         assert!(assistant_allows(Some(&p(&["*"])), &gh));
         assert!(!assistant_allows(Some(&[]), &read));
+    }
+
+    fn request(tools: Option<Vec<String>>) -> ToolRequest {
+        use agentry_schema::ids::{AssistantId, SessionId, TenantId, UserId};
+        use agentry_store::assistants::{Assistant, AssistantSpec};
+        use agentry_store::tenants::{Quotas, Tenant, TenantStatus};
+        let now = chrono::Utc::now();
+        let tenant = Tenant {
+            id: TenantId::new(),
+            name: "t".into(),
+            status: TenantStatus::Active,
+            quotas: Quotas::default(),
+            features_enabled: Vec::new(),
+            tool_permissions: None,
+            policy: Default::default(),
+            created_at: now,
+            updated_at: now,
+        };
+        ToolRequest {
+            tenant: Arc::new(tenant.clone()),
+            user_id: UserId::new(),
+            role: Role::Member,
+            session_id: SessionId::new(),
+            assistant: Assistant {
+                tenant_id: tenant.id,
+                id: AssistantId::default_assistant(),
+                spec: AssistantSpec {
+                    tools,
+                    ..AssistantSpec::default()
+                },
+                created_at: now,
+                updated_at: now,
+            },
+            mcp: None,
+        }
+    }
+
+    /// Issue 11: the built-in registry and its schemas are built once, at start; a run only
+    /// narrows a clone. Before, every run compiled every built-in schema again (21 of them).
+    #[tokio::test]
+    async fn a_run_compiles_no_schema() {
+        let before_start = agentry_mcp::tool::schema_compilations_on_this_thread();
+        let platform = PlatformTools::new(BuiltinConfig::default());
+        let at_start = agentry_mcp::tool::schema_compilations_on_this_thread() - before_start;
+        assert_eq!(
+            at_start as usize,
+            platform.builtin_tools().len(),
+            "each built-in schema is compiled once at start"
+        );
+        for tools in [None, Some(vec!["files:*".to_string()])] {
+            let before = agentry_mcp::tool::schema_compilations_on_this_thread();
+            let set = platform.tools_for(&request(tools.clone())).await;
+            assert_eq!(
+                agentry_mcp::tool::schema_compilations_on_this_thread() - before,
+                0,
+                "a run with tools {tools:?} compiled schemas"
+            );
+            assert!(set.registry.contains("read_file"));
+            assert_eq!(set.registry.contains("write_todos"), tools.is_none());
+            // The clone validates with the validators compiled at start.
+            assert!(matches!(
+                set.registry.validate("read_file", &json!({"file_path": 3})),
+                Err(agentry_mcp::tool::ToolError::InvalidArguments { .. })
+            ));
+        }
     }
 }

@@ -455,6 +455,12 @@ async fn mcp_server_serves_builtin_tools_with_approvals_and_audit() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_server_tool_timeouts_stand_still_while_an_elicitation_waits() {
+    let ctx = Ctx::start_with(&[("AGENTRY_TOOLS__INTERACTION_TIMEOUT_SECS", "1")], None).await;
+    mcp_server::elicitation_stops_the_clock(&ctx).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mcp_server_asks_assistants_with_elicitation_and_cancel() {
     mcp_server::ask_assistant(&Ctx::start().await).await;
 }

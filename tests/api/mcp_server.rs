@@ -27,6 +27,8 @@ pub struct User {
     elicitation: bool,
     answers: Arc<Mutex<VecDeque<Value>>>,
     pub asked: Arc<Mutex<Vec<String>>>,
+    /// How long the user takes to answer.
+    thinking: Duration,
 }
 
 impl User {
@@ -35,6 +37,15 @@ impl User {
             elicitation: true,
             answers: Arc::new(Mutex::new(answers.into())),
             asked: Arc::default(),
+            thinking: Duration::ZERO,
+        }
+    }
+
+    /// A user who takes `thinking` to answer each elicitation.
+    pub fn slow(answers: Vec<Value>, thinking: Duration) -> Self {
+        User {
+            thinking,
+            ..Self::answering(answers)
         }
     }
 
@@ -69,6 +80,7 @@ impl ClientHandler for User {
         if let ElicitRequestParams::FormElicitationParams { message, .. } = &request {
             self.asked.lock().unwrap().push(message.clone());
         }
+        tokio::time::sleep(self.thinking).await;
         let next = self.answers.lock().unwrap().pop_front();
         Ok(match next {
             Some(a) => {
@@ -149,6 +161,59 @@ async fn audited(ctx: &Ctx, key: &str, tool: &str) -> Vec<Value> {
         }
     }
     rows
+}
+
+/// The tool-call pipeline's clock on `/mcp`: a tool's timeout stands still while its
+/// elicitation waits for the user. The server runs the interaction tools with a 1 s timeout
+/// (`AGENTRY_TOOLS__INTERACTION_TIMEOUT_SECS=1`); the user takes 3 s to answer, and the call
+/// still gets the answer (a plain timeout would have ended it after 1 s). The call's audit row
+/// has the answer.
+pub async fn elicitation_stops_the_clock(ctx: &Ctx) {
+    let t = ctx.tenant().await;
+    let me = &t.member;
+    let user = User::slow(vec![json!("Rome")], Duration::from_secs(3));
+    let client = connect(ctx, &me.key, user.clone()).await;
+    let started = std::time::Instant::now();
+    let r = call(
+        &client,
+        "ask_question",
+        json!({"question": "Which city?", "question_type": "choice", "options": ["Paris", "Rome"]}),
+    )
+    .await;
+    assert!(
+        started.elapsed() >= Duration::from_secs(3),
+        "the user took 3 s"
+    );
+    assert_eq!(r.is_error, Some(false), "{r:?}");
+    let out = r.structured_content.clone().unwrap();
+    assert_eq!(out["answered"], true, "{out}");
+    assert_eq!(out["choice"], "Rome", "{out}");
+    assert_eq!(user.asked().len(), 1);
+    assert!(
+        user.asked()[0].contains("Which city?"),
+        "{:?}",
+        user.asked()
+    );
+    let rows = audited(ctx, &me.key, "ask_question").await;
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0]["run_status"], "completed", "{rows:?}");
+    assert!(rows[0]["output"].to_string().contains("Rome"), "{rows:?}");
+    client.cancel().await.unwrap();
+
+    // The stopped clock never becomes a hang: a user who does not answer within the
+    // question's own timeout (2 s) gets the tool's reported "no answer".
+    let silent = User::slow(vec![json!("late")], Duration::from_secs(5));
+    let client = connect(ctx, &me.key, silent).await;
+    let r = call(
+        &client,
+        "ask_question",
+        json!({"question": "Anyone?", "timeout": 2}),
+    )
+    .await;
+    let out = r.structured_content.clone().unwrap();
+    assert_eq!(out["answered"], false, "{out}");
+    assert_eq!(out["reason"], "timed_out", "{out}");
+    client.cancel().await.unwrap();
 }
 
 /// Built-in tools over `/mcp`: listed by RBAC, run in the caller's workspace, approvals by

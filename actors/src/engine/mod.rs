@@ -22,8 +22,11 @@ use std::time::{Duration, Instant};
 use agentry_llm::{
     ChatMessage, ChatModel, ChatRequest, LlmError, RetryPolicy, StreamEvent, ToolCall, ToolSchema,
 };
+use agentry_mcp::pipeline::{
+    self, Approval, CallHost, CallRequest, FinishedCall, Outcome, Refusal, RefusalKind, ToolPolicy,
+};
 use agentry_mcp::tool::{
-    EventSink, InteractionError, PauseClock, Tool, ToolContext, ToolError, ToolOutput,
+    EventSink, InteractionError, PauseClock, Tool, ToolContext, ToolError, ToolSpec,
     UserInteraction, WorkspaceInfo,
 };
 use agentry_schema::error::ErrorCode;
@@ -819,95 +822,49 @@ impl Agent {
         prompt
     }
 
-    /// Run one tool call: policy, validation, approval, the call, its events, history and audit.
-    /// `rest` are the calls after it: the checkpoint written just before the call runs records
-    /// it as started, so a crash during it never runs it again (at most once).
+    /// Run one tool call through the tool-call pipeline ([`pipeline::run_call`]: policy,
+    /// schema, approval as a `hitl_request`, the call on a paused clock with retries, audit,
+    /// events). `rest` are the calls after it: the checkpoint written just before the call runs
+    /// records it as started, so a crash during it never runs it again (at most once). A
+    /// refused approval ends the run.
     async fn act(&mut self, call: ToolCall, tools: &ToolSet, rest: &[ToolCall]) -> Step<()> {
-        self.sink.emit(EventPayload::ToolCall(ToolCallData {
-            tool_name: call.name.clone(),
-            tool_args: call.arguments.clone(),
-            tool_call_id: call.id.clone(),
-        }));
-        let started = Instant::now();
-        let Some(tool) = tools.registry.get(&call.name) else {
-            let err = ToolError::NotFound(format!(
-                "there is no tool named {:?}; available tools: {}",
-                call.name,
-                tools
-                    .offered()
-                    .map(|s| s.name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ));
-            return self
-                .finish_call(&call, &call.arguments, Err(err), started, None, None)
-                .await;
+        let request = CallRequest {
+            id: call.id.clone(),
+            name: call.name.clone(),
+            arguments: call.arguments.clone(),
         };
-        tracing::Span::current().record("agentry.tool.service", tool.spec().service.as_str());
-        if let Err(reason) = tools.policy.check(tool.spec()) {
-            let err = ToolError::PermissionDenied(reason);
-            return self
-                .finish_call(&call, &call.arguments, Err(err), started, None, None)
-                .await;
-        }
-        let mut args = call.arguments.clone();
-        if let Some(raw) = args.get("__invalid_json__").and_then(Value::as_str) {
-            let err = ToolError::InvalidArguments {
-                message: "the arguments are not valid JSON".into(),
-                details: json!({"raw": raw}),
-            };
-            return self
-                .finish_call(&call, &args, Err(err), started, None, None)
-                .await;
-        }
-        if let Err(err) = tools.registry.validate(&call.name, &args) {
-            return self
-                .finish_call(&call, &args, Err(err), started, None, None)
-                .await;
-        }
-
-        let spec = &self.input.assistant.spec;
-        let needs_approval = !self.input.auto_approve
-            && (tool.needs_approval(&args) || spec.interrupt_on.iter().any(|n| n == &call.name));
-        let mut approved = None;
-        let mut approved_by = None;
-        if needs_approval {
-            let (decision, by) = self.approve(&call, tool.as_ref(), &args).await?;
-            approved = Some(true);
-            tracing::Span::current().record("agentry.tool.approved", true);
-            approved_by = by;
-            if let Some(new_args) = decision {
-                if let Err(err) = tools.registry.validate(&call.name, &new_args) {
-                    return self
-                        .finish_call(&call, &new_args, Err(err), started, approved, approved_by)
-                        .await;
-                }
-                args = new_args;
-            }
-        }
-        self.checkpoint(
+        let mut host = LoopCall {
+            agent: self,
+            tools,
             rest,
-            Some(InFlight {
-                call: call.clone(),
-                args: args.clone(),
-                approved,
-                approved_by,
-            }),
-        )
-        .await?;
-        let result = self.invoke(tool, &call, args.clone(), tools).await?;
-        self.finish_call(&call, &args, result, started, approved, approved_by)
-            .await
+            call: &call,
+        };
+        let finished = pipeline::run_call(&mut host, &tools.registry, request).await?;
+        let Outcome::Refused(refusal) = finished.outcome else {
+            return Ok(());
+        };
+        let reason = match refusal.kind {
+            RefusalKind::TimedOut => {
+                let secs = self.deps.config.hitl_timeout.as_secs();
+                self.sink.emit(EventPayload::error(
+                    ErrorCode::Timeout.as_str(),
+                    format!("no decision on the approval within {secs} s; it counts as a reject"),
+                    false,
+                ));
+                "hitl_timeout"
+            }
+            RefusalKind::Rejected | RefusalKind::Unanswerable => "rejected",
+        };
+        Err(RunOutcome::new(
+            DoneStatus::Rejected,
+            Some(reason),
+            &self.progress(),
+        ))
     }
 
-    /// Ask for approval. `Ok((Some(args), by))` for an edit, `Ok((None, by))` for an approve;
-    /// a reject, timeout or cancel ends the run.
-    async fn approve(
-        &mut self,
-        call: &ToolCall,
-        tool: &dyn Tool,
-        args: &Value,
-    ) -> Step<(Option<Value>, Option<UserId>)> {
+    /// Ask for approval with a `hitl_request` and wait for the decision (the run's clock
+    /// stands still meanwhile). A cancel ends the run.
+    async fn approve(&mut self, call: &ToolCall, tool: &dyn Tool, args: &Value) -> Step<Approval> {
         let id = ApprovalId::new();
         self.asked_human.store(true, Ordering::Relaxed);
         let data = HitlRequestData {
@@ -979,7 +936,7 @@ impl Agent {
             } => {
                 self.go(RunEvent::Approved)?;
                 self.set_waiting(false).await?;
-                Ok((None, by))
+                Ok(Approval::Approved { args: None, by })
             }
             HumanOutcome::Decided {
                 decision: Decision::Edit { args, .. },
@@ -987,55 +944,50 @@ impl Agent {
             } => {
                 self.go(RunEvent::Approved)?;
                 self.set_waiting(false).await?;
-                Ok((Some(args), by))
+                Ok(Approval::Approved {
+                    args: Some(args),
+                    by,
+                })
             }
             HumanOutcome::Decided {
                 decision: Decision::Reject { message },
                 by,
             } => {
-                let reason = message.clone().filter(|m| !m.trim().is_empty());
-                let content = json!({"error": {"code": "rejected", "message": match &reason {
-                    Some(m) => format!("the user rejected this call: {m}"),
-                    None => "the user rejected this call".to_string(),
-                }}});
-                self.record_refusal(call, args, content, Some(false), by, "rejected by the user")
-                    .await?;
-                Err(RunOutcome::new(
-                    DoneStatus::Rejected,
-                    Some("rejected"),
-                    &self.progress(),
-                ))
+                let reason = message.filter(|m| !m.trim().is_empty());
+                Ok(Approval::Refused {
+                    refusal: Refusal {
+                        kind: RefusalKind::Rejected,
+                        message: match &reason {
+                            Some(m) => format!("the user rejected this call: {m}"),
+                            None => "the user rejected this call".to_string(),
+                        },
+                        audit: "rejected by the user".into(),
+                    },
+                    by,
+                })
             }
+            // HitlApproval refuses answers to approvals; a stray one counts as a reject.
             HumanOutcome::Decided {
                 decision: Decision::Answer { .. },
                 ..
-            } => {
-                // HitlApproval refuses answers to approvals; treat a stray one as a reject.
-                let content =
-                    json!({"error": {"code": "rejected", "message": "no approval was given"}});
-                self.record_refusal(call, args, content, Some(false), None, "no approval given")
-                    .await?;
-                Err(RunOutcome::new(
-                    DoneStatus::Rejected,
-                    Some("rejected"),
-                    &self.progress(),
-                ))
-            }
+            } => Ok(Approval::Refused {
+                refusal: Refusal {
+                    kind: RefusalKind::Rejected,
+                    message: "no approval was given".into(),
+                    audit: "no approval given".into(),
+                },
+                by: None,
+            }),
             HumanOutcome::TimedOut => {
                 let secs = self.deps.config.hitl_timeout.as_secs();
-                let content = json!({"error": {"code": "hitl_timeout", "message": format!("no decision within {secs} s; the call was rejected")}});
-                self.record_refusal(call, args, content, Some(false), None, "approval timed out")
-                    .await?;
-                self.sink.emit(EventPayload::error(
-                    ErrorCode::Timeout.as_str(),
-                    format!("no decision on the approval within {secs} s; it counts as a reject"),
-                    false,
-                ));
-                Err(RunOutcome::new(
-                    DoneStatus::Rejected,
-                    Some("hitl_timeout"),
-                    &self.progress(),
-                ))
+                Ok(Approval::Refused {
+                    refusal: Refusal {
+                        kind: RefusalKind::TimedOut,
+                        message: format!("no decision within {secs} s; the call was rejected"),
+                        audit: "approval timed out".into(),
+                    },
+                    by: None,
+                })
             }
             HumanOutcome::Cancelled => Err(self.cancelled()),
         }
@@ -1052,37 +1004,9 @@ impl Agent {
         Ok(())
     }
 
-    /// A call that ends the run without running (rejected, timed out): its result still goes into
-    /// the history, so the conversation stays valid for the next run, and into the audit.
-    async fn record_refusal(
-        &mut self,
-        call: &ToolCall,
-        args: &Value,
-        content: Value,
-        approved: Option<bool>,
-        by: Option<UserId>,
-        why: &str,
-    ) -> Step<()> {
-        let span = tracing::Span::current();
-        if let Some(a) = approved {
-            span.record("agentry.tool.approved", a);
-        }
-        span.record("agentry.tool.outcome", "refused");
-        self.sink.emit(EventPayload::ToolResult(ToolResultData {
-            tool_call_id: call.id.clone(),
-            result: content.clone(),
-            status: ToolStatus::Error,
-        }));
-        let text = content.to_string();
-        self.save(history::tool_message(self.input.run_id, call, &text, true))
-            .await?;
-        self.audit(call, args, None, Some(why.to_string()), 0, approved, by)
-            .await
-    }
-
-    /// What a call may know about where it runs. `clock` is the call's timeout clock: the
-    /// call's questions to the user stop it.
-    fn tool_context(&self, call: &ToolCall, clock: Arc<PauseClock>) -> ToolContext {
+    /// What a call may know about where it runs. Its questions to the user stop the run's
+    /// clock here, and the call's own clock in the pipeline.
+    fn tool_context(&self, call: &ToolCall) -> ToolContext {
         ToolContext {
             tenant_id: self.input.tenant.id,
             user_id: self.input.user_id,
@@ -1104,7 +1028,6 @@ impl Agent {
                 run_id: self.input.run_id,
                 tool_call_id: call.id.clone(),
                 sink: self.sink.clone(),
-                clock,
                 run_clock: self.run_clock.clone(),
                 asked_human: self.asked_human.clone(),
             }),
@@ -1112,115 +1035,38 @@ impl Agent {
         }
     }
 
-    /// Run the tool with its timeout, under the run's cancellation. The timeout counts only the
-    /// tool's own time: while it waits for the user (an MCP elicitation, a question) its clock
-    /// stands still, since an answer may take minutes. Unavailable backends are retried with
-    /// the configured `base_delay * 2^n`: the call never reached them, so retrying is safe. A
-    /// backend known to be gone for good (`Disconnected`) is not: every retry would fail alike.
-    async fn invoke(
-        &mut self,
-        tool: Arc<dyn Tool>,
-        call: &ToolCall,
-        args: Value,
-        _tools: &ToolSet,
-    ) -> Step<Result<ToolOutput, ToolError>> {
-        let timeout = tool.spec().timeout;
-        let max_retries = self.input.assistant.spec.max_retries;
-        let mut attempt = 0;
-        loop {
-            // Each attempt gets its own clock and context: a pause of an earlier attempt must
-            // not lengthen this one's timeout.
-            let clock = Arc::new(PauseClock::default());
-            let ctx = self.tool_context(call, clock.clone());
-            let started = Instant::now();
-            let result = tokio::select! {
-                biased;
-                _ = self.cancel.cancelled() => {
-                    // Dropping the call is what stops it; an MCP call dropped unanswered sends
-                    // the server `notifications/cancelled` on its way out.
-                    ctx.cancel.cancel();
-                    return Err(self.cancelled());
-                }
-                r = tool.call(args.clone(), &ctx) => r,
-                _ = clock.deadline(started, timeout) => Err(ToolError::Timeout(timeout)),
-            };
-            match result {
-                Err(ToolError::Unavailable(msg)) if attempt < max_retries => {
-                    let delay = agentry_llm::retry_delay(&self.retry_policy(), attempt, None);
-                    tracing::warn!(tool = %call.name, attempt, "tool backend unavailable ({msg}); retrying in {delay:?}");
-                    tokio::select! {
-                        biased;
-                        _ = self.cancel.cancelled() => return Err(self.cancelled()),
-                        _ = tokio::time::sleep(delay) => {}
-                    }
-                    attempt += 1;
-                }
-                Err(ToolError::Cancelled) if self.cancel.is_cancelled() => {
-                    return Err(self.cancelled());
-                }
-                other => return Ok(other),
+    /// The finished call's history and audit: its tool message (and its place in the
+    /// conversation) and its audit row, written with the step (see [`RunRecorder`]).
+    async fn record_call(&mut self, call: &ToolCall, done: &FinishedCall) -> Step<()> {
+        let (content, is_error, error_text, duration) = match &done.outcome {
+            Outcome::Refused(refusal) => {
+                // The run ends here; the result still goes into the history so the
+                // conversation stays valid for the next run.
+                let text = refusal.content().to_string();
+                self.save(history::tool_message(self.input.run_id, call, &text, true))
+                    .await?;
+                return self
+                    .audit(
+                        call,
+                        &done.args,
+                        None,
+                        Some(refusal.audit.clone()),
+                        0,
+                        done.approved,
+                        done.approved_by,
+                    )
+                    .await;
             }
-        }
-    }
-
-    /// Emit the result (and the tool's follow-up events), store the tool message and the audit
-    /// row, and add the result to the conversation.
-    async fn finish_call(
-        &mut self,
-        call: &ToolCall,
-        args: &Value,
-        result: Result<ToolOutput, ToolError>,
-        started: Instant,
-        approved: Option<bool>,
-        approved_by: Option<UserId>,
-    ) -> Step<()> {
-        let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-        let outcome = match &result {
-            Ok(out) if !out.is_error => "success",
-            Ok(_) => "error",
-            Err(_) => "failed",
-        };
-        crate::metrics::record_tool_call(&call.name, outcome, started.elapsed());
-        tracing::Span::current().record("agentry.tool.outcome", outcome);
-        let (content, is_error, events, error_text, failure) = match result {
-            Ok(out) => {
-                let err_text = out.is_error.then(|| out.content.to_string());
-                (out.content, out.is_error, out.events, err_text, None)
-            }
-            Err(e) => (
-                e.to_model_json(),
-                true,
-                Vec::new(),
-                Some(e.to_string()),
-                Some((e.code(), e.to_string())),
+            Outcome::Result(Ok(out)) => (
+                out.content.clone(),
+                out.is_error,
+                out.is_error.then(|| out.content.to_string()),
+                done.duration,
             ),
-        };
-        self.sink.emit(EventPayload::ToolResult(ToolResultData {
-            tool_call_id: call.id.clone(),
-            result: content.clone(),
-            status: if is_error {
-                ToolStatus::Error
-            } else {
-                ToolStatus::Success
-            },
-        }));
-        if let Some((code, message)) = failure {
-            // The call did not produce a result (DESIGN §4: errors become `error` events). A
-            // tool that ran and reported failure in its result (a non-zero exit, an HTTP 404)
-            // is not this: its `tool_result` already says so. Recoverable: the model reads the
-            // error and the run goes on.
-            self.sink.emit(EventPayload::error(
-                code.as_str(),
-                format!("the call {} ({}) failed: {message}", call.name, call.id),
-                true,
-            ));
-        }
-        for ev in events {
-            if let EventPayload::TodoUpdate(t) = &ev {
-                self.todos = t.todos.clone();
+            Outcome::Result(Err(e)) => {
+                (e.to_model_json(), true, Some(e.to_string()), done.duration)
             }
-            self.sink.emit(ev);
-        }
+        };
         let text = match &content {
             Value::String(s) => s.clone(),
             other => other.to_string(),
@@ -1239,16 +1085,68 @@ impl Agent {
             is_error,
         });
         let output = (!is_error || error_text.is_none()).then_some(content);
+        let duration_ms = u64::try_from(duration.as_millis()).unwrap_or(u64::MAX);
         self.audit(
             call,
-            args,
+            &done.args,
             output,
             error_text,
             duration_ms,
-            approved,
-            approved_by,
+            done.approved,
+            done.approved_by,
         )
         .await
+    }
+
+    /// The finished call's events: `tool_result`, an `error` when there is no result (DESIGN
+    /// §4: errors become `error` events), then the tool's own (`file_operation`,
+    /// `todo_update`).
+    fn emit_call(&mut self, call: &ToolCall, done: &FinishedCall) {
+        let result = match &done.outcome {
+            Outcome::Refused(refusal) => {
+                self.sink.emit(EventPayload::ToolResult(ToolResultData {
+                    tool_call_id: call.id.clone(),
+                    result: refusal.content(),
+                    status: ToolStatus::Error,
+                }));
+                return;
+            }
+            Outcome::Result(result) => result,
+        };
+        crate::metrics::record_tool_call(&call.name, done.outcome_label(), done.duration);
+        let (content, is_error) = match result {
+            Ok(out) => (out.content.clone(), out.is_error),
+            Err(e) => (e.to_model_json(), true),
+        };
+        self.sink.emit(EventPayload::ToolResult(ToolResultData {
+            tool_call_id: call.id.clone(),
+            result: content,
+            status: if is_error {
+                ToolStatus::Error
+            } else {
+                ToolStatus::Success
+            },
+        }));
+        match result {
+            Err(e) => {
+                // A tool that ran and reported failure in its result (a non-zero exit, an HTTP
+                // 404) is not this: its `tool_result` already says so. Recoverable: the model
+                // reads the error and the run goes on.
+                self.sink.emit(EventPayload::error(
+                    e.code().as_str(),
+                    format!("the call {} ({}) failed: {e}", call.name, call.id),
+                    true,
+                ));
+            }
+            Ok(out) => {
+                for ev in &out.events {
+                    if let EventPayload::TodoUpdate(t) = ev {
+                        self.todos = t.todos.clone();
+                    }
+                    self.sink.emit(ev.clone());
+                }
+            }
+        }
     }
 
     /// The call's audit row: written with the step (see [`RunRecorder`]).
@@ -1276,6 +1174,102 @@ impl Agent {
             approved_by,
         });
         Ok(())
+    }
+}
+
+/// The agent loop as the pipeline's host: approvals are `hitl_request`s, the call is recorded
+/// as started in a checkpoint before it runs, a cancel ends the run, and the finished call goes
+/// into the history, the audit and the event stream.
+struct LoopCall<'a> {
+    agent: &'a mut Agent,
+    tools: &'a ToolSet,
+    /// The calls of the answer after this one: what the checkpoint before the call names.
+    rest: &'a [ToolCall],
+    call: &'a ToolCall,
+}
+
+#[async_trait]
+impl CallHost for LoopCall<'_> {
+    type Stop = RunOutcome;
+
+    fn started(&mut self, call: &CallRequest) {
+        self.agent.sink.emit(EventPayload::ToolCall(ToolCallData {
+            tool_name: call.name.clone(),
+            tool_args: call.arguments.clone(),
+            tool_call_id: call.id.clone(),
+        }));
+    }
+
+    fn policy(&self) -> &dyn ToolPolicy {
+        self.tools.policy.as_ref()
+    }
+
+    fn approval_required(&self, tool: &dyn Tool, call: &CallRequest, args: &Value) -> bool {
+        let input = &self.agent.input;
+        !input.auto_approve
+            && (tool.needs_approval(args)
+                || input
+                    .assistant
+                    .spec
+                    .interrupt_on
+                    .iter()
+                    .any(|n| n == &call.name))
+    }
+
+    async fn approve(
+        &mut self,
+        tool: &dyn Tool,
+        _call: &CallRequest,
+        args: &Value,
+    ) -> Step<Approval> {
+        self.agent.approve(self.call, tool, args).await
+    }
+
+    async fn before_call(
+        &mut self,
+        _call: &CallRequest,
+        args: &Value,
+        approved: Option<bool>,
+        approved_by: Option<UserId>,
+    ) -> Step<()> {
+        self.agent
+            .checkpoint(
+                self.rest,
+                Some(InFlight {
+                    call: self.call.clone(),
+                    args: args.clone(),
+                    approved,
+                    approved_by,
+                }),
+            )
+            .await
+    }
+
+    async fn context(
+        &mut self,
+        _spec: &ToolSpec,
+        _call: &CallRequest,
+    ) -> Result<ToolContext, ToolError> {
+        Ok(self.agent.tool_context(self.call))
+    }
+
+    /// Paced like every retry of the run (the configured `base_delay * 2^n`), at most the
+    /// assistant's `max_retries` times.
+    fn retry_delay(&self, attempt: u32) -> Option<Duration> {
+        (attempt < self.agent.input.assistant.spec.max_retries)
+            .then(|| agentry_llm::retry_delay(&self.agent.retry_policy(), attempt, None))
+    }
+
+    fn cancelled(&mut self) -> Step<Duration> {
+        Err(self.agent.cancelled())
+    }
+
+    async fn audit(&mut self, done: &FinishedCall) -> Step<()> {
+        self.agent.record_call(self.call, done).await
+    }
+
+    fn emit(&mut self, done: &FinishedCall) {
+        self.agent.emit_call(self.call, done);
     }
 }
 
@@ -1338,9 +1332,8 @@ struct LoopInteraction {
     run_id: RunId,
     tool_call_id: String,
     sink: Arc<dyn RunSink>,
-    /// The asking call's timeout clock: it stands still until the user has answered.
-    clock: Arc<PauseClock>,
-    /// The run's timeout clock, which stands still too.
+    /// The run's timeout clock: it stands still until the user has answered (the call's own
+    /// clock is stopped by the pipeline).
     run_clock: Arc<PauseClock>,
     /// The run's "opened an approval or a question" flag.
     asked_human: Arc<AtomicBool>,
@@ -1349,7 +1342,7 @@ struct LoopInteraction {
 #[async_trait]
 impl UserInteraction for LoopInteraction {
     async fn ask(&self, question: Question) -> Result<Value, InteractionError> {
-        let _paused = (self.clock.pause(), self.run_clock.pause());
+        let _paused = self.run_clock.pause();
         let id = ApprovalId::new();
         self.asked_human.store(true, Ordering::Relaxed);
         let timeout = if question.timeout == 0 {

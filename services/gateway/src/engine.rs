@@ -122,6 +122,8 @@ pub struct EngineParts {
     pub secrets: Option<SecretBox>,
     /// Kept alive for hot reload; dropping it stops watching.
     pub watcher: Option<Arc<McpConfigWatcher>>,
+    /// The platform's tools, built once here: the engine's runs and `/mcp` share them.
+    pub tools: Arc<PlatformTools>,
 }
 
 pub fn build(
@@ -155,10 +157,11 @@ pub fn build(
     let http = reqwest::Client::builder()
         .build()
         .context("building the HTTP client for model providers")?;
+    let tools = Arc::new(PlatformTools::new(settings.tools.clone()).with_memory(db.clone()));
     let deps = EngineDeps {
         db: db.clone(),
         models: Arc::new(ConfiguredModels::new(settings.llm.clone(), http)),
-        tools: Arc::new(PlatformTools::new(settings.tools.clone()).with_memory(db.clone())),
+        tools: tools.clone(),
         mcp: Some(Arc::new(McpSources {
             db: db.clone(),
             net: settings.tools.clone(),
@@ -204,6 +207,7 @@ pub fn build(
         engine,
         secrets,
         watcher,
+        tools,
     })
 }
 

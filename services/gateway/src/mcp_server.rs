@@ -11,9 +11,11 @@
 //!
 //! Every request is authenticated by [`guard`] before rmcp reads its body: the API key (the
 //! same as the REST API's), then the MCP session: a session id belongs to the tenant user whose
-//! `initialize` created it, and is "not found" for every other key. Built-in tools that need
-//! approval are asked by elicitation, refused when the client cannot ask; every built-in call
-//! writes an execution and a tool-call audit row ([`McpAudit`]).
+//! `initialize` created it, and is "not found" for every other key. Calls go through the same
+//! tool-call pipeline as the agent loop's (`agentry_mcp::pipeline`): built-in tools that need
+//! approval are asked by elicitation, refused when the client cannot ask; their timeout stands
+//! still while an elicitation waits; every built-in call that got past its arguments writes an
+//! execution and a tool-call audit row ([`McpAudit`]).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -26,6 +28,7 @@ use actix_web::middleware::{Next, from_fn};
 use actix_web::{FromRequest, HttpMessage, HttpResponse, ResponseError, web};
 use agentry_actors::tools::{PlatformTools, role_policy};
 use agentry_actors::{ChatCommand, CreateSession, Engine, EngineError, ToolPolicy};
+use agentry_mcp::pipeline::Retry;
 use agentry_mcp::server::{
     CallAudit, CallRecord, CallerTools, Presenter, ToolServer, ToolSource, approval_question,
     is_yes, to_mcp_result,
@@ -75,11 +78,16 @@ pub struct McpEndpoint {
 }
 
 impl McpEndpoint {
-    pub fn new(settings: &Settings, engine: Engine, db: DatabaseConnection) -> Self {
+    pub fn new(
+        settings: &Settings,
+        engine: Engine,
+        tools: Arc<PlatformTools>,
+        db: DatabaseConnection,
+    ) -> Self {
         let source = CallerToolSource {
             engine: engine.clone(),
             db: db.clone(),
-            tools: PlatformTools::new(settings.tools.clone()).with_memory(db.clone()),
+            tools,
             hitl_timeout_secs: settings.hitl.timeout_secs,
             sessions: Arc::default(),
         };
@@ -296,7 +304,8 @@ async fn as_error_json(res: ServiceResponse<BoxBody>, session: Option<&str>) -> 
 struct CallerToolSource {
     engine: Engine,
     db: DatabaseConnection,
-    tools: PlatformTools,
+    /// The platform's tools, built once at start and shared with the engine.
+    tools: Arc<PlatformTools>,
     hitl_timeout_secs: u64,
     /// The session each (tenant, user, MCP session) records its built-in calls under.
     sessions: Arc<Mutex<HashMap<AuditKey, SessionId>>>,
@@ -329,7 +338,7 @@ impl ToolSource for CallerToolSource {
         let tenant = caller.tenant_arc();
         let user = caller.user();
         let policy = role_policy(&tenant, user.role);
-        let mut registry = self.tools.builtin_tools();
+        let mut registry = self.tools.builtin_tools().clone();
         registry.retain(|spec| policy.check(spec).is_ok());
         let assistants = assistants::list(&self.db, &caller.scope())
             .await
@@ -382,6 +391,8 @@ impl ToolSource for CallerToolSource {
             })),
             owner: format!("{}/{}", tenant.id, user.user_id),
             presenter: Some(presenter),
+            policy: Arc::new(policy),
+            retry: Retry::default(),
         })
     }
 }

@@ -261,6 +261,7 @@ impl Application {
         let mcp = std::sync::Arc::new(crate::mcp_server::McpEndpoint::new(
             &settings,
             parts.engine.clone(),
+            parts.tools.clone(),
             db.clone(),
         ));
         let shutdown_token = tokio_util::sync::CancellationToken::new();

@@ -6,6 +6,8 @@
 //!   turns a server's tools into [`Tool`](tool::Tool)s named `<server>__<tool>`.
 //! - [`builtin`]: the built-in tool services (files, shell, web, system, services, todos,
 //!   interaction) and [`builtin_registry`](builtin::builtin_registry) to mount them.
+//! - [`pipeline`]: the one tool-call pipeline (policy → schema → approval → the call on a
+//!   paused clock, with retries → audit → events) that the agent loop and `/mcp` share.
 //! - [`rbac`]: role permissions (`service:tool`, `service:*`, `*:*`) the loop checks per call.
 //! - [`server`]: a tool registry served as an MCP server (`agentry tool-server <name>`).
 //! - [`config_file`]: the MCP config file (YAML or JSON), its per-server policy, and
@@ -16,6 +18,7 @@
 pub mod builtin;
 pub mod client;
 pub mod config_file;
+pub mod pipeline;
 pub mod rbac;
 pub mod secrets;
 pub mod server;

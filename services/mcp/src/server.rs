@@ -4,8 +4,10 @@
 //! - `tools/list` gives every tool with its schema; tools that need approval carry the
 //!   `destructiveHint` annotation and `_meta["agentry/requires_approval"]`, so the client (our
 //!   own agent loop, or any MCP host) can ask a human first.
-//! - `tools/call` validates the arguments against the schema (a violation is an `isError`
-//!   result listing every problem), runs the tool within its timeout, and maps the outcome:
+//! - `tools/call` runs the call through the tool-call pipeline ([`crate::pipeline`], the same
+//!   one the agent loop uses): policy, the schema (a violation is an `isError` result listing
+//!   every problem), the approval by elicitation when enforced, the tool within its timeout on
+//!   a clock that stands still while an elicitation waits, the audit. It maps the outcome:
 //!   [`ToolOutput`] → `content` (the JSON as text), `structuredContent` (when it is an object),
 //!   `isError`, and the tool's events (`file_operation`, `todo_update`) under
 //!   `_meta["agentry/events"]`; a [`ToolError`] → `isError: true` with its structured
@@ -45,6 +47,10 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::builtin::{BuiltinConfig, builtin_registry, parse_selection};
+use crate::pipeline::{
+    self, AllowAll, Approval, CallHost, CallRequest, FinishedCall, Refusal, RefusalKind, Retry,
+    Stage, ToolPolicy,
+};
 use crate::tool::{
     EventSink, InteractionError, Tool, ToolContext, ToolError, ToolOutput, ToolRegistry, ToolSpec,
     UserInteraction, WorkspaceInfo,
@@ -223,6 +229,11 @@ pub struct CallerTools {
     /// Who is calling (`tenant/user`); a call parked on `input_required` resumes only for them.
     pub owner: String,
     pub presenter: Option<Presenter>,
+    /// The caller's tool permissions, checked by the pipeline on every call (the registry is
+    /// already narrowed to them; this is the same check the agent loop makes).
+    pub policy: Arc<dyn ToolPolicy>,
+    /// How a call whose backend is unavailable is retried.
+    pub retry: Retry,
 }
 
 impl CallerTools {
@@ -236,6 +247,9 @@ impl CallerTools {
             audit: None,
             owner: String::new(),
             presenter: None,
+            policy: Arc::new(AllowAll),
+            // The client (an agent loop) retries by itself.
+            retry: Retry::NONE,
         }
     }
 
@@ -373,14 +387,14 @@ impl ToolServer {
     fn start(
         &self,
         tools: &CallerTools,
-        tool: Arc<dyn Tool>,
+        name: &str,
         args: Value,
         peer: Peer<RoleServer>,
         progress: Option<rmcp::model::ProgressToken>,
     ) -> RunningCall {
         let (tx, rx) = mpsc::channel(1);
         let cancel = CancellationToken::new();
-        let ctx = tools
+        let base = tools
             .context
             .clone()
             .with_interaction(Arc::new(ChannelInteraction(tx)))
@@ -389,15 +403,28 @@ impl ToolServer {
                 token: progress,
             }))
             .with_cancel(cancel.clone());
-        let task = tokio::spawn(run_call(
-            tool,
-            args,
-            ctx,
-            tools
+        let mut host = McpCall {
+            base,
+            policy: tools.policy.clone(),
+            approval_timeout: tools
                 .enforce_approval
                 .then_some(tools.approval_timeout_secs),
-            tools.audit.clone(),
-        ));
+            audit: tools.audit.clone(),
+            ids: None,
+            retry: tools.retry,
+        };
+        let registry = tools.registry.clone();
+        let request = CallRequest {
+            id: format!("mcp_{}", uuid::Uuid::new_v4().simple()),
+            name: name.to_string(),
+            arguments: args,
+        };
+        let task = tokio::spawn(async move {
+            match pipeline::run_call(&mut host, &registry, request).await {
+                Ok(done) => done.into_result(),
+                Err(never) => match never {},
+            }
+        });
         RunningCall {
             task,
             questions: rx,
@@ -697,12 +724,9 @@ impl ServerHandler for ToolServer {
         };
         let spec = tool.spec().clone();
         let args = Value::Object(request.arguments.clone().unwrap_or_default());
-        if let Err(e) = tools.registry.validate(&request.name, &args) {
-            return Ok(tools.present(Some(&spec), Err(e)));
-        }
         let call = self.start(
             &tools,
-            tool,
+            &request.name,
             args,
             context.peer.clone(),
             context.meta.get_progress_token(),
@@ -711,104 +735,167 @@ impl ServerHandler for ToolServer {
     }
 }
 
-/// One call from start to end, on its own task: the approval (when enforced), the tool within
-/// its timeout, and the audit row, which is written whatever the outcome — a refusal, a
-/// failure, a cancel.
-async fn run_call(
-    tool: Arc<dyn Tool>,
-    args: Value,
-    mut ctx: ToolContext,
+/// `/mcp` and `agentry tool-server` as the tool-call pipeline's host ([`pipeline::run_call`]):
+/// approvals (when enforced) are asked by elicitation through the call's user interaction, a
+/// cancel gives the tool [`CANCEL_GRACE`] to wind down, and every call that got past its
+/// arguments is recorded through the [`CallAudit`], whatever its outcome — a refusal, a failure,
+/// a cancel.
+struct McpCall {
+    /// The context every attempt starts from.
+    base: ToolContext,
+    policy: Arc<dyn ToolPolicy>,
+    /// `Some(secs)` when approvals are asked here, and how long they wait.
     approval_timeout: Option<u64>,
     audit: Option<Arc<dyn CallAudit>>,
-) -> Result<ToolOutput, ToolError> {
-    let spec = tool.spec().clone();
-    ctx.tool_call_id = format!("mcp_{}", uuid::Uuid::new_v4().simple());
-    let ids = match &audit {
-        Some(a) => a.begin(&spec, &args).await?,
-        None => None,
-    };
-    if let Some((session, run)) = ids {
-        ctx.session_id = session;
-        ctx.run_id = run;
-    }
-    let started = Instant::now();
-    let mut approved = None;
-    let result = async {
-        if let Some(timeout) = approval_timeout
-            && tool.needs_approval(&args)
-        {
-            let decision = tokio::select! {
-                d = ask_approval(&spec, &args, timeout, &ctx) => d,
-                _ = ctx.cancel.cancelled() => Err(ToolError::Cancelled),
-            };
-            approved = Some(decision.is_ok());
-            decision?;
+    /// The session and run the audit files this call under, once asked (`None` inside: not
+    /// recorded).
+    ids: Option<Option<(SessionId, RunId)>>,
+    retry: Retry,
+}
+
+impl McpCall {
+    async fn ids(
+        &mut self,
+        spec: &ToolSpec,
+        args: &Value,
+    ) -> Result<Option<(SessionId, RunId)>, ToolError> {
+        if let Some(ids) = self.ids {
+            return Ok(ids);
         }
-        let call = tokio::time::timeout(spec.timeout, tool.call(args.clone(), &ctx));
-        tokio::pin!(call);
-        let timed_out = |_| Err(ToolError::Timeout(spec.timeout));
-        tokio::select! {
-            r = &mut call => r.unwrap_or_else(timed_out),
-            _ = ctx.cancel.cancelled() => {
-                match tokio::time::timeout(CANCEL_GRACE, &mut call).await {
-                    Ok(r) => r.unwrap_or_else(timed_out),
-                    Err(_) => Err(ToolError::Cancelled),
-                }
+        let ids = match &self.audit {
+            Some(a) => a.begin(spec, args).await?,
+            None => None,
+        };
+        self.ids = Some(ids);
+        Ok(ids)
+    }
+}
+
+#[async_trait]
+impl CallHost for McpCall {
+    type Stop = std::convert::Infallible;
+
+    fn policy(&self) -> &dyn ToolPolicy {
+        self.policy.as_ref()
+    }
+
+    fn approval_required(&self, tool: &dyn Tool, _call: &CallRequest, args: &Value) -> bool {
+        self.approval_timeout.is_some() && tool.needs_approval(args)
+    }
+
+    /// Ask the user, through the call's interaction (an elicitation), whether the call may
+    /// run. Only a clear yes runs it; a client that cannot ask gets a refusal that says so.
+    async fn approve(
+        &mut self,
+        tool: &dyn Tool,
+        _call: &CallRequest,
+        args: &Value,
+    ) -> Result<Approval, Self::Stop> {
+        let name = tool.spec().name.clone();
+        let timeout = self
+            .approval_timeout
+            .unwrap_or(DEFAULT_APPROVAL_TIMEOUT_SECS);
+        let shown = serde_json::to_string_pretty(args).unwrap_or_else(|_| args.to_string());
+        let question = approval_question(
+            format!("Allow the tool {name} to run with these arguments?\n{shown}"),
+            timeout,
+        );
+        let answer = tokio::select! {
+            a = self.base.interaction.ask(question) => a,
+            _ = self.base.cancel.cancelled() => Err(InteractionError::Cancelled),
+        };
+        let refused = |kind, message: String| Approval::Refused {
+            refusal: Refusal {
+                kind,
+                audit: ToolError::PermissionDenied(message.clone()).to_string(),
+                message,
+            },
+            by: None,
+        };
+        Ok(match answer {
+            Ok(answer) if is_yes(&answer) => Approval::Approved {
+                args: None,
+                by: None,
+            },
+            Ok(_) | Err(InteractionError::Declined) => refused(
+                RefusalKind::Rejected,
+                format!("the user did not approve the call to {name}; it was not made"),
+            ),
+            Err(InteractionError::TimedOut(secs)) => refused(
+                RefusalKind::TimedOut,
+                format!("no approval for {name} within {secs} s; the call was not made"),
+            ),
+            Err(InteractionError::Cancelled) => Approval::Failed(ToolError::Cancelled),
+            Err(InteractionError::Unavailable(why)) => refused(
+                RefusalKind::Unanswerable,
+                format!(
+                    "{name} needs the user's approval and none can be asked ({why}); the call \
+                     was not made. Use an MCP client that supports elicitation."
+                ),
+            ),
+        })
+    }
+
+    async fn context(
+        &mut self,
+        spec: &ToolSpec,
+        call: &CallRequest,
+    ) -> Result<ToolContext, ToolError> {
+        let mut ctx = self.base.clone();
+        ctx.tool_call_id = call.id.clone();
+        if let Some((session, run)) = self.ids(spec, &call.arguments).await? {
+            ctx.session_id = session;
+            ctx.run_id = run;
+        }
+        Ok(ctx)
+    }
+
+    fn retry_delay(&self, attempt: u32) -> Option<Duration> {
+        self.retry.delay(attempt)
+    }
+
+    /// Cancel, but do not drop the call at once: an `ask_<assistant>` call cancels its run and
+    /// waits for the run's `done`.
+    fn cancelled(&mut self) -> Result<Duration, Self::Stop> {
+        Ok(CANCEL_GRACE)
+    }
+
+    async fn audit(&mut self, done: &FinishedCall) -> Result<(), Self::Stop> {
+        // A call refused for its name, its caller's permissions or its arguments was never
+        // attempted: the client reads the error, and the audit has nothing to record.
+        if done.stage < Stage::Approval {
+            return Ok(());
+        }
+        let (Some(audit), Some(spec)) = (self.audit.clone(), done.spec.clone()) else {
+            return Ok(());
+        };
+        let ids = match self.ids(&spec, &done.request.arguments).await {
+            Ok(Some(ids)) => ids,
+            Ok(None) => return Ok(()),
+            Err(e) => {
+                tracing::error!(tool = %spec.name, error = %e, "the audit of an MCP call could not start");
+                return Ok(());
             }
-        }
-    }
-    .await;
-    if let (Some(audit), Some(ids)) = (&audit, ids) {
+        };
         audit
             .record(
                 ids,
                 CallRecord {
                     tool: spec,
-                    tool_call_id: ctx.tool_call_id.clone(),
-                    args,
-                    result: result.clone(),
-                    duration: started.elapsed(),
-                    approved,
+                    tool_call_id: done.request.id.clone(),
+                    args: done.args.clone(),
+                    result: done.clone().into_result(),
+                    duration: done.duration,
+                    approved: done.approved,
                 },
             )
             .await;
+        Ok(())
     }
-    result
-}
 
-/// Ask the user, through the call's interaction (an elicitation), whether the call may run.
-/// Only a clear yes runs it; a client that cannot ask gets a refusal that says so.
-async fn ask_approval(
-    spec: &ToolSpec,
-    args: &Value,
-    timeout: u64,
-    ctx: &ToolContext,
-) -> Result<(), ToolError> {
-    let shown = serde_json::to_string_pretty(args).unwrap_or_else(|_| args.to_string());
-    let question = approval_question(
-        format!(
-            "Allow the tool {} to run with these arguments?\n{shown}",
-            spec.name
-        ),
-        timeout,
-    );
-    match ctx.interaction.ask(question).await {
-        Ok(answer) if is_yes(&answer) => Ok(()),
-        Ok(_) | Err(InteractionError::Declined) => Err(ToolError::PermissionDenied(format!(
-            "the user did not approve the call to {}; it was not made",
-            spec.name
-        ))),
-        Err(InteractionError::TimedOut(secs)) => Err(ToolError::PermissionDenied(format!(
-            "no approval for {} within {secs} s; the call was not made",
-            spec.name
-        ))),
-        Err(InteractionError::Cancelled) => Err(ToolError::Cancelled),
-        Err(InteractionError::Unavailable(why)) => Err(ToolError::PermissionDenied(format!(
-            "{} needs the user's approval and none can be asked ({why}); the call was not \
-             made. Use an MCP client that supports elicitation.",
-            spec.name
-        ))),
-    }
+    /// Nothing to emit: the call's result is the MCP response, and its progress went out as
+    /// notifications while it ran.
+    fn emit(&mut self, _done: &FinishedCall) {}
 }
 
 /// A yes/no question, as elicitation shows it: one boolean field.

@@ -554,6 +554,19 @@ impl std::fmt::Debug for ToolRegistry {
     }
 }
 
+thread_local! {
+    /// JSON Schemas compiled on this thread (see [`schema_compilations_on_this_thread`]).
+    static SCHEMAS_COMPILED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// How many tool schemas this thread has compiled so far. Compiling is the expensive part of
+/// building a registry, which is why registries are built once and cloned (a clone shares the
+/// compiled validators); tests read this to prove a run compiles nothing. Per thread, so tests
+/// running side by side in one process do not count each other's work.
+pub fn schema_compilations_on_this_thread() -> u64 {
+    SCHEMAS_COMPILED.with(|c| c.get())
+}
+
 fn compile_schema(
     name: &str,
     schema: &Value,
@@ -561,6 +574,7 @@ fn compile_schema(
     if schema.is_null() || schema == &json!({}) {
         return Ok(None);
     }
+    SCHEMAS_COMPILED.with(|c| c.set(c.get() + 1));
     jsonschema::validator_for(schema)
         .map(|v| Some(Arc::new(v)))
         .map_err(|e| RegistryError::InvalidSchema {

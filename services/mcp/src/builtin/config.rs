@@ -77,6 +77,10 @@ pub struct BuiltinConfig {
     pub question_timeout_secs: u64,
     /// The longest wait a call may ask for.
     pub question_max_timeout_secs: u64,
+    /// How long an interaction tool may take besides waiting for the user: its timeout clock
+    /// stands still while the question waits (the wait is bounded by the question's own
+    /// timeout), so this only bounds the tool's own work.
+    pub interaction_timeout_secs: u64,
 
     // --- agentry tool-server ---
     /// Workspace quota of `agentry tool-server` (in a session the tenant's quota applies).
@@ -121,6 +125,7 @@ impl Default for BuiltinConfig {
             todos_max_items: 100,
             question_timeout_secs: 300,
             question_max_timeout_secs: 3600,
+            interaction_timeout_secs: 30,
             tool_server_quota_bytes: 1024 * 1024 * 1024,
             sandbox: agentry_sandbox::SandboxHandle::default(),
         }

@@ -154,9 +154,10 @@ impl Interaction {
                 }),
             ),
         };
-        let spec = ToolSpec::new(SERVICE, name, description, schema).with_timeout(
-            Duration::from_secs(cfg.question_max_timeout_secs.max(1) + 30),
-        );
+        // Every caller runs tools through the pipeline, whose clock stands still while the
+        // question waits: the timeout bounds the tool's own work, not the user's answer.
+        let spec = ToolSpec::new(SERVICE, name, description, schema)
+            .with_timeout(Duration::from_secs(cfg.interaction_timeout_secs.max(1)));
         Self { spec, kind, cfg }
     }
 
