@@ -127,7 +127,7 @@ impl ToolProvider for PlatformTools {
                             ));
                             continue;
                         }
-                        if let Err(e) = registry.register(tool) {
+                        if let Err(e) = registry.register_compiled(tool) {
                             warnings.push(format!("MCP tool {name:?} was left out: {e}"));
                         }
                     }

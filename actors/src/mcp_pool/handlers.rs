@@ -64,7 +64,7 @@ impl Handler<UserTools> for McpPoolActor {
                     Some(slot) if slot.server == server => {
                         slot.last_used = now;
                         match &mut slot.state {
-                            SlotState::Connected { tools, .. } => ready.extend(tools.iter().cloned()),
+                            SlotState::Connected { tools, .. } => super::sort_tools(tools, &mut ready, &mut warnings),
                             SlotState::Connecting { waiters } => {
                                 let (tx, rx) = oneshot::channel();
                                 waiters.push(tx);
@@ -96,7 +96,7 @@ impl Handler<UserTools> for McpPoolActor {
             async move {
                 for (name, rx) in waits {
                     match tokio::time::timeout_at(deadline, rx).await {
-                        Ok(Ok(Ok(tools))) => ready.extend(tools),
+                        Ok(Ok(Ok(tools))) => super::sort_tools(&tools, &mut ready, &mut warnings),
                         Ok(Ok(Err(e))) => warnings.push(format!("MCP server {name:?} failed to connect: {e}; its tools are left out of this run")),
                         Ok(Err(_)) => warnings.push(format!("MCP server {name:?} was closed while connecting")),
                         Err(_) => warnings.push(format!(
@@ -139,6 +139,7 @@ impl Handler<ServerTools> for McpPoolActor {
                 SlotState::Connected { tools, .. } => {
                     let mut list: Vec<(String, String)> = tools
                         .iter()
+                        .flatten()
                         .map(|t| {
                             let spec = t.spec();
                             let first = spec.description.lines().next().unwrap_or_default();

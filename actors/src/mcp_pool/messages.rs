@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use actix::Message;
 use agentry_mcp::config_file::ConfigDiff;
-use agentry_mcp::tool::Tool;
+use agentry_mcp::tool::CompiledTool;
 use agentry_schema::ids::UserId;
 
 use super::Key;
@@ -20,7 +20,8 @@ pub struct UserTools {
 
 #[derive(Clone, Default)]
 pub struct UserToolsReply {
-    pub tools: Vec<Arc<dyn Tool>>,
+    /// Compiled when the server's tools were listed: a run registers them as they are.
+    pub tools: Vec<CompiledTool>,
     pub warnings: Vec<String>,
 }
 

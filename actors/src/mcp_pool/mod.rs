@@ -24,7 +24,7 @@ use agentry_mcp::client::{
     ClientHooks, ConnectionStatus, McpConnection, McpServerConfig, StdioLaunch,
 };
 use agentry_mcp::config_file::ServerPolicy;
-use agentry_mcp::tool::Tool;
+use agentry_mcp::tool::{CompiledTool, Tool};
 use agentry_schema::ids::UserId;
 use agentry_store::tenants::Tenant;
 use async_trait::async_trait;
@@ -105,7 +105,11 @@ pub fn backoff(cfg: &McpPoolConfig, attempt: u32) -> Duration {
 
 pub type Key = (UserId, String);
 
-type ToolsResult = Result<Vec<Arc<dyn Tool>>, String>;
+/// A server's tool as the pool keeps it: compiled once when the server's tools are listed, or
+/// why it is left out (its schema does not compile), repeated to every run as a warning.
+pub(crate) type PoolTool = Result<CompiledTool, String>;
+
+type ToolsResult = Result<Vec<PoolTool>, String>;
 
 pub(crate) enum SlotState {
     Connecting {
@@ -113,7 +117,7 @@ pub(crate) enum SlotState {
     },
     Connected {
         conn: McpConnection,
-        tools: Vec<Arc<dyn Tool>>,
+        tools: Vec<PoolTool>,
     },
     Failed {
         error: String,
@@ -264,7 +268,7 @@ impl McpPoolActor {
         key: Key,
         generation: u64,
         attempts: u32,
-        res: Result<(McpConnection, Vec<Arc<dyn Tool>>), String>,
+        res: Result<(McpConnection, Vec<PoolTool>), String>,
     ) {
         let Some(slot) = self
             .slots
@@ -469,8 +473,8 @@ fn close_slot(slot: Slot) {
 }
 
 /// Apply a file server's tool allow-list and its rate limit (shared by all of the server's
-/// tools on this connection).
-fn filter_tools(tools: Vec<Arc<dyn Tool>>, policy: &ServerPolicy) -> Vec<Arc<dyn Tool>> {
+/// tools on this connection), and compile each tool's schema: once here, not per run.
+fn filter_tools(tools: Vec<Arc<dyn Tool>>, policy: &ServerPolicy) -> Vec<PoolTool> {
     let limiter = policy
         .rate_limit_per_minute
         .filter(|n| *n > 0)
@@ -485,7 +489,21 @@ fn filter_tools(tools: Vec<Arc<dyn Tool>>, policy: &ServerPolicy) -> Vec<Arc<dyn
             }) as Arc<dyn Tool>,
             None => t,
         })
+        .map(|t| {
+            let name = t.spec().name.clone();
+            CompiledTool::compile(t).map_err(|e| format!("MCP tool {name:?} was left out: {e}"))
+        })
         .collect()
+}
+
+/// A connection's tools into a run's: the compiled ones, and a warning for each left out.
+fn sort_tools(tools: &[PoolTool], ready: &mut Vec<CompiledTool>, warnings: &mut Vec<String>) {
+    for t in tools {
+        match t {
+            Ok(tool) => ready.push(tool.clone()),
+            Err(warning) => warnings.push(warning.clone()),
+        }
+    }
 }
 
 /// Calls per minute, sliding window.

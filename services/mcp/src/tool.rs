@@ -427,13 +427,41 @@ pub trait Tool: Send + Sync {
 /// A set of tools by name, with compiled argument validators.
 #[derive(Clone, Default)]
 pub struct ToolRegistry {
-    tools: BTreeMap<String, RegisteredTool>,
+    tools: BTreeMap<String, CompiledTool>,
 }
 
+/// A tool with its argument validator compiled. Compiling a JSON Schema is the expensive part
+/// of registering a tool, so whoever holds tools for long (the MCP pool, for a connection's
+/// tools) compiles them once and registers the same `CompiledTool` in every run's registry.
+/// Cheap to clone: the validator is shared.
 #[derive(Clone)]
-struct RegisteredTool {
+pub struct CompiledTool {
     tool: Arc<dyn Tool>,
     validator: Option<Arc<jsonschema::Validator>>,
+}
+
+impl CompiledTool {
+    /// Compile the tool's schema; a schema that does not compile is refused.
+    pub fn compile(tool: Arc<dyn Tool>) -> Result<Self, RegistryError> {
+        let validator = compile_schema(&tool.spec().name, &tool.spec().input_schema)?;
+        Ok(CompiledTool { tool, validator })
+    }
+
+    pub fn tool(&self) -> &Arc<dyn Tool> {
+        &self.tool
+    }
+
+    pub fn spec(&self) -> &ToolSpec {
+        self.tool.spec()
+    }
+}
+
+impl std::fmt::Debug for CompiledTool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("CompiledTool")
+            .field(&self.tool.spec().name)
+            .finish()
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -455,16 +483,24 @@ impl ToolRegistry {
         if self.tools.contains_key(&name) {
             return Err(RegistryError::Duplicate(name));
         }
-        let validator = compile_schema(&name, &tool.spec().input_schema)?;
-        self.tools.insert(name, RegisteredTool { tool, validator });
+        self.tools.insert(name, CompiledTool::compile(tool)?);
+        Ok(())
+    }
+
+    /// Add a tool compiled earlier: nothing is compiled again.
+    pub fn register_compiled(&mut self, tool: CompiledTool) -> Result<(), RegistryError> {
+        let name = tool.spec().name.clone();
+        if self.tools.contains_key(&name) {
+            return Err(RegistryError::Duplicate(name));
+        }
+        self.tools.insert(name, tool);
         Ok(())
     }
 
     /// Add or replace a tool (MCP tools refresh on `tools/list_changed`).
     pub fn upsert(&mut self, tool: Arc<dyn Tool>) -> Result<(), RegistryError> {
         let name = tool.spec().name.clone();
-        let validator = compile_schema(&name, &tool.spec().input_schema)?;
-        self.tools.insert(name, RegisteredTool { tool, validator });
+        self.tools.insert(name, CompiledTool::compile(tool)?);
         Ok(())
     }
 
@@ -622,6 +658,30 @@ mod tests {
         assert!(matches!(
             reg.validate("nope", &json!({})),
             Err(ToolError::NotFound(_))
+        ));
+    }
+
+    /// A tool compiled once (as the MCP pool does when a server's tools are listed) goes into
+    /// any number of registries without being compiled again, and still validates.
+    #[test]
+    fn a_compiled_tool_is_registered_without_compiling() {
+        let before = schema_compilations_on_this_thread();
+        let compiled = CompiledTool::compile(echo()).unwrap();
+        assert_eq!(schema_compilations_on_this_thread() - before, 1);
+        for _run in 0..3 {
+            let mut reg = ToolRegistry::new();
+            reg.register_compiled(compiled.clone()).unwrap();
+            assert!(reg.validate("echo", &json!({"text": 3})).is_err());
+            assert_eq!(
+                reg.register_compiled(compiled.clone()),
+                Err(RegistryError::Duplicate("echo".into()))
+            );
+        }
+        assert_eq!(schema_compilations_on_this_thread() - before, 1);
+        let bad = Arc::new(Echo(ToolSpec::new("t", "bad", "", json!({"type": 12}))));
+        assert!(matches!(
+            CompiledTool::compile(bad),
+            Err(RegistryError::InvalidSchema { .. })
         ));
     }
 
