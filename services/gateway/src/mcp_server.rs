@@ -34,7 +34,8 @@ use agentry_mcp::server::{
     is_yes, to_mcp_result,
 };
 use agentry_mcp::tool::{
-    InteractionError, Tool, ToolContext, ToolError, ToolOutput, ToolSpec, WorkspaceInfo,
+    CompiledTool, InteractionError, RegistryError, Tool, ToolContext, ToolError, ToolOutput,
+    ToolSpec, WorkspaceInfo,
 };
 use agentry_schema::error::ErrorCode;
 use agentry_schema::events::{DoneStatus, EventPayload, HitlKind, HitlRequestData};
@@ -90,6 +91,7 @@ impl McpEndpoint {
             tools,
             hitl_timeout_secs: settings.hitl.timeout_secs,
             sessions: Arc::default(),
+            ask_template: Mutex::default(),
         };
         let server = ToolServer::with_source("agentry", INSTRUCTIONS, Arc::new(source));
         let hosts = &settings.mcp.server_allowed_hosts;
@@ -309,9 +311,28 @@ struct CallerToolSource {
     hitl_timeout_secs: u64,
     /// The session each (tenant, user, MCP session) records its built-in calls under.
     sessions: Arc<Mutex<HashMap<AuditKey, SessionId>>>,
+    /// An `ask_<assistant>` tool compiled once (see [`CallerToolSource::compiled_ask`]).
+    ask_template: Mutex<Option<CompiledTool>>,
 }
 
 type AuditKey = (TenantId, UserId, Option<String>);
+
+impl CallerToolSource {
+    /// An `ask_<assistant>` tool with its schema compiled: every one has the same arguments,
+    /// so the schema is compiled once, not per assistant per request.
+    fn compiled_ask(&self, ask: Arc<dyn Tool>) -> Result<CompiledTool, RegistryError> {
+        let mut template = self.ask_template.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(compiled) = template
+            .as_ref()
+            .and_then(|t| CompiledTool::reusing(ask.clone(), t))
+        {
+            return Ok(compiled);
+        }
+        let compiled = CompiledTool::compile(ask)?;
+        *template = Some(compiled.clone());
+        Ok(compiled)
+    }
+}
 
 fn internal(message: impl Into<String>) -> rmcp::ErrorData {
     rmcp::ErrorData::internal_error(message.into(), None)
@@ -359,7 +380,14 @@ impl ToolSource for CallerToolSource {
             if policy.check(&ask.spec).is_err() {
                 continue;
             }
-            if let Err(e) = registry.register(Arc::new(ask)) {
+            let ask = match self.compiled_ask(Arc::new(ask)) {
+                Ok(ask) => ask,
+                Err(e) => {
+                    tracing::error!(tool = %name, error = %e, "assistant left out of /mcp");
+                    continue;
+                }
+            };
+            if let Err(e) = registry.register_compiled(ask) {
                 // Two ids that sanitize to the same name: the first keeps it.
                 tracing::warn!(tool = %name, error = %e, "assistant left out of /mcp");
             }

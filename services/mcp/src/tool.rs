@@ -447,6 +447,16 @@ impl CompiledTool {
         Ok(CompiledTool { tool, validator })
     }
 
+    /// `tool` with the validator of `compiled` when both have the same schema (tools made per
+    /// request from one schema, such as `/mcp`'s `ask_<assistant>`, compile it once); `None`
+    /// when the schemas differ.
+    pub fn reusing(tool: Arc<dyn Tool>, compiled: &CompiledTool) -> Option<Self> {
+        (tool.spec().input_schema == compiled.spec().input_schema).then(|| CompiledTool {
+            tool,
+            validator: compiled.validator.clone(),
+        })
+    }
+
     pub fn tool(&self) -> &Arc<dyn Tool> {
         &self.tool
     }
@@ -678,6 +688,28 @@ mod tests {
             );
         }
         assert_eq!(schema_compilations_on_this_thread() - before, 1);
+        // Another tool with the same schema shares the validator; one with another does not.
+        let twin = Arc::new(Echo(ToolSpec::new(
+            "test",
+            "twin",
+            "the same arguments",
+            echo().spec().input_schema.clone(),
+        )));
+        let twin = CompiledTool::reusing(twin, &compiled).unwrap();
+        let mut reg = ToolRegistry::new();
+        reg.register_compiled(twin).unwrap();
+        assert!(
+            reg.validate("twin", &json!({})).is_err(),
+            "text is required"
+        );
+        assert_eq!(schema_compilations_on_this_thread() - before, 1);
+        let other = Arc::new(Echo(ToolSpec::new(
+            "t",
+            "other",
+            "",
+            json!({"type": "object"}),
+        )));
+        assert!(CompiledTool::reusing(other, &compiled).is_none());
         let bad = Arc::new(Echo(ToolSpec::new("t", "bad", "", json!({"type": 12}))));
         assert!(matches!(
             CompiledTool::compile(bad),
