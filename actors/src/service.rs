@@ -8,7 +8,7 @@ use std::time::Duration;
 use actix::prelude::*;
 use agentry_schema::events::ExecutionEvent;
 use agentry_schema::frames::Decision;
-use agentry_schema::ids::{ApprovalId, AssistantId, RunId, SessionId};
+use agentry_schema::ids::{ApprovalId, AssistantId, RunId, SessionId, TenantId};
 use agentry_store::approvals;
 use agentry_store::sessions::{self, NewSession, Session};
 use agentry_store::tenants::Tenant;
@@ -19,13 +19,13 @@ use tokio::sync::mpsc;
 
 use crate::deps::EngineDeps;
 use crate::error::EngineError;
-use crate::quota::{AdmitRequest, QuotaActor, ReleaseSession, ReserveSession};
+use crate::quota::{QuotaActor, QuotaHandle, QuotaState};
 use crate::registry::{GetTenant, LiveTenant, Registry, StopTenant, TenantCount};
 use crate::session::{
     CancelRun, ChatAccepted, GetStatus, SessionActor, SessionEvent, SessionStatus, Shutdown,
     StartChat, Subscribe, Subscriber, SubscriptionId, Unsubscribe,
 };
-use crate::tenant::{ArbiterPool, GetQuota, LiveSession, StartSession, TenantSupervisor};
+use crate::tenant::{ArbiterPool, LiveSession, StartSession, TenantSupervisor};
 
 /// The largest chat message accepted.
 pub const MAX_MESSAGE_BYTES: usize = 256 * 1024;
@@ -55,6 +55,10 @@ pub fn may_auto_approve(tenant: &Tenant, user: &UserScope) -> Result<(), EngineE
     }
 }
 
+/// Makes the quota keeper of a tenant the engine has not seen yet (see [`Engine::quota`]).
+/// `tokens_used_today` is what the store counts since midnight UTC.
+pub type QuotaFactory = Arc<dyn Fn(&Tenant, u64) -> QuotaHandle + Send + Sync>;
+
 #[derive(Clone)]
 pub struct Engine {
     deps: Arc<EngineDeps>,
@@ -62,6 +66,12 @@ pub struct Engine {
     /// Pending approvals and questions: decisions go through it straight to their run.
     desk: Arc<crate::hitl::ApprovalDesk>,
     live_sessions: Arc<crate::live_sessions::LiveSessions>,
+    /// Every tenant's quota handle, outside the actor tree: admission looks it up here and asks
+    /// it in one hop, instead of going registry → supervisor → quota actor. It outlives the
+    /// tenant's supervisor (which stops when idle), so a window or a reservation is never reset
+    /// by an idle spell.
+    quotas: Arc<std::sync::Mutex<std::collections::HashMap<TenantId, QuotaHandle>>>,
+    make_quota: QuotaFactory,
     /// Set once the process is stopping: new runs are refused (see [`Engine::drain`]).
     draining: Arc<std::sync::atomic::AtomicBool>,
 }
@@ -114,17 +124,29 @@ impl Engine {
         ));
         let registry = Registry::new(
             deps.clone(),
-            pool,
+            pool.clone(),
             tenant_idle_after,
             desk.clone(),
             live_sessions.clone(),
         )
         .start();
+        // Single-node mode: one quota actor per tenant, spread over the arbiters, restarted in
+        // place (same address) if it stops or panics.
+        let make_quota: QuotaFactory = Arc::new(move |tenant: &Tenant, used: u64| {
+            let state = QuotaState::new(tenant.quotas, used, Utc::now());
+            QuotaHandle::local(crate::supervise::start_supervised(
+                &pool.pick(),
+                "quota",
+                move |_| QuotaActor::new(state),
+            ))
+        });
         Engine {
             deps,
             registry,
             desk,
             live_sessions,
+            quotas: Default::default(),
+            make_quota,
             draining: Default::default(),
         }
     }
@@ -133,6 +155,12 @@ impl Engine {
     /// `max_live_sessions` once the idle ones over it have left).
     pub fn live_sessions(&self) -> usize {
         self.live_sessions.len()
+    }
+
+    /// Keep quotas elsewhere from now on (cluster mode: Redis). Call before the first request.
+    pub fn with_quotas(mut self, make_quota: QuotaFactory) -> Engine {
+        self.make_quota = make_quota;
+        self
     }
 
     pub fn deps(&self) -> &Arc<EngineDeps> {
@@ -159,23 +187,41 @@ impl Engine {
         if let Some(addr) = self.registry.send(LiveTenant(tenant.id)).await? {
             return Ok(addr);
         }
+        let quota = self.quota(tenant).await?;
+        Ok(self
+            .registry
+            .send(GetTenant {
+                tenant: tenant.clone(),
+                quota,
+            })
+            .await?)
+    }
+
+    fn known_quota(&self, tenant: TenantId) -> Option<QuotaHandle> {
+        let quotas = self.quotas.lock().unwrap_or_else(|p| p.into_inner());
+        quotas.get(&tenant).filter(|q| q.is_alive()).cloned()
+    }
+
+    /// The tenant's quota handle: a table lookup, made (from the store's count of today's
+    /// tokens) the first time the tenant is seen, or again if its keeper stopped.
+    pub async fn quota(&self, tenant: &Tenant) -> Result<QuotaHandle, EngineError> {
+        if let Some(q) = self.known_quota(tenant.id) {
+            return Ok(q);
+        }
         let midnight = Utc::now()
             .date_naive()
             .and_hms_opt(0, 0, 0)
             .map(|t| t.and_utc())
             .unwrap_or_else(Utc::now);
         let used = executions::tokens_since(&self.deps.db, &tenant.scope(), midnight).await?;
-        Ok(self
-            .registry
-            .send(GetTenant {
-                tenant: tenant.clone(),
-                tokens_used_today: used,
-            })
-            .await?)
-    }
-
-    pub async fn quota(&self, tenant: &Tenant) -> Result<Addr<QuotaActor>, EngineError> {
-        Ok(self.supervisor(tenant).await?.send(GetQuota).await?)
+        let mut quotas = self.quotas.lock().unwrap_or_else(|p| p.into_inner());
+        // Another request may have made it while the store answered: the first one wins.
+        if let Some(q) = quotas.get(&tenant.id).filter(|q| q.is_alive()) {
+            return Ok(q.clone());
+        }
+        let q = (self.make_quota)(tenant, used);
+        quotas.insert(tenant.id, q.clone());
+        Ok(q)
     }
 
     /// The tenant's MCP pool (None when MCP is not configured).
@@ -202,21 +248,19 @@ impl Engine {
         Ok(())
     }
 
-    /// The per-tenant request rate limit, for every authenticated API request.
+    /// The per-tenant request rate limit, for every authenticated API request and every
+    /// WebSocket frame that starts work (chat, hitl_decision). One hop: the quota handle comes
+    /// from the engine's table.
     pub async fn admit_request(&self, tenant: &Tenant) -> Result<(), EngineError> {
-        let quota = self.quota(tenant).await?;
-        quota.send(AdmitRequest).await?.map_err(|r| {
-            crate::metrics::record_quota_rejection(r.quota);
-            EngineError::Quota {
-                quota: r.quota,
-                limit: r.limit,
-                retry_after: r.retry_after,
-            }
-        })
+        Ok(self.quota(tenant).await?.admit_request().await?)
     }
 
-    /// The tenant's row changed: the live supervisor picks it up; a suspended tenant's actors stop.
+    /// The tenant's row changed: its quotas apply to the next admission, the live supervisor
+    /// picks it up; a suspended tenant's actors stop.
     pub async fn tenant_changed(&self, tenant: &Tenant) -> Result<(), EngineError> {
+        if let Some(q) = self.known_quota(tenant.id) {
+            q.set_quotas(tenant.quotas);
+        }
         if tenant.status == agentry_store::tenants::TenantStatus::Suspended {
             self.registry.send(StopTenant(tenant.id)).await?;
         } else if let Some(sup) = self.registry.send(LiveTenant(tenant.id)).await? {
@@ -242,6 +286,10 @@ impl Engine {
         &self,
         tenant: agentry_schema::ids::TenantId,
     ) -> Result<(), EngineError> {
+        self.quotas
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&tenant);
         Ok(self.registry.send(StopTenant(tenant)).await?)
     }
 
@@ -280,20 +328,7 @@ impl Engine {
         crate::session::assistant_exists(&self.deps, &scope, &assistant_id).await?;
         let quota = self.quota(tenant).await?;
         let stored = sessions::count_by_user(&self.deps.db, &scope, user.user_id).await?;
-        quota
-            .send(ReserveSession {
-                user: user.user_id,
-                stored,
-            })
-            .await?
-            .map_err(|r| {
-                crate::metrics::record_quota_rejection(r.quota);
-                EngineError::Quota {
-                    quota: r.quota,
-                    limit: r.limit,
-                    retry_after: r.retry_after,
-                }
-            })?;
+        quota.reserve_session(user.user_id, stored).await?;
         let created = sessions::create(
             &self.deps.db,
             &scope,
@@ -309,7 +344,7 @@ impl Engine {
         match created {
             Ok(s) => Ok(s),
             Err(e) => {
-                quota.do_send(ReleaseSession { user: user.user_id });
+                quota.release_session(user.user_id);
                 Err(e.into())
             }
         }
@@ -567,10 +602,8 @@ impl Engine {
             held.addr.do_send(Shutdown);
         }
         sessions::delete(&self.deps.db, &tenant.scope(), session.id).await?;
-        if let Ok(quota) = sup.send(GetQuota).await {
-            quota.do_send(ReleaseSession {
-                user: session.user_id,
-            });
+        if let Ok(quota) = self.quota(tenant).await {
+            quota.release_session(session.user_id);
         }
         Ok(())
     }

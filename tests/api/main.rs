@@ -554,6 +554,13 @@ async fn tenant_quotas_refuse_with_429_naming_the_quota_over_rest_and_websocket(
 }
 
 #[tokio::test]
+async fn tokens_per_day_is_reserved_before_each_model_call_and_rpm_counts_websocket_frames() {
+    let ctx = Ctx::start().await;
+    quotas::tokens_per_day_parallel_runs(&ctx).await;
+    quotas::requests_per_minute_on_one_socket(&ctx).await;
+}
+
+#[tokio::test]
 async fn engine_metrics_follow_sessions_runs_tokens_approvals_and_quotas() {
     let ctx = Ctx::start_with(&[("AGENTRY_METRICS__TENANT_LABELS", "true")], None).await;
     observability::engine_metrics(&ctx).await;

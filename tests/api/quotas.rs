@@ -273,3 +273,166 @@ pub async fn tokens_per_day(ctx: &Ctx) {
         "{evs:?}"
     );
 }
+
+/// `tokens_per_day` holds against parallel runs: each model call reserves its tokens before it
+/// starts (the prompt's estimate plus `quota.reserve_output_tokens`, 1,024 by default) and its
+/// real usage replaces the reservation after it. Ten one-tool runs (two model calls each, about
+/// 4,000 tokens a run) start together against a budget of 12,000 tokens; checked only at the
+/// start of each run, they all ran (a budget of 3,000 let ten runs use 23,320). Now the
+/// tenant ends at most one call's reservation over the budget, and the runs that did not fit are
+/// refused (429 at the start, or an `error` `quota_exceeded` and a `failed` `done` at a later
+/// call), naming the quota.
+pub async fn tokens_per_day_parallel_runs(ctx: &Ctx) {
+    const RESERVE_OUTPUT: u64 = 1024;
+    // About three runs' worth: several runs' calls are admitted together.
+    let budget = 12_000;
+    let t = ctx.tenant_with(json!({ "tokens_per_day": budget })).await;
+    // The model answers slowly, so the ten runs' calls overlap.
+    let message = "/sleep 300\n/tool write_todos {\"todos\": [{\"content\": \"count tokens\", \"status\": \"pending\"}]}";
+    let runs = futures::future::join_all((0..10).map(|i| {
+        let key = if i % 2 == 0 {
+            t.member.key.clone()
+        } else {
+            t.member2.key.clone()
+        };
+        async move {
+            ctx.call(
+                Method::POST,
+                "/api/v1/chat",
+                Some(&key),
+                Some(&json!({ "message": message, "session_id": null })),
+            )
+            .await
+        }
+    }))
+    .await;
+    let (mut used, mut max_input, mut completed, mut refused) = (0, 0, 0, 0);
+    for r in &runs {
+        if r.status == 429 {
+            assert_quota(
+                r,
+                "tokens_per_day",
+                budget,
+                86_400,
+                "a run refused at its start",
+            );
+            refused += 1;
+            continue;
+        }
+        assert_eq!(r.status, 200, "{}", r.body);
+        let events = r.body["events"].as_array().unwrap();
+        let done = events.last().unwrap();
+        assert_eq!(done["event_type"], "done", "{done}");
+        let usage = &done["data"]["token_usage"];
+        used += usage["total"].as_u64().unwrap();
+        max_input = max_input.max(usage["input"].as_u64().unwrap());
+        match done["data"]["status"].as_str().unwrap() {
+            "completed" => completed += 1,
+            "failed" => {
+                // Refused at a later model call: the error names the quota, then `done`.
+                let err = events
+                    .iter()
+                    .rev()
+                    .find(|e| e["event_type"] == "error")
+                    .unwrap_or_else(|| panic!("a failed run says why: {events:?}"));
+                assert_eq!(err["data"]["error_code"], "quota_exceeded", "{err}");
+                assert_eq!(err["data"]["details"]["quota"], "tokens_per_day", "{err}");
+                assert_eq!(done["data"]["reason"], "quota_exceeded", "{done}");
+                refused += 1;
+            }
+            other => panic!("unexpected end {other}: {done}"),
+        }
+    }
+    eprintln!(
+        "tokens_per_day {budget}: {completed} runs completed, {refused} refused, {used} tokens \
+         used, largest run input {max_input}"
+    );
+    assert!(completed >= 1, "some runs fit in the budget");
+    assert!(
+        refused >= 1,
+        "ten runs do not fit in {budget} tokens: used {used}"
+    );
+    // One call's reservation is its prompt's estimate (which the fake model's usage counts the
+    // same way, and no call's input is more than its run's) plus the answer's allowance.
+    let one_reservation = max_input + RESERVE_OUTPUT;
+    assert!(
+        used <= budget + one_reservation,
+        "the runs used {used} tokens of a {budget} budget: more than one reservation \
+         ({one_reservation}) over"
+    );
+    // The store agrees, and the budget is spent for every user of the tenant.
+    let r = ctx
+        .call(
+            Method::POST,
+            "/api/v1/chat",
+            Some(&t.member2.key),
+            Some(&json!({ "message": "more" })),
+        )
+        .await;
+    if used >= budget {
+        assert_quota(
+            &r,
+            "tokens_per_day",
+            budget,
+            86_400,
+            "after the budget is spent",
+        );
+    }
+}
+
+/// `requests_per_minute` counts each WebSocket frame that starts work (chat, hitl_decision) as
+/// REST counts each request: with a limit of 5, the session's creation and the upgrade count 2,
+/// three chat frames run, and the fourth gets an `error` event naming the quota. So does a
+/// decision; the socket stays open (ping answers), and a cancel is not counted.
+pub async fn requests_per_minute_on_one_socket(ctx: &Ctx) {
+    let limit = 5;
+    let t = ctx
+        .tenant_with(json!({ "requests_per_minute": limit }))
+        .await;
+    let sid = new_session(ctx, &t.member.key).await;
+    let mut ws = ws_connect(ctx, &t.member.key, &sid).await;
+    for i in 0..3 {
+        send(
+            &mut ws,
+            json!({"type": "chat", "payload": {"message": format!("/echo run {i}")}}),
+        )
+        .await;
+        let evs = until_done_or_hitl(&mut ws).await;
+        assert_eq!(
+            evs.last().unwrap()["data"]["status"],
+            "completed",
+            "chat frame {i}: {evs:?}"
+        );
+    }
+    send(
+        &mut ws,
+        json!({"type": "chat", "payload": {"message": "/echo one too many"}}),
+    )
+    .await;
+    assert_quota_event(&next_json(&mut ws).await, "requests_per_minute", limit);
+    send(
+        &mut ws,
+        json!({"type": "hitl_decision", "payload": {
+            "request_id": uuid::Uuid::new_v4().to_string(), "type": "approve"}}),
+    )
+    .await;
+    assert_quota_event(&next_json(&mut ws).await, "requests_per_minute", limit);
+    // Not counted: a cancel (there is no run: its own error, not the quota's), and a ping.
+    send(&mut ws, json!({"type": "cancel", "payload": {}})).await;
+    let ev = next_json(&mut ws).await;
+    assert_eq!(ev["data"]["error_code"], "no_active_run", "{ev}");
+    send(&mut ws, json!({"type": "ping", "payload": {}})).await;
+    let pong = next_json(&mut ws).await;
+    assert_eq!(pong["type"], "pong", "the socket stays open: {pong}");
+    // REST shares the count.
+    let r = ctx
+        .call(Method::GET, "/api/v1/executions", Some(&t.admin.key), None)
+        .await;
+    assert_quota(
+        &r,
+        "requests_per_minute",
+        limit,
+        60,
+        "REST after the socket's frames",
+    );
+}

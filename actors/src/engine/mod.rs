@@ -73,6 +73,8 @@ pub struct RunInput {
     /// Cluster mode: the fencing token of this replica's lease on the session; every write of
     /// the run carries it. `None` on a single-node server.
     pub fence: Option<i64>,
+    /// The tenant's quotas: each model call reserves its tokens here first.
+    pub quota: crate::quota::QuotaHandle,
 }
 
 /// How a run ended; the session turns it into the `done` event and the execution row.
@@ -669,7 +671,17 @@ impl Agent {
         let max_retries = self.input.assistant.spec.max_retries;
         let mut attempt = 0u32;
         loop {
-            match self.call_model(model, request.clone()).await? {
+            // Every attempt is a model call: it reserves its tokens before, and settles the
+            // reservation with what it really used after (a cancelled call, with nothing).
+            let reservation = self.reserve_tokens(&request).await?;
+            let before = self.progress().usage.total;
+            let called = self.call_model(model, request.clone()).await;
+            let used = self.progress().usage.total.saturating_sub(before);
+            match reservation {
+                Some(r) => r.settle(used),
+                None => self.input.quota.count_tokens(used),
+            }
+            match called? {
                 Ok(answer) => return Ok(answer),
                 Err((err, mid_stream)) => {
                     let retry = mid_stream && err.is_retryable() && attempt < max_retries;
@@ -695,6 +707,43 @@ impl Agent {
                     }
                     attempt += 1;
                 }
+            }
+        }
+    }
+
+    /// Reserve the tokens of the next model call against the tenant's daily budget: the
+    /// prompt's estimate plus the answer's (`max_tokens`, or the configured
+    /// `reserve_output_tokens`). A tenant without a budget reserves nothing (its calls are
+    /// still counted after they end). A budget that is spent ends the run, `failed` with
+    /// `quota_exceeded`.
+    async fn reserve_tokens(
+        &self,
+        request: &ChatRequest,
+    ) -> Step<Option<crate::quota::TokenReservation>> {
+        if self.input.tenant.quotas.tokens_per_day == 0 {
+            return Ok(None);
+        }
+        let output = request
+            .max_tokens
+            .map_or(self.deps.config.reserve_output_tokens, u64::from);
+        let estimate = agentry_llm::estimate_prompt_tokens(request).saturating_add(output);
+        let reserved = tokio::select! {
+            biased;
+            _ = self.cancel.cancelled() => return Err(self.cancelled()),
+            r = self.input.quota.reserve_tokens(estimate) => r,
+        };
+        match reserved {
+            Ok(r) => Ok(Some(r)),
+            Err(e) => {
+                let e = crate::error::EngineError::from(e);
+                let code = e.code();
+                self.sink.emit(EventPayload::error_with_details(
+                    code.as_str(),
+                    e.to_string(),
+                    false,
+                    e.details(),
+                ));
+                Err(RunOutcome::failed(code, e.to_string(), &self.progress()))
             }
         }
     }

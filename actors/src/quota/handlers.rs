@@ -24,8 +24,22 @@ impl Handler<AcquireRun> for QuotaActor {
 
 impl Handler<ReleaseRun> for QuotaActor {
     type Result = ();
-    fn handle(&mut self, msg: ReleaseRun, _: &mut Self::Context) {
-        self.state.release_run(msg.tokens, Utc::now());
+    fn handle(&mut self, _: ReleaseRun, _: &mut Self::Context) {
+        self.state.release_run();
+    }
+}
+
+impl Handler<ReserveTokens> for QuotaActor {
+    type Result = QuotaDecision;
+    fn handle(&mut self, msg: ReserveTokens, _: &mut Self::Context) -> QuotaDecision {
+        self.state.reserve_tokens(msg.estimate, Utc::now())
+    }
+}
+
+impl Handler<SettleTokens> for QuotaActor {
+    type Result = ();
+    fn handle(&mut self, msg: SettleTokens, _: &mut Self::Context) {
+        self.state.settle_tokens(msg.reserved, msg.used, Utc::now());
     }
 }
 
@@ -56,6 +70,7 @@ impl Handler<GetUsage> for QuotaActor {
         actix::MessageResult(QuotaSnapshot {
             running: self.state.running(),
             tokens_used_today: self.state.tokens_used(),
+            tokens_reserved: self.state.tokens_reserved(),
             quotas: self.state.quotas(),
         })
     }

@@ -17,11 +17,24 @@ pub struct AdmitRequest;
 #[rtype(result = "QuotaDecision")]
 pub struct AcquireRun;
 
-/// A run ended after using `tokens`.
+/// A run ended (its tokens were counted call by call: [`SettleTokens`]).
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct ReleaseRun {
-    pub tokens: u64,
+pub struct ReleaseRun;
+
+/// A model call wants to start: reserve `estimate` tokens of the daily budget.
+#[derive(Message)]
+#[rtype(result = "QuotaDecision")]
+pub struct ReserveTokens {
+    pub estimate: u64,
+}
+
+/// A model call ended: give its reservation back and count what it really `used`.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct SettleTokens {
+    pub reserved: u64,
+    pub used: u64,
 }
 
 /// A user wants a new session; `stored` is their count in the database.
@@ -53,5 +66,6 @@ pub struct GetUsage;
 pub struct QuotaSnapshot {
     pub running: u32,
     pub tokens_used_today: u64,
+    pub tokens_reserved: u64,
     pub quotas: Quotas,
 }

@@ -1,11 +1,21 @@
-//! QuotaActor: one per tenant. Requests per minute, concurrent runs, sessions per user and
-//! tokens per day, with `>=` semantics (a limit of N admits exactly N; 0 means no limit).
+//! Tenant quotas: requests per minute, concurrent runs, sessions per user and tokens per day,
+//! with `>=` semantics (a limit of N admits exactly N; 0 means no limit). docs/admin.md states
+//! each one's exact rule.
 //!
-//! The logic is [`QuotaState`], plain methods tested without a mailbox; the actor serialises
-//! access so concurrent requests can never be admitted past a limit.
+//! Callers hold a [`QuotaHandle`]: one per tenant, kept in the engine's quota table so that
+//! admission costs one hop (to the [`QuotaActor`] in single-node mode). The single-node logic is [`QuotaState`], plain methods
+//! tested without a mailbox; the actor serialises access so concurrent requests can never be
+//! admitted past a limit.
+//!
+//! Tokens per day are reserved before each model call ([`QuotaHandle::reserve_tokens`]) and the
+//! reservation is replaced by the call's real usage after it, so parallel runs cannot overshoot
+//! the budget by more than one call's reservation.
 
+mod handle;
 mod handlers;
 pub mod messages;
+
+pub use handle::*;
 
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
@@ -36,6 +46,8 @@ pub struct QuotaState {
     sessions: HashMap<UserId, u64>,
     tokens_day: NaiveDate,
     tokens_used: u64,
+    /// Tokens reserved by model calls in flight (see [`QuotaState::reserve_tokens`]).
+    tokens_reserved: u64,
 }
 
 const MINUTE: Duration = Duration::from_secs(60);
@@ -50,6 +62,7 @@ impl QuotaState {
             sessions: HashMap::new(),
             tokens_day: now.date_naive(),
             tokens_used: tokens_used_today,
+            tokens_reserved: 0,
         }
     }
 
@@ -95,7 +108,7 @@ impl QuotaState {
         }
     }
 
-    fn until_midnight(now: DateTime<Utc>) -> Duration {
+    pub(crate) fn until_midnight(now: DateTime<Utc>) -> Duration {
         let tomorrow = now.date_naive().succ_opt().unwrap_or(now.date_naive());
         let midnight = tomorrow
             .and_hms_opt(0, 0, 0)
@@ -107,17 +120,24 @@ impl QuotaState {
             .max(Duration::from_secs(1))
     }
 
-    /// A run wants to start: concurrent runs and the daily token budget.
-    pub fn acquire_run(&mut self, now: DateTime<Utc>) -> QuotaDecision {
+    /// The daily budget is spent when the tokens used today plus those reserved by calls in
+    /// flight reach it.
+    fn budget_spent(&mut self, now: DateTime<Utc>) -> QuotaDecision {
         self.roll_day(now);
         let budget = self.quotas.tokens_per_day;
-        if budget > 0 && self.tokens_used >= budget {
+        if budget > 0 && self.tokens_used.saturating_add(self.tokens_reserved) >= budget {
             return Err(QuotaRejection {
                 quota: "tokens_per_day",
                 limit: budget,
                 retry_after: Self::until_midnight(now),
             });
         }
+        Ok(())
+    }
+
+    /// A run wants to start: concurrent runs and the daily token budget.
+    pub fn acquire_run(&mut self, now: DateTime<Utc>) -> QuotaDecision {
+        self.budget_spent(now)?;
         let limit = self.quotas.max_concurrent_runs;
         if limit > 0 && self.running >= limit {
             return Err(QuotaRejection {
@@ -130,10 +150,27 @@ impl QuotaState {
         Ok(())
     }
 
-    /// A run ended, having used `tokens`.
-    pub fn release_run(&mut self, tokens: u64, now: DateTime<Utc>) {
+    /// A run ended (its tokens were counted call by call, [`QuotaState::settle_tokens`]).
+    pub fn release_run(&mut self) {
         self.running = self.running.saturating_sub(1);
-        self.add_tokens(tokens, now);
+    }
+
+    /// A model call wants to start and reserves `estimate` tokens: admitted while the tokens
+    /// used today plus those reserved are below the budget. Every admitted call could use its
+    /// whole reservation, so the budget is overshot by at most one call's reservation (the last
+    /// one admitted below it), however many run in parallel.
+    pub fn reserve_tokens(&mut self, estimate: u64, now: DateTime<Utc>) -> QuotaDecision {
+        self.budget_spent(now)?;
+        self.tokens_reserved = self.tokens_reserved.saturating_add(estimate);
+        Ok(())
+    }
+
+    /// A model call ended: its reservation is given back and what it really used is counted.
+    /// A reservation made before midnight is given back the same way; its usage counts for the
+    /// new day.
+    pub fn settle_tokens(&mut self, reserved: u64, used: u64, now: DateTime<Utc>) {
+        self.tokens_reserved = self.tokens_reserved.saturating_sub(reserved);
+        self.add_tokens(used, now);
     }
 
     pub fn add_tokens(&mut self, tokens: u64, now: DateTime<Utc>) {
@@ -143,6 +180,10 @@ impl QuotaState {
 
     pub fn tokens_used(&self) -> u64 {
         self.tokens_used
+    }
+
+    pub fn tokens_reserved(&self) -> u64 {
+        self.tokens_reserved
     }
 
     /// A user wants a new session; `stored` is how many they have in the database (used the
@@ -225,7 +266,9 @@ mod tests {
         q.acquire_run(now).unwrap();
         q.acquire_run(now).unwrap();
         assert_eq!(q.acquire_run(now).unwrap_err().quota, "max_concurrent_runs");
-        q.release_run(100, now);
+        q.release_run();
+        q.reserve_tokens(60, now).unwrap();
+        q.settle_tokens(60, 100, now);
         let r = q.acquire_run(now).unwrap_err();
         assert_eq!(r.quota, "tokens_per_day");
         // A new day resets the budget.
@@ -246,6 +289,70 @@ mod tests {
         q.reserve_session(b, 0).unwrap();
         q.reserve_session(b, 0).unwrap();
         assert!(q.reserve_session(b, 0).is_err());
+    }
+
+    #[test]
+    fn reservations_count_against_the_budget_until_settled() {
+        let now = Utc::now();
+        let mut q = QuotaState::new(quotas(0, 0, 0, 1000), 0, now);
+        // Reservations are admitted while used + reserved < budget: the last one admitted may
+        // cross it, by at most its own size.
+        q.reserve_tokens(400, now).unwrap();
+        q.reserve_tokens(400, now).unwrap();
+        q.reserve_tokens(400, now).unwrap();
+        assert_eq!(q.tokens_reserved(), 1200);
+        assert_eq!(
+            q.reserve_tokens(1, now).unwrap_err().quota,
+            "tokens_per_day"
+        );
+        assert_eq!(q.acquire_run(now).unwrap_err().quota, "tokens_per_day");
+        // Calls that used less than they reserved give the rest back.
+        q.settle_tokens(400, 100, now);
+        q.settle_tokens(400, 100, now);
+        assert_eq!((q.tokens_used(), q.tokens_reserved()), (200, 400));
+        q.reserve_tokens(400, now).unwrap();
+        q.settle_tokens(400, 0, now);
+        q.settle_tokens(400, 350, now);
+        assert_eq!((q.tokens_used(), q.tokens_reserved()), (550, 0));
+        // A settle never takes the reserved count below zero.
+        q.settle_tokens(5000, 0, now);
+        assert_eq!(q.tokens_reserved(), 0);
+    }
+
+    /// Any interleaving of reserve and settle from parallel calls, each using at most what it
+    /// reserved, ends at most one reservation over the budget.
+    #[test]
+    fn parallel_calls_overshoot_by_at_most_one_reservation() {
+        let now = Utc::now();
+        let budget = 3000;
+        let estimate = 700;
+        let mut q = QuotaState::new(quotas(0, 0, 0, budget), 0, now);
+        let mut in_flight = 0u32;
+        let mut seed = 7u64;
+        for _ in 0..10_000 {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            if seed >> 62 == 0 && in_flight > 0 {
+                in_flight -= 1;
+                q.settle_tokens(estimate, (seed >> 20) % (estimate + 1), now);
+            } else if q.reserve_tokens(estimate, now).is_ok() {
+                in_flight += 1;
+            }
+        }
+        for _ in 0..in_flight {
+            q.settle_tokens(estimate, estimate, now);
+        }
+        assert!(
+            q.tokens_used() >= budget,
+            "the budget was used: {}",
+            q.tokens_used()
+        );
+        assert!(
+            q.tokens_used() < budget + estimate,
+            "overshoot {} over one reservation",
+            q.tokens_used() - budget
+        );
     }
 
     #[test]

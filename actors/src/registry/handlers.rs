@@ -1,11 +1,9 @@
 use std::sync::Arc;
 
 use actix::prelude::*;
-use chrono::Utc;
 
 use super::Registry;
 use super::messages::*;
-use crate::quota::{QuotaActor, QuotaState};
 use crate::tenant::{StopSupervisor, TenantIdle, TenantSupervisor, UpdateTenant};
 
 impl Handler<GetTenant> for Registry {
@@ -19,12 +17,10 @@ impl Handler<GetTenant> for Registry {
         }
         let tenant = Arc::new(msg.tenant);
         // The tenant's actors live on one arbiter of the pool, not on the registry's thread:
-        // tenants spread over the cores, and a tenant's admission never queues behind another
-        // tenant's work on the main thread.
+        // tenants spread over the cores. (Its quota actor was started by the engine, on the
+        // pool too: see `Engine::quota`.)
         let arbiter = self.arbiters.pick();
-        let quotas = QuotaState::new(tenant.quotas, msg.tokens_used_today, Utc::now());
-        let quota =
-            crate::supervise::start_supervised(&arbiter, "quota", move |_| QuotaActor::new(quotas));
+        let quota = msg.quota;
         let (deps, arbiters, live, me) = (
             self.deps.clone(),
             self.arbiters.clone(),

@@ -13,7 +13,8 @@ use crate::tenant::TenantSupervisor;
 #[rtype(result = "Addr<TenantSupervisor>")]
 pub struct GetTenant {
     pub tenant: Tenant,
-    pub tokens_used_today: u64,
+    /// The tenant's quotas, from the engine's table (they outlive the supervisor).
+    pub quota: crate::quota::QuotaHandle,
 }
 
 /// The live supervisor, if any.

@@ -39,7 +39,7 @@ use crate::engine::{
 use crate::error::EngineError;
 use crate::hitl::{ApprovalDesk, Waiter};
 use crate::live_sessions::Residency;
-use crate::quota::{AcquireRun, QuotaActor, ReleaseRun};
+use crate::quota::QuotaHandle;
 use crate::tenant::{RestartSession, SessionStopped};
 pub use messages::*;
 
@@ -221,26 +221,18 @@ enum Phase {
 }
 
 /// A run slot of the tenant's quota (`max_concurrent_runs`), held by an admitted run. It is
-/// given back exactly once: when the run ends with its token count, or, with none, when whatever
-/// holds it is dropped instead: a start abandoned half-way, a loop restarted after a panic, or a
-/// session actor that panicked and was dropped without `stopped`. (Tokens of a run cut short
-/// that way are counted by the run that resumes it, whose usage starts from the checkpoint.)
+/// given back exactly once: when the run ends, or when whatever holds it is dropped instead: a
+/// start abandoned half-way, a loop restarted after a panic, or a session actor that panicked
+/// and was dropped without `stopped`. (Its tokens are not counted here: each model call settles
+/// its own reservation with its real usage.)
 pub(crate) struct RunSlot {
-    quota: Addr<QuotaActor>,
-    tokens: u64,
-}
-
-impl RunSlot {
-    fn release(mut self, tokens: u64) {
-        self.tokens = tokens;
-    }
+    quota: QuotaHandle,
+    run_id: RunId,
 }
 
 impl Drop for RunSlot {
     fn drop(&mut self) {
-        self.quota.do_send(ReleaseRun {
-            tokens: self.tokens,
-        });
+        self.quota.release_run(self.run_id);
     }
 }
 
@@ -284,7 +276,7 @@ pub struct SessionActor {
     tenant: Arc<Tenant>,
     scope: TenantScope,
     deps: Arc<EngineDeps>,
-    quota: Addr<QuotaActor>,
+    quota: QuotaHandle,
     mcp: Option<Addr<crate::mcp_pool::McpPoolActor>>,
     supervisor: Recipient<SessionStopped>,
     log: EventLog,
@@ -388,7 +380,7 @@ impl SessionActor {
         session: Session,
         tenant: Arc<Tenant>,
         deps: Arc<EngineDeps>,
-        quota: Addr<QuotaActor>,
+        quota: QuotaHandle,
         mcp: Option<Addr<crate::mcp_pool::McpPoolActor>>,
         supervisor: Recipient<SessionStopped>,
         residency: Residency,
@@ -868,25 +860,21 @@ impl SessionActor {
             let reserve = base + SEQ_BLOCK;
             let fence = claimed.map(|c| c.token);
             let res = async {
-                match quota.send(AcquireRun).await {
-                    Ok(Ok(())) => {}
-                    Ok(Err(r)) if !resuming => {
-                        crate::metrics::record_quota_rejection(r.quota);
-                        return Err(EngineError::Quota {
-                            quota: r.quota,
-                            limit: r.limit,
-                            retry_after: r.retry_after,
-                        });
-                    }
+                match quota.acquire_run(run_id).await {
+                    Ok(()) => {}
                     // A run interrupted by a restart goes on even over the limit.
-                    Ok(Err(_)) => {}
-                    Err(_) => return Err(EngineError::Unavailable),
+                    Err(crate::quota::QuotaError::Refused(_)) if resuming => {}
+                    Err(e) => return Err(e.into()),
                 }
                 // From here the slot is given back however this ends, even if this future is
                 // dropped (the actor stopped or panicked).
-                let slot = RunSlot { quota, tokens: 0 };
+                let slot = RunSlot {
+                    quota: quota.clone(),
+                    run_id,
+                };
                 prepare_run(
-                    &deps, tenant, kept, &session, run_id, &user, start, mcp, reserve, fence,
+                    &deps, tenant, kept, &session, run_id, &user, start, mcp, quota, reserve,
+                    fence,
                 )
                 .await
                 .map(|p| (slot, p))
@@ -1027,9 +1015,8 @@ impl SessionActor {
         if let Some(abort) = run.abort.take() {
             abort.abort();
         }
-        if let Some(slot) = run.slot.take() {
-            slot.release(outcome.usage.total);
-        }
+        // Its tokens were counted call by call, as each model call settled its reservation.
+        drop(run.slot.take());
         self.close_approvals(Some(run_id));
         let tenant = self.tenant.id.to_string();
         let mut logged = outcome.clone();
@@ -1604,6 +1591,7 @@ async fn prepare_run(
     user: &UserScope,
     start: RunStart,
     mcp: Option<Addr<crate::mcp_pool::McpPoolActor>>,
+    quota: QuotaHandle,
     reserve_seq: u64,
     fence: Option<i64>,
 ) -> Result<PreparedRun, EngineError> {
@@ -1664,6 +1652,7 @@ async fn prepare_run(
             resume,
             mcp,
             fence,
+            quota,
         },
         notice,
         assistant_loaded,

@@ -6,7 +6,6 @@ use agentry_store::sessions::Session;
 use super::messages::*;
 use super::{LiveActor, TenantSupervisor};
 use crate::live_sessions::{Lease, Residency, SessionRef};
-use crate::quota::UpdateQuotas;
 use crate::session::{AssistantChanged, SessionActor, Subscriber, TenantChanged};
 
 impl Handler<StartSession> for TenantSupervisor {
@@ -74,13 +73,6 @@ impl Handler<LiveSession> for TenantSupervisor {
     }
 }
 
-impl Handler<GetQuota> for TenantSupervisor {
-    type Result = MessageResult<GetQuota>;
-    fn handle(&mut self, _: GetQuota, _: &mut Self::Context) -> Self::Result {
-        MessageResult(self.quota.clone())
-    }
-}
-
 impl Handler<AssistantChanged> for TenantSupervisor {
     type Result = ();
     fn handle(&mut self, msg: AssistantChanged, _: &mut Self::Context) {
@@ -93,7 +85,7 @@ impl Handler<AssistantChanged> for TenantSupervisor {
 impl Handler<UpdateTenant> for TenantSupervisor {
     type Result = ();
     fn handle(&mut self, msg: UpdateTenant, _: &mut Self::Context) {
-        self.quota.do_send(UpdateQuotas(msg.0.quotas));
+        // The quotas themselves were updated by the engine (Engine::tenant_changed).
         if let Some(pool) = &self.mcp {
             pool.do_send(crate::mcp_pool::TenantUpdated(msg.0.clone()));
         }

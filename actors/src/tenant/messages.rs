@@ -9,7 +9,6 @@ use agentry_store::sessions::Session;
 use agentry_store::tenants::Tenant;
 
 use crate::live_sessions::SessionRef;
-use crate::quota::QuotaActor;
 
 /// The live actor of a session, started if needed. The caller has already loaded and
 /// authorized the row.
@@ -23,10 +22,6 @@ pub struct StartSession {
 #[derive(Message)]
 #[rtype(result = "Option<SessionRef>")]
 pub struct LiveSession(pub SessionId);
-
-#[derive(Message)]
-#[rtype(result = "Addr<QuotaActor>")]
-pub struct GetQuota;
 
 /// The tenant's row changed (quotas, features, status).
 #[derive(Message)]

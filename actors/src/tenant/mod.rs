@@ -19,7 +19,7 @@ use crate::deps::EngineDeps;
 use crate::hitl::ApprovalDesk;
 use crate::live_sessions::{Instance, Lease, LiveSessions, SessionRef};
 use crate::mcp_pool::{McpPoolActor, UserIdle};
-use crate::quota::QuotaActor;
+use crate::quota::QuotaHandle;
 use crate::session::SessionActor;
 pub use messages::*;
 
@@ -58,7 +58,7 @@ pub(crate) struct LiveActor {
 pub struct TenantSupervisor {
     pub(crate) tenant: Arc<Tenant>,
     deps: Arc<EngineDeps>,
-    quota: Addr<QuotaActor>,
+    quota: QuotaHandle,
     pub(crate) mcp: Option<Addr<McpPoolActor>>,
     pub(crate) sessions: HashMap<SessionId, LiveActor>,
     /// Every live session of the process, for the cap.
@@ -75,7 +75,7 @@ impl TenantSupervisor {
     pub fn new(
         tenant: Arc<Tenant>,
         deps: Arc<EngineDeps>,
-        quota: Addr<QuotaActor>,
+        quota: QuotaHandle,
         arbiters: Arc<ArbiterPool>,
         live_sessions: Arc<LiveSessions>,
         registry: Recipient<TenantIdle>,

@@ -173,6 +173,7 @@ pub fn build(
             session_timeout: Duration::from_secs(settings.session.timeout_secs),
             max_live_sessions: settings.session.max_live,
             data_dir: settings.data_dir.clone(),
+            reserve_output_tokens: settings.quota.reserve_output_tokens,
             mcp_pool: McpPoolConfig {
                 health_interval: Duration::from_secs(settings.mcp.health_interval_secs),
                 idle_timeout: Duration::from_secs(settings.mcp.idle_timeout_secs),

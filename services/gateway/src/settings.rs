@@ -46,6 +46,25 @@ pub struct Settings {
     pub metrics: MetricsSettings,
     /// OpenTelemetry traces over OTLP/HTTP (`[otel]`, `AGENTRY_OTEL__*`); see docs/deploy.md.
     pub otel: OtelSettings,
+    /// How tenant quotas are counted (`[quota]`, `AGENTRY_QUOTA__*`); see docs/admin.md.
+    pub quota: QuotaSettings,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default)]
+pub struct QuotaSettings {
+    /// Tokens each model call reserves of its tenant's `tokens_per_day` for the answer, on top
+    /// of the prompt's estimate (four characters a token), until the call's real usage replaces
+    /// the reservation. Parallel runs overshoot the budget by at most one call's reservation.
+    pub reserve_output_tokens: u64,
+}
+
+impl Default for QuotaSettings {
+    fn default() -> Self {
+        QuotaSettings {
+            reserve_output_tokens: 1024,
+        }
+    }
 }
 
 /// Where traces go. Off unless an endpoint is set here or by the standard
@@ -113,6 +132,7 @@ impl Default for Settings {
             auth: AuthSettings::default(),
             hitl: HitlSettings::default(),
             session: SessionSettings::default(),
+            quota: QuotaSettings::default(),
             log: LogSettings::default(),
             llm: ModelConfig::default(),
             tools: BuiltinConfig::default(),

@@ -272,14 +272,25 @@ impl WsConnection {
             ClientFrame::Ping(_) => ctx.text(r#"{"type":"pong","payload":{}}"#),
             ClientFrame::Resume(r) => self.subscribe(ctx, Some(r.after_seq)),
             // Work starts only for a caller who may still act (the key checked again, through
-            // the auth cache); later frames wait for the answer, so none overtakes another.
+            // the auth cache) and within the tenant's requests_per_minute, which counts these
+            // frames as REST counts requests; later frames wait for the answer, so none
+            // overtakes another. A frame over the limit gets an `error` event and the socket
+            // stays open. (Cancel, ping and resume are not counted: they start no work, and a
+            // cancel must get through when the limit is reached.)
             ClientFrame::Chat(_) | ClientFrame::HitlDecision(_) => {
                 let (state, key) = (self.state.clone(), self.key.clone());
-                let check = async move { auth::recheck(&state, &key).await };
+                let check = async move {
+                    let caller = auth::recheck(&state, &key).await?;
+                    let admitted = state.engine.admit_request(caller.tenant()).await;
+                    Ok::<_, ApiError>((caller, admitted))
+                };
                 ctx.wait(check.into_actor(self).map(|res, act, ctx| match res {
-                    Ok(caller) => {
+                    Ok((caller, admitted)) => {
                         act.caller = caller;
-                        act.start(ctx, frame);
+                        match admitted {
+                            Ok(()) => act.start(ctx, frame),
+                            Err(e) => act.engine_error(ctx, e),
+                        }
                     }
                     Err(e) => act.refuse(ctx, e),
                 }));

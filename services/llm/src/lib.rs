@@ -28,8 +28,8 @@ pub use config::{ModelConfig, Provider, ProviderEndpoint, build_model};
 pub use openai::OpenAiModel;
 pub use retry::{MAX_DELAY, MAX_RETRY_AFTER, RetryPolicy, parse_retry_after, retry_delay};
 pub use scripted::{
-    SCRIPTED_MAX_SLEEP, ScriptedAction, ScriptedModel, ScriptedReply, estimate_tokens,
-    estimate_usage, scripted_reply, split_words,
+    SCRIPTED_MAX_SLEEP, ScriptedAction, ScriptedModel, ScriptedReply, estimate_prompt_tokens,
+    estimate_tokens, estimate_usage, scripted_reply, split_words,
 };
 
 use std::pin::Pin;

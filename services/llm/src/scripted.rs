@@ -262,6 +262,17 @@ pub fn estimate_tokens(text: &str) -> u64 {
 /// Estimated usage of answering `request` with `reply`: the prompt (system, messages, tool
 /// schemas) in, the reply text or tool calls out.
 pub fn estimate_usage(request: &ChatRequest, reply: &ScriptedReply) -> TokenUsage {
+    let input = estimate_prompt_tokens(request);
+    let output = match &reply.action {
+        ScriptedAction::Text(text) => estimate_tokens(text),
+        ScriptedAction::ToolCalls(calls) => calls.iter().map(call_tokens).sum(),
+    };
+    TokenUsage::new(input, output)
+}
+
+/// Estimated input tokens of `request`: its system prompt, messages and tool schemas, at four
+/// characters a token. (The daily token budget reserves this before each model call.)
+pub fn estimate_prompt_tokens(request: &ChatRequest) -> u64 {
     let mut input = request.system.as_deref().map_or(0, estimate_tokens);
     for message in &request.messages {
         input += match message {
@@ -278,11 +289,7 @@ pub fn estimate_usage(request: &ChatRequest, reply: &ScriptedReply) -> TokenUsag
             + estimate_tokens(&tool.description)
             + estimate_tokens(&tool.parameters.to_string());
     }
-    let output = match &reply.action {
-        ScriptedAction::Text(text) => estimate_tokens(text),
-        ScriptedAction::ToolCalls(calls) => calls.iter().map(call_tokens).sum(),
-    };
-    TokenUsage::new(input, output)
+    input
 }
 
 fn call_tokens(call: &ToolCall) -> u64 {

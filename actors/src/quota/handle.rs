@@ -1,0 +1,242 @@
+//! [`QuotaHandle`]: what every caller holds to ask a tenant's quotas, whichever keeps them — the
+//! tenant's [`QuotaActor`] on one node ([`LocalQuota`]), or Redis in cluster mode. Each
+//! question is one hop: one mailbox message (or one Lua script).
+
+use std::sync::Arc;
+
+use actix::Addr;
+use agentry_schema::ids::{RunId, UserId};
+use agentry_store::tenants::Quotas;
+use async_trait::async_trait;
+
+use super::messages::*;
+use super::{QuotaActor, QuotaRejection};
+use crate::error::EngineError;
+
+/// Why a quota question was not admitted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum QuotaError {
+    /// A quota is used up: it names itself and when to retry.
+    #[error("quota {} exceeded (limit {})", .0.quota, .0.limit)]
+    Refused(QuotaRejection),
+    /// Whoever keeps the quotas does not answer (the tenant's quota actor stopped). Admission
+    /// fails closed: nothing is admitted that could not be counted.
+    #[error("the tenant's quotas cannot be checked: {0}")]
+    Unavailable(String),
+}
+
+impl From<QuotaRejection> for QuotaError {
+    fn from(r: QuotaRejection) -> Self {
+        QuotaError::Refused(r)
+    }
+}
+
+impl From<QuotaError> for EngineError {
+    fn from(e: QuotaError) -> Self {
+        match e {
+            QuotaError::Refused(r) => {
+                crate::metrics::record_quota_rejection(r.quota);
+                EngineError::Quota {
+                    quota: r.quota,
+                    limit: r.limit,
+                    retry_after: r.retry_after,
+                }
+            }
+            QuotaError::Unavailable(_) => EngineError::Unavailable,
+        }
+    }
+}
+
+/// A reservation of daily tokens for one model call, as the backend knows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenTicket {
+    /// Names the reservation where the backend keeps one per call (Redis leases).
+    pub id: String,
+    pub reserved: u64,
+}
+
+/// Where a tenant's quotas are kept. Admission calls (`admit_request`, `acquire_run`,
+/// `reserve_tokens`, `reserve_session`) answer; releases are sent and not waited for (they
+/// cannot be refused, and a lost one is healed: the actor's counts by the next restart, Redis's
+/// by lease expiry).
+#[async_trait]
+pub trait QuotaBackend: Send + Sync + 'static {
+    /// One API request or WebSocket work frame of the tenant (requests_per_minute).
+    async fn admit_request(&self) -> Result<(), QuotaError>;
+    /// A run wants to start (max_concurrent_runs, and tokens_per_day not spent yet).
+    async fn acquire_run(&self, run: RunId) -> Result<(), QuotaError>;
+    fn release_run(&self, run: RunId);
+    /// A model call wants to start: reserve `estimate` tokens of the day's budget.
+    async fn reserve_tokens(&self, estimate: u64) -> Result<TokenTicket, QuotaError>;
+    /// The call ended having used `used` tokens.
+    fn settle_tokens(&self, ticket: &TokenTicket, used: u64);
+    /// `user` wants a new session; `stored` is their count in the database.
+    async fn reserve_session(&self, user: UserId, stored: u64) -> Result<(), QuotaError>;
+    fn release_session(&self, user: UserId);
+    /// The tenant's quotas changed.
+    fn set_quotas(&self, quotas: Quotas);
+    /// False once the keeper is gone for good (a stopped actor): the engine makes a new one.
+    fn is_alive(&self) -> bool;
+}
+
+/// A tenant's quotas, cheap to clone.
+#[derive(Clone)]
+pub struct QuotaHandle(Arc<dyn QuotaBackend>);
+
+impl std::fmt::Debug for QuotaHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("QuotaHandle")
+    }
+}
+
+impl QuotaHandle {
+    pub fn new(backend: impl QuotaBackend) -> Self {
+        QuotaHandle(Arc::new(backend))
+    }
+
+    /// The single-node keeper: the tenant's quota actor.
+    pub fn local(addr: Addr<QuotaActor>) -> Self {
+        Self::new(LocalQuota(addr))
+    }
+
+    pub async fn admit_request(&self) -> Result<(), QuotaError> {
+        self.0.admit_request().await
+    }
+
+    pub async fn acquire_run(&self, run: RunId) -> Result<(), QuotaError> {
+        self.0.acquire_run(run).await
+    }
+
+    pub fn release_run(&self, run: RunId) {
+        self.0.release_run(run)
+    }
+
+    /// Reserve `estimate` tokens for one model call. The reservation is given back when the
+    /// returned guard is settled with the call's real usage, or dropped (a cancelled call
+    /// counts only the usage it reported: none).
+    pub async fn reserve_tokens(&self, estimate: u64) -> Result<TokenReservation, QuotaError> {
+        let ticket = self.0.reserve_tokens(estimate).await?;
+        Ok(TokenReservation {
+            backend: self.0.clone(),
+            ticket: Some(ticket),
+        })
+    }
+
+    /// Count `used` tokens of a call that reserved none (the tenant had no daily budget; one
+    /// may be set later today).
+    pub fn count_tokens(&self, used: u64) {
+        if used > 0 {
+            self.0.settle_tokens(
+                &TokenTicket {
+                    id: String::new(),
+                    reserved: 0,
+                },
+                used,
+            );
+        }
+    }
+
+    pub async fn reserve_session(&self, user: UserId, stored: u64) -> Result<(), QuotaError> {
+        self.0.reserve_session(user, stored).await
+    }
+
+    pub fn release_session(&self, user: UserId) {
+        self.0.release_session(user)
+    }
+
+    pub fn set_quotas(&self, quotas: Quotas) {
+        self.0.set_quotas(quotas)
+    }
+
+    pub fn is_alive(&self) -> bool {
+        self.0.is_alive()
+    }
+}
+
+/// Tokens reserved for one model call; settle it with the call's usage.
+#[must_use = "a reservation is settled with the call's real usage"]
+pub struct TokenReservation {
+    backend: Arc<dyn QuotaBackend>,
+    ticket: Option<TokenTicket>,
+}
+
+impl TokenReservation {
+    pub fn reserved(&self) -> u64 {
+        self.ticket.as_ref().map_or(0, |t| t.reserved)
+    }
+
+    /// The call is over and used `used` tokens.
+    pub fn settle(mut self, used: u64) {
+        if let Some(t) = self.ticket.take() {
+            self.backend.settle_tokens(&t, used);
+        }
+    }
+}
+
+impl Drop for TokenReservation {
+    fn drop(&mut self) {
+        if let Some(t) = self.ticket.take() {
+            self.backend.settle_tokens(&t, 0);
+        }
+    }
+}
+
+/// Single-node mode: the tenant's [`QuotaActor`], one mailbox hop per question.
+pub struct LocalQuota(pub Addr<QuotaActor>);
+
+fn gone(_: actix::MailboxError) -> QuotaError {
+    QuotaError::Unavailable("the quota actor stopped".into())
+}
+
+#[async_trait]
+impl QuotaBackend for LocalQuota {
+    async fn admit_request(&self) -> Result<(), QuotaError> {
+        Ok(self.0.send(AdmitRequest).await.map_err(gone)??)
+    }
+
+    async fn acquire_run(&self, _run: RunId) -> Result<(), QuotaError> {
+        Ok(self.0.send(AcquireRun).await.map_err(gone)??)
+    }
+
+    fn release_run(&self, _run: RunId) {
+        self.0.do_send(ReleaseRun);
+    }
+
+    async fn reserve_tokens(&self, estimate: u64) -> Result<TokenTicket, QuotaError> {
+        self.0
+            .send(ReserveTokens { estimate })
+            .await
+            .map_err(gone)??;
+        Ok(TokenTicket {
+            id: String::new(),
+            reserved: estimate,
+        })
+    }
+
+    fn settle_tokens(&self, ticket: &TokenTicket, used: u64) {
+        self.0.do_send(SettleTokens {
+            reserved: ticket.reserved,
+            used,
+        });
+    }
+
+    async fn reserve_session(&self, user: UserId, stored: u64) -> Result<(), QuotaError> {
+        Ok(self
+            .0
+            .send(ReserveSession { user, stored })
+            .await
+            .map_err(gone)??)
+    }
+
+    fn release_session(&self, user: UserId) {
+        self.0.do_send(ReleaseSession { user });
+    }
+
+    fn set_quotas(&self, quotas: Quotas) {
+        self.0.do_send(UpdateQuotas(quotas));
+    }
+
+    fn is_alive(&self) -> bool {
+        self.0.connected()
+    }
+}
