@@ -1762,7 +1762,7 @@ async fn a_quota_actor_that_stops_or_panics_is_restarted_with_its_counts() {
         done(&ev.until_done(run).await).status,
         DoneStatus::Completed
     );
-    let quota = h.engine.quota(&h.tenant).await.unwrap();
+    let quota = h.engine.quota(&h.tenant).await.unwrap().actor().unwrap();
     let before = quota.send(GetUsage).await.unwrap();
     assert!(before.tokens_used_today > 0, "{before:?}");
 
@@ -1775,7 +1775,7 @@ async fn a_quota_actor_that_stops_or_panics_is_restarted_with_its_counts() {
     // The message that panicked gets no reply; the next one is served.
     assert!(quota.send(PanicNow).await.is_err());
     h.engine.admit_request(&h.tenant).await.unwrap();
-    assert!(h.engine.quota(&h.tenant).await.unwrap() == quota);
+    assert!(h.engine.quota(&h.tenant).await.unwrap().actor().unwrap() == quota);
 
     h.fake().push(FakeReply::text("two"));
     let (mut ev, run) = h.send(&s, "second").await;
@@ -1831,7 +1831,7 @@ async fn a_session_actor_that_panics_keeps_its_events_and_gives_back_its_run_slo
         .until(|e| matches!(e.payload, EventPayload::HitlRequest(_)))
         .await;
     let asked = upto.last().unwrap().seq;
-    let quota = h.engine.quota(&h.tenant).await.unwrap();
+    let quota = h.engine.quota(&h.tenant).await.unwrap().actor().unwrap();
     assert_eq!(quota.send(GetUsage).await.unwrap().running, 1);
 
     assert!(s.addr.send(PanicNow).await.is_err());

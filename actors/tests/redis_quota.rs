@@ -62,7 +62,12 @@ fn quotas(rpm: u32, runs: u32, sessions: u32, tokens: u64) -> Quotas {
 }
 
 /// `REPLICAS` handles on the same tenant, each over its own connection.
-async fn replicas(prefix: &Prefix, tenant: TenantId, q: Quotas, lease: Duration) -> Vec<QuotaHandle> {
+async fn replicas(
+    prefix: &Prefix,
+    tenant: TenantId,
+    q: Quotas,
+    lease: Duration,
+) -> Vec<QuotaHandle> {
     let mut out = Vec::new();
     for _ in 0..REPLICAS {
         let conn = connection(&redis_url()).await;
@@ -82,7 +87,13 @@ async fn concurrent_acquisitions_over_replicas_never_over_admit() {
     let prefix = Prefix::new("admit");
     let tenant = TenantId::new();
     let (rpm, runs, sessions) = (25, 10, 7);
-    let hs = replicas(&prefix, tenant, quotas(rpm, runs, sessions, 0), Duration::from_secs(30)).await;
+    let hs = replicas(
+        &prefix,
+        tenant,
+        quotas(rpm, runs, sessions, 0),
+        Duration::from_secs(30),
+    )
+    .await;
 
     // requests_per_minute: 100 requests at once over four replicas → exactly 25.
     let results = join_all((0..ATTEMPTS).map(|i| {
@@ -92,7 +103,10 @@ async fn concurrent_acquisitions_over_replicas_never_over_admit() {
     .await;
     let results: Vec<_> = results.into_iter().map(|r| r.unwrap()).collect();
     let admitted = results.iter().filter(|r| r.is_ok()).count();
-    assert_eq!(admitted, rpm as usize, "requests_per_minute admitted {admitted}");
+    assert_eq!(
+        admitted, rpm as usize,
+        "requests_per_minute admitted {admitted}"
+    );
     for r in results.iter().filter_map(|r| r.as_ref().err()) {
         assert!(refused_as(r, "requests_per_minute"), "{r:?}");
         if let QuotaError::Refused(r) = r {
@@ -151,7 +165,10 @@ async fn concurrent_acquisitions_over_replicas_never_over_admit() {
         tokio::spawn(async move { h.reserve_session(user, 2).await })
     }))
     .await;
-    let admitted = results.into_iter().filter(|r| r.as_ref().unwrap().is_ok()).count();
+    let admitted = results
+        .into_iter()
+        .filter(|r| r.as_ref().unwrap().is_ok())
+        .count();
     assert_eq!(admitted, sessions as usize - 2, "sessions admitted");
     // Another user has their own count.
     hs[0].reserve_session(UserId::new(), 0).await.unwrap();
@@ -206,10 +223,21 @@ async fn parallel_model_calls_overshoot_the_daily_budget_by_at_most_one_reservat
         total < budget + estimate,
         "{total} tokens against a budget of {budget}: more than one reservation over"
     );
-    // Spent: a new run is refused on every replica, naming the budget.
+    // A call stops at a refusal made while others held reservations they then did not use all
+    // of: the budget may not be quite spent. Settled, the counts are exact either way.
     for h in &hs {
-        let e = h.acquire_run(RunId::new()).await.unwrap_err();
-        assert!(refused_as(&e, "tokens_per_day"), "{e:?}");
+        let r = h.acquire_run(RunId::new()).await;
+        if total >= budget {
+            assert!(
+                refused_as(r.as_ref().unwrap_err(), "tokens_per_day"),
+                "{r:?}"
+            );
+        } else {
+            assert!(
+                r.is_ok(),
+                "{total} of {budget} used, the rest is there: {r:?}"
+            );
+        }
     }
 }
 
@@ -228,7 +256,7 @@ async fn a_dead_replicas_run_slots_come_back_after_the_lease() {
         lease,
     ));
     {
-        // A replica takes both slots and a reservation, then dies: no release, no renewal.
+        // A replica takes both slots, then dies: no release, no renewal.
         let doomed = QuotaHandle::new(RedisQuota::new(
             connection(&redis_url()).await,
             &prefix.0,
@@ -239,7 +267,8 @@ async fn a_dead_replicas_run_slots_come_back_after_the_lease() {
         ));
         doomed.acquire_run(RunId::new()).await.unwrap();
         doomed.acquire_run(RunId::new()).await.unwrap();
-        std::mem::forget(doomed);
+        // Dropped without releasing: its renewal task ends with it, as a killed process's would.
+        drop(doomed);
     }
     // A live replica's runs are renewed past their lease; the dead one's are not.
     let e = survivor.acquire_run(RunId::new()).await.unwrap_err();
@@ -256,7 +285,10 @@ async fn a_dead_replicas_run_slots_come_back_after_the_lease() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert!(died.elapsed() >= lease / 2, "slots came back before the lease could pass");
+    assert!(
+        died.elapsed() >= lease / 2,
+        "slots came back before the lease could pass"
+    );
     // The survivor holds its slot past several leases: its renewals keep it.
     survivor.acquire_run(RunId::new()).await.unwrap();
     tokio::time::sleep(lease * 3).await;
@@ -286,11 +318,15 @@ async fn redis_down_fails_admission_closed() {
         let stop_rx = stop_rx.clone();
         tokio::spawn(async move {
             loop {
-                let Ok((mut client, _)) = listener.accept().await else { return };
+                let Ok((mut client, _)) = listener.accept().await else {
+                    return;
+                };
                 let upstream = upstream.clone();
                 let mut stop = stop_rx.clone();
                 tokio::spawn(async move {
-                    let Ok(mut server) = TcpStream::connect(&upstream).await else { return };
+                    let Ok(mut server) = TcpStream::connect(&upstream).await else {
+                        return;
+                    };
                     tokio::select! {
                         _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
                         _ = stop.wait_for(|s| *s) => {}
@@ -316,7 +352,12 @@ async fn redis_down_fails_admission_closed() {
     stop_tx.send(true).unwrap();
     proxy.abort();
     let started = Instant::now();
-    for what in ["admit_request", "acquire_run", "reserve_tokens", "reserve_session"] {
+    for what in [
+        "admit_request",
+        "acquire_run",
+        "reserve_tokens",
+        "reserve_session",
+    ] {
         let r = match what {
             "admit_request" => h.admit_request().await,
             "acquire_run" => h.acquire_run(RunId::new()).await,

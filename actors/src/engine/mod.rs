@@ -715,7 +715,7 @@ impl Agent {
     /// prompt's estimate plus the answer's (`max_tokens`, or the configured
     /// `reserve_output_tokens`). A tenant without a budget reserves nothing (its calls are
     /// still counted after they end). A budget that is spent ends the run, `failed` with
-    /// `quota_exceeded`.
+    /// `quota_exceeded`; a quota store that does not answer (Redis down) does not.
     async fn reserve_tokens(
         &self,
         request: &ChatRequest,
@@ -734,6 +734,12 @@ impl Agent {
         };
         match reserved {
             Ok(r) => Ok(Some(r)),
+            // Runs already going finish while Redis is down (DESIGN §10): only new work is
+            // refused. This call goes on unreserved; its usage is counted if Redis takes it.
+            Err(crate::quota::QuotaError::Coordination(cause)) => {
+                tracing::warn!(run_id = %self.input.run_id, error = %cause, "tokens_per_day not reserved (Redis does not answer); the run goes on");
+                Ok(None)
+            }
             Err(e) => {
                 let e = crate::error::EngineError::from(e);
                 let code = e.code();

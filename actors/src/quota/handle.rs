@@ -1,6 +1,6 @@
 //! [`QuotaHandle`]: what every caller holds to ask a tenant's quotas, whichever keeps them — the
-//! tenant's [`QuotaActor`] on one node ([`LocalQuota`]), or Redis in cluster mode. Each
-//! question is one hop: one mailbox message (or one Lua script).
+//! tenant's [`QuotaActor`] on one node ([`LocalQuota`]), or Redis in cluster mode
+//! ([`super::RedisQuota`]). Each question is one hop: one mailbox message or one Lua script.
 
 use std::sync::Arc;
 
@@ -23,6 +23,9 @@ pub enum QuotaError {
     /// fails closed: nothing is admitted that could not be counted.
     #[error("the tenant's quotas cannot be checked: {0}")]
     Unavailable(String),
+    /// Redis does not answer in cluster mode. Fails closed too.
+    #[error("the cluster's quota store (Redis) does not answer: {0}")]
+    Coordination(String),
 }
 
 impl From<QuotaRejection> for QuotaError {
@@ -43,6 +46,10 @@ impl From<QuotaError> for EngineError {
                 }
             }
             QuotaError::Unavailable(_) => EngineError::Unavailable,
+            QuotaError::Coordination(cause) => {
+                tracing::warn!(error = %cause, "Redis does not answer: quota admission refused");
+                EngineError::CoordinationUnavailable
+            }
         }
     }
 }
@@ -77,6 +84,10 @@ pub trait QuotaBackend: Send + Sync + 'static {
     fn set_quotas(&self, quotas: Quotas);
     /// False once the keeper is gone for good (a stopped actor): the engine makes a new one.
     fn is_alive(&self) -> bool;
+    /// The single-node quota actor, for its usage snapshot (`GetUsage`); none in cluster mode.
+    fn actor(&self) -> Option<Addr<QuotaActor>> {
+        None
+    }
 }
 
 /// A tenant's quotas, cheap to clone.
@@ -150,6 +161,10 @@ impl QuotaHandle {
 
     pub fn is_alive(&self) -> bool {
         self.0.is_alive()
+    }
+
+    pub fn actor(&self) -> Option<Addr<QuotaActor>> {
+        self.0.actor()
     }
 }
 
@@ -238,5 +253,9 @@ impl QuotaBackend for LocalQuota {
 
     fn is_alive(&self) -> bool {
         self.0.connected()
+    }
+
+    fn actor(&self) -> Option<Addr<QuotaActor>> {
+        Some(self.0.clone())
     }
 }

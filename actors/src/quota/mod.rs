@@ -3,7 +3,8 @@
 //! each one's exact rule.
 //!
 //! Callers hold a [`QuotaHandle`]: one per tenant, kept in the engine's quota table so that
-//! admission costs one hop (to the [`QuotaActor`] in single-node mode). The single-node logic is [`QuotaState`], plain methods
+//! admission costs one hop (to the [`QuotaActor`] in single-node mode, or one Redis round trip
+//! with [`RedisQuota`] in cluster mode). The single-node logic is [`QuotaState`], plain methods
 //! tested without a mailbox; the actor serialises access so concurrent requests can never be
 //! admitted past a limit.
 //!
@@ -14,8 +15,10 @@
 mod handle;
 mod handlers;
 pub mod messages;
+pub mod redis;
 
 pub use handle::*;
+pub use redis::RedisQuota;
 
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};

@@ -6,6 +6,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use agentry_actors::mcp_pool::{McpConfigSource, McpPoolConfig, Origin, PoolServer};
+use agentry_actors::quota::{QuotaHandle, RedisQuota};
 use agentry_actors::tools::PlatformTools;
 use agentry_actors::{ConfiguredModels, Engine, EngineConfig, EngineDeps, EngineError};
 use agentry_mcp::builtin::net_guard::GuardedResolver;
@@ -192,7 +193,21 @@ pub fn build(
     let arbiters = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(2);
-    let engine = Engine::start(deps, arbiters, Duration::from_secs(600));
+    let mut engine = Engine::start(deps, arbiters, Duration::from_secs(600));
+    if let Some(coord) = &cluster.coordination {
+        // Cluster mode: every replica counts against the same quotas, in Redis (docs/admin.md).
+        let (conn, prefix) = (coord.connection(), coord.key(""));
+        engine = engine.with_quotas(Arc::new(move |tenant, used| {
+            QuotaHandle::new(RedisQuota::new(
+                conn.clone(),
+                &prefix,
+                tenant.id,
+                tenant.quotas,
+                used,
+                agentry_actors::quota::redis::DEFAULT_LEASE,
+            ))
+        }));
+    }
     if watcher.is_some() {
         let e = engine.clone();
         actix_web::rt::spawn(async move {
