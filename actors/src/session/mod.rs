@@ -873,8 +873,7 @@ impl SessionActor {
                     run_id,
                 };
                 prepare_run(
-                    &deps, tenant, kept, &session, run_id, &user, start, mcp, quota, reserve,
-                    fence,
+                    &deps, tenant, kept, &session, run_id, &user, start, mcp, quota, reserve, fence,
                 )
                 .await
                 .map(|p| (slot, p))
