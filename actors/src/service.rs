@@ -252,7 +252,15 @@ impl Engine {
     /// WebSocket frame that starts work (chat, hitl_decision). One hop: the quota handle comes
     /// from the engine's table.
     pub async fn admit_request(&self, tenant: &Tenant) -> Result<(), EngineError> {
-        Ok(self.quota(tenant).await?.admit_request().await?)
+        match self.quota(tenant).await?.admit_request().await {
+            // Redis down: reads, cancels and replays go on (only new runs and sessions are
+            // refused, fail closed, where they are admitted): the rate limit fails open.
+            Err(crate::quota::QuotaError::Coordination(cause)) => {
+                tracing::warn!(error = %cause, "requests_per_minute not counted: Redis does not answer");
+                Ok(())
+            }
+            r => Ok(r?),
+        }
     }
 
     /// The tenant's row changed: its quotas apply to the next admission, the live supervisor
