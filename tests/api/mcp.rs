@@ -446,6 +446,18 @@ pub async fn mcp_tools_in_a_chat(ctx: &Ctx, fake: &FakeModelServer) {
 
     // Kill the server's processes; the pool notices and reconnects; the next call works.
     let marker = root_path.to_string_lossy().to_string();
+    let pids = |marker: &str| -> Vec<String> {
+        let out = std::process::Command::new("pgrep")
+            .arg("-f")
+            .arg(marker)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect()
+    };
+    let killed = pids(&marker);
     let out = std::process::Command::new("pkill")
         .arg("-9")
         .arg("-f")
@@ -456,14 +468,12 @@ pub async fn mcp_tools_in_a_chat(ctx: &Ctx, fake: &FakeModelServer) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let listed = ctx.ok(Method::GET, &path, &me.key, None, 200).await;
+        // A killed process can still be listed (and the pool still say "connected") for a
+        // moment under load: wait for a new server process, none of the killed ones left.
+        let now = pids(&marker);
         if listed[0]["status"] == "connected"
-            && std::process::Command::new("pgrep")
-                .arg("-f")
-                .arg(&marker)
-                .output()
-                .unwrap()
-                .status
-                .success()
+            && !now.is_empty()
+            && now.iter().all(|p| !killed.contains(p))
         {
             break;
         }
