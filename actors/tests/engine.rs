@@ -1508,7 +1508,15 @@ async fn loop_retries_wait_the_configured_base_delay() {
     let t0 = Instant::now();
     let err = errors(&upto).pop().unwrap();
     assert!(err.recoverable);
-    assert!(err.error.contains("retrying in 1200 ms"), "{}", err.error);
+    // The wait is the configured step plus jitter below one step: 1200 ms ≤ wait < 2400 ms.
+    let waited: u64 = err
+        .error
+        .split("retrying in ")
+        .nth(1)
+        .and_then(|rest| rest.split(" ms").next())
+        .and_then(|ms| ms.parse().ok())
+        .unwrap_or_else(|| panic!("no retry wait in {:?}", err.error));
+    assert!((1200..2400).contains(&waited), "{}", err.error);
     let all = ev.until_done(run).await;
     assert!(
         t0.elapsed() >= Duration::from_millis(1200),
