@@ -609,6 +609,31 @@ pub struct ToolCallInfo {
     pub created_at: DateTime<Utc>,
 }
 
+/// One row of `GET /tool-calls`: an audited call with the run it belongs to.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct AuditedToolCall {
+    pub id: String,
+    pub execution_id: String,
+    pub session_id: String,
+    /// The user whose run made the call.
+    pub user_id: String,
+    pub assistant_id: String,
+    pub tool_call_id: String,
+    pub tool_name: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    pub input: Value,
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
+    pub output: Option<Value>,
+    /// Set when the call ended without a result (refused, denied, timed out, …).
+    pub error: Option<String>,
+    pub duration_ms: u64,
+    /// null when the call needed no approval.
+    pub approved: Option<bool>,
+    pub approved_by: Option<String>,
+    pub created_at: DateTime<Utc>,
+}
+
 /// A `hitl_request` and the decision it got.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

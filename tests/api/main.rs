@@ -6,6 +6,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod audit;
 mod budget;
 mod chat_cli;
 mod cluster;
@@ -219,6 +220,7 @@ async fn admin_flow_on_postgres() {
     flows::tenant_admin_flow(&ctx).await;
     policy::tenant_policy(&ctx).await;
     matrix::authorization_matrix(&ctx).await;
+    audit::audit_queries(&ctx).await;
 }
 
 #[tokio::test]
@@ -294,6 +296,11 @@ async fn the_key_is_checked_before_the_body_is_read() {
 async fn members_see_their_own_admins_the_tenants_and_tenants_never_meet() {
     let ctx = Ctx::start().await;
     visibility::members_admins_and_tenants(&ctx).await;
+}
+
+#[tokio::test]
+async fn audit_lists_filter_by_user_assistant_status_tool_and_time_and_members_see_their_own() {
+    audit::audit_queries(&Ctx::start().await).await;
 }
 
 #[tokio::test]
@@ -626,6 +633,7 @@ async fn openapi_documents_every_route_and_every_documented_status_is_real() {
     edge::auth_before_body(&ctx).await;
     visibility::members_admins_and_tenants(&ctx).await;
     visibility::pagination(&ctx).await;
+    audit::audit_queries(&ctx).await;
     misc::metrics(&ctx).await;
     mcp::mcp_servers_flow(&ctx).await;
     streaming::rest_and_sse(&ctx).await;

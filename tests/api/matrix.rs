@@ -51,6 +51,10 @@ pub enum Route {
     DeleteAgent,
     ListExecutions,
     GetExecution,
+    ListToolCalls,
+    // The audit lists filtered by another user of A (the second member).
+    ListExecutionsOfAnother,
+    ListToolCallsOfAnother,
     TenantListUsers,
     TenantCreateUser,
     TenantGetUser,
@@ -118,6 +122,9 @@ pub const ROUTES: &[Route] = &[
     DeleteAgent,
     ListExecutions,
     GetExecution,
+    ListToolCalls,
+    ListExecutionsOfAnother,
+    ListToolCallsOfAnother,
     TenantListUsers,
     TenantCreateUser,
     TenantGetUser,
@@ -182,7 +189,10 @@ pub fn expected(route: Route) -> [u16; 7] {
     match route {
         Health | HealthLive | HealthReady | Metrics | OpenApi => OPEN,
         Me => ANY_CALLER,
-        ListSessions | ListAgents | ListExecutions => TENANT_LIST,
+        ListSessions | ListAgents | ListExecutions | ListToolCalls => TENANT_LIST,
+        // A member may not name another user; B's admin names a user B does not have (an
+        // empty page of B's own rows).
+        ListExecutionsOfAnother | ListToolCallsOfAnother => [401, 401, 401, 200, 403, 200, 403],
         GetSession | ListMessages | ListEvents | GetExecution | GetAgent => OWN_ROW,
         CreateAgent | CreateAgentAt | TenantCreateUser => ADMIN_CREATE,
         ReplaceAgent | TenantGetUser | TenantUpdateUser | TenantGetKey | TenantRevokeKey => {
@@ -380,6 +390,21 @@ pub async fn build(ctx: &Ctx, fx: &MatrixFx, route: Route) -> Req {
         }
         ListExecutions => req(Method::GET, "/api/v1/executions".into(), None),
         GetExecution => req(Method::GET, format!("/api/v1/executions/{r}"), None),
+        ListToolCalls => req(
+            Method::GET,
+            "/api/v1/tool-calls?tool_name=read_file".into(),
+            None,
+        ),
+        ListExecutionsOfAnother => req(
+            Method::GET,
+            format!("/api/v1/executions?user_id={m2}&tool_name=write_file"),
+            None,
+        ),
+        ListToolCallsOfAnother => req(
+            Method::GET,
+            format!("/api/v1/tool-calls?user_id={m2}"),
+            None,
+        ),
         TenantListUsers => req(Method::GET, "/api/v1/tenant/users".into(), None),
         TenantCreateUser => req(
             Method::POST,

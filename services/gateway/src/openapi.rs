@@ -50,6 +50,7 @@ every response carries `X-Request-Id`. Authenticate with `Authorization: Bearer 
         agents::delete_agent,
         executions::list_executions,
         executions::get_execution,
+        executions::list_tool_calls,
         tenant::list_users,
         tenant::create_user,
         tenant::get_user,

@@ -2,9 +2,9 @@
 //! few enums back. Both sides are foreign to this crate, hence functions rather than `From`.
 
 use agentry_schema::api::{
-    ApiKeyInfo, ApprovalInfo, AssistantInfo, AssistantProfile, ExecutionInfo, MessageInfo,
-    SessionInfo, TenantInfo, TenantQuotas, TenantStatus as WireTenantStatus, ToolCallInfo,
-    UserInfo, UserRole,
+    ApiKeyInfo, ApprovalInfo, AssistantInfo, AssistantProfile, AuditedToolCall, ExecutionInfo,
+    MessageInfo, SessionInfo, TenantInfo, TenantQuotas, TenantStatus as WireTenantStatus,
+    ToolCallInfo, UserInfo, UserRole,
 };
 use agentry_store::Role;
 use agentry_store::api_keys::ApiKey;
@@ -14,7 +14,7 @@ use agentry_store::executions::Execution;
 use agentry_store::messages::Message;
 use agentry_store::sessions::Session;
 use agentry_store::tenants::{Quotas, Tenant, TenantStatus};
-use agentry_store::tool_calls::ToolCallLog;
+use agentry_store::tool_calls::{AuditedCall, ToolCallLog};
 use agentry_store::users::User;
 
 pub fn role(r: Role) -> UserRole {
@@ -183,6 +183,26 @@ pub fn execution(e: Execution) -> ExecutionInfo {
 pub fn tool_call(c: ToolCallLog) -> ToolCallInfo {
     ToolCallInfo {
         id: c.id.to_string(),
+        tool_call_id: c.tool_call_id,
+        tool_name: c.tool_name,
+        input: c.input,
+        output: c.output,
+        error: c.error,
+        duration_ms: c.duration_ms,
+        approved: c.approved,
+        approved_by: c.approved_by.map(|u| u.to_string()),
+        created_at: c.created_at,
+    }
+}
+
+pub fn audited_call(a: AuditedCall) -> AuditedToolCall {
+    let c = a.call;
+    AuditedToolCall {
+        id: c.id.to_string(),
+        execution_id: c.execution_id.to_string(),
+        session_id: c.session_id.to_string(),
+        user_id: a.user_id.to_string(),
+        assistant_id: a.assistant_id,
         tool_call_id: c.tool_call_id,
         tool_name: c.tool_name,
         input: c.input,

@@ -372,6 +372,13 @@ pub struct ExecutionFilter {
     pub user_id: Option<UserId>,
     pub session_id: Option<SessionId>,
     pub status: Option<ExecutionStatus>,
+    pub assistant_id: Option<String>,
+    /// Only runs that made at least one call of this tool (by its name in the audit).
+    pub tool_name: Option<String>,
+    /// Runs started at or after this instant.
+    pub from: Option<DateTime<Utc>>,
+    /// Runs started before this instant.
+    pub to: Option<DateTime<Utc>>,
 }
 
 /// Newest first, with the total.
@@ -390,6 +397,36 @@ pub async fn list(
     }
     if let Some(st) = filter.status {
         q = q.filter(execution::Column::Status.eq(st.as_str()));
+    }
+    if let Some(a) = &filter.assistant_id {
+        q = q.filter(execution::Column::AssistantId.eq(a.as_str()));
+    }
+    if let Some(from) = filter.from {
+        q = q.filter(execution::Column::StartedAt.gte(from));
+    }
+    if let Some(to) = filter.to {
+        q = q.filter(execution::Column::StartedAt.lt(to));
+    }
+    if let Some(tool) = &filter.tool_name {
+        use agentry_schema::entities::tool_call_log;
+        use sea_orm::sea_query::Query;
+        let called = Query::select()
+            .expr(Expr::val(1))
+            .from(tool_call_log::Entity)
+            .and_where(
+                Expr::col((tool_call_log::Entity, tool_call_log::Column::TenantId))
+                    .eq(scope.uuid()),
+            )
+            .and_where(
+                Expr::col((tool_call_log::Entity, tool_call_log::Column::ExecutionId))
+                    .equals((execution::Entity, execution::Column::Id)),
+            )
+            .and_where(
+                Expr::col((tool_call_log::Entity, tool_call_log::Column::ToolName))
+                    .eq(tool.as_str()),
+            )
+            .to_owned();
+        q = q.filter(Expr::exists(called));
     }
     let total = q.clone().count(db).await?;
     let items = q

@@ -124,3 +124,142 @@ pub async fn list_by_execution(
         .map(ToolCallLog::from)
         .collect())
 }
+
+/// How a call ended, as the audit tells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallOutcome {
+    /// The tool returned a result (which may be a reported failure such as an HTTP 404).
+    Ok,
+    /// No result: refused, denied, invalid arguments, timed out, failed, interrupted, ….
+    Error,
+}
+
+impl CallOutcome {
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "ok" => Some(Self::Ok),
+            "error" => Some(Self::Error),
+            _ => None,
+        }
+    }
+}
+
+/// `GET /tool-calls`: which audit rows of the tenant to list. Every field narrows.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ToolCallFilter {
+    /// The user whose run made the call.
+    pub user_id: Option<UserId>,
+    /// The assistant whose run made the call.
+    pub assistant_id: Option<String>,
+    pub session_id: Option<SessionId>,
+    pub execution_id: Option<RunId>,
+    pub tool_name: Option<String>,
+    pub outcome: Option<CallOutcome>,
+    /// Calls recorded at or after this instant.
+    pub from: Option<DateTime<Utc>>,
+    /// Calls recorded before this instant.
+    pub to: Option<DateTime<Utc>>,
+}
+
+/// An audit row with the run it belongs to: who made the call, through which assistant.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AuditedCall {
+    pub call: ToolCallLog,
+    pub user_id: UserId,
+    pub assistant_id: String,
+}
+
+/// The tenant's tool calls matching `filter`, newest first, with the total. Who made a call
+/// is its run's user (the audit row names the run), so a user or assistant filter is a
+/// semi-join on the tenant's runs.
+pub async fn list(
+    db: &impl ConnectionTrait,
+    scope: &TenantScope,
+    filter: &ToolCallFilter,
+    page: crate::PageRequest,
+) -> Result<(Vec<AuditedCall>, u64)> {
+    use agentry_schema::entities::execution;
+    use sea_orm::sea_query::Query;
+    use sea_orm::{PaginatorTrait, QuerySelect};
+    let mut q =
+        tool_call_log::Entity::find().filter(tool_call_log::Column::TenantId.eq(scope.uuid()));
+    if filter.user_id.is_some() || filter.assistant_id.is_some() {
+        let mut runs = Query::select();
+        runs.column(execution::Column::Id)
+            .from(execution::Entity)
+            .and_where(execution::Column::TenantId.eq(scope.uuid()));
+        if let Some(u) = filter.user_id {
+            runs.and_where(execution::Column::UserId.eq(u.0));
+        }
+        if let Some(a) = &filter.assistant_id {
+            runs.and_where(execution::Column::AssistantId.eq(a.as_str()));
+        }
+        q = q.filter(tool_call_log::Column::ExecutionId.in_subquery(runs.to_owned()));
+    }
+    if let Some(s) = filter.session_id {
+        q = q.filter(tool_call_log::Column::SessionId.eq(s.0));
+    }
+    if let Some(r) = filter.execution_id {
+        q = q.filter(tool_call_log::Column::ExecutionId.eq(r.0));
+    }
+    if let Some(t) = &filter.tool_name {
+        q = q.filter(tool_call_log::Column::ToolName.eq(t.as_str()));
+    }
+    match filter.outcome {
+        Some(CallOutcome::Ok) => q = q.filter(tool_call_log::Column::Error.is_null()),
+        Some(CallOutcome::Error) => q = q.filter(tool_call_log::Column::Error.is_not_null()),
+        None => {}
+    }
+    if let Some(from) = filter.from {
+        q = q.filter(tool_call_log::Column::CreatedAt.gte(from));
+    }
+    if let Some(to) = filter.to {
+        q = q.filter(tool_call_log::Column::CreatedAt.lt(to));
+    }
+    let total = q.clone().count(db).await?;
+    let calls: Vec<ToolCallLog> = q
+        .order_by_desc(tool_call_log::Column::CreatedAt)
+        .order_by_desc(tool_call_log::Column::Id)
+        .limit(page.limit)
+        .offset(page.offset)
+        .all(db)
+        .await?
+        .into_iter()
+        .map(ToolCallLog::from)
+        .collect();
+    // The runs of this page, for who and through which assistant (one query, not one per row).
+    let mut run_ids: Vec<uuid::Uuid> = calls.iter().map(|c| c.execution_id.0).collect();
+    run_ids.sort_unstable();
+    run_ids.dedup();
+    let runs: std::collections::HashMap<uuid::Uuid, (uuid::Uuid, String)> = if run_ids.is_empty() {
+        Default::default()
+    } else {
+        execution::Entity::find()
+            .select_only()
+            .column(execution::Column::Id)
+            .column(execution::Column::UserId)
+            .column(execution::Column::AssistantId)
+            .filter(execution::Column::TenantId.eq(scope.uuid()))
+            .filter(execution::Column::Id.is_in(run_ids))
+            .into_tuple::<(uuid::Uuid, uuid::Uuid, String)>()
+            .all(db)
+            .await?
+            .into_iter()
+            .map(|(id, user, assistant)| (id, (user, assistant)))
+            .collect()
+    };
+    let items = calls
+        .into_iter()
+        .filter_map(|call| {
+            // A call's run is always stored before (or with) its audit row; a row whose run
+            // is missing would be corrupt data, left out rather than shown without its owner.
+            let (user, assistant) = runs.get(&call.execution_id.0)?.clone();
+            Some(AuditedCall {
+                call,
+                user_id: user.into(),
+                assistant_id: assistant,
+            })
+        })
+        .collect();
+    Ok((items, total))
+}

@@ -103,6 +103,7 @@ per_backend!(
     executions_lifecycle_and_listing,
     approvals_first_decision_wins,
     tool_call_audit_rows,
+    audit_lists_filter_by_user_assistant_tool_outcome_and_time,
     events_append_replay_and_max_seq,
     a_runs_end_is_one_idempotent_write_and_reservations_only_rise,
     mcp_servers_unique_per_user,
@@ -884,6 +885,209 @@ async fn tool_call_audit_rows(db: DatabaseConnection) {
     assert_eq!(rows[0].tool_call_id, "c0");
     assert_eq!(rows[1].error.as_deref(), Some("bad args"));
     assert_eq!(rows[0].output, Some(json!({"content": "x"})));
+}
+
+async fn audit_lists_filter_by_user_assistant_tool_outcome_and_time(db: DatabaseConnection) {
+    use agentry_schema::entities::{execution, tool_call_log};
+    use sea_orm::sea_query::Expr;
+    use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
+    let scope = new_tenant(&db).await;
+    let other = new_tenant(&db).await;
+    let (alice, bob) = (UserId::new(), UserId::new());
+    let old = agentry_store::now() - chrono::Duration::days(30);
+    // alice: a run on `default` (read_file ok, execute failed); bob: an old run on `analyst`
+    // (read_file ok). The other tenant: a run of alice's id with execute.
+    let mut runs = Vec::new();
+    for (scope, user, assistant, calls) in [
+        (
+            &scope,
+            alice,
+            "default",
+            vec![("read_file", None), ("execute", Some("denied"))],
+        ),
+        (&scope, bob, "analyst", vec![("read_file", None)]),
+        (&other, alice, "default", vec![("execute", None)]),
+    ] {
+        let run = RunId::new();
+        let sid = SessionId::new();
+        executions::create(
+            &db,
+            scope,
+            NewExecution {
+                id: run,
+                user_id: user,
+                session_id: sid,
+                assistant_id: assistant.into(),
+                input: "hi".into(),
+                trace_id: None,
+                status: ExecutionStatus::Running,
+            },
+        )
+        .await
+        .unwrap();
+        for (i, (tool, err)) in calls.into_iter().enumerate() {
+            tool_calls::insert(
+                &db,
+                scope,
+                NewToolCallLog {
+                    session_id: sid,
+                    execution_id: run,
+                    tool_call_id: format!("c{i}"),
+                    tool_name: tool.into(),
+                    input: json!({}),
+                    output: None,
+                    error: err.map(str::to_string),
+                    duration_ms: 1,
+                    approved: None,
+                    approved_by: None,
+                },
+            )
+            .await
+            .unwrap();
+        }
+        runs.push(run);
+    }
+    execution::Entity::update_many()
+        .col_expr(execution::Column::StartedAt, Expr::value(old))
+        .filter(execution::Column::Id.eq(runs[1].0))
+        .exec(&db)
+        .await
+        .unwrap();
+    tool_call_log::Entity::update_many()
+        .col_expr(tool_call_log::Column::CreatedAt, Expr::value(old))
+        .filter(tool_call_log::Column::ExecutionId.eq(runs[1].0))
+        .exec(&db)
+        .await
+        .unwrap();
+    let page = PageRequest::default();
+    let run_ids = |f: ExecutionFilter| {
+        let db = db.clone();
+        async move {
+            let (items, total) = executions::list(&db, &scope, &f, page).await.unwrap();
+            assert_eq!(items.len() as u64, total);
+            items.into_iter().map(|e| e.id).collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(
+        run_ids(ExecutionFilter {
+            tool_name: Some("execute".into()),
+            ..Default::default()
+        })
+        .await,
+        vec![runs[0]]
+    );
+    assert_eq!(
+        run_ids(ExecutionFilter {
+            assistant_id: Some("analyst".into()),
+            ..Default::default()
+        })
+        .await,
+        vec![runs[1]]
+    );
+    let week_ago = agentry_store::now() - chrono::Duration::days(7);
+    assert_eq!(
+        run_ids(ExecutionFilter {
+            to: Some(week_ago),
+            ..Default::default()
+        })
+        .await,
+        vec![runs[1]]
+    );
+    assert_eq!(
+        run_ids(ExecutionFilter {
+            from: Some(week_ago),
+            tool_name: Some("read_file".into()),
+            user_id: Some(alice),
+            ..Default::default()
+        })
+        .await,
+        vec![runs[0]]
+    );
+    let calls = |f: tool_calls::ToolCallFilter, scope: TenantScope| {
+        let db = db.clone();
+        async move {
+            let (items, total) = tool_calls::list(&db, &scope, &f, page).await.unwrap();
+            assert_eq!(items.len() as u64, total);
+            items
+                .into_iter()
+                .map(|c| (c.call.tool_name, c.user_id, c.assistant_id))
+                .collect::<Vec<_>>()
+        }
+    };
+    use tool_calls::{CallOutcome, ToolCallFilter};
+    assert_eq!(
+        calls(
+            ToolCallFilter {
+                tool_name: Some("read_file".into()),
+                ..Default::default()
+            },
+            scope
+        )
+        .await,
+        vec![
+            ("read_file".to_string(), alice, "default".to_string()),
+            ("read_file".to_string(), bob, "analyst".to_string())
+        ],
+        "newest first, each with its run's user and assistant"
+    );
+    assert_eq!(
+        calls(
+            ToolCallFilter {
+                user_id: Some(bob),
+                ..Default::default()
+            },
+            scope
+        )
+        .await,
+        vec![("read_file".to_string(), bob, "analyst".to_string())]
+    );
+    assert_eq!(
+        calls(
+            ToolCallFilter {
+                outcome: Some(CallOutcome::Error),
+                ..Default::default()
+            },
+            scope
+        )
+        .await,
+        vec![("execute".to_string(), alice, "default".to_string())]
+    );
+    assert_eq!(
+        calls(
+            ToolCallFilter {
+                assistant_id: Some("default".into()),
+                outcome: Some(CallOutcome::Ok),
+                from: Some(week_ago),
+                ..Default::default()
+            },
+            scope
+        )
+        .await,
+        vec![("read_file".to_string(), alice, "default".to_string())]
+    );
+    // The other tenant's alice-run is not in this tenant's audit, nor this one's in its.
+    assert_eq!(
+        calls(
+            ToolCallFilter {
+                user_id: Some(alice),
+                ..Default::default()
+            },
+            other
+        )
+        .await,
+        vec![("execute".to_string(), alice, "default".to_string())]
+    );
+    assert!(
+        calls(
+            ToolCallFilter {
+                execution_id: Some(runs[0]),
+                ..Default::default()
+            },
+            other
+        )
+        .await
+        .is_empty()
+    );
 }
 
 async fn events_append_replay_and_max_seq(db: DatabaseConnection) {
