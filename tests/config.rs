@@ -1,6 +1,7 @@
 //! End to end: the configuration stumbles a newcomer hit (issue 15), each run through the real
 //! `agentry` binary: the config file beside the binary, misspelt sections, keys and variables,
-//! what `agentry config` shows, a closed stdout, and `serve --host/--port`.
+//! what `agentry config` shows, a closed stdout, and `serve --host/--port`; and an OTLP
+//! protocol this build does not speak (issue 14).
 
 mod support;
 
@@ -78,6 +79,28 @@ fn misspelt_sections_keys_and_variables_stop_the_start_with_a_suggestion() {
         &[("AGENTRY_KEY", "k"), ("AGENTRY_URL", "http://127.0.0.1:1")],
     );
     assert!(out.status.success(), "{}", stderr(&out));
+}
+
+/// gRPC export is not built in: asking for it stops the start, saying what to do, rather than
+/// sending OTLP/HTTP to a gRPC port and dropping every span.
+#[test]
+fn an_otlp_protocol_other_than_http_protobuf_stops_the_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run(
+        dir.path(),
+        &["serve", "--port", "0"],
+        &[
+            ("AGENTRY_OTEL__ENDPOINT", "http://127.0.0.1:4317"),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out)
+            .contains("OTEL_EXPORTER_OTLP_PROTOCOL=grpc: Agentry exports traces over OTLP/HTTP"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[test]

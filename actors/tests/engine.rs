@@ -1055,6 +1055,7 @@ async fn startup_recovery_resumes_or_interrupts_unfinished_runs() {
         todos: vec![],
         usage: Default::default(),
         in_flight: None,
+        trace_parent: None,
     };
     checkpoints::save(
         &h.db.db,

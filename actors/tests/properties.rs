@@ -487,6 +487,8 @@ async fn checkpoints_round_trip_through_the_store() {
                     approved: Some(true),
                     approved_by: None,
                 }),
+                trace_parent: (i % 3 == 0)
+                    .then(|| format!("00-4bf92f3577b34da6a3ce929d0e0e{i:04x}-00f067aa0ba902b7-01")),
             };
             assert_eq!(RunCheckpoint::from_json(&cp.to_json()).unwrap(), cp);
             let run = agentry_schema::ids::RunId::new();

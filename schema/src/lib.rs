@@ -7,6 +7,7 @@
 //! - [`ids`]: identifier newtypes.
 //! - [`policy`]: a tenant's policy (role rights, sandbox limits).
 //! - `entities`, `migration` (feature `db`): sea-orm entities and migrations.
+//! - `trace_context` (feature `trace`): the W3C trace context of a `tracing` span.
 
 pub mod api;
 pub mod error;
@@ -20,6 +21,8 @@ pub mod secret;
 pub mod entities;
 #[cfg(feature = "db")]
 pub mod migration;
+#[cfg(feature = "trace")]
+pub mod trace_context;
 
 pub use error::{ErrorCode, ErrorResponse};
 pub use events::{EventPayload, ExecutionEvent};

@@ -599,11 +599,14 @@ async fn sigterm_refuses_new_runs_and_leaves_a_long_run_for_recovery() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn traces_reach_an_otlp_receiver_as_one_tree_per_chat_with_the_trace_id_stored() {
+async fn traces_reach_an_otlp_receiver_as_one_tree_per_chat_mcp_call_and_resumed_run() {
     let otlp = traces::OtlpReceiver::start().await;
     let (fake, ctx) = traces::start(&otlp).await;
     traces::a_chat_with_an_approval_is_one_trace(&ctx, &fake, &otlp).await;
     traces::a_request_without_traceparent_starts_a_trace(&ctx, &otlp).await;
+    traces::an_mcp_call_over_http_carries_the_trace_context(&ctx, &otlp).await;
+    let mut ctx = ctx;
+    traces::a_run_resumed_after_a_restart_continues_its_trace(&mut ctx, &otlp).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

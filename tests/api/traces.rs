@@ -3,6 +3,9 @@
 //! is one trace continuing the client's `traceparent`: request → run → steps → model calls and
 //! the tool call (→ its approval wait), with the GenAI attributes; the trace id is in `done` and
 //! on the execution, and every model request carried `traceparent` naming its model-call span.
+//! A tool call to a user's MCP server over HTTP carries the trace context of its `mcp
+//! tools/call` span, as the `traceparent` header and in `_meta`. A run resumed after `kill -9`
+//! continues the trace its checkpoint names, so `done` and the execution agree on one trace id.
 //! A collector that hangs never slows a run: spans that do not fit the queue are dropped and
 //! counted.
 
@@ -18,6 +21,16 @@ use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
 use prost::Message;
 use reqwest::Method;
 use serde_json::{Value, json};
+
+use rmcp::handler::server::ServerHandler;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData,
+    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    ToolAnnotations,
+};
+use rmcp::service::{RequestContext, RoleServer};
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 
 use crate::ctx::Ctx;
 use crate::fake_model::{self, SseReader, Wire};
@@ -427,4 +440,261 @@ pub async fn a_hanging_collector_never_slows_a_run() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     assert!(!held.lock().unwrap().is_empty(), "the exporter did connect");
+}
+
+/// What the probe MCP server saw of one `tools/call`: the HTTP `traceparent` header and
+/// `_meta.traceparent`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SeenCall {
+    pub header: Option<String>,
+    pub meta: Option<String>,
+}
+
+/// A Streamable HTTP MCP server (rmcp's, on axum) with one read-only tool, `echo`, that records
+/// the trace context of every call.
+#[derive(Clone, Default)]
+struct Probe {
+    seen: Arc<Mutex<Vec<SeenCall>>>,
+}
+
+impl ServerHandler for Probe {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+    }
+
+    async fn list_tools(
+        &self,
+        _: Option<PaginatedRequestParams>,
+        _: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let schema = json!({"type": "object", "properties": {"text": {"type": "string"}}});
+        let Value::Object(schema) = schema else {
+            unreachable!()
+        };
+        Ok(ListToolsResult::with_all_items(vec![
+            Tool::new("echo", "Echoes its text", schema)
+                .with_annotations(ToolAnnotations::new().read_only(true)),
+        ]))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let header = ctx
+            .extensions
+            .get::<http::request::Parts>()
+            .and_then(|p| p.headers.get("traceparent"))
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let meta = ctx.meta.get_traceparent().map(str::to_string);
+        self.seen.lock().unwrap().push(SeenCall { header, meta });
+        let text = request
+            .arguments
+            .and_then(|a| a.get("text").and_then(Value::as_str).map(str::to_string))
+            .unwrap_or_default();
+        Ok(CallToolResult::success(vec![ContentBlock::text(format!("echo: {text}"))]).into())
+    }
+}
+
+/// The probe on 127.0.0.2 (the tests' allowed network for users' MCP servers): its URL and
+/// what it saw.
+async fn start_probe() -> (String, Arc<Mutex<Vec<SeenCall>>>) {
+    let probe = Probe::default();
+    let seen = probe.seen.clone();
+    let service = StreamableHttpService::new(
+        move || Ok(probe.clone()),
+        Arc::new(LocalSessionManager::default()),
+        StreamableHttpServerConfig::default().with_allowed_hosts(["127.0.0.2"]),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.2:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    let app = axum::Router::new().route_service("/mcp", service);
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (url, seen)
+}
+
+/// A user's HTTP MCP server gets the W3C trace context of the `mcp tools/call` span with the
+/// call: the `traceparent` header (rmcp's transport has no header hook: Agentry's HTTP client
+/// lifts it from `_meta`) and `_meta.traceparent`, both naming that span of the run's trace.
+pub async fn an_mcp_call_over_http_carries_the_trace_context(ctx: &Ctx, otlp: &OtlpReceiver) {
+    let (url, seen) = start_probe().await;
+    let t = ctx.tenant().await;
+    let me = &t.member;
+    ctx.ok(
+        Method::POST,
+        &crate::mcp::servers_path(&me.user_id),
+        &me.key,
+        Some(json!({"name": "probe", "url": url})),
+        201,
+    )
+    .await;
+    let trace_id = "0af7651916cd43dd8448eb211c80319c";
+    let res = ctx
+        .request(Method::POST, "/api/v1/chat", Some(&me.key))
+        .header("traceparent", format!("00-{trace_id}-b7ad6b7169203331-01"))
+        .json(&json!({"message": r#"/tool probe__echo {"text": "traced"}"#}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    let body: Value = res.json().await.unwrap();
+    let done = body["events"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(done["data"]["status"], "completed", "{body}");
+    assert_eq!(done["data"]["trace_id"], trace_id, "{done}");
+    let result = body["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["event_type"] == "tool_result")
+        .unwrap_or_else(|| panic!("no tool_result: {body}"));
+    assert!(result.to_string().contains("echo: traced"), "{result}");
+
+    let spans = otlp
+        .trace(trace_id, |s| {
+            !named(s, "mcp tools/call echo").is_empty()
+                && !named(s, "execute_tool probe__echo").is_empty()
+        })
+        .await;
+    let mcp = one(&spans, "mcp tools/call echo");
+    assert_eq!(mcp.kind, SPAN_KIND_CLIENT);
+    assert_eq!(
+        mcp.parent,
+        one(&spans, "execute_tool probe__echo").span_id,
+        "{mcp:#?}"
+    );
+    let expected = format!("00-{trace_id}-{}-01", mcp.span_id);
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(
+        seen,
+        [SeenCall {
+            header: Some(expected.clone()),
+            meta: Some(expected)
+        }],
+        "what the MCP server received"
+    );
+}
+
+/// The events of session `sid` after `after`, from the store.
+async fn stored_events(ctx: &Ctx, key: &str, sid: &str, after: i64) -> Vec<Value> {
+    let page = ctx
+        .ok(
+            Method::GET,
+            &format!("/api/v1/sessions/{sid}/events?after_seq={after}&limit=1000"),
+            key,
+            None,
+            200,
+        )
+        .await;
+    page["events"].as_array().unwrap().clone()
+}
+
+/// `kill -9` while a run waits for an approval; the restarted server resumes the run from its
+/// checkpoint, and the resumed run's span continues the run's trace as a child of the span its
+/// checkpoint names (the run's span before the crash): the trace id in `done`, on the
+/// execution, and on every span of the resumed run is the one the client's request started.
+pub async fn a_run_resumed_after_a_restart_continues_its_trace(ctx: &mut Ctx, otlp: &OtlpReceiver) {
+    let t = ctx.tenant().await;
+    let key = t.member.key.clone();
+    let sid = new_session(ctx, &key).await;
+    let trace_id = "5bf92f3577b34da6a3ce929d0e0e4737";
+    let res = ctx
+        .request(Method::POST, "/api/v1/chat/stream", Some(&key))
+        .header("traceparent", format!("00-{trace_id}-00f067aa0ba902b8-01"))
+        .json(&json!({
+            "session_id": sid,
+            "message": r#"/tool write_file {"file_path": "resumed.txt", "content": "x"}"#,
+        }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    let mut sse = SseReader::new(res);
+    let evs = sse.until("hitl_request").await;
+    let asked = evs.last().unwrap().clone();
+    let run: agentry_schema::ids::RunId = asked["run_id"].as_str().unwrap().parse().unwrap();
+    // The checkpoint taken before asking names the run's span.
+    let cp = agentry_store::checkpoints::latest(&ctx.db, &t.scope(), run)
+        .await
+        .unwrap()
+        .expect("a checkpoint before the approval");
+    let parent = cp.state["trace_parent"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        parent.starts_with(&format!("00-{trace_id}-")),
+        "the checkpoint's trace context: {}",
+        cp.state
+    );
+    let run_span_id = parent.split('-').nth(2).unwrap().to_string();
+    drop(sse);
+    ctx.server.crash_and_restart().await;
+
+    // The resumed run asks again; approve that request.
+    let seen = asked["seq"].as_i64().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let request = loop {
+        let evs = stored_events(ctx, &key, &sid, seen).await;
+        if let Some(e) = evs.iter().rev().find(|e| e["event_type"] == "hitl_request") {
+            break e["data"]["request_id"].as_str().unwrap().to_string();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the resumed run never asked: {evs:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    ctx.ok(
+        Method::POST,
+        &format!("/api/v1/sessions/{sid}/approvals/{request}"),
+        &key,
+        Some(json!({"type": "approve"})),
+        200,
+    )
+    .await;
+    let done = loop {
+        let evs = stored_events(ctx, &key, &sid, seen).await;
+        if let Some(d) = evs.iter().find(|e| e["event_type"] == "done") {
+            break d.clone();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the resumed run never ended: {evs:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(done["data"]["status"], "completed", "{done}");
+    assert_eq!(done["data"]["trace_id"], trace_id, "{done}");
+    let exec = ctx
+        .ok(
+            Method::GET,
+            &format!("/api/v1/executions/{run}"),
+            &key,
+            None,
+            200,
+        )
+        .await;
+    assert_eq!(exec["trace_id"], trace_id, "{exec}");
+
+    let spans = otlp
+        .trace(trace_id, |s| {
+            named(s, "agent run")
+                .iter()
+                .any(|r| r.attr("agentry.run.resumed") == true)
+                && !named(s, "execute_tool write_file").is_empty()
+        })
+        .await;
+    let resumed = named(&spans, "agent run")
+        .into_iter()
+        .find(|r| r.attr("agentry.run.resumed") == true)
+        .unwrap();
+    assert_eq!(resumed.parent, run_span_id, "{resumed:#?}");
+    assert_eq!(resumed.attr("run_id"), run.to_string().as_str());
+    assert_eq!(resumed.attr("agentry.run.status"), "completed");
+    // The resumed run's work is in the same trace, under it: it resumes acting on the tool
+    // call its checkpoint holds (the step that asked for it was the run's before the crash).
+    let tool = one(&spans, "execute_tool write_file");
+    assert_eq!(tool.parent, resumed.span_id, "{tool:#?}");
 }

@@ -28,6 +28,11 @@ pub struct RunCheckpoint {
     /// model gets an `interrupted` result (at most once, DESIGN §4).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub in_flight: Option<InFlight>,
+    /// The W3C `traceparent` of the run's span (when traces are exported): a run resumed after
+    /// a restart continues this trace as a child of it, so the execution's `trace_id` names
+    /// the whole run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_parent: Option<String>,
 }
 
 /// A tool call being run, as the audit will record it.

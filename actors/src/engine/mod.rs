@@ -171,6 +171,8 @@ pub async fn run_agent(
         memories: Vec::new(),
         run_clock: run_clock.clone(),
         stored: StoredRun::default(),
+        // run_agent runs in the run's span.
+        trace_parent: agentry_schema::trace_context::traceparent(&tracing::Span::current()),
     };
     let sink = agent.sink.clone();
     let result = tokio::select! {
@@ -224,6 +226,8 @@ struct Agent {
     run_clock: Arc<PauseClock>,
     /// On resume: what the store already holds of this run.
     stored: StoredRun,
+    /// The run span's W3C trace context, saved in every checkpoint.
+    trace_parent: Option<String>,
 }
 
 /// What a resumed run finds stored of itself, so nothing that happened before the crash
@@ -644,6 +648,7 @@ impl Agent {
             todos: self.todos.clone(),
             usage: p.usage,
             in_flight,
+            trace_parent: self.trace_parent.clone(),
         };
         match self.recorder.commit_step(&cp).await {
             Ok(()) => Ok(()),

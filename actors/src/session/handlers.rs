@@ -95,7 +95,7 @@ impl Handler<StartChat> for SessionActor {
                 session_id: self.session.id,
                 assistant_id: self.session.assistant_id.to_string(),
                 input: msg.message,
-                trace_id: agentry_llm::trace_context::trace_id(&span),
+                trace_id: agentry_schema::trace_context::trace_id(&span),
                 status: ExecutionStatus::Queued,
             };
             let user = msg.user;

@@ -799,6 +799,7 @@ impl SessionActor {
             tenant_id = %self.tenant.id,
             assistant_id = %self.session.assistant_id,
             agentry.run.status = tracing::field::Empty,
+            agentry.run.resumed = tracing::field::Empty,
         )
     }
 
@@ -811,11 +812,21 @@ impl SessionActor {
         restarts: u32,
         reply: Option<oneshot::Sender<Result<ChatAccepted, EngineError>>>,
     ) {
-        // A run resumed after a restart has no request: its span starts a trace of its own.
-        let span = self
-            .run_spans
-            .remove(&run_id)
-            .unwrap_or_else(|| self.run_span(&tracing::Span::none(), run_id));
+        // A run resumed after a restart has no request: its span continues the trace its
+        // checkpoint names, as a child of the run's span before the restart, so the trace id
+        // stored on the execution and sent in `done` is the whole run's.
+        let span = self.run_spans.remove(&run_id).unwrap_or_else(|| {
+            let span = self.run_span(&tracing::Span::none(), run_id);
+            if let RunStart::Resume(Some(cp)) = &start
+                && let Some(tp) = &cp.trace_parent
+            {
+                agentry_schema::trace_context::continue_from(&span, tp);
+            }
+            span
+        });
+        if matches!(start, RunStart::Resume(_)) {
+            span.record("agentry.run.resumed", true);
+        }
         self.run = Some(ActiveRun {
             run_id,
             slot: None,
@@ -1028,7 +1039,7 @@ impl SessionActor {
                 .run
                 .as_ref()
                 .filter(|r| r.run_id == run_id)
-                .and_then(|r| agentry_llm::trace_context::trace_id(&r.span));
+                .and_then(|r| agentry_schema::trace_context::trace_id(&r.span));
             crate::metrics::log_run_end(
                 &act.session,
                 run_id,
@@ -1067,7 +1078,7 @@ impl SessionActor {
             .run
             .as_ref()
             .filter(|r| r.run_id == run_id)
-            .and_then(|r| agentry_llm::trace_context::trace_id(&r.span));
+            .and_then(|r| agentry_schema::trace_context::trace_id(&r.span));
         let done = self.log.number(
             &self.session_key,
             &run,
@@ -1322,6 +1333,8 @@ impl SessionActor {
                     user_id: i.user_id,
                     role: i.role,
                 });
+                // The restarted loop stays in the crashed one's trace, as its child.
+                let crashed = run.span.clone();
                 tracing::error!(%run_id, restarts, "the agent loop panicked: {panic}");
                 if restarts < self.deps.config.max_restarts && !run.cancel.is_cancelled() {
                     self.publish(
@@ -1346,6 +1359,8 @@ impl SessionActor {
                             .flatten()
                             .and_then(|c| RunCheckpoint::from_json(&c.state).ok());
                         act.run = None;
+                        let span = act.run_span(&crashed, run_id);
+                        act.run_spans.insert(run_id, span);
                         act.start_run(
                             ctx,
                             run_id,
@@ -1613,7 +1628,7 @@ async fn prepare_run(
                 assistant_id: session.assistant_id.to_string(),
                 input: message,
                 // prepare_run runs in the run's span.
-                trace_id: agentry_llm::trace_context::trace_id(&tracing::Span::current()),
+                trace_id: agentry_schema::trace_context::trace_id(&tracing::Span::current()),
                 status: ExecutionStatus::Running,
             }),
             None,

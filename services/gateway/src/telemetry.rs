@@ -146,6 +146,33 @@ pub fn resolve_endpoint(
         .or_else(|| set("OTEL_EXPORTER_OTLP_ENDPOINT").map(|base| traces_url(&base)))
 }
 
+/// The OTLP protocol asked for by `OTEL_EXPORTER_OTLP_TRACES_PROTOCOL` (else
+/// `OTEL_EXPORTER_OTLP_PROTOCOL`) is the one this build speaks, `http/protobuf`, or unset. gRPC
+/// is not built in (it would add tonic and its HTTP/2 stack for what every collector also
+/// takes over HTTP), so asking for it stops the start instead of sending HTTP to a gRPC port.
+pub fn check_protocol(env: impl Fn(&str) -> Option<String>) -> Result<(), String> {
+    let set = |k: &str| {
+        env(k)
+            .map(|v| v.trim().to_string())
+            .filter(|v| !v.is_empty())
+    };
+    let (var, value) = match set("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") {
+        Some(v) => ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", v),
+        None => match set("OTEL_EXPORTER_OTLP_PROTOCOL") {
+            Some(v) => ("OTEL_EXPORTER_OTLP_PROTOCOL", v),
+            None => return Ok(()),
+        },
+    };
+    if value == "http/protobuf" {
+        return Ok(());
+    }
+    Err(format!(
+        "{var}={value}: Agentry exports traces over OTLP/HTTP with protobuf only (`http/protobuf`); \
+         point it at the collector's OTLP/HTTP receiver (port 4318) and unset {var} or set it to \
+         http/protobuf (docs/deploy.md, Traces)"
+    ))
+}
+
 /// What [`init`] set up; [`Telemetry::shutdown`] sends the spans still queued before the
 /// process exits.
 pub struct Telemetry {
@@ -181,6 +208,9 @@ pub fn init(log: &LogSettings, otel: Option<&OtelSettings>) -> Result<Telemetry,
         _ => parse_filter(&log.level).map_err(|why| format!("log.level {why}"))?,
     };
     let endpoint = otel.and_then(|o| resolve_endpoint(o, |k| std::env::var(k).ok()));
+    if endpoint.is_some() {
+        check_protocol(|k| std::env::var(k).ok())?;
+    }
     let provider = match (otel, &endpoint) {
         (Some(otel), Some(url)) => Some(tracer_provider(url, otel)?),
         _ => None,
@@ -437,16 +467,18 @@ mod tests {
     use super::{parse_filter, resolve_endpoint, traces_url};
     use crate::settings::OtelSettings;
 
+    /// An environment holding only `pairs`.
+    fn env(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
+        move |k: &str| {
+            pairs
+                .iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        }
+    }
+
     #[test]
     fn the_endpoint_comes_from_config_then_the_standard_variables() {
-        let env = |pairs: &'static [(&'static str, &'static str)]| {
-            move |k: &str| {
-                pairs
-                    .iter()
-                    .find(|(n, _)| *n == k)
-                    .map(|(_, v)| v.to_string())
-            }
-        };
         let off = OtelSettings::default();
         assert_eq!(resolve_endpoint(&off, env(&[])), None);
         assert_eq!(
@@ -484,6 +516,32 @@ mod tests {
         assert_eq!(
             traces_url("http://c:4318/v1/traces"),
             "http://c:4318/v1/traces"
+        );
+    }
+
+    #[test]
+    fn only_the_http_protobuf_protocol_is_accepted() {
+        use super::check_protocol;
+        assert!(check_protocol(env(&[])).is_ok());
+        assert!(check_protocol(env(&[("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")])).is_ok());
+        let err = check_protocol(env(&[("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")])).unwrap_err();
+        assert!(
+            err.starts_with("OTEL_EXPORTER_OTLP_PROTOCOL=grpc:") && err.contains("4318"),
+            "{err}"
+        );
+        // The traces-specific variable wins, as the specification says.
+        assert!(
+            check_protocol(env(&[
+                ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+                ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/protobuf")
+            ]))
+            .is_ok()
+        );
+        let err = check_protocol(env(&[("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/json")]))
+            .unwrap_err();
+        assert!(
+            err.contains("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/json"),
+            "{err}"
         );
     }
 

@@ -38,7 +38,8 @@ impl Transport {
         let attempt = || {
             // The model call's span (the caller's) goes along as W3C trace context.
             let mut request = build();
-            if let Some(tp) = crate::trace_context::traceparent(&tracing::Span::current()) {
+            if let Some(tp) = agentry_schema::trace_context::traceparent(&tracing::Span::current())
+            {
                 request = request.header("traceparent", tp);
             }
             self.send_once(request)

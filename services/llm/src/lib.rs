@@ -21,7 +21,6 @@ mod openai;
 mod retry;
 mod scripted;
 pub mod sse;
-pub mod trace_context;
 
 pub use anthropic::{ANTHROPIC_VERSION, AnthropicModel, DEFAULT_ANTHROPIC_MAX_TOKENS};
 pub use config::{ModelConfig, Provider, ProviderEndpoint, build_model};

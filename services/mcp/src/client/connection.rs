@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotificationParam,
     ClientRequest, InputRequest, InputRequiredResult, InputResponses, ProtocolVersion, RequestId,
-    ServerResult,
+    RequestMetaObject, ServerResult,
 };
 use rmcp::service::{
     ClientInitializeError, ClientLifecycleMode, Peer, PeerRequestOptions, RoleClient,
@@ -512,12 +512,20 @@ impl McpConnection {
         timeout: Duration,
     ) -> Result<Round, McpError> {
         let server = self.name();
+        // The call's span as W3C trace context in `_meta` (SEP-414, the OpenTelemetry MCP
+        // conventions); over HTTP it is sent as the `traceparent` header too (http.rs).
+        let mut options = PeerRequestOptions::no_options();
+        if let Some(tp) = agentry_schema::trace_context::traceparent(&tracing::Span::current()) {
+            let mut meta = RequestMetaObject::new();
+            meta.set_traceparent(tp);
+            options.meta = Some(meta);
+        }
         let handle = self
             .inner
             .peer
             .send_request_with_option(
                 ClientRequest::CallToolRequest(CallToolRequest::new(params)),
-                PeerRequestOptions::no_options(),
+                options,
             )
             .await
             .map_err(|e| McpError::from_service(server, e))?;

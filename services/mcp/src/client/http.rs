@@ -5,6 +5,11 @@
 //! TypeScript servers among them) answer an unknown session with **400** and a JSON-RPC error
 //! such as `Bad Request: No valid session ID provided` instead; [`SessionAwareClient`] turns that
 //! answer into the same "session expired" signal so rmcp recovers the same way.
+//!
+//! rmcp's transport has no per-request header hook, and it sends from a task of its own, where
+//! the caller's span is not current. A request carries its trace context in `_meta.traceparent`
+//! ([`super::connection`] puts it there inside the `mcp tools/call` span); [`SessionAwareClient`]
+//! copies it into the W3C `traceparent` header of the HTTP request that carries it.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -13,7 +18,7 @@ use agentry_schema::secret::Secret;
 use base64::Engine;
 use futures::stream::BoxStream;
 use http::{HeaderName, HeaderValue};
-use rmcp::model::{ClientJsonRpcMessage, JsonRpcMessage, ServerJsonRpcMessage};
+use rmcp::model::{ClientJsonRpcMessage, GetMeta, JsonRpcMessage, ServerJsonRpcMessage};
 use rmcp::transport::streamable_http_client::{
     SseError, StreamableHttpClient, StreamableHttpClientTransportConfig, StreamableHttpError,
     StreamableHttpPostResponse,
@@ -158,6 +163,20 @@ fn is_session_rejection(message: &ServerJsonRpcMessage) -> bool {
     (code == -32000 || code == -32001) && text.contains("session")
 }
 
+/// `headers` plus the `traceparent` of `message`'s `_meta`, when it has a valid one.
+fn with_trace_context(
+    message: &ClientJsonRpcMessage,
+    mut headers: HashMap<HeaderName, HeaderValue>,
+) -> HashMap<HeaderName, HeaderValue> {
+    if let JsonRpcMessage::Request(r) = message
+        && let Some(tp) = r.request.get_meta().get_traceparent()
+        && let Ok(value) = HeaderValue::from_str(tp)
+    {
+        headers.insert(HeaderName::from_static("traceparent"), value);
+    }
+    headers
+}
+
 impl StreamableHttpClient for SessionAwareClient {
     type Error = reqwest::Error;
 
@@ -169,6 +188,7 @@ impl StreamableHttpClient for SessionAwareClient {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<StreamableHttpPostResponse, StreamableHttpError<Self::Error>> {
+        let custom_headers = with_trace_context(&message, custom_headers);
         let had_session = session_id.is_some();
         let response = self
             .inner
@@ -192,6 +212,7 @@ impl StreamableHttpClient for SessionAwareClient {
         custom_headers: HashMap<HeaderName, HeaderValue>,
         max_sse_event_size: usize,
     ) -> Result<StreamableHttpPostResponse, StreamableHttpError<Self::Error>> {
+        let custom_headers = with_trace_context(&message, custom_headers);
         let had_session = session_id.is_some();
         let response = self
             .inner
