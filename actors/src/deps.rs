@@ -141,6 +141,8 @@ pub struct ToolRequest {
     pub role: Role,
     pub session_id: SessionId,
     pub assistant: Assistant,
+    /// The assistant's effective settings: its `tools` narrow the set.
+    pub agent: Arc<crate::profiles::AgentConfig>,
     /// The tenant's MCP pool, for the user's MCP tools.
     pub mcp: Option<actix::Addr<crate::mcp_pool::McpPoolActor>>,
 }

@@ -24,6 +24,7 @@ pub mod live_sessions;
 pub mod mcp_pool;
 pub mod memory_tools;
 pub mod metrics;
+pub mod profiles;
 pub mod quota;
 pub mod registry;
 pub mod service;

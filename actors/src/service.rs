@@ -290,6 +290,18 @@ impl Engine {
         Ok(())
     }
 
+    /// A profile (or anything else every assistant of the tenant may use) changed: live
+    /// sessions load their assistant again for their next run.
+    pub async fn assistants_changed(
+        &self,
+        tenant: agentry_schema::ids::TenantId,
+    ) -> Result<(), EngineError> {
+        if let Some(sup) = self.registry.send(LiveTenant(tenant)).await? {
+            sup.do_send(crate::session::AssistantsChanged);
+        }
+        Ok(())
+    }
+
     pub async fn tenant_deleted(
         &self,
         tenant: agentry_schema::ids::TenantId,

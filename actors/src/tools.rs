@@ -108,7 +108,7 @@ pub fn role_policy(tenant: &Tenant, role: Role) -> RbacPolicy {
 #[async_trait]
 impl ToolProvider for PlatformTools {
     async fn tools_for(&self, req: &ToolRequest) -> ToolSet {
-        let patterns = req.assistant.spec.tools.as_deref();
+        let patterns = req.agent.tools.as_deref();
         let mut warnings = Vec::new();
         let mut registry = self.registry.clone();
         registry.retain(|s| assistant_allows(patterns, s));
@@ -193,13 +193,23 @@ mod tests {
             assistant: Assistant {
                 tenant_id: tenant.id,
                 id: AssistantId::default_assistant(),
-                spec: AssistantSpec {
-                    tools,
-                    ..AssistantSpec::default()
-                },
+                spec: AssistantSpec::default(),
                 created_at: now,
                 updated_at: now,
             },
+            agent: Arc::new(crate::profiles::AgentConfig {
+                tools,
+                ..crate::profiles::resolve(
+                    &Assistant {
+                        tenant_id: tenant.id,
+                        id: AssistantId::default_assistant(),
+                        spec: AssistantSpec::default(),
+                        created_at: now,
+                        updated_at: now,
+                    },
+                    &crate::profiles::builtin("general").unwrap(),
+                )
+            }),
             mcp: None,
         }
     }

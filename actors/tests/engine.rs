@@ -760,7 +760,7 @@ async fn recursion_limit_stops_a_looping_model() {
     set_default_assistant(
         &h,
         agentry_store::assistants::AssistantSpec {
-            recursion_limit: 3,
+            recursion_limit: Some(3),
             ..Default::default()
         },
     )
@@ -1243,7 +1243,7 @@ async fn with_run_timeout_of_one_second(h: &Harness) {
     set_default_assistant(
         h,
         agentry_store::assistants::AssistantSpec {
-            timeout_secs: 1,
+            timeout_secs: Some(1),
             ..Default::default()
         },
     )

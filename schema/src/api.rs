@@ -448,41 +448,55 @@ pub struct UsageReport {
     pub totals: UsageTotals,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(rename_all = "snake_case")]
-pub enum AssistantProfile {
-    General,
-    Devops,
-    Sre,
-    Orchestrator,
-}
-
+/// An assistant. The fields it sets itself are shown as set; `null` ones come from its
+/// profile. `effective` is what its runs get: its own settings over its profile's.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AssistantInfo {
     pub id: String,
     pub name: String,
     pub description: String,
-    pub system_prompt: String,
+    /// The assistant's own system prompt template; null = the profile's.
+    pub system_prompt: Option<String>,
     /// `scripted`, `openai` or `anthropic`; null = the server's default model.
     pub provider: Option<String>,
     pub model: Option<String>,
-    /// Tool names or `service:tool` / `service:*` patterns; null = every built-in tool.
+    /// Tool names or `service:tool` / `service:*` patterns; null = the profile's.
     pub tools: Option<Vec<String>>,
-    /// Tools that always need approval, on top of the high-risk defaults.
-    pub interrupt_on: Vec<String>,
+    /// Tools that always need approval, on top of the high-risk defaults; null = the profile's.
+    pub interrupt_on: Option<Vec<String>>,
     pub auto_approve: bool,
-    pub profile: AssistantProfile,
-    pub recursion_limit: u32,
-    pub timeout_secs: u32,
+    /// A built-in profile (`general`, `devops`, `sre`, `orchestrator`) or one of the tenant's.
+    pub profile: String,
+    /// null = the profile's.
+    pub recursion_limit: Option<u32>,
+    /// null = the profile's.
+    pub timeout_secs: Option<u32>,
     pub max_retries: u32,
+    pub effective: EffectiveAgent,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }
 
-/// An assistant's settings. Fields left out get their defaults (a `PUT` replaces the whole
-/// assistant). Limits: `recursion_limit` 1–1000, `timeout_secs` 1–86400, `max_retries` 0–10.
+/// What an assistant's runs get: each field the assistant sets, else its profile's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct EffectiveAgent {
+    pub profile: String,
+    /// The template; `{{assistant_name}}`, `{{date}}` and `{{tools}}` are filled in at each run.
+    pub system_prompt: String,
+    /// null = every tool the caller's role may use.
+    pub tools: Option<Vec<String>>,
+    pub interrupt_on: Vec<String>,
+    pub auto_approve: bool,
+    pub recursion_limit: u32,
+    pub timeout_secs: u32,
+    pub max_retries: u32,
+}
+
+/// An assistant's settings. Fields left out are inherited from its profile (a `PUT` replaces
+/// the whole assistant). Limits: `recursion_limit` 1–1000, `timeout_secs` 1–86400,
+/// `max_retries` 0–10.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
@@ -503,8 +517,9 @@ pub struct AssistantSpecRequest {
     pub interrupt_on: Option<Vec<String>>,
     #[serde(default)]
     pub auto_approve: Option<bool>,
+    /// A built-in profile or one of the tenant's; default `general`.
     #[serde(default)]
-    pub profile: Option<AssistantProfile>,
+    pub profile: Option<String>,
     #[serde(default)]
     pub recursion_limit: Option<u32>,
     #[serde(default)]
@@ -536,7 +551,7 @@ pub struct CreateAssistantRequest {
     #[serde(default)]
     pub auto_approve: Option<bool>,
     #[serde(default)]
-    pub profile: Option<AssistantProfile>,
+    pub profile: Option<String>,
     #[serde(default)]
     pub recursion_limit: Option<u32>,
     #[serde(default)]
@@ -563,6 +578,91 @@ impl CreateAssistantRequest {
                 recursion_limit: self.recursion_limit,
                 timeout_secs: self.timeout_secs,
                 max_retries: self.max_retries,
+            },
+        )
+    }
+}
+
+/// An agent profile: a system prompt template, a default tool set, approval defaults and
+/// limits. Built-in profiles (`builtin: true`) cannot be changed or deleted.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ProfileInfo {
+    pub id: String,
+    pub builtin: bool,
+    pub name: String,
+    pub description: String,
+    /// A template: `{{assistant_name}}`, `{{date}}` (UTC) and `{{tools}}` are filled in at each
+    /// run.
+    pub system_prompt: String,
+    /// Tool names or `service:tool` / `service:*` patterns; null = every tool.
+    pub tools: Option<Vec<String>>,
+    /// Tools that always need approval, on top of the tools' own policy.
+    pub interrupt_on: Vec<String>,
+    pub recursion_limit: u32,
+    pub timeout_secs: u32,
+    /// null for built-in profiles.
+    pub created_at: Option<DateTime<Utc>>,
+    pub updated_at: Option<DateTime<Utc>>,
+}
+
+/// A profile's settings; fields left out are the `general` profile's (a `PUT` replaces the
+/// whole profile). Limits as for assistants.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct ProfileSpecRequest {
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub description: Option<String>,
+    #[serde(default)]
+    pub system_prompt: Option<String>,
+    #[serde(default)]
+    pub tools: Option<Vec<String>>,
+    #[serde(default)]
+    pub interrupt_on: Option<Vec<String>>,
+    #[serde(default)]
+    pub recursion_limit: Option<u32>,
+    #[serde(default)]
+    pub timeout_secs: Option<u32>,
+}
+
+/// `POST /profiles`: an id (a slug, not a built-in profile's) and the settings.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct CreateProfileRequest {
+    pub id: String,
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub description: Option<String>,
+    #[serde(default)]
+    pub system_prompt: Option<String>,
+    #[serde(default)]
+    pub tools: Option<Vec<String>>,
+    #[serde(default)]
+    pub interrupt_on: Option<Vec<String>>,
+    #[serde(default)]
+    pub recursion_limit: Option<u32>,
+    #[serde(default)]
+    pub timeout_secs: Option<u32>,
+}
+
+impl CreateProfileRequest {
+    /// The id and the settings.
+    pub fn split(self) -> (String, ProfileSpecRequest) {
+        (
+            self.id,
+            ProfileSpecRequest {
+                name: self.name,
+                description: self.description,
+                system_prompt: self.system_prompt,
+                tools: self.tools,
+                interrupt_on: self.interrupt_on,
+                recursion_limit: self.recursion_limit,
+                timeout_secs: self.timeout_secs,
             },
         )
     }

@@ -232,6 +232,95 @@ impl From<McpServerName> for String {
     }
 }
 
+/// Checks a slug: 1–64 of `a-z 0-9 - _`, starting with a letter or digit (the shape of every
+/// id a tenant chooses itself: assistants, profiles, model connections, skills).
+fn check_slug(kind: &'static str, s: &str) -> Result<(), InvalidId> {
+    let bad = |reason| InvalidId {
+        kind,
+        value: s.chars().take(64).collect(),
+        reason,
+    };
+    if s.is_empty() || s.len() > 64 {
+        return Err(bad("must be 1 to 64 characters"));
+    }
+    if !s
+        .chars()
+        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
+    {
+        return Err(bad("use lowercase letters, digits, '-' and '_' only"));
+    }
+    if !s.starts_with(|c: char| c.is_ascii_alphanumeric()) {
+        return Err(bad("must start with a letter or digit"));
+    }
+    Ok(())
+}
+
+macro_rules! slug_id {
+    ($(#[$doc:meta])* $name:ident, $kind:literal) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        #[serde(try_from = "String", into = "String")]
+        pub struct $name(String);
+
+        impl $name {
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl TryFrom<String> for $name {
+            type Error = InvalidId;
+            fn try_from(s: String) -> Result<Self, Self::Error> {
+                check_slug($kind, &s)?;
+                Ok(Self(s))
+            }
+        }
+
+        impl TryFrom<&str> for $name {
+            type Error = InvalidId;
+            fn try_from(s: &str) -> Result<Self, Self::Error> {
+                Self::try_from(s.to_string())
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = InvalidId;
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                Self::try_from(s)
+            }
+        }
+
+        impl From<$name> for String {
+            fn from(id: $name) -> String {
+                id.0
+            }
+        }
+    };
+}
+
+slug_id!(
+    /// An agent profile: a built-in one (`general`, `devops`, `sre`, `orchestrator`) or one of
+    /// the tenant's own.
+    ProfileId,
+    "profile id"
+);
+slug_id!(
+    /// A tenant's model connection (its own provider endpoint and key).
+    ModelConnectionId,
+    "model connection id"
+);
+slug_id!(
+    /// A skill's name, from its `SKILL.md` front matter.
+    SkillName,
+    "skill name"
+);
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -251,6 +340,17 @@ mod tests {
         assert!("a__b".parse::<McpServerName>().is_err());
         assert!("Bad!Id".parse::<McpServerName>().is_err());
         assert!("".parse::<McpServerName>().is_err());
+    }
+
+    #[test]
+    fn chosen_ids_are_slugs() {
+        assert!(ProfileId::try_from("sre").is_ok());
+        assert!(ModelConnectionId::try_from("acme-openai_2").is_ok());
+        let e = SkillName::try_from("Bad Name").unwrap_err();
+        assert_eq!(e.kind, "skill name");
+        assert!(SkillName::try_from("../x").is_err());
+        assert!(ProfileId::try_from("_lead").is_err());
+        assert!(ProfileId::try_from("x".repeat(65)).is_err());
     }
 
     #[test]

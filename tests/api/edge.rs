@@ -37,6 +37,8 @@ pub async fn malformed_requests(ctx: &Ctx) {
             None,
         ),
         br(Method::PUT, "/api/v1/agents/default".into(), &adm, None),
+        br(Method::POST, "/api/v1/profiles".into(), &adm, Some("id")),
+        br(Method::PUT, "/api/v1/profiles/mine".into(), &adm, None),
         br(
             Method::POST,
             "/api/v1/tenant/users".into(),

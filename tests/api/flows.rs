@@ -934,7 +934,10 @@ pub async fn agents_flow(ctx: &Ctx) {
         ),
         (Some("New."), Some(true), None)
     );
-    assert_eq!(r["recursion_limit"], 25, "back to the default");
+    assert_eq!(r["recursion_limit"], Value::Null, "back to the profile's");
+    assert_eq!(r["profile"], "general", "back to the default profile");
+    assert_eq!(r["effective"]["recursion_limit"], 25);
+    assert_eq!(r["effective"]["system_prompt"], "New.");
     assert_eq!(r["created_at"], a["created_at"]);
     assert_eq!(
         ctx.call(

@@ -29,6 +29,7 @@ mod openai_compat;
 mod operations;
 mod outage;
 mod policy;
+mod profiles;
 mod properties;
 mod quotas;
 mod races;
@@ -97,6 +98,25 @@ fn postgres() -> Option<String> {
         );
     }
     Some(url)
+}
+
+// ---- agents that differ (issue 16, docs/agents.md) ----
+
+#[tokio::test]
+async fn each_builtin_profile_sends_its_own_prompt_and_tool_set() {
+    let (fake, ctx) = durability::start(agentry_fake_model::DefaultReply::Auto, None, &[]).await;
+    profiles::builtin_profiles_send_their_own_prompt_and_tools(&ctx, &fake).await;
+}
+
+#[tokio::test]
+async fn an_assistants_own_prompt_tools_and_approvals_override_its_profile() {
+    let (fake, ctx) = durability::start(agentry_fake_model::DefaultReply::Auto, None, &[]).await;
+    profiles::an_assistants_own_fields_override_its_profile(&ctx, &fake).await;
+}
+
+#[tokio::test]
+async fn profiles_over_rest_are_per_tenant_and_admin_managed() {
+    profiles::profiles_flow(&Ctx::start().await).await;
 }
 
 // ---- the cap on live sessions (docs/operations.md) ----
@@ -628,6 +648,7 @@ async fn openapi_documents_every_route_and_every_documented_status_is_real() {
     flows::usage_flow(&ctx).await;
     flows::tenant_admin_flow(&ctx).await;
     flows::agents_flow(&ctx).await;
+    profiles::profiles_flow(&ctx).await;
     policy::tenant_policy(&ctx).await;
     policy::auto_approve_rights(&ctx).await;
     policy::stdio_rights(&ctx).await;

@@ -99,6 +99,11 @@ pub enum Route {
     AddStdioMcpServer,
     OpenAiCompletion,
     OpenAiModels,
+    ListProfiles,
+    CreateProfile,
+    GetProfile,
+    ReplaceProfile,
+    DeleteProfile,
 }
 
 use Route::*;
@@ -168,6 +173,11 @@ pub const ROUTES: &[Route] = &[
     AddStdioMcpServer,
     OpenAiCompletion,
     OpenAiModels,
+    ListProfiles,
+    CreateProfile,
+    GetProfile,
+    ReplaceProfile,
+    DeleteProfile,
 ];
 
 /// Expected status per caller, in the order of [`WHO`].
@@ -189,16 +199,15 @@ pub fn expected(route: Route) -> [u16; 7] {
     match route {
         Health | HealthLive | HealthReady | Metrics | OpenApi => OPEN,
         Me => ANY_CALLER,
-        ListSessions | ListAgents | ListExecutions | ListToolCalls => TENANT_LIST,
+        ListSessions | ListAgents | ListExecutions | ListToolCalls | ListProfiles => TENANT_LIST,
         // A member may not name another user; B's admin names a user B does not have (an
         // empty page of B's own rows).
         ListExecutionsOfAnother | ListToolCallsOfAnother => [401, 401, 401, 200, 403, 200, 403],
-        GetSession | ListMessages | ListEvents | GetExecution | GetAgent => OWN_ROW,
-        CreateAgent | CreateAgentAt | TenantCreateUser => ADMIN_CREATE,
-        ReplaceAgent | TenantGetUser | TenantUpdateUser | TenantGetKey | TenantRevokeKey => {
-            ADMIN_ROW
-        }
-        DeleteAgent | TenantDeleteUser => ADMIN_DELETE,
+        GetSession | ListMessages | ListEvents | GetExecution | GetAgent | GetProfile => OWN_ROW,
+        CreateAgent | CreateAgentAt | TenantCreateUser | CreateProfile => ADMIN_CREATE,
+        ReplaceAgent | TenantGetUser | TenantUpdateUser | TenantGetKey | TenantRevokeKey
+        | ReplaceProfile => ADMIN_ROW,
+        DeleteAgent | TenantDeleteUser | DeleteProfile => ADMIN_DELETE,
         TenantListUsers | TenantListKeys => ADMIN_LIST,
         // B's admin names a user of A: no such user in B.
         TenantCreateKey => [401, 401, 401, 422, 403, 201, 403],
@@ -260,6 +269,14 @@ pub async fn fixture(ctx: &Ctx) -> MatrixFx {
         "/api/v1/agents",
         &a.admin.key,
         Some(json!({ "id": "extra" })),
+        201,
+    )
+    .await;
+    ctx.ok(
+        Method::POST,
+        "/api/v1/profiles",
+        &a.admin.key,
+        Some(json!({ "id": "matrix-profile" })),
         201,
     )
     .await;
@@ -387,6 +404,30 @@ pub async fn build(ctx: &Ctx, fx: &MatrixFx, route: Route) -> Req {
             )
             .await;
             req(Method::DELETE, format!("/api/v1/agents/{id}"), None)
+        }
+        ListProfiles => req(Method::GET, "/api/v1/profiles".into(), None),
+        CreateProfile => req(
+            Method::POST,
+            "/api/v1/profiles".into(),
+            Some(json!({ "id": unique("profile") })),
+        ),
+        GetProfile => req(Method::GET, "/api/v1/profiles/matrix-profile".into(), None),
+        ReplaceProfile => req(
+            Method::PUT,
+            "/api/v1/profiles/matrix-profile".into(),
+            Some(json!({ "recursion_limit": 30 })),
+        ),
+        DeleteProfile => {
+            let id = unique("doomed");
+            ctx.ok(
+                Method::POST,
+                "/api/v1/profiles",
+                &fx.a.admin.key,
+                Some(json!({ "id": id })),
+                201,
+            )
+            .await;
+            req(Method::DELETE, format!("/api/v1/profiles/{id}"), None)
         }
         ListExecutions => req(Method::GET, "/api/v1/executions".into(), None),
         GetExecution => req(Method::GET, format!("/api/v1/executions/{r}"), None),

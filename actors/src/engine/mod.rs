@@ -64,6 +64,8 @@ pub struct RunInput {
     pub session_id: SessionId,
     pub run_id: RunId,
     pub assistant: Assistant,
+    /// The assistant's settings over its profile's: prompt, tools, approvals, limits.
+    pub agent: Arc<crate::profiles::AgentConfig>,
     /// The session (or the assistant) approves every tool call without asking.
     pub auto_approve: bool,
     /// Continue from this checkpoint instead of starting fresh.
@@ -144,7 +146,7 @@ pub async fn run_agent(
     cancel: CancellationToken,
     progress: SharedProgress,
 ) -> RunOutcome {
-    let timeout = Duration::from_secs(u64::from(input.assistant.spec.timeout_secs.max(1)));
+    let timeout = Duration::from_secs(u64::from(input.agent.timeout_secs.max(1)));
     let run_clock = Arc::new(PauseClock::default());
     let started = Instant::now();
     let scope = input.tenant.scope();
@@ -339,6 +341,7 @@ impl Agent {
                 role: self.input.role,
                 session_id: self.input.session_id,
                 assistant: self.input.assistant.clone(),
+                agent: self.input.agent.clone(),
                 mcp: self.input.mcp.clone(),
             })
             .await;
@@ -421,7 +424,7 @@ impl Agent {
         loop {
             match self.state {
                 RunState::Reason => {
-                    let limit = self.input.assistant.spec.recursion_limit.max(1);
+                    let limit = self.input.agent.recursion_limit.max(1);
                     if self.progress().steps >= limit {
                         return Err(self.fail(ErrorCode::RecursionLimit, format!(
                             "the run reached the assistant's recursion_limit of {limit} model calls without a final answer"
@@ -660,7 +663,7 @@ impl Agent {
     /// retried up to the assistant's `max_retries` with `base_delay * 2^n`.
     async fn reason(&mut self, model: &Arc<dyn ChatModel>, tools: &ToolSet) -> Step<ModelAnswer> {
         let request = ChatRequest {
-            system: Some(self.system_prompt()),
+            system: Some(self.system_prompt(tools)),
             messages: self.conversation.clone(),
             tools: tools
                 .offered()
@@ -673,7 +676,7 @@ impl Agent {
             temperature: None,
             max_tokens: None,
         };
-        let max_retries = self.input.assistant.spec.max_retries;
+        let max_retries = self.input.agent.max_retries;
         let mut attempt = 0u32;
         loop {
             // Every attempt is a model call: it reserves its tokens before, and settles the
@@ -864,9 +867,17 @@ impl Agent {
         Ok(Ok(ModelAnswer { text, calls }))
     }
 
-    fn system_prompt(&self) -> String {
-        let spec = &self.input.assistant.spec;
-        let mut prompt = spec.system_prompt.clone();
+    /// The profile's (or the assistant's own) template filled in, then what the run knows of
+    /// the user: memories and the current todo list.
+    fn system_prompt(&self, tools: &ToolSet) -> String {
+        let offered: Vec<&str> = tools.offered().map(|s| s.name.as_str()).collect();
+        let mut prompt = crate::profiles::render_prompt(
+            &self.input.agent.system_prompt,
+            &crate::profiles::PromptVars {
+                assistant_name: &self.input.assistant.spec.name,
+                tools: &offered,
+            },
+        );
         if !self.memories.is_empty() {
             prompt.push_str("\n\nWhat you remember about this user (use `recall` for more):\n");
             for m in &self.memories {
@@ -1268,12 +1279,7 @@ impl CallHost for LoopCall<'_> {
         let input = &self.agent.input;
         !input.auto_approve
             && (tool.needs_approval(args)
-                || input
-                    .assistant
-                    .spec
-                    .interrupt_on
-                    .iter()
-                    .any(|n| n == &call.name))
+                || input.agent.interrupt_on.iter().any(|n| n == &call.name))
     }
 
     async fn approve(
@@ -1316,7 +1322,7 @@ impl CallHost for LoopCall<'_> {
     /// Paced like every retry of the run (the configured `base_delay * 2^n`), at most the
     /// assistant's `max_retries` times.
     fn retry_delay(&self, attempt: u32) -> Option<Duration> {
-        (attempt < self.agent.input.assistant.spec.max_retries)
+        (attempt < self.agent.input.agent.max_retries)
             .then(|| agentry_llm::retry_delay(&self.agent.retry_policy(), attempt, None))
     }
 

@@ -132,6 +132,12 @@ pub struct SessionStatus {
 #[rtype(result = "()")]
 pub struct AssistantChanged(pub agentry_schema::ids::AssistantId);
 
+/// Something every assistant of the tenant may depend on changed (a profile, a model
+/// connection, a skill): sessions load their assistant again for their next run.
+#[derive(Message, Clone)]
+#[rtype(result = "()")]
+pub struct AssistantsChanged;
+
 /// The tenant's settings changed (quotas, features).
 #[derive(Message)]
 #[rtype(result = "()")]

@@ -308,7 +308,7 @@ pub struct SessionActor {
     unrecorded_tried: Instant,
     /// The assistant its last run used, and when it was loaded: the next run reuses it for
     /// [`ASSISTANT_REUSE`] (or until this server changes it, [`AssistantChanged`]).
-    assistant: Option<(Assistant, Instant)>,
+    assistant: Option<(KeptAssistant, Instant)>,
     /// Its place among the process's live sessions (the cap, eviction, who holds it).
     residency: Residency,
     /// Start-up recovery is done: before, the actor's numbering and runs are not known yet.
@@ -847,7 +847,7 @@ impl SessionActor {
         let kept = self
             .assistant
             .as_ref()
-            .filter(|(a, at)| a.id == session.assistant_id && at.elapsed() < ASSISTANT_REUSE)
+            .filter(|(a, at)| a.0.id == session.assistant_id && at.elapsed() < ASSISTANT_REUSE)
             .cloned();
         let quota = self.quota.clone();
         let mcp = self.mcp.clone();
@@ -899,7 +899,10 @@ impl SessionActor {
             // The run start reserved the next block of event numbers with its session write.
             act.on_reserved(res.is_ok().then_some(reserve));
             if let Ok((_, p)) = &res {
-                act.assistant = Some((p.input.assistant.clone(), p.assistant_loaded));
+                act.assistant = Some((
+                    (p.input.assistant.clone(), p.input.agent.clone()),
+                    p.assistant_loaded,
+                ));
             }
             match res {
                 Ok((slot, prepared)) if still_ours => {
@@ -1561,6 +1564,9 @@ async fn load_recovery(
     })
 }
 
+/// An assistant as a session keeps it between runs: its row and its effective settings.
+type KeptAssistant = (Assistant, Arc<crate::profiles::AgentConfig>);
+
 struct PreparedRun {
     input: RunInput,
     notice: Option<String>,
@@ -1599,7 +1605,7 @@ pub(crate) async fn assistant_exists(
 async fn prepare_run(
     deps: &Arc<EngineDeps>,
     tenant: Arc<Tenant>,
-    kept: Option<(Assistant, Instant)>,
+    kept: Option<(KeptAssistant, Instant)>,
     session: &Session,
     run_id: RunId,
     user: &UserScope,
@@ -1610,12 +1616,13 @@ async fn prepare_run(
     fence: Option<i64>,
 ) -> Result<PreparedRun, EngineError> {
     let scope = &tenant.scope();
-    let (assistant, assistant_loaded) = match kept {
+    let ((assistant, agent), assistant_loaded) = match kept {
         Some(kept) => kept,
-        None => (
-            load_assistant(deps, scope, &session.assistant_id).await?,
-            Instant::now(),
-        ),
+        None => {
+            let a = load_assistant(deps, scope, &session.assistant_id).await?;
+            let agent = crate::profiles::effective(&deps.db, scope, &a).await?;
+            ((a, agent), Instant::now())
+        }
     };
     let recorder = RunRecorder::new(deps.db.clone(), *scope, session.id, run_id, fence);
     let mut notice = None;
@@ -1653,7 +1660,7 @@ async fn prepare_run(
     // A session's `auto_approve` counts only while whoever runs it still has the right: a
     // policy tightened after the session was made applies to its next run.
     let auto_approve = (session.auto_approve && tenant.policy().may_auto_approve(user.is_admin()))
-        || assistant.spec.auto_approve;
+        || agent.auto_approve;
     Ok(PreparedRun {
         input: RunInput {
             tenant,
@@ -1662,6 +1669,7 @@ async fn prepare_run(
             session_id: session.id,
             run_id,
             assistant,
+            agent,
             auto_approve,
             resume,
             mcp,

@@ -6,7 +6,9 @@ use agentry_store::sessions::Session;
 use super::messages::*;
 use super::{LiveActor, TenantSupervisor};
 use crate::live_sessions::{Lease, Residency, SessionRef};
-use crate::session::{AssistantChanged, SessionActor, Subscriber, TenantChanged};
+use crate::session::{
+    AssistantChanged, AssistantsChanged, SessionActor, Subscriber, TenantChanged,
+};
 
 impl Handler<StartSession> for TenantSupervisor {
     type Result = MessageResult<StartSession>;
@@ -76,6 +78,15 @@ impl Handler<LiveSession> for TenantSupervisor {
 impl Handler<AssistantChanged> for TenantSupervisor {
     type Result = ();
     fn handle(&mut self, msg: AssistantChanged, _: &mut Self::Context) {
+        for s in self.sessions.values() {
+            s.addr.do_send(msg.clone());
+        }
+    }
+}
+
+impl Handler<AssistantsChanged> for TenantSupervisor {
+    type Result = ();
+    fn handle(&mut self, msg: AssistantsChanged, _: &mut Self::Context) {
         for s in self.sessions.values() {
             s.addr.do_send(msg.clone());
         }

@@ -10,19 +10,22 @@ pub struct Model {
     pub id: String,
     pub name: String,
     pub description: String,
+    /// A template; "" = the profile's.
     #[sea_orm(column_type = "Text")]
     pub system_prompt: String,
     /// `scripted`, `openai`, `anthropic`; null = the server default.
     pub provider: Option<String>,
     pub model: Option<String>,
-    /// JSON array of tool names or patterns (`files:*`); null = every built-in tool.
+    /// JSON array of tool names or patterns (`files:*`); null = the profile's.
     pub tools: Option<Json>,
-    /// JSON array of tool names that always need approval.
+    /// JSON array of tool names that always need approval; JSON `null` = the profile's.
     pub interrupt_on: Json,
     pub auto_approve: bool,
-    /// `general`, `devops`, `sre` or `orchestrator`.
+    /// A built-in profile (`general`, `devops`, `sre`, `orchestrator`) or one of the tenant's.
     pub profile: String,
+    /// 0 = the profile's.
     pub recursion_limit: i32,
+    /// 0 = the profile's.
     pub timeout_secs: i32,
     pub max_retries: i32,
     pub created_at: DateTimeUtc,

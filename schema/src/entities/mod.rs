@@ -11,6 +11,7 @@ pub mod membership;
 pub mod memory;
 pub mod message;
 pub mod platform_admin_key;
+pub mod profile;
 pub mod server_lease;
 pub mod session;
 pub mod session_event;

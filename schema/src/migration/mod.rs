@@ -10,6 +10,7 @@ mod m20261125_000020_durable_runs;
 mod m20261125_000030_platform_admin_key;
 mod m20261125_000100_server_leases;
 mod m20261125_000110_session_fence;
+mod m20261126_000300_profiles;
 mod m20261126_000400_audit_indexes;
 
 pub struct Migrator;
@@ -24,6 +25,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261125_000030_platform_admin_key::Migration),
             Box::new(m20261125_000100_server_leases::Migration),
             Box::new(m20261125_000110_session_fence::Migration),
+            Box::new(m20261126_000300_profiles::Migration),
             Box::new(m20261126_000400_audit_indexes::Migration),
         ]
     }

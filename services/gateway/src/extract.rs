@@ -306,6 +306,8 @@ pub mod param {
         Approval = ("request_id", ids::ApprovalId),
         /// `{name}` of a user's MCP server
         McpServer = ("name", ids::McpServerName),
+        /// `{profile_id}` (a slug)
+        Profile = ("profile_id", ids::ProfileId),
     );
 }
 

@@ -35,6 +35,9 @@ pub enum Change {
         tenant_id: TenantId,
         assistant_id: AssistantId,
     },
+    /// Something every assistant of the tenant may use changed (a profile, a model connection,
+    /// a skill).
+    Assistants { tenant_id: TenantId },
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -100,6 +103,11 @@ async fn apply(state: &AppState, change: Change) {
                 .await
             {
                 tracing::warn!(error = %e, "applying another replica's assistant change failed");
+            }
+        }
+        Change::Assistants { tenant_id } => {
+            if let Err(e) = state.engine.assistants_changed(tenant_id).await {
+                tracing::warn!(error = %e, "applying another replica's profile change failed");
             }
         }
     }

@@ -365,6 +365,9 @@ impl ToolSource for CallerToolSource {
             .await
             .map_err(|e| internal(format!("loading the tenant's assistants: {e}")))?;
         for a in assistants {
+            let effective = agentry_actors::profiles::effective(&self.db, &caller.scope(), &a)
+                .await
+                .map_err(|e| internal(format!("loading an assistant's profile: {e}")))?;
             let ask = AskAssistant::new(
                 self.engine.clone(),
                 tenant.clone(),
@@ -373,7 +376,7 @@ impl ToolSource for CallerToolSource {
                 &a.spec.name,
                 &a.spec.description,
                 Duration::from_secs(
-                    u64::from(a.spec.timeout_secs) + 4 * self.hitl_timeout_secs + 60,
+                    u64::from(effective.timeout_secs) + 4 * self.hitl_timeout_secs + 60,
                 ),
             );
             let name = ask.spec.name.clone();

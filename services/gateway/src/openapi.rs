@@ -8,7 +8,7 @@ use utoipa_swagger_ui::{Config, SwaggerUi};
 
 use crate::routes::resource::endpoint;
 use crate::routes::{
-    admin, agents, chat, executions, health, mcp_servers, me, openai, sessions, tenant,
+    admin, agents, chat, executions, health, mcp_servers, me, openai, profiles, sessions, tenant,
 };
 
 #[derive(OpenApi)]
@@ -48,6 +48,11 @@ every response carries `X-Request-Id`. Authenticate with `Authorization: Bearer 
         agents::create_agent_at,
         agents::replace_agent,
         agents::delete_agent,
+        profiles::list_profiles,
+        profiles::create_profile,
+        profiles::get_profile,
+        profiles::replace_profile,
+        profiles::delete_profile,
         executions::list_executions,
         executions::get_execution,
         executions::list_tool_calls,
@@ -97,7 +102,7 @@ every response carries `X-Request-Id`. Authenticate with `Authorization: Bearer 
         (name = "chat", description = "Send messages and stream a run's events (REST, SSE, WebSocket)"),
         (name = "openai", description = "OpenAI-compatible front of the assistants (`model` names an assistant); errors here are OpenAI's `{error: {message, type, param, code}}`"),
         (name = "mcp", description = "Each user's MCP servers: secrets write-only, live status"),
-        (name = "agents", description = "The tenant's assistants; tenant admins change them"),
+        (name = "agents", description = "The tenant's assistants and their profiles; tenant admins change them"),
         (name = "executions", description = "Runs with their tool-call audit"),
         (name = "tenant", description = "Tenant admins: their tenant's users and API keys"),
         (name = "admin", description = "Platform admin key only: tenants, quotas, users, keys, usage"),

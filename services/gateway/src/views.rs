@@ -2,14 +2,16 @@
 //! few enums back. Both sides are foreign to this crate, hence functions rather than `From`.
 
 use agentry_schema::api::{
-    ApiKeyInfo, ApprovalInfo, AssistantInfo, AssistantProfile, AuditedToolCall, ExecutionInfo,
-    MessageInfo, SessionInfo, TenantInfo, TenantQuotas, TenantStatus as WireTenantStatus,
+    ApiKeyInfo, ApprovalInfo, AssistantInfo, AuditedToolCall, EffectiveAgent, ExecutionInfo,
+    MessageInfo, ProfileInfo, SessionInfo, TenantInfo, TenantQuotas, TenantStatus as WireTenantStatus,
     ToolCallInfo, UserInfo, UserRole,
 };
+use agentry_actors::profiles::{AgentConfig, ResolvedProfile};
 use agentry_store::Role;
 use agentry_store::api_keys::ApiKey;
 use agentry_store::approvals::Approval;
-use agentry_store::assistants::{Assistant, Profile};
+use agentry_store::assistants::Assistant;
+use agentry_store::profiles::Profile;
 use agentry_store::executions::Execution;
 use agentry_store::messages::Message;
 use agentry_store::sessions::Session;
@@ -45,22 +47,31 @@ pub fn tenant_status_from(s: WireTenantStatus) -> TenantStatus {
     }
 }
 
-pub fn profile(p: Profile) -> AssistantProfile {
-    match p {
-        Profile::General => AssistantProfile::General,
-        Profile::Devops => AssistantProfile::Devops,
-        Profile::Sre => AssistantProfile::Sre,
-        Profile::Orchestrator => AssistantProfile::Orchestrator,
+/// A built-in profile (no timestamps) or a tenant's.
+pub fn profile(p: ResolvedProfile, stored: Option<&Profile>) -> ProfileInfo {
+    let s = p.spec;
+    ProfileInfo {
+        id: p.id.to_string(),
+        builtin: p.builtin,
+        name: s.name,
+        description: s.description,
+        system_prompt: s.system_prompt,
+        tools: s.tools,
+        interrupt_on: s.interrupt_on,
+        recursion_limit: s.recursion_limit,
+        timeout_secs: s.timeout_secs,
+        created_at: stored.map(|p| p.created_at),
+        updated_at: stored.map(|p| p.updated_at),
     }
 }
 
-pub fn profile_from(p: AssistantProfile) -> Profile {
-    match p {
-        AssistantProfile::General => Profile::General,
-        AssistantProfile::Devops => Profile::Devops,
-        AssistantProfile::Sre => Profile::Sre,
-        AssistantProfile::Orchestrator => Profile::Orchestrator,
-    }
+pub fn stored_profile(p: Profile) -> ProfileInfo {
+    let resolved = ResolvedProfile {
+        id: p.id.clone(),
+        builtin: false,
+        spec: p.spec.clone(),
+    };
+    profile(resolved, Some(&p))
 }
 
 pub fn quotas(q: Quotas) -> TenantQuotas {
@@ -115,7 +126,8 @@ pub fn api_key(k: ApiKey) -> ApiKeyInfo {
     }
 }
 
-pub fn assistant(a: Assistant) -> AssistantInfo {
+/// An assistant with its effective settings (its own over its profile's).
+pub fn assistant(a: Assistant, effective: &AgentConfig) -> AssistantInfo {
     let s = a.spec;
     AssistantInfo {
         id: a.id.to_string(),
@@ -127,10 +139,20 @@ pub fn assistant(a: Assistant) -> AssistantInfo {
         tools: s.tools,
         interrupt_on: s.interrupt_on,
         auto_approve: s.auto_approve,
-        profile: profile(s.profile),
+        profile: s.profile.to_string(),
         recursion_limit: s.recursion_limit,
         timeout_secs: s.timeout_secs,
         max_retries: s.max_retries,
+        effective: EffectiveAgent {
+            profile: effective.profile.to_string(),
+            system_prompt: effective.system_prompt.clone(),
+            tools: effective.tools.clone(),
+            interrupt_on: effective.interrupt_on.clone(),
+            auto_approve: effective.auto_approve,
+            recursion_limit: effective.recursion_limit,
+            timeout_secs: effective.timeout_secs,
+            max_retries: effective.max_retries,
+        },
         created_at: a.created_at,
         updated_at: a.updated_at,
     }

@@ -8,57 +8,38 @@ use sea_orm::{
 use serde::{Deserialize, Serialize};
 
 use agentry_schema::entities::assistant;
-use agentry_schema::ids::{AssistantId, TenantId};
+use agentry_schema::ids::{AssistantId, ProfileId, TenantId};
 
 use crate::{Result, StoreError, TenantScope, corrupt, now, sanitize_text};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Profile {
-    General,
-    Devops,
-    Sre,
-    Orchestrator,
-}
-
-impl Profile {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Profile::General => "general",
-            Profile::Devops => "devops",
-            Profile::Sre => "sre",
-            Profile::Orchestrator => "orchestrator",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Self> {
-        Some(match s {
-            "general" => Profile::General,
-            "devops" => Profile::Devops,
-            "sre" => Profile::Sre,
-            "orchestrator" => Profile::Orchestrator,
-            _ => return None,
-        })
-    }
-}
-
-/// Everything about an assistant that an admin can set.
+/// Everything about an assistant that an admin can set. `None` fields are inherited from the
+/// assistant's profile (see `agentry_actors::profiles`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AssistantSpec {
     pub name: String,
     pub description: String,
-    pub system_prompt: String,
+    /// A system prompt template; `None` = the profile's.
+    pub system_prompt: Option<String>,
     pub provider: Option<String>,
     pub model: Option<String>,
-    /// Tool names or `service:*` patterns; `None` = every built-in tool.
+    /// Tool names or `service:*` patterns; `None` = the profile's.
     pub tools: Option<Vec<String>>,
-    /// Tools that always need approval, on top of the high-risk defaults.
-    pub interrupt_on: Vec<String>,
+    /// Tools that always need approval, on top of the high-risk defaults; `None` = the
+    /// profile's.
+    pub interrupt_on: Option<Vec<String>>,
     pub auto_approve: bool,
-    pub profile: Profile,
-    pub recursion_limit: u32,
-    pub timeout_secs: u32,
+    /// A built-in profile or one of the tenant's.
+    pub profile: ProfileId,
+    /// `None` = the profile's.
+    pub recursion_limit: Option<u32>,
+    /// `None` = the profile's.
+    pub timeout_secs: Option<u32>,
     pub max_retries: u32,
+}
+
+/// The profile every assistant has unless it names another.
+pub fn general_profile() -> ProfileId {
+    ProfileId::try_from("general").unwrap_or_else(|_| unreachable!("`general` is a slug"))
 }
 
 impl Default for AssistantSpec {
@@ -66,15 +47,15 @@ impl Default for AssistantSpec {
         AssistantSpec {
             name: "Default assistant".into(),
             description: "A general assistant with the built-in tools.".into(),
-            system_prompt: "You are a helpful assistant. Use the tools when they help, and explain what you did.".into(),
+            system_prompt: None,
             provider: None,
             model: None,
             tools: None,
-            interrupt_on: Vec::new(),
+            interrupt_on: None,
             auto_approve: false,
-            profile: Profile::General,
-            recursion_limit: 25,
-            timeout_secs: 600,
+            profile: general_profile(),
+            recursion_limit: None,
+            timeout_secs: None,
             max_retries: 3,
         }
     }
@@ -98,7 +79,7 @@ impl TryFrom<assistant::Model> for Assistant {
             spec: AssistantSpec {
                 name: m.name,
                 description: m.description,
-                system_prompt: m.system_prompt,
+                system_prompt: Some(m.system_prompt).filter(|p| !p.is_empty()),
                 provider: m.provider,
                 model: m.model,
                 tools: m
@@ -109,10 +90,10 @@ impl TryFrom<assistant::Model> for Assistant {
                 interrupt_on: serde_json::from_value(m.interrupt_on)
                     .map_err(|e| corrupt("assistant.interrupt_on", e))?,
                 auto_approve: m.auto_approve,
-                profile: Profile::parse(&m.profile)
-                    .ok_or_else(|| corrupt("assistant.profile", &m.profile))?,
-                recursion_limit: u32::try_from(m.recursion_limit).unwrap_or(0),
-                timeout_secs: u32::try_from(m.timeout_secs).unwrap_or(0),
+                profile: ProfileId::try_from(m.profile.as_str())
+                    .map_err(|e| corrupt("assistant.profile", e))?,
+                recursion_limit: u32::try_from(m.recursion_limit).ok().filter(|n| *n > 0),
+                timeout_secs: u32::try_from(m.timeout_secs).ok().filter(|n| *n > 0),
                 max_retries: u32::try_from(m.max_retries).unwrap_or(0),
             },
             created_at: m.created_at,
@@ -128,15 +109,15 @@ fn active(scope: &TenantScope, id: &AssistantId, s: AssistantSpec) -> assistant:
         id: Set(id.to_string()),
         name: Set(sanitize_text(s.name)),
         description: Set(sanitize_text(s.description)),
-        system_prompt: Set(sanitize_text(s.system_prompt)),
+        system_prompt: Set(sanitize_text(s.system_prompt.unwrap_or_default())),
         provider: Set(s.provider),
         model: Set(s.model),
         tools: Set(s.tools.map(|t| serde_json::json!(t))),
         interrupt_on: Set(serde_json::json!(s.interrupt_on)),
         auto_approve: Set(s.auto_approve),
-        profile: Set(s.profile.as_str().to_string()),
-        recursion_limit: Set(i32::try_from(s.recursion_limit).unwrap_or(i32::MAX)),
-        timeout_secs: Set(i32::try_from(s.timeout_secs).unwrap_or(i32::MAX)),
+        profile: Set(s.profile.to_string()),
+        recursion_limit: Set(s.recursion_limit.map_or(0, |n| i32::try_from(n).unwrap_or(i32::MAX))),
+        timeout_secs: Set(s.timeout_secs.map_or(0, |n| i32::try_from(n).unwrap_or(i32::MAX))),
         max_retries: Set(i32::try_from(s.max_retries).unwrap_or(i32::MAX)),
         created_at: Set(ts),
         updated_at: Set(ts),
@@ -236,4 +217,21 @@ pub async fn ensure_default(
             .ok_or_else(|| StoreError::NotFound("assistant default".into())),
         Err(e) => Err(e),
     }
+}
+
+/// The tenant's assistants that use `profile` (a profile in use cannot be deleted).
+pub async fn using_profile(
+    db: &impl ConnectionTrait,
+    scope: &TenantScope,
+    profile: &ProfileId,
+) -> Result<Vec<AssistantId>> {
+    assistant::Entity::find()
+        .filter(assistant::Column::TenantId.eq(scope.uuid()))
+        .filter(assistant::Column::Profile.eq(profile.as_str()))
+        .order_by_asc(assistant::Column::Id)
+        .all(db)
+        .await?
+        .into_iter()
+        .map(|m| AssistantId::try_from(m.id).map_err(|e| corrupt("assistant.id", e)))
+        .collect()
 }

@@ -29,6 +29,7 @@ pub mod mcp_servers;
 pub mod memories;
 pub mod messages;
 pub mod platform_admin_key;
+pub mod profiles;
 pub mod server_lease;
 pub mod sessions;
 pub mod stats;

@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use agentry_schema::entities::{
     api_key, approval, assistant, checkpoint, execution, mcp_server, membership, memory, message,
-    session, session_event, tenant, tool_call_log, user,
+    profile, session, session_event, tenant, tool_call_log, user,
 };
 use agentry_schema::ids::TenantId;
 pub use agentry_schema::policy::{SandboxPolicy, StdioMcpRole, TenantPolicy};
@@ -318,6 +318,7 @@ where
         memory,
         mcp_server,
         assistant,
+        profile,
         api_key,
         membership,
         user

@@ -6,13 +6,14 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use agentry_schema::events::{EventPayload, ExecutionEvent, TokenUsage};
-use agentry_schema::ids::{ApprovalId, AssistantId, RunId, SessionId, UserId};
+use agentry_schema::ids::{ApprovalId, AssistantId, ProfileId, RunId, SessionId, UserId};
 use agentry_store::api_keys::{self, KeyCheck};
 use agentry_store::approvals::{self, ApprovalStatus, NewApproval};
 use agentry_store::assistants::{self, AssistantSpec};
 use agentry_store::checkpoints::{self, NewCheckpoint};
 use agentry_store::executions::{self, ExecutionFilter, ExecutionStatus, NewExecution};
 use agentry_store::mcp_servers::{self, NewMcpServer};
+use agentry_store::profiles::{self, ProfileSpec};
 use agentry_store::memories::{self, NewMemory};
 use agentry_store::messages::{self, MessageRole, NewMessage};
 use agentry_store::sessions::{self, NewSession, SessionState};
@@ -100,6 +101,7 @@ per_backend!(
     the_database_lease_admits_one_single_node_server_or_one_cluster,
     an_owner_whose_fencing_token_is_stale_writes_nothing,
     assistants_default_and_crud,
+    profiles_crud_per_tenant,
     executions_lifecycle_and_listing,
     approvals_first_decision_wins,
     tool_call_audit_rows,
@@ -660,9 +662,9 @@ async fn assistants_default_and_crud(db: DatabaseConnection) {
         provider: Some("openai".into()),
         model: Some("gpt-x".into()),
         tools: Some(vec!["files:*".into(), "execute".into()]),
-        interrupt_on: vec!["write_file".into()],
+        interrupt_on: Some(vec!["write_file".into()]),
         auto_approve: true,
-        recursion_limit: 7,
+        recursion_limit: Some(7),
         ..AssistantSpec::default()
     };
     let a = assistants::create(&db, &scope, &id, spec.clone())
@@ -686,6 +688,56 @@ async fn assistants_default_and_crud(db: DatabaseConnection) {
     .unwrap();
     assert_eq!(upd.spec.tools, None);
     assert_eq!(upd.created_at, a.created_at);
+    // Inherited fields (None) and an empty override (Some([])) stay apart on every backend.
+    let inheriting = assistants::update(
+        &db,
+        &scope,
+        &id,
+        AssistantSpec {
+            interrupt_on: None,
+            system_prompt: None,
+            recursion_limit: None,
+            timeout_secs: None,
+            profile: ProfileId::try_from("sre").unwrap(),
+            ..spec.clone()
+        },
+    )
+    .await
+    .unwrap();
+    let read = assistants::get(&db, &scope, &id).await.unwrap().unwrap();
+    assert_eq!(read.spec, inheriting.spec);
+    assert_eq!(
+        (
+            read.spec.interrupt_on,
+            read.spec.system_prompt,
+            read.spec.recursion_limit
+        ),
+        (None, None, None)
+    );
+    let empty = assistants::update(
+        &db,
+        &scope,
+        &id,
+        AssistantSpec {
+            interrupt_on: Some(Vec::new()),
+            system_prompt: Some("Own.".into()),
+            ..spec.clone()
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        assistants::get(&db, &scope, &id).await.unwrap().unwrap().spec,
+        empty.spec
+    );
+    assert_eq!(empty.spec.interrupt_on, Some(Vec::new()));
+    assert_eq!(
+        assistants::using_profile(&db, &scope, &ProfileId::try_from("general").unwrap())
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
     assert_eq!(assistants::list(&db, &scope).await.unwrap().len(), 2);
     assert!(matches!(
         assistants::delete(&db, &scope, &AssistantId::default_assistant()).await,
@@ -693,6 +745,56 @@ async fn assistants_default_and_crud(db: DatabaseConnection) {
     ));
     assert!(assistants::delete(&db, &scope, &id).await.unwrap());
     assert!(!assistants::delete(&db, &scope, &id).await.unwrap());
+}
+
+async fn profiles_crud_per_tenant(db: DatabaseConnection) {
+    let scope = new_tenant(&db).await;
+    let other = new_tenant(&db).await;
+    let id = ProfileId::try_from("triage").unwrap();
+    let spec = ProfileSpec {
+        name: "Triage".into(),
+        description: "first look".into(),
+        system_prompt: "You triage. {{tools}}".into(),
+        tools: Some(vec!["files:read_file".into(), "system:*".into()]),
+        interrupt_on: vec!["execute".into()],
+        recursion_limit: 12,
+        timeout_secs: 90,
+    };
+    let p = profiles::create(&db, &scope, &id, spec.clone()).await.unwrap();
+    assert_eq!(p.spec, spec);
+    assert!(matches!(
+        profiles::create(&db, &scope, &id, spec.clone()).await,
+        Err(StoreError::Conflict(_))
+    ));
+    // Another tenant neither sees it nor can change it, and may use the same id.
+    assert_eq!(profiles::get(&db, &other, &id).await.unwrap(), None);
+    assert!(matches!(
+        profiles::update(&db, &other, &id, spec.clone()).await,
+        Err(StoreError::NotFound(_))
+    ));
+    assert!(!profiles::delete(&db, &other, &id).await.unwrap());
+    profiles::create(&db, &other, &id, spec.clone()).await.unwrap();
+    let upd = profiles::update(
+        &db,
+        &scope,
+        &id,
+        ProfileSpec {
+            tools: None,
+            ..spec.clone()
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(upd.spec.tools, None);
+    assert_eq!(upd.created_at, p.created_at);
+    assert_eq!(
+        profiles::get(&db, &scope, &id).await.unwrap().unwrap().spec,
+        upd.spec
+    );
+    assert_eq!(profiles::list(&db, &scope).await.unwrap().len(), 1);
+    assert!(profiles::delete(&db, &scope, &id).await.unwrap());
+    assert_eq!(profiles::list(&db, &scope).await.unwrap().len(), 0);
+    assert_eq!(profiles::list(&db, &other).await.unwrap().len(), 1);
 }
 
 async fn executions_lifecycle_and_listing(db: DatabaseConnection) {

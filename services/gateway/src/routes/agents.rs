@@ -6,8 +6,10 @@ use actix_web::web::{self, Json};
 use agentry_llm::Provider;
 use agentry_mcp::rbac::Permission;
 use agentry_schema::api::{AssistantInfo, AssistantSpecRequest, CreateAssistantRequest};
-use agentry_schema::ids::AssistantId;
-use agentry_store::assistants::{self, AssistantSpec};
+use agentry_actors::profiles;
+use agentry_schema::ids::{AssistantId, ProfileId};
+use agentry_store::TenantScope;
+use agentry_store::assistants::{self, Assistant, AssistantSpec};
 
 use crate::auth::{TenantAdmin, TenantCaller};
 use crate::error::{ApiError, ApiResult};
@@ -33,7 +35,7 @@ pub const MAX_TIMEOUT_SECS: u32 = 86_400;
 pub const MAX_RETRIES: u32 = 10;
 const MAX_TOOL_ENTRIES: usize = 256;
 
-fn bounded(field: &str, value: Option<u32>, default: u32, min: u32, max: u32) -> ApiResult<u32> {
+pub(crate) fn bounded(field: &str, value: Option<u32>, default: u32, min: u32, max: u32) -> ApiResult<u32> {
     let v = value.unwrap_or(default);
     if !(min..=max).contains(&v) {
         return Err(ApiError::validation(
@@ -44,7 +46,7 @@ fn bounded(field: &str, value: Option<u32>, default: u32, min: u32, max: u32) ->
     Ok(v)
 }
 
-fn text(field: &str, value: Option<String>, default: String, max: usize) -> ApiResult<String> {
+pub(crate) fn text(field: &str, value: Option<String>, default: String, max: usize) -> ApiResult<String> {
     let v = value.unwrap_or(default);
     if v.chars().count() > max {
         return Err(ApiError::validation(
@@ -81,7 +83,7 @@ fn valid_tool(field: &str, entry: &str) -> ApiResult<String> {
     Ok(e.to_string())
 }
 
-fn valid_tools(field: &str, list: Vec<String>) -> ApiResult<Vec<String>> {
+pub(crate) fn valid_tools(field: &str, list: Vec<String>) -> ApiResult<Vec<String>> {
     if list.len() > MAX_TOOL_ENTRIES {
         return Err(ApiError::validation(
             field,
@@ -108,7 +110,13 @@ fn optional(field: &str, value: Option<String>, max: usize) -> ApiResult<Option<
     }
 }
 
-/// Turn a request into a checked spec; fields left out get the defaults.
+/// A field the request may leave out (then inherited from the profile), within bounds.
+fn bounded_opt(field: &str, value: Option<u32>, min: u32, max: u32) -> ApiResult<Option<u32>> {
+    value.map(|v| bounded(field, Some(v), v, min, max)).transpose()
+}
+
+/// Turn a request into a checked spec; fields left out are inherited from the profile (or get
+/// the defaults). Whether the profile exists is [`check_profile`]'s to say.
 pub fn spec_from(id: &AssistantId, req: AssistantSpecRequest) -> ApiResult<AssistantSpec> {
     let d = default_assistant_spec();
     let name = match req.name {
@@ -133,27 +141,32 @@ pub fn spec_from(id: &AssistantId, req: AssistantSpecRequest) -> ApiResult<Assis
     Ok(AssistantSpec {
         name,
         description: text("description", req.description, String::new(), 2_000)?,
-        system_prompt: text("system_prompt", req.system_prompt, d.system_prompt, 100_000)?,
+        system_prompt: req
+            .system_prompt
+            .map(|p| text("system_prompt", Some(p), String::new(), 100_000))
+            .transpose()?
+            .filter(|p| !p.trim().is_empty()),
         provider,
         model: optional("model", req.model, 200)?,
         tools: req.tools.map(|t| valid_tools("tools", t)).transpose()?,
-        interrupt_on: valid_tools("interrupt_on", req.interrupt_on.unwrap_or_default())?,
+        interrupt_on: req
+            .interrupt_on
+            .map(|t| valid_tools("interrupt_on", t))
+            .transpose()?,
         auto_approve: req.auto_approve.unwrap_or(d.auto_approve),
-        profile: req.profile.map(views::profile_from).unwrap_or(d.profile),
-        recursion_limit: bounded(
+        profile: match req.profile {
+            None => d.profile,
+            Some(p) => ProfileId::try_from(p.trim()).map_err(|e| {
+                ApiError::validation("profile", format!("`profile`: {e}"))
+            })?,
+        },
+        recursion_limit: bounded_opt(
             "recursion_limit",
             req.recursion_limit,
-            d.recursion_limit,
             1,
             MAX_RECURSION_LIMIT,
         )?,
-        timeout_secs: bounded(
-            "timeout_secs",
-            req.timeout_secs,
-            d.timeout_secs,
-            1,
-            MAX_TIMEOUT_SECS,
-        )?,
+        timeout_secs: bounded_opt("timeout_secs", req.timeout_secs, 1, MAX_TIMEOUT_SECS)?,
         max_retries: bounded(
             "max_retries",
             req.max_retries,
@@ -162,6 +175,30 @@ pub fn spec_from(id: &AssistantId, req: AssistantSpecRequest) -> ApiResult<Assis
             MAX_RETRIES,
         )?,
     })
+}
+
+/// The assistant's profile must exist: a built-in one or one of the tenant's.
+pub(crate) async fn check_profile(
+    state: &AppState,
+    scope: &TenantScope,
+    profile: &ProfileId,
+) -> ApiResult<()> {
+    if profiles::find(&state.db, scope, profile).await?.is_none() {
+        return Err(ApiError::validation(
+            "profile",
+            format!(
+                "no profile {profile:?}: use one of {} or a profile of this tenant (GET /api/v1/profiles)",
+                profiles::BUILTIN_IDS.join(", ")
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The assistant as the API shows it: with its effective settings.
+async fn view(state: &AppState, scope: &TenantScope, a: Assistant) -> ApiResult<AssistantInfo> {
+    let effective = profiles::effective(&state.db, scope, &a).await?;
+    Ok(views::assistant(a, &effective))
 }
 
 /// The tenant's assistants, by id. `default` is always among them.
@@ -186,7 +223,11 @@ pub async fn list_agents(
         assistants::ensure_default(&state.db, &scope, default_assistant_spec()).await?;
         list = assistants::list(&state.db, &scope).await?;
     }
-    Ok(Json(list.into_iter().map(views::assistant).collect()))
+    let mut out = Vec::with_capacity(list.len());
+    for a in list {
+        out.push(view(&state, &scope, a).await?);
+    }
+    Ok(Json(out))
 }
 
 /// One assistant.
@@ -218,7 +259,7 @@ pub async fn get_agent(
         None => None,
     };
     let a = found.ok_or_else(|| ApiError::not_found(format!("assistant {id}")))?;
-    Ok(Json(views::assistant(a)))
+    Ok(Json(view(&state, &scope, a).await?))
 }
 
 async fn create(
@@ -228,13 +269,15 @@ async fn create(
     spec: AssistantSpecRequest,
 ) -> ApiResult<HttpResponse> {
     let spec = spec_from(&id, spec)?;
-    let created = assistants::create(&state.db, &admin.scope(), &id, spec).await?;
+    let scope = admin.scope();
+    check_profile(state, &scope, &spec.profile).await?;
+    let created = assistants::create(&state.db, &scope, &id, spec).await?;
     Ok(HttpResponse::Created()
         .insert_header((
             actix_web::http::header::LOCATION,
             format!("/api/v1/agents/{id}"),
         ))
-        .json(views::assistant(created)))
+        .json(view(state, &scope, created).await?))
 }
 
 /// Create an assistant (tenant admins).
@@ -319,12 +362,13 @@ pub async fn replace_agent(
     let id = id.into_inner();
     let spec = spec_from(&id, body.into_inner())?;
     let scope = admin.scope();
+    check_profile(&state, &scope, &spec.profile).await?;
     if id.as_str() == AssistantId::DEFAULT {
         assistants::ensure_default(&state.db, &scope, default_assistant_spec()).await?;
     }
     let updated = assistants::update(&state.db, &scope, &id, spec).await?;
     assistant_changed(&state, &admin, &id).await;
-    Ok(Json(views::assistant(updated)))
+    Ok(Json(view(&state, &scope, updated).await?))
 }
 
 /// Delete an assistant (tenant admins). `default` cannot be deleted.
@@ -390,9 +434,11 @@ mod tests {
         assert_eq!(s.name, "sre");
         assert_eq!(
             (s.recursion_limit, s.timeout_secs, s.max_retries),
-            (d.recursion_limit, d.timeout_secs, d.max_retries)
+            (None, None, d.max_retries),
+            "left out: inherited from the profile"
         );
-        assert_eq!(s.tools, None);
+        assert_eq!((s.tools, s.interrupt_on, s.system_prompt), (None, None, None));
+        assert_eq!(s.profile.as_str(), "general");
         assert_eq!(
             spec_from(&id("default"), AssistantSpecRequest::default())
                 .unwrap()
@@ -474,6 +520,13 @@ mod tests {
                 },
                 "model",
             ),
+            (
+                AssistantSpecRequest {
+                    profile: Some("No Such".into()),
+                    ..Default::default()
+                },
+                "profile",
+            ),
         ];
         for (req, field) in cases {
             let e = spec_from(&id("x"), req).unwrap_err();
@@ -509,7 +562,7 @@ mod tests {
         );
         assert_eq!(
             (s.recursion_limit, s.timeout_secs, s.max_retries),
-            (1000, 1, 0)
+            (Some(1000), Some(1), 0)
         );
     }
 }

@@ -21,6 +21,7 @@ pub mod mcp_servers;
 pub mod me;
 pub mod openai;
 pub mod page;
+pub mod profiles;
 pub mod resource;
 pub mod sessions;
 pub mod tenant;
@@ -35,6 +36,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .configure(chat::configure)
             .configure(mcp_servers::configure)
             .configure(agents::configure)
+            .configure(profiles::configure)
             .configure(executions::configure)
             .configure(tenant::configure)
             .configure(admin::configure),

@@ -1,10 +1,20 @@
 // Agents (assistants): the tenant's list, and one assistant's prompt, model, tools, approvals
-// and profile. Tenant admins create, change and delete; members read.
+// and profile. A field left empty is inherited from the profile (its effective value is shown
+// as the placeholder). Tenant admins create, change and delete; members read.
 
 import { api, describe } from "/assets/api.js";
 import { h, clear, showBanner, hideBanner } from "/assets/ui.js";
 
-const PROFILES = ["general", "devops", "sre", "orchestrator"];
+const BUILTIN_PROFILES = ["general", "devops", "sre", "orchestrator"];
+
+// The built-in profiles and the tenant's own, by id.
+async function profileIds() {
+  try {
+    return (await api("GET", "/profiles")).map((p) => p.id);
+  } catch (_) {
+    return BUILTIN_PROFILES;
+  }
+}
 
 export function mount(root, ctx) {
   const admin = ctx.me.role === "admin";
@@ -56,23 +66,25 @@ export function mount(root, ctx) {
     );
   }
 
-  function edit(a) {
+  async function edit(a) {
     const creating = !a;
-    a = a || { profile: "general", recursion_limit: 25, timeout_secs: 600, max_retries: 3 };
+    a = a || { profile: "general", max_retries: 3, effective: {} };
+    const eff = a.effective || {};
+    const profiles = await profileIds();
     const ro = !admin;
     const f = {
       id: h("input", { id: "agent-id", value: a.id || "", disabled: !creating || ro, required: true, placeholder: "sre-oncall" }),
       name: h("input", { id: "agent-name", value: a.name || "", disabled: ro }),
       description: h("input", { id: "agent-description", value: a.description || "", disabled: ro }),
-      system_prompt: h("textarea", { id: "agent-prompt", rows: 6, value: a.system_prompt || "", disabled: ro }),
+      system_prompt: h("textarea", { id: "agent-prompt", rows: 6, value: a.system_prompt || "", disabled: ro, placeholder: "empty: the profile's prompt" + (eff.system_prompt ? ":\n" + eff.system_prompt : "") }),
       provider: h("select", { id: "agent-provider", disabled: ro }, h("option", { value: "" }, "server default"), ...["scripted", "openai", "anthropic"].map((p) => h("option", { value: p }, p))),
       model: h("input", { id: "agent-model", value: a.model || "", disabled: ro, placeholder: "provider default" }),
-      tools: h("textarea", { id: "agent-tools", rows: 3, value: a.tools ? a.tools.join("\n") : "", disabled: ro, placeholder: "empty: every built-in tool; one name or pattern a line (files:*, read_file, github__*)" }),
-      interrupt_on: h("textarea", { id: "agent-interrupt", rows: 2, value: (a.interrupt_on || []).join("\n"), disabled: ro, placeholder: "tools that always need approval" }),
+      tools: h("textarea", { id: "agent-tools", rows: 3, value: a.tools ? a.tools.join("\n") : "", disabled: ro, placeholder: "empty: the profile's tools (" + (eff.tools ? eff.tools.join(", ") : "every tool") + "); one name or pattern a line (files:*, read_file, github__*)" }),
+      interrupt_on: h("textarea", { id: "agent-interrupt", rows: 2, value: (a.interrupt_on || []).join("\n"), disabled: ro, placeholder: "empty: the profile's (" + (eff.interrupt_on || []).join(", ") + "); tools that always need approval" }),
       auto_approve: h("input", { type: "checkbox", id: "agent-auto", checked: !!a.auto_approve, disabled: ro }),
-      profile: h("select", { id: "agent-profile", disabled: ro }, ...PROFILES.map((p) => h("option", { value: p }, p))),
-      recursion_limit: h("input", { id: "agent-recursion", type: "number", value: a.recursion_limit, disabled: ro }),
-      timeout_secs: h("input", { id: "agent-timeout", type: "number", value: a.timeout_secs, disabled: ro }),
+      profile: h("select", { id: "agent-profile", disabled: ro }, ...profiles.map((p) => h("option", { value: p }, p))),
+      recursion_limit: h("input", { id: "agent-recursion", type: "number", value: a.recursion_limit ?? "", disabled: ro, placeholder: eff.recursion_limit ? `profile's: ${eff.recursion_limit}` : "profile's" }),
+      timeout_secs: h("input", { id: "agent-timeout", type: "number", value: a.timeout_secs ?? "", disabled: ro, placeholder: eff.timeout_secs ? `profile's: ${eff.timeout_secs}` : "profile's" }),
       max_retries: h("input", { id: "agent-retries", type: "number", value: a.max_retries, disabled: ro }),
     };
     f.provider.value = a.provider || "";
@@ -94,11 +106,11 @@ export function mount(root, ctx) {
               provider: f.provider.value || null,
               model: f.model.value.trim() || null,
               tools: lines(f.tools).length ? lines(f.tools) : null,
-              interrupt_on: lines(f.interrupt_on),
+              interrupt_on: lines(f.interrupt_on).length ? lines(f.interrupt_on) : null,
               auto_approve: f.auto_approve.checked,
               profile: f.profile.value,
-              recursion_limit: Number(f.recursion_limit.value),
-              timeout_secs: Number(f.timeout_secs.value),
+              recursion_limit: f.recursion_limit.value === "" ? null : Number(f.recursion_limit.value),
+              timeout_secs: f.timeout_secs.value === "" ? null : Number(f.timeout_secs.value),
               max_retries: Number(f.max_retries.value),
             };
             try {
