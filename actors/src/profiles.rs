@@ -128,9 +128,10 @@ pub fn builtin(id: &str) -> Option<ProfileSpec> {
         },
         "devops" => ProfileSpec {
             name: "DevOps".into(),
-            description: "Deploys and maintains services: services, shell, files and system tools; \
+            description:
+                "Deploys and maintains services: services, shell, files and system tools; \
                           commands, file changes and service changes need approval."
-                .into(),
+                    .into(),
             system_prompt: DEVOPS_PROMPT.into(),
             tools: Some(strings(&[
                 "services:*",
@@ -178,9 +179,10 @@ pub fn builtin(id: &str) -> Option<ProfileSpec> {
         },
         "orchestrator" => ProfileSpec {
             name: "Orchestrator".into(),
-            description: "Splits work into sub-tasks and delegates them to sub-agents with `task`; \
+            description:
+                "Splits work into sub-tasks and delegates them to sub-agents with `task`; \
                           few direct tools."
-                .into(),
+                    .into(),
             system_prompt: ORCHESTRATOR_PROMPT.into(),
             tools: Some(strings(&[
                 "task:*",
@@ -305,7 +307,10 @@ pub fn render_prompt(template: &str, vars: &PromptVars<'_>) -> String {
     };
     template
         .replace("{{assistant_name}}", vars.assistant_name)
-        .replace("{{date}}", &chrono::Utc::now().format("%Y-%m-%d").to_string())
+        .replace(
+            "{{date}}",
+            &chrono::Utc::now().format("%Y-%m-%d").to_string(),
+        )
         .replace("{{tools}}", &tools)
 }
 
@@ -340,7 +345,11 @@ mod tests {
         let sre = builtin("sre").unwrap();
         let tools = sre.tools.unwrap();
         assert!(tools.contains(&"files:read_file".to_string()));
-        assert!(!tools.iter().any(|t| t == "files:*" || t == "files:write_file"));
+        assert!(
+            !tools
+                .iter()
+                .any(|t| t == "files:*" || t == "files:write_file")
+        );
         assert!(sre.interrupt_on.contains(&"restart_service".to_string()));
         assert_eq!(
             builtin("orchestrator").unwrap().tools.unwrap()[0],
@@ -381,7 +390,10 @@ mod tests {
         );
         assert_eq!(own.system_prompt, "Be brief.");
         assert_eq!(own.tools, Some(vec!["files:*".to_string()]));
-        assert!(own.interrupt_on.is_empty(), "an empty list is an override too");
+        assert!(
+            own.interrupt_on.is_empty(),
+            "an empty list is an override too"
+        );
         assert_eq!((own.recursion_limit, own.timeout_secs), (3, 9));
     }
 

@@ -52,8 +52,14 @@ async fn one_chat(
 }
 
 async fn create_agent(ctx: &Ctx, t: &TenantFx, body: Value) -> Value {
-    ctx.ok(Method::POST, "/api/v1/agents", &t.admin.key, Some(body), 201)
-        .await
+    ctx.ok(
+        Method::POST,
+        "/api/v1/agents",
+        &t.admin.key,
+        Some(body),
+        201,
+    )
+    .await
 }
 
 /// Issue 16: general, devops, sre and orchestrator each send the model their own prompt
@@ -77,7 +83,10 @@ pub async fn builtin_profiles_send_their_own_prompt_and_tools(ctx: &Ctx, fake: &
             prompt.starts_with(&format!("You are The {profile}, ")),
             "{profile}: {prompt}"
         );
-        assert!(!prompt.contains("{{"), "{profile}: a placeholder is left: {prompt}");
+        assert!(
+            !prompt.contains("{{"),
+            "{profile}: a placeholder is left: {prompt}"
+        );
         assert!(
             prompt.contains(&chrono::Utc::now().format("%Y-%m-%d").to_string()),
             "{profile}: no date in {prompt}"
@@ -93,16 +102,37 @@ pub async fn builtin_profiles_send_their_own_prompt_and_tools(ctx: &Ctx, fake: &
     let tools_of = |p: &str| &seen.iter().find(|(n, _, _)| n == p).unwrap().2;
     let has = |p: &str, tool: &str| tools_of(p).iter().any(|t| t == tool);
     // general: every built-in tool (the admin's role allows them all).
-    for tool in ["read_file", "write_file", "execute", "fetch_url", "restart_service"] {
+    for tool in [
+        "read_file",
+        "write_file",
+        "execute",
+        "fetch_url",
+        "restart_service",
+    ] {
         assert!(has("general", tool), "general lacks {tool}");
     }
     // devops: services, shell, files and system; no web.
-    for tool in ["execute", "restart_service", "write_file", "get_system_stats"] {
-        assert!(has("devops", tool), "devops lacks {tool}: {:?}", tools_of("devops"));
+    for tool in [
+        "execute",
+        "restart_service",
+        "write_file",
+        "get_system_stats",
+    ] {
+        assert!(
+            has("devops", tool),
+            "devops lacks {tool}: {:?}",
+            tools_of("devops")
+        );
     }
     assert!(!has("devops", "fetch_url") && !has("devops", "http_request"));
     // sre: reads files, stats, service status, fetches runbooks; writes no file.
-    for tool in ["read_file", "grep", "get_system_stats", "get_service_status", "fetch_url"] {
+    for tool in [
+        "read_file",
+        "grep",
+        "get_system_stats",
+        "get_service_status",
+        "fetch_url",
+    ] {
         assert!(has("sre", tool), "sre lacks {tool}: {:?}", tools_of("sre"));
     }
     for tool in ["write_file", "edit_file", "copy_file", "http_request"] {
@@ -145,7 +175,12 @@ pub async fn an_assistants_own_fields_override_its_profile(ctx: &Ctx, fake: &Fak
         201,
     )
     .await;
-    create_agent(ctx, &t, json!({"id": "inherits", "name": "Kim", "profile": "careful"})).await;
+    create_agent(
+        ctx,
+        &t,
+        json!({"id": "inherits", "name": "Kim", "profile": "careful"}),
+    )
+    .await;
     let a = create_agent(
         ctx,
         &t,
@@ -155,12 +190,21 @@ pub async fn an_assistants_own_fields_override_its_profile(ctx: &Ctx, fake: &Fak
         }),
     )
     .await;
-    assert_eq!(a["effective"]["system_prompt"], "Be brief, {{assistant_name}}.");
+    assert_eq!(
+        a["effective"]["system_prompt"],
+        "Be brief, {{assistant_name}}."
+    );
     assert_eq!(a["effective"]["interrupt_on"], json!([]));
     assert_eq!(a["effective"]["recursion_limit"], 9);
     assert_eq!(a["effective"]["timeout_secs"], 600, "the profile's");
     let got = ctx
-        .ok(Method::GET, "/api/v1/agents/inherits", &t.member.key, None, 200)
+        .ok(
+            Method::GET,
+            "/api/v1/agents/inherits",
+            &t.member.key,
+            None,
+            200,
+        )
         .await;
     assert_eq!(got["effective"]["interrupt_on"], json!(["read_file"]));
     assert_eq!(got["effective"]["recursion_limit"], 4);
@@ -177,7 +221,9 @@ pub async fn an_assistants_own_fields_override_its_profile(ctx: &Ctx, fake: &Fak
     assert_eq!(tools, ["list_directory", "read_file", "write_todos"]);
     let (prompt, tools) = one_chat(ctx, fake, key, "overrides", "hi").await;
     assert_eq!(prompt, "Be brief, overrides.");
-    assert!(tools.contains(&"write_file".to_string()) && !tools.contains(&"write_todos".to_string()));
+    assert!(
+        tools.contains(&"write_file".to_string()) && !tools.contains(&"write_todos".to_string())
+    );
 
     // The profile's approval default: a read waits for a person…
     let s = ctx
@@ -234,7 +280,10 @@ pub async fn an_assistants_own_fields_override_its_profile(ctx: &Ctx, fake: &Fak
     )
     .await;
     let (prompt, tools) = one_chat(ctx, fake, key, "inherits", "again").await;
-    assert_eq!((prompt.as_str(), tools), ("Changed for Kim.", vec!["write_todos".to_string()]));
+    assert_eq!(
+        (prompt.as_str(), tools),
+        ("Changed for Kim.", vec!["write_todos".to_string()])
+    );
 }
 
 /// Profiles over REST: the built-in ones are listed and fixed; a tenant admin creates,
@@ -254,9 +303,20 @@ pub async fn profiles_flow(ctx: &Ctx) {
         .map(|p| p["id"].as_str().unwrap())
         .collect();
     assert_eq!(ids, ["general", "devops", "sre", "orchestrator"]);
-    assert!(list.as_array().unwrap().iter().all(|p| p["builtin"] == true));
+    assert!(
+        list.as_array()
+            .unwrap()
+            .iter()
+            .all(|p| p["builtin"] == true)
+    );
     let sre = ctx
-        .ok(Method::GET, "/api/v1/profiles/sre", &t.member.key, None, 200)
+        .ok(
+            Method::GET,
+            "/api/v1/profiles/sre",
+            &t.member.key,
+            None,
+            200,
+        )
         .await;
     assert_eq!(sre["interrupt_on"][0], "start_service", "{sre}");
     assert_eq!(sre["created_at"], Value::Null);
@@ -267,36 +327,69 @@ pub async fn profiles_flow(ctx: &Ctx) {
         "interrupt_on": ["execute"], "recursion_limit": 12, "timeout_secs": 90,
     });
     let created = ctx
-        .ok(Method::POST, "/api/v1/profiles", adm, Some(spec.clone()), 201)
+        .ok(
+            Method::POST,
+            "/api/v1/profiles",
+            adm,
+            Some(spec.clone()),
+            201,
+        )
         .await;
     for (k, v) in spec.as_object().unwrap() {
         assert_eq!(&created[k], v, "{k}");
     }
     assert_eq!(created["builtin"], false);
     assert_eq!(
-        ctx.ok(Method::GET, "/api/v1/profiles/triage", &t.member.key, None, 200)
-            .await,
+        ctx.ok(
+            Method::GET,
+            "/api/v1/profiles/triage",
+            &t.member.key,
+            None,
+            200
+        )
+        .await,
         created
     );
     // Conflicts: the same id, a built-in id.
     for id in ["triage", "sre"] {
         let r = ctx
-            .call(Method::POST, "/api/v1/profiles", Some(adm), Some(&json!({"id": id})))
+            .call(
+                Method::POST,
+                "/api/v1/profiles",
+                Some(adm),
+                Some(&json!({"id": id})),
+            )
             .await;
         assert_eq!((r.status, r.code()), (409, "conflict"), "{id}: {}", r.body);
     }
     for method in [Method::PUT, Method::DELETE] {
         let r = ctx
-            .call(method.clone(), "/api/v1/profiles/devops", Some(adm), Some(&json!({})))
+            .call(
+                method.clone(),
+                "/api/v1/profiles/devops",
+                Some(adm),
+                Some(&json!({})),
+            )
             .await;
-        assert_eq!((r.status, r.code()), (409, "conflict"), "{method}: {}", r.body);
+        assert_eq!(
+            (r.status, r.code()),
+            (409, "conflict"),
+            "{method}: {}",
+            r.body
+        );
     }
     // Bad input names its field; the path id is a slug.
     for (body, field) in [
         (json!({"id": "x", "recursion_limit": 0}), "recursion_limit"),
         (json!({"id": "x", "timeout_secs": 86401}), "timeout_secs"),
-        (json!({"id": "x", "tools": ["files:*", "rm -rf"]}), "tools[1]"),
-        (json!({"id": "x", "interrupt_on": ["!shell:*"]}), "interrupt_on[0]"),
+        (
+            json!({"id": "x", "tools": ["files:*", "rm -rf"]}),
+            "tools[1]",
+        ),
+        (
+            json!({"id": "x", "interrupt_on": ["!shell:*"]}),
+            "interrupt_on[0]",
+        ),
         (json!({"id": "Bad Id"}), "id"),
         (json!({"id": "x", "promt": "typo"}), "promt"),
     ] {
@@ -311,7 +404,12 @@ pub async fn profiles_flow(ctx: &Ctx) {
         );
     }
     let r = ctx
-        .call(Method::GET, "/api/v1/profiles/Not%20A%20Slug", Some(adm), None)
+        .call(
+            Method::GET,
+            "/api/v1/profiles/Not%20A%20Slug",
+            Some(adm),
+            None,
+        )
         .await;
     assert_eq!((r.status, r.code()), (400, "bad_request"));
     assert_eq!(
@@ -321,9 +419,14 @@ pub async fn profiles_flow(ctx: &Ctx) {
         404
     );
     assert_eq!(
-        ctx.call(Method::PUT, "/api/v1/profiles/nope", Some(adm), Some(&json!({})))
-            .await
-            .status,
+        ctx.call(
+            Method::PUT,
+            "/api/v1/profiles/nope",
+            Some(adm),
+            Some(&json!({}))
+        )
+        .await
+        .status,
         404
     );
     // Members read but do not write.
@@ -333,7 +436,12 @@ pub async fn profiles_flow(ctx: &Ctx) {
         (Method::DELETE, "/api/v1/profiles/triage"),
     ] {
         let r = ctx
-            .call(method.clone(), path, Some(&t.member.key), Some(&json!({"id": "mine"})))
+            .call(
+                method.clone(),
+                path,
+                Some(&t.member.key),
+                Some(&json!({"id": "mine"})),
+            )
             .await;
         assert_eq!((r.status, r.code()), (403, "forbidden"), "{method} {path}");
     }
@@ -341,7 +449,12 @@ pub async fn profiles_flow(ctx: &Ctx) {
     let okey = &other.admin.key;
     for method in [Method::GET, Method::PUT, Method::DELETE] {
         let r = ctx
-            .call(method.clone(), "/api/v1/profiles/triage", Some(okey), Some(&json!({})))
+            .call(
+                method.clone(),
+                "/api/v1/profiles/triage",
+                Some(okey),
+                Some(&json!({})),
+            )
             .await;
         assert_eq!((r.status, r.code()), (404, "not_found"), "{method}");
     }
@@ -399,7 +512,10 @@ pub async fn profiles_flow(ctx: &Ctx) {
         )
         .await;
     assert_eq!(replaced["created_at"], created["created_at"]);
-    assert_eq!(replaced["name"], "triage", "a PUT replaces: the name is back to the id");
+    assert_eq!(
+        replaced["name"], "triage",
+        "a PUT replaces: the name is back to the id"
+    );
     let a = ctx
         .ok(Method::GET, "/api/v1/agents/triager", adm, None, 200)
         .await;

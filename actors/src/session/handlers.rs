@@ -168,7 +168,11 @@ impl Handler<GetStatus> for SessionActor {
 impl Handler<AssistantChanged> for SessionActor {
     type Result = ();
     fn handle(&mut self, msg: AssistantChanged, _: &mut Self::Context) {
-        if self.assistant.as_ref().is_some_and(|(a, _)| a.0.id == msg.0) {
+        if self
+            .assistant
+            .as_ref()
+            .is_some_and(|(a, _)| a.0.id == msg.0)
+        {
             self.assistant = None;
         }
     }

@@ -1,19 +1,19 @@
 //! Domain values (the store's types) into the wire types of `agentry_schema::api`, and the
 //! few enums back. Both sides are foreign to this crate, hence functions rather than `From`.
 
+use agentry_actors::profiles::{AgentConfig, ResolvedProfile};
 use agentry_schema::api::{
     ApiKeyInfo, ApprovalInfo, AssistantInfo, AuditedToolCall, EffectiveAgent, ExecutionInfo,
-    MessageInfo, ProfileInfo, SessionInfo, TenantInfo, TenantQuotas, TenantStatus as WireTenantStatus,
-    ToolCallInfo, UserInfo, UserRole,
+    MessageInfo, ProfileInfo, SessionInfo, TenantInfo, TenantQuotas,
+    TenantStatus as WireTenantStatus, ToolCallInfo, UserInfo, UserRole,
 };
-use agentry_actors::profiles::{AgentConfig, ResolvedProfile};
 use agentry_store::Role;
 use agentry_store::api_keys::ApiKey;
 use agentry_store::approvals::Approval;
 use agentry_store::assistants::Assistant;
-use agentry_store::profiles::Profile;
 use agentry_store::executions::Execution;
 use agentry_store::messages::Message;
+use agentry_store::profiles::Profile;
 use agentry_store::sessions::Session;
 use agentry_store::tenants::{Quotas, Tenant, TenantStatus};
 use agentry_store::tool_calls::{AuditedCall, ToolCallLog};

@@ -116,8 +116,12 @@ fn active(scope: &TenantScope, id: &AssistantId, s: AssistantSpec) -> assistant:
         interrupt_on: Set(serde_json::json!(s.interrupt_on)),
         auto_approve: Set(s.auto_approve),
         profile: Set(s.profile.to_string()),
-        recursion_limit: Set(s.recursion_limit.map_or(0, |n| i32::try_from(n).unwrap_or(i32::MAX))),
-        timeout_secs: Set(s.timeout_secs.map_or(0, |n| i32::try_from(n).unwrap_or(i32::MAX))),
+        recursion_limit: Set(s
+            .recursion_limit
+            .map_or(0, |n| i32::try_from(n).unwrap_or(i32::MAX))),
+        timeout_secs: Set(s
+            .timeout_secs
+            .map_or(0, |n| i32::try_from(n).unwrap_or(i32::MAX))),
         max_retries: Set(i32::try_from(s.max_retries).unwrap_or(i32::MAX)),
         created_at: Set(ts),
         updated_at: Set(ts),

@@ -89,7 +89,9 @@ pub async fn create(
     active(scope, id, spec)
         .insert(db)
         .await
-        .map_err(|e| StoreError::conflict_on_unique(e, || format!("profile {id:?} already exists")))?
+        .map_err(|e| {
+            StoreError::conflict_on_unique(e, || format!("profile {id:?} already exists"))
+        })?
         .try_into()
 }
 
@@ -134,10 +136,16 @@ pub async fn update(
     am.update(db).await?.try_into()
 }
 
-pub async fn delete(db: &impl ConnectionTrait, scope: &TenantScope, id: &ProfileId) -> Result<bool> {
-    Ok(profile::Entity::delete_by_id((scope.uuid(), id.to_string()))
-        .exec(db)
-        .await?
-        .rows_affected
-        > 0)
+pub async fn delete(
+    db: &impl ConnectionTrait,
+    scope: &TenantScope,
+    id: &ProfileId,
+) -> Result<bool> {
+    Ok(
+        profile::Entity::delete_by_id((scope.uuid(), id.to_string()))
+            .exec(db)
+            .await?
+            .rows_affected
+            > 0,
+    )
 }

@@ -13,9 +13,9 @@ use agentry_store::assistants::{self, AssistantSpec};
 use agentry_store::checkpoints::{self, NewCheckpoint};
 use agentry_store::executions::{self, ExecutionFilter, ExecutionStatus, NewExecution};
 use agentry_store::mcp_servers::{self, NewMcpServer};
-use agentry_store::profiles::{self, ProfileSpec};
 use agentry_store::memories::{self, NewMemory};
 use agentry_store::messages::{self, MessageRole, NewMessage};
+use agentry_store::profiles::{self, ProfileSpec};
 use agentry_store::sessions::{self, NewSession, SessionState};
 use agentry_store::tenants::{self, NewTenant, Quotas, TenantStatus, TenantUpdate};
 use agentry_store::testing::{Backend, TestDb};
@@ -727,7 +727,11 @@ async fn assistants_default_and_crud(db: DatabaseConnection) {
     .await
     .unwrap();
     assert_eq!(
-        assistants::get(&db, &scope, &id).await.unwrap().unwrap().spec,
+        assistants::get(&db, &scope, &id)
+            .await
+            .unwrap()
+            .unwrap()
+            .spec,
         empty.spec
     );
     assert_eq!(empty.spec.interrupt_on, Some(Vec::new()));
@@ -760,7 +764,9 @@ async fn profiles_crud_per_tenant(db: DatabaseConnection) {
         recursion_limit: 12,
         timeout_secs: 90,
     };
-    let p = profiles::create(&db, &scope, &id, spec.clone()).await.unwrap();
+    let p = profiles::create(&db, &scope, &id, spec.clone())
+        .await
+        .unwrap();
     assert_eq!(p.spec, spec);
     assert!(matches!(
         profiles::create(&db, &scope, &id, spec.clone()).await,
@@ -773,7 +779,9 @@ async fn profiles_crud_per_tenant(db: DatabaseConnection) {
         Err(StoreError::NotFound(_))
     ));
     assert!(!profiles::delete(&db, &other, &id).await.unwrap());
-    profiles::create(&db, &other, &id, spec.clone()).await.unwrap();
+    profiles::create(&db, &other, &id, spec.clone())
+        .await
+        .unwrap();
     let upd = profiles::update(
         &db,
         &scope,

@@ -3,10 +3,10 @@
 
 use actix_web::HttpResponse;
 use actix_web::web::{self, Json};
+use agentry_actors::profiles;
 use agentry_llm::Provider;
 use agentry_mcp::rbac::Permission;
 use agentry_schema::api::{AssistantInfo, AssistantSpecRequest, CreateAssistantRequest};
-use agentry_actors::profiles;
 use agentry_schema::ids::{AssistantId, ProfileId};
 use agentry_store::TenantScope;
 use agentry_store::assistants::{self, Assistant, AssistantSpec};
@@ -35,7 +35,13 @@ pub const MAX_TIMEOUT_SECS: u32 = 86_400;
 pub const MAX_RETRIES: u32 = 10;
 const MAX_TOOL_ENTRIES: usize = 256;
 
-pub(crate) fn bounded(field: &str, value: Option<u32>, default: u32, min: u32, max: u32) -> ApiResult<u32> {
+pub(crate) fn bounded(
+    field: &str,
+    value: Option<u32>,
+    default: u32,
+    min: u32,
+    max: u32,
+) -> ApiResult<u32> {
     let v = value.unwrap_or(default);
     if !(min..=max).contains(&v) {
         return Err(ApiError::validation(
@@ -46,7 +52,12 @@ pub(crate) fn bounded(field: &str, value: Option<u32>, default: u32, min: u32, m
     Ok(v)
 }
 
-pub(crate) fn text(field: &str, value: Option<String>, default: String, max: usize) -> ApiResult<String> {
+pub(crate) fn text(
+    field: &str,
+    value: Option<String>,
+    default: String,
+    max: usize,
+) -> ApiResult<String> {
     let v = value.unwrap_or(default);
     if v.chars().count() > max {
         return Err(ApiError::validation(
@@ -112,7 +123,9 @@ fn optional(field: &str, value: Option<String>, max: usize) -> ApiResult<Option<
 
 /// A field the request may leave out (then inherited from the profile), within bounds.
 fn bounded_opt(field: &str, value: Option<u32>, min: u32, max: u32) -> ApiResult<Option<u32>> {
-    value.map(|v| bounded(field, Some(v), v, min, max)).transpose()
+    value
+        .map(|v| bounded(field, Some(v), v, min, max))
+        .transpose()
 }
 
 /// Turn a request into a checked spec; fields left out are inherited from the profile (or get
@@ -156,9 +169,8 @@ pub fn spec_from(id: &AssistantId, req: AssistantSpecRequest) -> ApiResult<Assis
         auto_approve: req.auto_approve.unwrap_or(d.auto_approve),
         profile: match req.profile {
             None => d.profile,
-            Some(p) => ProfileId::try_from(p.trim()).map_err(|e| {
-                ApiError::validation("profile", format!("`profile`: {e}"))
-            })?,
+            Some(p) => ProfileId::try_from(p.trim())
+                .map_err(|e| ApiError::validation("profile", format!("`profile`: {e}")))?,
         },
         recursion_limit: bounded_opt(
             "recursion_limit",
@@ -437,7 +449,10 @@ mod tests {
             (None, None, d.max_retries),
             "left out: inherited from the profile"
         );
-        assert_eq!((s.tools, s.interrupt_on, s.system_prompt), (None, None, None));
+        assert_eq!(
+            (s.tools, s.interrupt_on, s.system_prompt),
+            (None, None, None)
+        );
         assert_eq!(s.profile.as_str(), "general");
         assert_eq!(
             spec_from(&id("default"), AssistantSpecRequest::default())

@@ -19,13 +19,17 @@ use crate::tenancy::valid_name;
 use crate::views;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.service(endpoint("/profiles").get(list_profiles).post(create_profile))
-        .service(
-            endpoint("/profiles/{profile_id}")
-                .get(get_profile)
-                .put(replace_profile)
-                .delete(delete_profile),
-        );
+    cfg.service(
+        endpoint("/profiles")
+            .get(list_profiles)
+            .post(create_profile),
+    )
+    .service(
+        endpoint("/profiles/{profile_id}")
+            .get(get_profile)
+            .put(replace_profile)
+            .delete(delete_profile),
+    );
 }
 
 /// Turn a request into a checked spec; fields left out are the `general` profile's.
