@@ -628,6 +628,27 @@ impl Engine {
         Ok(())
     }
 
+    /// Sessions the retention sweep deleted (their rows are gone already): stop their actors
+    /// on this replica, if any were live, and give their users' session counts back.
+    pub async fn sessions_swept(
+        &self,
+        tenant: &Tenant,
+        swept: &[(SessionId, agentry_schema::ids::UserId)],
+    ) -> Result<(), EngineError> {
+        if let Some(sup) = self.registry.send(LiveTenant(tenant.id)).await? {
+            for (id, _) in swept {
+                if let Some(held) = sup.send(LiveSession(*id)).await? {
+                    held.addr.do_send(Shutdown);
+                }
+            }
+        }
+        let quota = self.quota(tenant).await?;
+        for (_, user) in swept {
+            quota.release_session(*user);
+        }
+        Ok(())
+    }
+
     /// At start-up, before anything numbers events: write the run ends the previous process
     /// could not record (its journal, see [`crate::journal`]) to the database, so those runs
     /// are never run again and every `seq` their clients saw keeps its meaning. A run whose

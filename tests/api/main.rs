@@ -33,6 +33,7 @@ mod profiles;
 mod properties;
 mod quotas;
 mod races;
+mod retention;
 mod revocation;
 mod sandbox;
 mod schemathesis;
@@ -126,6 +127,40 @@ async fn evicted_sessions_stay_usable_and_a_waiting_approval_is_never_evicted() 
     let cap = eviction::CAP.to_string();
     let ctx = Ctx::start_with(&[("AGENTRY_SESSION__MAX_LIVE", cap.as_str())], None).await;
     eviction::evicted_sessions_stay_usable_and_a_waiting_approval_is_never_evicted(&ctx).await;
+}
+
+// ---- retention (docs/operations.md, "Retention") ----
+
+#[tokio::test]
+async fn one_retention_sweep_removes_backdated_rows_and_keeps_active_ones() {
+    let ctx = Ctx::start_with(retention::ENV, None).await;
+    retention::one_sweep_removes_old_rows_and_keeps_active_ones(&ctx).await;
+}
+
+#[tokio::test]
+async fn one_retention_sweep_removes_backdated_rows_and_keeps_active_ones_on_postgres() {
+    let Some(url) = postgres_db("retention").await else {
+        return;
+    };
+    let ctx = Ctx::start_with(retention::ENV, Some(&url)).await;
+    retention::one_sweep_removes_old_rows_and_keeps_active_ones(&ctx).await;
+}
+
+#[tokio::test]
+async fn one_retention_sweep_removes_backdated_rows_and_keeps_active_ones_on_mysql() {
+    let Some(url) = cluster::own_mysql("retention").await else {
+        return;
+    };
+    let ctx = Ctx::start_with(retention::ENV, Some(&url)).await;
+    retention::one_sweep_removes_old_rows_and_keeps_active_ones(&ctx).await;
+}
+
+#[tokio::test]
+async fn exactly_one_replica_of_a_cluster_sweeps_and_another_takes_over() {
+    let Some(url) = postgres_db("retention_cluster").await else {
+        return;
+    };
+    retention::one_sweeper_per_cluster(&url).await;
 }
 
 // ---- the SQL-statement budget of a run (docs/benchmarks.md) ----

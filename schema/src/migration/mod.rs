@@ -12,6 +12,7 @@ mod m20261125_000100_server_leases;
 mod m20261125_000110_session_fence;
 mod m20261126_000300_profiles;
 mod m20261126_000400_audit_indexes;
+mod m20261126_000410_retention_indexes;
 
 pub struct Migrator;
 
@@ -27,6 +28,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261125_000110_session_fence::Migration),
             Box::new(m20261126_000300_profiles::Migration),
             Box::new(m20261126_000400_audit_indexes::Migration),
+            Box::new(m20261126_000410_retention_indexes::Migration),
         ]
     }
 }

@@ -86,6 +86,23 @@ fn describe() {
         "Requests refused by a tenant quota, by quota"
     );
     metrics::describe_gauge!("agentry_ws_connections", "Open WebSocket connections");
+    metrics::describe_counter!(
+        crate::retention::SWEEPS,
+        "Retention sweeps finished by this process"
+    );
+    metrics::describe_counter!(
+        crate::retention::REMOVED,
+        "Rows the retention sweep removed, by kind (sessions, checkpoints, memories, events)"
+    );
+    metrics::describe_histogram!(
+        crate::retention::SWEEP_SECONDS,
+        metrics::Unit::Seconds,
+        "How long each retention sweep took"
+    );
+    metrics::describe_gauge!(
+        crate::retention::SWEEPER,
+        "1 while this process runs the retention sweep (always on a single node; the duty's holder in a cluster)"
+    );
     metrics::describe_histogram!(
         "agentry_model_call_duration_seconds",
         metrics::Unit::Seconds,

@@ -48,6 +48,32 @@ pub struct Settings {
     pub otel: OtelSettings,
     /// How tenant quotas are counted (`[quota]`, `AGENTRY_QUOTA__*`); see docs/admin.md.
     pub quota: QuotaSettings,
+    /// The background sweep that removes old data (`[retention]`, `AGENTRY_RETENTION__*`; the
+    /// session period is `session.retention_days`); see docs/operations.md, "Retention".
+    pub retention: RetentionSettings,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RetentionSettings {
+    /// Time between two sweeps. The first runs this long after the start.
+    pub interval_secs: u64,
+    /// Checkpoints kept per session, newest first; the newest of every run that is not
+    /// finished is kept besides (a restart resumes from it). 0 keeps only those.
+    pub checkpoints_per_session: u64,
+    /// Delete the stored events (all but each run's `done`) of runs that ended more than this
+    /// many days ago; 0 keeps them forever.
+    pub event_days: u64,
+}
+
+impl Default for RetentionSettings {
+    fn default() -> Self {
+        RetentionSettings {
+            interval_secs: 3600,
+            checkpoints_per_session: 3,
+            event_days: 0,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -133,6 +159,7 @@ impl Default for Settings {
             hitl: HitlSettings::default(),
             session: SessionSettings::default(),
             quota: QuotaSettings::default(),
+            retention: RetentionSettings::default(),
             log: LogSettings::default(),
             llm: ModelConfig::default(),
             tools: BuiltinConfig::default(),
@@ -742,6 +769,9 @@ impl Settings {
         }
         if self.database.acquire_timeout_secs == 0 {
             return bad("database.acquire_timeout_secs", "must be at least 1");
+        }
+        if self.retention.interval_secs == 0 {
+            return bad("retention.interval_secs", "must be at least 1");
         }
         let redis = self.redis.url.expose();
         if redis.starts_with("rediss://") {

@@ -295,6 +295,8 @@ impl Application {
         });
         // Other replicas' changes drop what this one cached of them (cluster mode).
         crate::invalidate::spawn_listener(state.clone());
+        // One retention sweeper per process, or per cluster (docs/operations.md, "Retention").
+        crate::retention::spawn(state.clone());
         let mut server = HttpServer::new(move || {
             // Middleware runs outermost-last: request id → OpenAI error shape (`/v1/` only) →
             // JSON errors → metrics → CORS → auth.

@@ -380,3 +380,48 @@ impl Coordination {
         Ok(pubsub.into_on_message())
     }
 }
+
+/// Take or keep a cluster-wide duty (one holder at a time): KEYS: the duty's key. ARGV: this
+/// replica's id, the TTL in ms. 1: this replica holds it for the TTL; 0: another does.
+const CLAIM_DUTY: &str = r"
+local cur = redis.call('GET', KEYS[1])
+if cur == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+if cur then
+  return 0
+end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1
+";
+
+static CLAIM_DUTY_SCRIPT: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(CLAIM_DUTY));
+
+impl Coordination {
+    /// Hold the cluster-wide duty `name` (the retention sweep, say) for `ttl` more, taking it
+    /// if nobody holds it: `true` while this replica is the one. A holder that dies leaves it
+    /// to the next claimant after `ttl`; call again well within `ttl` to keep it.
+    pub async fn claim_duty(&self, name: &str, ttl: Duration) -> Result<bool, CoordinationError> {
+        let mut conn = self.redis.clone();
+        let held: i64 = CLAIM_DUTY_SCRIPT
+            .key(self.key(&format!("duty:{name}")))
+            .arg(&*self.replica_id)
+            .arg(ms(ttl))
+            .invoke_async(&mut conn)
+            .await?;
+        Ok(held == 1)
+    }
+
+    /// Give the duty up (a graceful stop), if this replica holds it.
+    pub async fn release_duty(&self, name: &str) -> Result<(), CoordinationError> {
+        let mut conn = self.redis.clone();
+        let _: i64 = RELEASE_SCRIPT
+            .key(self.key(&format!("duty:{name}")))
+            .arg(&*self.replica_id)
+            .invoke_async(&mut conn)
+            .await?;
+        Ok(())
+    }
+}

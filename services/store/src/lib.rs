@@ -30,6 +30,7 @@ pub mod memories;
 pub mod messages;
 pub mod platform_admin_key;
 pub mod profiles;
+pub mod retention;
 pub mod server_lease;
 pub mod sessions;
 pub mod stats;

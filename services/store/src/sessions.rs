@@ -354,7 +354,7 @@ where
     Ok(true)
 }
 
-async fn delete_children(
+pub(crate) async fn delete_children(
     db: &impl ConnectionTrait,
     scope: &TenantScope,
     ids: &[uuid::Uuid],
