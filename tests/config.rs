@@ -179,8 +179,9 @@ async fn serve_takes_host_and_port_flags_and_shows_a_generated_admin_key_with_ho
     let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
     let mut hint = false;
     let port = support::listening_port(&mut lines, |line| {
-        // With no admin key, the first start generates one and says how to use it.
-        hint |= line.contains("aga_") && line.contains("agentry admin bootstrap");
+        // With no admin key, the first start generates one and says where it is (no terminal
+        // here: in a file, not the log) and how to use it.
+        hint |= line.contains("generated-admin-key") && line.contains("agentry admin bootstrap");
     })
     .await;
     assert_ne!(port, 1);

@@ -1,5 +1,6 @@
 //! End to end: a newcomer's first run (issue 15), through the real `agentry` binary — the
-//! platform admin key a fresh server generates and shows once, and `agentry admin` creating the
+//! platform admin key a fresh server generates and shows once (on a terminal, else in a file of
+//! mode 600, never in the log), and `agentry admin` creating the
 //! first tenant and key with no server up (`--direct`) and managing a running one over HTTP —
 //! and a client generated from `/openapi.json` running the quickstart flow.
 
@@ -144,15 +145,34 @@ async fn a_fresh_server_generates_an_admin_key_shows_it_once_and_a_configured_ke
     let admin = "/api/v1/admin/tenants";
 
     let s = Serve::start(dir, &env).await;
-    let key = generated_key(&s.start_log).unwrap_or_else(|| {
-        panic!(
-            "the first start shows no generated key:\n{}",
-            s.start_log.join("\n")
-        )
-    });
-    let line = s.start_log.iter().find(|l| l.contains(&key)).unwrap();
+    // No terminal: the key is in a file of mode 600 in the data dir, never in the log.
+    let key_file = dir.join("data").join("generated-admin-key");
+    let key = std::fs::read_to_string(&key_file)
+        .unwrap_or_else(|e| {
+            panic!(
+                "the first start left no key in {}: {e}\n{}",
+                key_file.display(),
+                s.start_log.join("\n")
+            )
+        })
+        .trim_end()
+        .to_string();
+    assert_eq!(
+        generated_key(std::slice::from_ref(&key)).as_deref(),
+        Some(key.as_str())
+    );
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&key_file).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "the key file is readable by others");
+    let log = s.start_log.join("\n");
+    assert!(!log.contains(&key), "the key is in the log:\n{log}");
+    let line = s
+        .start_log
+        .iter()
+        .find(|l| l.contains("generated-admin-key"))
+        .unwrap_or_else(|| panic!("the log does not name the key's file:\n{log}"));
     assert!(
-        line.contains("agentry admin bootstrap") && line.contains("shown this once"),
+        line.contains("agentry admin bootstrap") && line.contains(&key[..12]),
         "the key's line does not say how to use it: {line}"
     );
     assert_eq!(s.status(admin, Some(&key)).await, 200);
@@ -169,13 +189,18 @@ async fn a_fresh_server_generates_an_admin_key_shows_it_once_and_a_configured_ke
     );
     s.stop().await;
 
-    // The next start does not show it again, and it still works.
+    // The next start does not show it again, reminds that the file is still there, and the
+    // key still works.
     let s = Serve::start(dir, &env).await;
     let log = s.start_log.join("\n");
     assert!(!log.contains(&key), "the key was shown again:\n{log}");
     assert!(
         log.contains("not shown again") && log.contains(&key[..12]),
         "the second start does not say which key the admin API takes:\n{log}"
+    );
+    assert!(
+        log.contains("still holds a generated platform admin key"),
+        "{log}"
     );
     assert_eq!(s.status(admin, Some(&key)).await, 200);
 
@@ -221,6 +246,47 @@ async fn a_fresh_server_generates_an_admin_key_shows_it_once_and_a_configured_ke
         s.start_log.join("\n")
     );
     s.stop().await;
+}
+
+/// On a terminal (stderr a TTY, here a pty made by `script`) the generated key is shown there,
+/// and no file is written.
+#[tokio::test]
+async fn on_a_terminal_the_generated_admin_key_is_shown_and_no_file_is_left() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let serve = format!(
+        "{} serve --host 127.0.0.1 --port 0",
+        env!("CARGO_BIN_EXE_agentry")
+    );
+    // No AGENTRY_* variable but these (the test's own environment may have some).
+    let mut script = tokio::process::Command::new("script");
+    script
+        .args(["-q", "-e", "-c", &serve, "/dev/null"])
+        .current_dir(dir)
+        .env_clear()
+        .env("AGENTRY_DATA_DIR", dir.join("data"))
+        .env("AGENTRY_LOG__FORMAT", "json")
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("TERM", "dumb")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true);
+    let mut child = script.spawn().expect("script(1) from util-linux");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut log = Vec::new();
+    support::listening_port(&mut lines, |l| log.push(l.to_string())).await;
+    let key = generated_key(&log);
+    child.kill().await.unwrap();
+    assert!(
+        key.is_some(),
+        "no key shown on the terminal:\n{}",
+        log.join("\n")
+    );
+    assert!(
+        !dir.join("data").join("generated-admin-key").exists(),
+        "a key file was written although a terminal showed the key"
+    );
 }
 
 #[tokio::test]

@@ -26,7 +26,7 @@ pub struct Server {
 /// The port a starting `agentry serve` (JSON logs) says it listens on; `seen` gets every log
 /// line before it.
 pub async fn listening_port(
-    lines: &mut tokio::io::Lines<BufReader<tokio::process::ChildStderr>>,
+    lines: &mut tokio::io::Lines<BufReader<impl tokio::io::AsyncRead + Unpin>>,
     mut seen: impl FnMut(&str),
 ) -> u16 {
     tokio::time::timeout(Duration::from_secs(60), async {

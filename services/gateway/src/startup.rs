@@ -40,6 +40,34 @@ pub enum AdminKeyAtStart {
     Stored(agentry_store::platform_admin_key::StoredAdminKey),
 }
 
+/// The file in the data dir that holds the platform admin key a start generated, when that
+/// start has no terminal to show it on (a container, a service manager, a pipe): the key never
+/// goes into the log, where log collectors would keep it.
+pub const GENERATED_ADMIN_KEY_FILE: &str = "generated-admin-key";
+
+/// Write `secret` to [`GENERATED_ADMIN_KEY_FILE`] in `data_dir`, readable by this user only
+/// (mode 600 from its creation: a file left by an earlier start is replaced, not reused).
+pub fn write_generated_admin_key(
+    data_dir: &std::path::Path,
+    secret: &str,
+) -> std::io::Result<std::path::PathBuf> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = data_dir.join(GENERATED_ADMIN_KEY_FILE);
+    match std::fs::remove_file(&path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)?;
+    f.write_all(format!("{secret}\n").as_bytes())?;
+    f.sync_all()?;
+    Ok(std::path::absolute(&path).unwrap_or(path))
+}
+
 /// With no configured admin key, make sure the database holds a generated one (one for every
 /// replica: the first start to store it wins).
 async fn first_run_admin_key(
@@ -364,5 +392,23 @@ impl Application {
             tracing::info!(groups = killed, "killed sandboxed processes at shutdown");
         }
         result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn the_generated_admin_key_file_is_mode_600_and_replaces_an_older_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let old = dir.path().join(super::GENERATED_ADMIN_KEY_FILE);
+        std::fs::write(&old, "aga_old").unwrap();
+        std::fs::set_permissions(&old, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let path = super::write_generated_admin_key(dir.path(), "aga_new").unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "aga_new\n");
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        assert!(path.is_absolute(), "{}", path.display());
     }
 }
