@@ -661,8 +661,45 @@ pub async fn usage_flow(ctx: &Ctx) {
             "{q}"
         );
     }
+    // The tenant's admin reads the same report for their own tenant (no id to name); a member
+    // may not, and the same bad windows are refused the same way.
+    let own = ctx
+        .ok(Method::GET, "/api/v1/tenant/usage", &t.admin.key, None, 200)
+        .await;
+    assert_eq!(own, u, "the tenant admin's report is the platform admin's");
+    let r = ctx
+        .call(
+            Method::GET,
+            "/api/v1/tenant/usage",
+            Some(&t.member.key),
+            None,
+        )
+        .await;
+    assert_eq!(r.status, 403, "{}", r.body);
+    let r = ctx
+        .call(
+            Method::GET,
+            "/api/v1/tenant/usage?to=2026-13-01",
+            Some(&t.admin.key),
+            None,
+        )
+        .await;
+    assert_eq!((r.status, r.code()), (400, "invalid_query"));
     // Another tenant's usage does not include these runs.
     let other = ctx.tenant().await;
+    let theirs = ctx
+        .ok(
+            Method::GET,
+            "/api/v1/tenant/usage",
+            &other.admin.key,
+            None,
+            200,
+        )
+        .await;
+    assert_eq!(
+        (theirs["tenant_id"].as_str(), &theirs["totals"]["runs"]),
+        (Some(other.id.as_str()), &json!(0))
+    );
     let u = ctx
         .ok(
             Method::GET,
@@ -675,11 +712,43 @@ pub async fn usage_flow(ctx: &Ctx) {
     assert_eq!(u["totals"]["runs"], 0);
 }
 
-/// Tenant admins manage their own tenant's users and keys, and nothing else.
+/// Tenant admins manage their own tenant's users and keys, read (never change) their tenant's
+/// status and quotas, and nothing else.
 pub async fn tenant_admin_flow(ctx: &Ctx) {
     let a = ctx.tenant().await;
     let b = ctx.tenant().await;
     let adm = &a.admin.key;
+    let seen = ctx.ok(Method::GET, "/api/v1/tenant", adm, None, 200).await;
+    let platform = ctx
+        .ok(
+            Method::GET,
+            &format!("/api/v1/admin/tenants/{}", a.id),
+            ADMIN_KEY,
+            None,
+            200,
+        )
+        .await;
+    assert_eq!(seen, platform, "the tenant as the platform admin sees it");
+    let theirs = ctx
+        .ok(Method::GET, "/api/v1/tenant", &b.admin.key, None, 200)
+        .await;
+    assert_eq!(theirs["id"], b.id.as_str(), "B's admin reads B, never A");
+    for method in [Method::PATCH, Method::PUT, Method::DELETE, Method::POST] {
+        let r = ctx
+            .call(
+                method.clone(),
+                "/api/v1/tenant",
+                Some(adm),
+                Some(&json!({ "max_users": 1000 })),
+            )
+            .await;
+        assert_eq!(r.status, 405, "{method}: {}", r.body);
+    }
+    assert_eq!(
+        ctx.ok(Method::GET, "/api/v1/tenant", adm, None, 200).await,
+        seen,
+        "nothing changed"
+    );
     let u = ctx
         .ok(
             Method::POST,

@@ -55,6 +55,8 @@ pub enum Route {
     // The audit lists filtered by another user of A (the second member).
     ListExecutionsOfAnother,
     ListToolCallsOfAnother,
+    TenantGet,
+    TenantUsage,
     TenantListUsers,
     TenantCreateUser,
     TenantGetUser,
@@ -130,6 +132,8 @@ pub const ROUTES: &[Route] = &[
     ListToolCalls,
     ListExecutionsOfAnother,
     ListToolCallsOfAnother,
+    TenantGet,
+    TenantUsage,
     TenantListUsers,
     TenantCreateUser,
     TenantGetUser,
@@ -208,7 +212,8 @@ pub fn expected(route: Route) -> [u16; 7] {
         ReplaceAgent | TenantGetUser | TenantUpdateUser | TenantGetKey | TenantRevokeKey
         | ReplaceProfile => ADMIN_ROW,
         DeleteAgent | TenantDeleteUser | DeleteProfile => ADMIN_DELETE,
-        TenantListUsers | TenantListKeys => ADMIN_LIST,
+        // The outsider reads its own tenant (B), never A.
+        TenantGet | TenantUsage | TenantListUsers | TenantListKeys => ADMIN_LIST,
         // B's admin names a user of A: no such user in B.
         TenantCreateKey => [401, 401, 401, 422, 403, 201, 403],
         AdminCreateTenant | AdminCreateUser | AdminCreateKey => PLATFORM_CREATE,
@@ -446,6 +451,8 @@ pub async fn build(ctx: &Ctx, fx: &MatrixFx, route: Route) -> Req {
             format!("/api/v1/tool-calls?user_id={m2}"),
             None,
         ),
+        TenantGet => req(Method::GET, "/api/v1/tenant".into(), None),
+        TenantUsage => req(Method::GET, "/api/v1/tenant/usage".into(), None),
         TenantListUsers => req(Method::GET, "/api/v1/tenant/users".into(), None),
         TenantCreateUser => req(
             Method::POST,

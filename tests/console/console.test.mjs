@@ -329,6 +329,11 @@ try {
   let bobSockets = 0;
   bob.on("websocket", () => (bobSockets += 1));
   await page.click("#nav a[data-area=admin]");
+  // The tenant admin sees the tenant's status and quotas (read-only) and its usage.
+  await page.waitForSelector("#tenant-info .pill:has-text('active')");
+  await page.waitForSelector("#tenant-quotas dd[data-quota=max_users]:has-text('10')");
+  assert.equal(await page.locator("#tenant-info input, #tenant-info button").count(), 0, "the quotas are read-only");
+  await page.waitForSelector("#usage:has-text('runs')");
   await page.click("#keys button[data-revoke=bob-phone]");
   await page.waitForSelector("#keys tr[data-key=bob-phone] .pill:has-text('revoked')");
   await shot(page, "08-admin-tenant");

@@ -56,6 +56,8 @@ every response carries `X-Request-Id`. Authenticate with `Authorization: Bearer 
         executions::list_executions,
         executions::get_execution,
         executions::list_tool_calls,
+        tenant::get_tenant,
+        tenant::usage,
         tenant::list_users,
         tenant::create_user,
         tenant::get_user,

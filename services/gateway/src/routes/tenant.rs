@@ -1,19 +1,20 @@
-//! The tenant admin API: a tenant admin manages their own tenant's users and keys. Members get
-//! 403; nothing here reaches another tenant (the scope comes from the caller's key). A tenant
-//! admin may not demote, disable or delete themselves (409), so a tenant cannot lock itself out
-//! by accident.
+//! The tenant admin API: a tenant admin manages their own tenant's users and keys, and reads
+//! (never changes) the tenant itself — status, quotas, features, policy — and its usage by day,
+//! which only the platform admin may change. Members get 403; nothing here reaches another
+//! tenant (the scope comes from the caller's key). A tenant admin may not demote, disable or
+//! delete themselves (409), so a tenant cannot lock itself out by accident.
 
 use actix_web::HttpResponse;
 use actix_web::web::{self, Json};
 use agentry_schema::api::{
-    ApiKeyInfo, CreateApiKeyRequest, CreateUserRequest, CreatedApiKey, Page, UpdateUserRequest,
-    UserInfo,
+    ApiKeyInfo, CreateApiKeyRequest, CreateUserRequest, CreatedApiKey, Page, TenantInfo,
+    UpdateUserRequest, UsageReport, UserInfo,
 };
 
 use crate::auth::TenantAdmin;
 use crate::error::ApiResult;
 use crate::extract::{ApiJson, ApiPath, ApiQuery, param};
-use crate::routes::admin::{KeysQuery, created_key, keys_page};
+use crate::routes::admin::{KeysQuery, UsageQuery, created_key, keys_page};
 use crate::routes::resource::endpoint;
 use crate::routes::{PageQuery, page_of};
 use crate::state::AppState;
@@ -21,7 +22,9 @@ use crate::tenancy::{self, Actor};
 use crate::views;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.service(endpoint("/tenant/users").get(list_users).post(create_user))
+    cfg.service(endpoint("/tenant").get(get_tenant))
+        .service(endpoint("/tenant/usage").get(usage))
+        .service(endpoint("/tenant/users").get(list_users).post(create_user))
         .service(
             endpoint("/tenant/users/{user_id}")
                 .get(get_user)
@@ -34,6 +37,56 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                 .get(get_key)
                 .delete(revoke_key),
         );
+}
+
+/// The caller's own tenant: status, quotas, features, tool permissions and policy, read-only
+/// (the platform admin changes them). As the server enforces them now: a change made on
+/// another replica shows within `auth.cache_ttl_secs`.
+#[utoipa::path(
+    get,
+    path = "/api/v1/tenant",
+    operation_id = "tenant_get",
+    tag = "tenant",
+    responses(
+        (status = 200, description = "The tenant", body = TenantInfo),
+        (status = 401, description = "No usable API key", body = agentry_schema::ErrorResponse),
+        (status = 403, description = "Not a tenant admin", body = agentry_schema::ErrorResponse),
+    )
+)]
+pub async fn get_tenant(admin: TenantAdmin) -> Json<TenantInfo> {
+    Json(views::tenant(admin.tenant().clone()))
+}
+
+/// The caller's own tenant's runs, tokens and tool calls by day (the platform admin's
+/// `/admin/tenants/{id}/usage` for this tenant).
+#[utoipa::path(
+    get,
+    path = "/api/v1/tenant/usage",
+    operation_id = "tenant_usage",
+    tag = "tenant",
+    params(UsageQuery),
+    responses(
+        (status = 200, description = "Usage by day with totals", body = UsageReport),
+        (status = 400, description = "A bad date or range", body = agentry_schema::ErrorResponse),
+        (status = 401, description = "No usable API key", body = agentry_schema::ErrorResponse),
+        (status = 403, description = "Not a tenant admin", body = agentry_schema::ErrorResponse),
+    )
+)]
+pub async fn usage(
+    admin: TenantAdmin,
+    state: web::Data<AppState>,
+    query: ApiQuery<UsageQuery>,
+) -> ApiResult<Json<UsageReport>> {
+    let q = query.into_inner();
+    Ok(Json(
+        tenancy::usage_report(
+            &state.db,
+            &admin.scope(),
+            q.from.as_deref(),
+            q.to.as_deref(),
+        )
+        .await?,
+    ))
 }
 
 /// The tenant's users, oldest first.

@@ -1,6 +1,7 @@
 // Administration. The platform admin: tenants with their quotas and status, each tenant's users,
 // keys (a new key is shown once; revoke) and usage per day. A tenant admin: their own tenant's
-// users and keys (the same views over /tenant/...).
+// status and quotas (read-only: /tenant), users, keys and usage per day (the same views over
+// /tenant/...).
 
 import { api, all, describe } from "/assets/api.js";
 import { h, clear, pill, when, showBanner, hideBanner } from "/assets/ui.js";
@@ -19,12 +20,44 @@ export function mount(root, ctx, params) {
   const state = { alive: true };
   if (ctx.me.kind === "platform_admin") platform(root, state, params);
   else {
-    clear(root, h("h1", {}, `Tenant ${ctx.me.tenant_name}`), h("p", { class: "muted" }, "Your tenant's users and keys. Quotas and status are the platform administrator's."));
+    const info = h("div", { class: "card", id: "tenant-info" });
     const box = h("div");
-    root.append(box);
+    clear(root, h("h1", {}, `Tenant ${ctx.me.tenant_name}`), info, box);
+    tenantInfo(info, state);
     tenantDetail(box, "/tenant", state, ctx.me);
   }
   return () => (state.alive = false);
+}
+
+/** The tenant admin's own tenant: status, quotas and features, read-only. */
+async function tenantInfo(box, state) {
+  let t;
+  try {
+    t = await api("GET", "/tenant");
+  } catch (e) {
+    clear(box, h("p", { class: "error" }, describe(e)));
+    return;
+  }
+  if (!state.alive) return;
+  const limit = (v) => (v ? String(v) : "no limit");
+  clear(
+    box,
+    h("h2", {}, "Status and quotas ", pill(t.status)),
+    h("p", { class: "muted small" }, "Set by the platform administrator; shown here read-only."),
+    h(
+      "dl",
+      { class: "kv", id: "tenant-quotas" },
+      ...QUOTAS.flatMap(([k, label]) => [h("dt", {}, label), h("dd", { dataset: { quota: k } }, limit(t[k]))]),
+      h("dt", {}, "Features"),
+      h("dd", {}, t.features_enabled.length ? t.features_enabled.join(", ") : "none"),
+      h("dt", {}, "Local (stdio) MCP servers"),
+      h("dd", {}, t.features_enabled.includes("stdio_mcp") ? (t.policy.stdio_mcp_role === "member" ? "allowed for everyone" : "allowed for admins") : "not allowed"),
+      h("dt", {}, "Switching approvals off"),
+      h("dd", {}, t.policy.members_may_auto_approve ? "allowed for everyone" : "admins only"),
+      h("dt", {}, "Network from tools"),
+      h("dd", {}, t.policy.sandbox.egress ? "allowed" : "off"),
+    ),
+  );
 }
 
 function platform(root, state) {
@@ -145,16 +178,16 @@ function platform(root, state) {
   }
 }
 
-/** Users, keys and (for the platform admin) usage of one tenant, under `base`. */
+/** Users, keys and usage of one tenant, under `base`. */
 function tenantDetail(box, base, state, me) {
   const users = h("div", { id: "users" });
   const keys = h("div", { id: "keys" });
   const usage = h("div", { id: "usage" });
   const shown = h("div", { id: "new-key" });
-  clear(box, h("div", { class: "card" }, h("h2", {}, "Users"), users), h("div", { class: "card" }, h("h2", {}, "API keys"), shown, keys), base.startsWith("/admin") ? h("div", { class: "card" }, h("h2", {}, "Usage per day (last 30 days)"), usage) : null);
+  clear(box, h("div", { class: "card" }, h("h2", {}, "Users"), users), h("div", { class: "card" }, h("h2", {}, "API keys"), shown, keys), h("div", { class: "card" }, h("h2", {}, "Usage per day (last 30 days)"), usage));
   let userList = [];
   loadUsers().then(loadKeys);
-  if (base.startsWith("/admin")) loadUsage();
+  loadUsage();
 
   async function loadUsers() {
     try {
