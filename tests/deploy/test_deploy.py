@@ -188,7 +188,9 @@ def test_docker_compose_config_validates_and_needs_the_admin_key():
     ok = compose("config")
     assert ok.returncode == 0, ok.stderr
     rendered = yaml.safe_load(ok.stdout)
-    assert set(rendered["services"]) == {"agentry", "postgres", "redis", "jaeger", "fake-model"}
+    assert set(rendered["services"]) == {
+        "agentry", "agentry-2", "postgres", "redis", "jaeger", "fake-model"
+    }
     key = rendered["services"]["agentry"]["environment"]["AGENTRY_AUTH__ADMIN_KEY"]
     assert len(key) >= 16, "the example admin key is long enough for the server to accept it"
     # Without an env file that sets the admin key, compose refuses, saying what to do.
@@ -216,7 +218,10 @@ def test_every_compose_service_has_a_healthcheck_and_waits_for_healthy_dependenc
             assert svc["build"]["target"] in stages, f"{name} builds a Dockerfile stage"
     agentry = services["agentry"]
     assert any(p in " ".join(agentry["healthcheck"]["test"]) for p in HEALTH)
-    assert agentry["depends_on"] == {"postgres": {"condition": "service_healthy"}}
+    assert agentry["depends_on"] == {
+        "postgres": {"condition": "service_healthy"},
+        "redis": {"condition": "service_healthy"},
+    }
     assert services["fake-model"]["profiles"] == ["fake-model"], "optional, off by default"
     # Traces go to the Jaeger of the file, over OTLP/HTTP, and its UI is published.
     jaeger = services["jaeger"]
@@ -231,11 +236,40 @@ def test_every_compose_service_has_a_healthcheck_and_waits_for_healthy_dependenc
     assert "profiles" not in agentry, "Agentry starts without any provider key"
 
 
+def test_the_scale_profile_adds_a_second_replica_of_one_cluster():
+    """`--profile scale` starts agentry-2: the same image and settings as agentry, in cluster
+    mode on the same PostgreSQL and Redis, with its own replica id, data volume and port."""
+    ok = compose("config")
+    assert ok.returncode == 0, ok.stderr
+    services = yaml.safe_load(ok.stdout)["services"]
+    one, two = services["agentry"], services["agentry-2"]
+    assert two.get("profiles") == ["scale"], "off unless asked for"
+    assert "profiles" not in one
+    assert one["image"] == two["image"] and one["build"] == two["build"]
+    env1, env2 = dict(one["environment"]), dict(two["environment"])
+    ids = (env1.pop("AGENTRY_CLUSTER__REPLICA_ID"), env2.pop("AGENTRY_CLUSTER__REPLICA_ID"))
+    assert ids[0] != ids[1], ids
+    assert env1 == env2, "both replicas run with the same settings"
+    # Cluster mode needs a shared database that is not SQLite and a shared Redis.
+    assert env1["AGENTRY_DATABASE__URL"].startswith("postgres://")
+    assert env1["AGENTRY_REDIS__URL"].startswith("redis://redis:")
+    for svc in (one, two):
+        assert svc["depends_on"]["redis"] == {"condition": "service_healthy"}
+        assert svc["healthcheck"] == one["healthcheck"]
+    hosts = env1["AGENTRY_MCP__SERVER_ALLOWED_HOSTS"].split(",")
+    assert {"agentry", "agentry-2"} <= set(hosts), "each replica answers /mcp by its name"
+    vol = lambda svc: [v["source"] if isinstance(v, dict) else v.split(":")[0] for v in svc["volumes"]]
+    assert set(vol(one)).isdisjoint(vol(two)), "each replica has its own data volume"
+    port = lambda svc: {p["published"] if isinstance(p, dict) else p.split(":")[0] for p in svc["ports"]}
+    assert port(one).isdisjoint(port(two)), (port(one), port(two))
+
+
 def test_compose_and_env_example_set_only_real_config_keys(config_keys):
     doc = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
-    env = doc["services"]["agentry"]["environment"]
-    unknown = sorted(k for k in env if k not in config_keys)
-    assert not unknown, f"not configuration keys (agentry config --keys): {unknown}"
+    for name in ("agentry", "agentry-2"):
+        env = doc["services"][name]["environment"]
+        unknown = sorted(k for k in env if k not in config_keys)
+        assert not unknown, f"{name}: not configuration keys (agentry config --keys): {unknown}"
     example = (ROOT / ".env.example").read_text()
     for key in re.findall(r"^#?(AGENTRY_\w+)=", example, re.M):
         assert key in config_keys, f".env.example: {key} is not a configuration key"
