@@ -43,6 +43,11 @@ pub struct EngineConfig {
     /// Cluster mode: how long a replica's lease on a session's live run lasts unless renewed
     /// (it is renewed every third of this).
     pub session_lease_ttl: Duration,
+    /// Cluster mode: a replica silent this long (no heartbeat) is dead, and the others take
+    /// over its sessions that have a run going or waiting.
+    pub replica_ttl: Duration,
+    /// Cluster mode: how long a command forwarded to a session's owner waits for its answer.
+    pub forward_timeout: Duration,
     /// Tokens each model call reserves of the tenant's `tokens_per_day` for its answer, on top
     /// of the prompt's estimate (a request's own `max_tokens` wins).
     pub reserve_output_tokens: u64,
@@ -63,6 +68,8 @@ impl Default for EngineConfig {
             event_flush_interval: Duration::from_millis(100),
             max_live_sessions: 1_000,
             session_lease_ttl: Duration::from_secs(10),
+            replica_ttl: Duration::from_secs(3),
+            forward_timeout: Duration::from_secs(5),
             reserve_output_tokens: 1024,
             mcp_pool: crate::mcp_pool::McpPoolConfig::default(),
         }

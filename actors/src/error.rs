@@ -44,8 +44,8 @@ pub enum EngineError {
     /// The process is stopping (SIGTERM): no new runs; the client retries elsewhere or later.
     #[error("the server is shutting down; retry in a moment")]
     ShuttingDown,
-    /// Cluster mode: another replica runs this session now; its commands go there until its
-    /// run ends (forwarding them is not built yet).
+    /// Cluster mode: another replica runs this session now (what reaches a client only when a
+    /// command could not be forwarded there).
     #[error(
         "replica {owner} runs this session now: send the request to that replica, or retry after {} s, when its run has ended or its lease has expired",
         retry_after.as_secs().max(1)
@@ -59,6 +59,29 @@ pub enum EngineError {
         "the replicas' coordination (Redis) does not answer, so no new run can start; runs in flight go on; retry shortly"
     )]
     CoordinationUnavailable,
+    /// Cluster mode: the replica that runs this session did not answer a forwarded command in
+    /// time (or is gone: then another replica takes the session over within seconds).
+    #[error(
+        "replica {owner}, which runs this session, did not answer; retry after {} s",
+        retry_after.as_secs().max(1)
+    )]
+    OwnerUnreachable {
+        owner: String,
+        retry_after: Duration,
+    },
+    /// Cluster mode: the replica that ran this session's run stopped, and the run is being
+    /// resumed by another one; a command for it can be sent again in a moment.
+    #[error(
+        "this session's run is moving to another replica (the one running it stopped); retry in a moment"
+    )]
+    RunResuming,
+    /// Cluster mode: the answer of the replica a command was forwarded to, as it gave it.
+    #[error("{message}")]
+    Remote {
+        code: ErrorCode,
+        message: String,
+        details: Value,
+    },
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -78,8 +101,25 @@ impl EngineError {
             EngineError::DatabaseUnavailable => ErrorCode::DatabaseUnavailable,
             EngineError::Unavailable | EngineError::ShuttingDown => ErrorCode::ServiceUnavailable,
             EngineError::SessionOwnedElsewhere { .. } => ErrorCode::SessionOwnedElsewhere,
-            EngineError::CoordinationUnavailable => ErrorCode::CoordinationUnavailable,
+            EngineError::CoordinationUnavailable | EngineError::OwnerUnreachable { .. } => {
+                ErrorCode::CoordinationUnavailable
+            }
+            EngineError::RunResuming => ErrorCode::ServiceUnavailable,
+            EngineError::Remote { code, .. } => *code,
             EngineError::Internal(_) => ErrorCode::InternalError,
+        }
+    }
+
+    /// The `Retry-After` an answer to this error carries, if any.
+    pub fn retry_after_secs(&self) -> Option<u64> {
+        match self {
+            EngineError::OwnerUnreachable { retry_after, .. }
+            | EngineError::SessionOwnedElsewhere { retry_after, .. }
+            | EngineError::Quota { retry_after, .. } => Some(retry_after.as_secs().max(1)),
+            EngineError::RunResuming => Some(1),
+            EngineError::CoordinationUnavailable => Some(COORDINATION_RETRY_AFTER_SECS),
+            EngineError::Remote { details, .. } => details["retry_after_secs"].as_u64(),
+            _ => None,
         }
     }
 
@@ -100,6 +140,12 @@ impl EngineError {
             EngineError::CoordinationUnavailable => {
                 json!({"retry_after_secs": COORDINATION_RETRY_AFTER_SECS})
             }
+            EngineError::OwnerUnreachable { owner, retry_after } => json!({
+                "owner_replica": owner,
+                "retry_after_secs": retry_after.as_secs().max(1),
+            }),
+            EngineError::RunResuming => json!({"retry_after_secs": 1}),
+            EngineError::Remote { details, .. } => details.clone(),
             _ => json!({}),
         }
     }

@@ -15,6 +15,7 @@
 //!
 //! [`Engine`] is the facade the gateway calls; nothing here knows HTTP.
 
+pub mod cluster;
 pub mod deps;
 pub mod engine;
 pub mod error;

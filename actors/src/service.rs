@@ -151,6 +151,13 @@ impl Engine {
         }
     }
 
+    /// Cluster mode: take this replica's part in the cluster (the replicas' bus, answering
+    /// commands forwarded here; the heartbeat; the failover watcher). Call once, after
+    /// [`Engine::with_quotas`]. A no-op in single-node mode.
+    pub fn start_cluster(&self) {
+        crate::cluster::start(self);
+    }
+
     /// How many session actors are live in this process (at most about
     /// `max_live_sessions` once the idle ones over it have left).
     pub fn live_sessions(&self) -> usize {
@@ -183,7 +190,10 @@ impl Engine {
         Ok(self.registry.send(TenantCount).await?)
     }
 
-    async fn supervisor(&self, tenant: &Tenant) -> Result<Addr<TenantSupervisor>, EngineError> {
+    pub(crate) async fn supervisor(
+        &self,
+        tenant: &Tenant,
+    ) -> Result<Addr<TenantSupervisor>, EngineError> {
         if let Some(addr) = self.registry.send(LiveTenant(tenant.id)).await? {
             return Ok(addr);
         }
@@ -512,7 +522,36 @@ impl Engine {
     }
 
     /// [`Engine::start_chat`] on behalf of a request: a run that fails is logged with its id.
+    /// Cluster mode: a session another replica runs gets the message there (forwarded).
     pub async fn start_chat_for(
+        &self,
+        handle: &SessionHandle,
+        user: &UserScope,
+        message: String,
+        enqueue: bool,
+        request_id: Option<String>,
+    ) -> Result<ChatAccepted, EngineError> {
+        // Kept for the owner only in cluster mode: the actor takes the message.
+        let kept = self
+            .deps
+            .coordination
+            .is_some()
+            .then(|| (message.clone(), request_id.clone()));
+        match self
+            .start_chat_here(handle, user, message, enqueue, request_id)
+            .await
+        {
+            Err(EngineError::SessionOwnedElsewhere { owner, .. }) if kept.is_some() => {
+                let (message, request_id) = kept.unwrap_or_default();
+                self.forward_chat(owner, handle, user, message, enqueue, request_id)
+                    .await
+            }
+            res => res,
+        }
+    }
+
+    /// A message into the session on this replica, never forwarded.
+    pub(crate) async fn start_chat_here(
         &self,
         handle: &SessionHandle,
         user: &UserScope,
@@ -559,8 +598,24 @@ impl Engine {
         Ok(handle.addr.send(GetStatus).await?)
     }
 
-    /// Cancel the session's active run. `NoActiveRun` when there is none.
+    /// Cancel the session's active run. `NoActiveRun` when there is none. Cluster mode: a run
+    /// another replica runs is cancelled there.
     pub async fn cancel(
+        &self,
+        tenant: &Tenant,
+        user: &UserScope,
+        id: SessionId,
+    ) -> Result<RunId, EngineError> {
+        match self.cancel_here(tenant, user, id).await {
+            Err(EngineError::NoActiveRun) if self.deps.coordination.is_some() => {
+                self.forward_cancel(tenant, user, id).await
+            }
+            res => res,
+        }
+    }
+
+    /// Cancel the session's run on this replica, never forwarded.
+    pub(crate) async fn cancel_here(
         &self,
         tenant: &Tenant,
         user: &UserScope,
@@ -580,7 +635,35 @@ impl Engine {
     /// session and hands the decision to the waiting run, with no database read and no actor in
     /// between. Only a decision the desk cannot deliver reads the store, to tell "not yours or
     /// never existed" (404, the same either way) from "over" (409).
+    ///
+    /// Cluster mode: a request still pending in the store whose run another replica runs is
+    /// decided there (forwarded); one whose replica stopped is `RunResuming` until another
+    /// replica has resumed the run (it asks again with the same request id).
     pub async fn decide(
+        &self,
+        tenant: &Tenant,
+        user: &UserScope,
+        id: SessionId,
+        request_id: ApprovalId,
+        decision: Decision,
+    ) -> Result<(), EngineError> {
+        // The desk consumes the decision it delivers: a copy only where it may go elsewhere.
+        let kept = self.deps.coordination.is_some().then(|| decision.clone());
+        match (
+            self.decide_here(tenant, user, id, request_id, decision)
+                .await,
+            kept,
+        ) {
+            (Err(EngineError::ApprovalNotPending(_)), Some(decision)) => {
+                self.decide_elsewhere(tenant, user, id, request_id, decision)
+                    .await
+            }
+            (res, _) => res,
+        }
+    }
+
+    /// A decision taken on this replica, never forwarded.
+    pub(crate) async fn decide_here(
         &self,
         tenant: &Tenant,
         user: &UserScope,
@@ -596,11 +679,42 @@ impl Engine {
         }
         let session = self.load_session(tenant, user, id).await?;
         match approvals::get(&self.deps.db, &tenant.scope(), request_id).await? {
-            // Known to this session but not pending for a live run: over, or its run is gone.
+            // Known to this session but not pending for a live run here: over, its run is gone,
+            // or (cluster mode) it waits on another replica.
             Some(a) if a.session_id == session.id => {
                 Err(EngineError::ApprovalNotPending(request_id.to_string()))
             }
             _ => Err(EngineError::NotFound(format!("approval {request_id}"))),
+        }
+    }
+
+    /// A request of the session not pending on this replica: if the store says it is still
+    /// pending, its run is on another replica (forwarded there) or being resumed.
+    async fn decide_elsewhere(
+        &self,
+        tenant: &Tenant,
+        user: &UserScope,
+        id: SessionId,
+        request_id: ApprovalId,
+        decision: Decision,
+    ) -> Result<(), EngineError> {
+        let scope = tenant.scope();
+        let not_pending = || EngineError::ApprovalNotPending(request_id.to_string());
+        let Some(a) = approvals::get(&self.deps.db, &scope, request_id).await? else {
+            return Err(not_pending());
+        };
+        if a.status != approvals::ApprovalStatus::Pending {
+            return Err(not_pending());
+        }
+        if self
+            .forward_decision(tenant, user, id, request_id, decision)
+            .await?
+        {
+            return Ok(());
+        }
+        match executions::get(&self.deps.db, &scope, a.execution_id).await? {
+            Some(run) if !run.status.is_finished() => Err(EngineError::RunResuming),
+            _ => Err(not_pending()),
         }
     }
 

@@ -33,6 +33,7 @@ mod profiles;
 mod properties;
 mod quotas;
 mod races;
+mod replicas;
 mod retention;
 mod revocation;
 mod sandbox;
@@ -877,4 +878,16 @@ async fn a_paused_owner_loses_the_session_to_another_replica_and_its_late_writes
         return;
     };
     cluster::a_paused_owner_loses_the_session_and_its_late_writes_are_refused(&url).await;
+}
+
+// ---- three replicas (issue 13; docs/operations.md, "Running N replicas") ----
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_replicas_on_postgres_serve_any_session_anywhere() {
+    let Some(url) = postgres_db("trio").await else {
+        return;
+    };
+    let trio = replicas::Trio::start(&url).await;
+    let t = trio.a().tenant().await;
+    replicas::any_replica_serves_any_session(&trio, &t).await;
 }

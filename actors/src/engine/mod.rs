@@ -241,6 +241,9 @@ struct StoredRun {
     /// The run's last stored message when it is the model's answer: the model was called
     /// after the checkpoint, so it is not called again.
     last_answer: Option<(String, Vec<ToolCall>)>,
+    /// Approvals the run left pending, by tool call: asked again under the same id, so a
+    /// decision sent for it (to any replica) still counts.
+    pending_approvals: std::collections::HashMap<String, ApprovalId>,
 }
 
 /// What the model reads for a tool call a crash interrupted.
@@ -560,6 +563,14 @@ impl Agent {
                         history::parse_tool_calls(m.tool_calls.as_ref()),
                     )
                 });
+            self.stored.pending_approvals =
+                approvals::list_by_execution(&self.deps.db, &self.scope, self.input.run_id)
+                    .await
+                    .map_err(|e| self.store_failed("loading the run's approvals", e))?
+                    .into_iter()
+                    .filter(|a| a.status == ApprovalStatus::Pending && a.kind == "approval")
+                    .filter_map(|a| Some((a.tool_call_id?, a.id)))
+                    .collect();
         }
         self.conversation = history::to_chat(&msgs);
         Ok(())
@@ -936,7 +947,9 @@ impl Agent {
     /// Ask for approval with a `hitl_request` and wait for the decision (the run's clock
     /// stands still meanwhile). A cancel ends the run.
     async fn approve(&mut self, call: &ToolCall, tool: &dyn Tool, args: &Value) -> Step<Approval> {
-        let id = ApprovalId::new();
+        // A request this run left pending before it was resumed is asked again, same id.
+        let reused = self.stored.pending_approvals.remove(&call.id);
+        let id = reused.unwrap_or_else(ApprovalId::new);
         self.asked_human.store(true, Ordering::Relaxed);
         let data = HitlRequestData {
             request_id: id.to_string(),
@@ -949,20 +962,22 @@ impl Agent {
             }],
             question: None,
         };
-        approvals::create(
-            &self.deps.db,
-            &self.scope,
-            NewApproval {
-                id,
-                session_id: self.input.session_id,
-                execution_id: self.input.run_id,
-                kind: "approval".into(),
-                tool_call_id: Some(call.id.clone()),
-                request: serde_json::to_value(&data).unwrap_or(Value::Null),
-            },
-        )
-        .await
-        .map_err(|e| self.store_failed("recording the approval request", e))?;
+        if reused.is_none() {
+            approvals::create(
+                &self.deps.db,
+                &self.scope,
+                NewApproval {
+                    id,
+                    session_id: self.input.session_id,
+                    execution_id: self.input.run_id,
+                    kind: "approval".into(),
+                    tool_call_id: Some(call.id.clone()),
+                    request: serde_json::to_value(&data).unwrap_or(Value::Null),
+                },
+            )
+            .await
+            .map_err(|e| self.store_failed("recording the approval request", e))?;
+        }
         self.go(RunEvent::ApprovalNeeded)?;
         self.set_waiting(true).await?;
         let wait = tracing::info_span!(

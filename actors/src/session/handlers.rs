@@ -18,6 +18,10 @@ impl Handler<Subscribe> for SessionActor {
     type Result = AtomicResponse<Self, Result<SubscriptionId, EngineError>>;
 
     fn handle(&mut self, msg: Subscribe, _ctx: &mut Self::Context) -> Self::Result {
+        // Cluster mode, another replica runs the session: its events come through the tail.
+        if self.watching() && self.recovered {
+            return self.subscribe_watching(msg);
+        }
         let Some(after) = msg.after_seq else {
             let id = self.add_subscriber(msg.subscriber);
             return AtomicResponse::new(Box::pin(fut::ready(Ok(id))));

@@ -8,6 +8,7 @@
 
 mod handlers;
 pub mod messages;
+mod remote;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::panic::AssertUnwindSafe;
@@ -18,7 +19,6 @@ use actix::prelude::*;
 use agentry_schema::error::ErrorCode;
 use agentry_schema::events::{DoneData, DoneStatus, EventPayload, ExecutionEvent};
 use agentry_schema::ids::{ApprovalId, AssistantId, RunId, SessionId, UserId};
-use agentry_store::approvals;
 use agentry_store::assistants::{self, Assistant, AssistantSpec};
 use agentry_store::checkpoints;
 use agentry_store::executions::{self, ExecutionStatus, NewExecution, RunEnd};
@@ -42,6 +42,7 @@ use crate::live_sessions::Residency;
 use crate::quota::QuotaHandle;
 use crate::tenant::{RestartSession, SessionStopped};
 pub use messages::*;
+pub use remote::TakeOver;
 
 /// How long a session reuses the assistant it loaded for a run instead of reading it again. A
 /// change made through this server reaches live sessions at once; one made elsewhere (another
@@ -321,6 +322,12 @@ pub struct SessionActor {
     /// Cluster mode: the fencing token of the latest lease this actor held. Its writes carry
     /// it, so once another replica took the session over they are refused.
     fence: Option<i64>,
+    /// Cluster mode: the lease was lost to another replica; what this actor's run still emits
+    /// goes to nobody (the new owner's stream is the session's).
+    lease_lost: bool,
+    /// Cluster mode: the owner's events, while another replica runs the session and someone
+    /// here watches it (see [`remote`]).
+    tail: Option<remote::Tail>,
 }
 
 /// This replica's lease on the session (cluster mode).
@@ -331,20 +338,24 @@ struct Lease {
 }
 
 /// A lease just claimed: its token, and (when it was not this replica's already) the session's
-/// event floor read after the claim, since another replica may have numbered events meanwhile.
-#[derive(Debug, Clone, Copy)]
+/// event floor read after the claim, since another replica may have numbered events meanwhile,
+/// with the events the previous owner stored after the position of this replica's tail.
+#[derive(Debug, Clone)]
 struct Claimed {
     token: i64,
     floor: Option<u64>,
+    drained: Vec<SessionEvent>,
 }
 
 /// Cluster mode: own the session's live run, or learn that another replica does. Fails fast
-/// while Redis does not answer: no run starts without an owner.
+/// while Redis does not answer: no run starts without an owner. `tail`: where this replica's
+/// tail of the session is, if it has one (what was stored after it is handed on first).
 async fn claim(
     deps: &EngineDeps,
     coordination: &agentry_store::coordination::Coordination,
     scope: &TenantScope,
     session_id: SessionId,
+    tail: Option<u64>,
 ) -> Result<Claimed, EngineError> {
     use agentry_store::coordination::SessionClaim;
     if !coordination.reachable() {
@@ -365,7 +376,17 @@ async fn claim(
             } else {
                 None
             };
-            Ok(Claimed { token, floor })
+            let drained = match (fresh, tail) {
+                (true, Some(after)) => {
+                    remote::events_between(deps, scope, session_id, after, floor).await?
+                }
+                _ => Vec::new(),
+            };
+            Ok(Claimed {
+                token,
+                floor,
+                drained,
+            })
         }
         SessionClaim::Elsewhere { owner, expires_in } => Err(EngineError::SessionOwnedElsewhere {
             owner,
@@ -420,6 +441,8 @@ impl SessionActor {
             leaving: false,
             lease: None,
             fence: None,
+            lease_lost: false,
+            tail: None,
         }
     }
 
@@ -535,19 +558,25 @@ impl SessionActor {
         self.run_spans.shrink_to_fit();
     }
 
-    /// A lease claimed for a run (or a recovery): hold it, and number events above whatever
-    /// another replica numbered while it held the session.
-    fn took_lease(&mut self, claimed: Option<Claimed>) {
+    /// A lease claimed for a run (or a recovery): hold it, hand on what the previous owner
+    /// stored after this replica's tail, and number events above whatever another replica
+    /// numbered while it held the session (the events kept for replay from before are not the
+    /// session's latest any more then: replays read the store).
+    fn took_lease(&mut self, ctx: &mut Context<Self>, claimed: Option<Claimed>) {
         let Some(c) = claimed else { return };
+        self.end_tail(ctx, c.drained);
         self.lease = Some(Lease {
             token: c.token,
             renewing: false,
         });
         self.fence = Some(c.token);
+        self.lease_lost = false;
         if let Some(floor) = c.floor
             && floor >= self.log.next_seq
         {
             self.log.next_seq = floor + 1;
+            self.log.persisted_upto = self.log.persisted_upto.max(floor);
+            self.log.ring.clear();
         }
     }
 
@@ -616,6 +645,7 @@ impl SessionActor {
                         "this replica lost the session's lease (not renewed in time; another replica took the session): its run here stops, and its late writes are refused"
                     );
                     act.lease = None;
+                    act.lease_lost = true;
                     if let Some(run) = &act.run {
                         run.cancel.cancel();
                     }
@@ -646,12 +676,22 @@ impl SessionActor {
     }
 
     fn fan_out(&mut self, events: impl IntoIterator<Item = SessionEvent>) {
+        // Another replica took the session over: its stream is the session's now.
+        if self.lease_lost {
+            return;
+        }
         self.subscribers.retain(|_, s| s.connected());
+        let mirrored = self.deps.coordination.is_some() && self.fence.is_some();
+        let mut mirror = Vec::new();
         for ev in events {
             for s in self.subscribers.values() {
                 s.send(ev.clone());
             }
+            if mirrored {
+                mirror.push((ev.event.seq, ev.json.clone()));
+            }
         }
+        self.mirror(mirror);
     }
 
     /// Send what was waiting and may go now.
@@ -837,7 +877,8 @@ impl SessionActor {
             phase: Phase::Starting,
             restarts,
             resumed: matches!(start, RunStart::Resume(_)),
-            asked_human: false,
+            // A resumed run may have left a request pending (asked again, or closed at its end).
+            asked_human: matches!(start, RunStart::Resume(_)),
             span: span.clone(),
         });
         self.last_activity = Instant::now();
@@ -855,21 +896,34 @@ impl SessionActor {
         let base = self.log.next_seq;
         let coordination = self.deps.coordination.clone();
         let scope = self.scope;
+        let tail = self.tail_position();
         self.log.reserving = true;
         let fut = async move {
             // Cluster mode: the run needs the session's lease first (before a quota slot).
             let claimed = match &coordination {
-                Some(c) => match claim(&deps, c, &scope, session.id).await {
+                Some(c) => match claim(&deps, c, &scope, session.id, tail).await {
                     Ok(claimed) => Some(claimed),
                     Err(e) => return (Err(e), None, 0),
                 },
                 None => None,
             };
+            // A lease that was not this replica's: a run its previous owner left unfinished
+            // (it died) is resumed first; this message waits (the client retries).
+            if let Some(c) = &claimed
+                && c.floor.is_some()
+                && !resuming
+                && executions::active_for_session(&deps.db, &scope, session.id)
+                    .await
+                    .is_ok_and(|a| a.is_some_and(|a| a.id != run_id))
+            {
+                return (Err(EngineError::RunResuming), claimed, 0);
+            }
             let base = claimed
+                .as_ref()
                 .and_then(|c| c.floor)
                 .map_or(base, |floor| base.max(floor + 1));
             let reserve = base + SEQ_BLOCK;
-            let fence = claimed.map(|c| c.token);
+            let fence = claimed.as_ref().map(|c| c.token);
             let res = async {
                 match quota.acquire_run(run_id).await {
                     Ok(()) => {}
@@ -894,7 +948,7 @@ impl SessionActor {
         }
         .instrument(span);
         ctx.spawn(fut.into_actor(self).map(move |(res, claimed, reserve), act, ctx| {
-            act.took_lease(claimed);
+            act.took_lease(ctx, claimed);
             let still_ours = act.run.as_ref().is_some_and(|r| r.run_id == run_id);
             // The run start reserved the next block of event numbers with its session write.
             act.on_reserved(res.is_ok().then_some(reserve));
@@ -946,6 +1000,10 @@ impl SessionActor {
                     if still_ours {
                         act.run = None;
                     }
+                    if matches!(e, EngineError::RunResuming) {
+                        // Its previous owner died with a run going: resume that one here.
+                        act.recover(ctx);
+                    }
                     match reply {
                         Some(tx) => {
                             let _ = tx.send(Err(e));
@@ -956,6 +1014,7 @@ impl SessionActor {
                             e,
                             EngineError::SessionOwnedElsewhere { .. }
                                 | EngineError::CoordinationUnavailable
+                                | EngineError::RunResuming
                         ) =>
                         {
                             tracing::info!(%run_id, session_id = %act.session.id, error = %e, "not resuming a run this replica does not own");
@@ -1159,6 +1218,7 @@ impl SessionActor {
                 // run's one `done` is the new owner's.
                 tracing::error!(error = %e, %run_id, "the end of a run was refused: another replica owns the session now");
                 act.lease = None;
+                act.lease_lost = true;
                 let stale = act.log.not_stored();
                 if let Some(last) = stale.last() {
                     act.stored_upto(last.seq);
@@ -1262,6 +1322,9 @@ impl SessionActor {
                     }
                 }
             }
+            if act.unrecorded.is_empty() && act.run.is_none() && act.queue.is_empty() {
+                act.release_lease();
+            }
         }));
     }
 
@@ -1275,7 +1338,11 @@ impl SessionActor {
             self.start_run(ctx, q.run_id, q.user, RunStart::Queued, 0, None);
             return;
         }
-        self.release_lease();
+        // A run whose end is not recorded yet still holds the session: another replica must
+        // not resume it meanwhile.
+        if self.unrecorded.is_empty() {
+            self.release_lease();
+        }
     }
 
     fn close_approvals(&mut self, run_id: Option<RunId>) {
@@ -1398,7 +1465,8 @@ impl SessionActor {
         let deps = self.deps.clone();
         let scope = self.scope;
         let session = self.session.clone();
-        let fut = async move { load_recovery(&deps, &scope, &session).await };
+        let tail = self.tail_position();
+        let fut = async move { load_recovery(&deps, &scope, &session, tail).await };
         ctx.wait(fut.into_actor(self).map(move |res, act, ctx| {
             let rec = match res {
                 Ok(r) => r,
@@ -1413,7 +1481,7 @@ impl SessionActor {
             act.log = EventLog::new(rec.seq_floor, act.deps.config.event_ring);
             act.recovered = true;
             // Its floor was read after the claim already.
-            act.took_lease(rec.lease.map(|l| Claimed { floor: None, ..l }));
+            act.took_lease(ctx, rec.lease.map(|l| Claimed { floor: None, ..l }));
             for (run_id, user) in rec.queued {
                 act.queue.push_back(QueuedRun { run_id, user });
             }
@@ -1423,7 +1491,11 @@ impl SessionActor {
                         Some(run_id),
                         EventPayload::error(
                             ErrorCode::InternalError.as_str(),
-                            "the server restarted during this run; it is resuming from its last checkpoint",
+                            if rec.took_over {
+                                "the replica running this session stopped; another one is resuming the run from its last checkpoint"
+                            } else {
+                                "the server restarted during this run; it is resuming from its last checkpoint"
+                            },
                             true,
                         ),
                     );
@@ -1469,6 +1541,8 @@ struct Recovery {
     queued: Vec<(RunId, UserScope)>,
     /// Cluster mode: the lease claimed to pick up the unfinished run.
     lease: Option<Claimed>,
+    /// Cluster mode: the run was another replica's, which stopped.
+    took_over: bool,
 }
 
 async fn user_scope(deps: &EngineDeps, scope: &TenantScope, user_id: UserId) -> UserScope {
@@ -1489,16 +1563,30 @@ async fn load_recovery(
     deps: &EngineDeps,
     scope: &TenantScope,
     session: &Session,
-) -> agentry_store::Result<Recovery> {
+    tail: Option<u64>,
+) -> Result<Recovery, EngineError> {
     let unfinished = executions::active_for_session(&deps.db, scope, session.id).await?;
-    // Cluster mode: an unfinished run is touched only by the replica that owns the session. One
-    // live elsewhere (or a Redis that cannot say) is left alone: its owner carries it on.
+    let queued_runs = executions::queued_for_session(&deps.db, scope, session.id).await?;
+    // Cluster mode: an unfinished (or queued) run is touched only by the replica that owns the
+    // session. One live elsewhere (or a Redis that cannot say) is left alone: its owner carries
+    // it on.
     let mut lease = None;
-    if unfinished.is_some()
+    let mut took_over = false;
+    if (unfinished.is_some() || !queued_runs.is_empty())
         && let Some(c) = &deps.coordination
     {
-        match claim(deps, c, scope, session.id).await {
-            Ok(claimed) => lease = Some(claimed),
+        match claim(deps, c, scope, session.id, tail).await {
+            Ok(claimed) => {
+                if claimed.floor.is_some() && unfinished.is_some() {
+                    // The previous owner died: what it streamed but had not stored is stored
+                    // now, before this replica numbers anything.
+                    took_over = true;
+                    let adopted =
+                        remote::adopt_streamed(deps, c, scope, session.id, claimed.token).await?;
+                    tracing::info!(session_id = %session.id, adopted, "took over a session whose replica stopped");
+                }
+                lease = Some(claimed);
+            }
             Err(e) => {
                 tracing::info!(session_id = %session.id, error = %e, "leaving the session's unfinished run to its owner");
                 return Ok(Recovery {
@@ -1506,11 +1594,12 @@ async fn load_recovery(
                     active: None,
                     queued: Vec::new(),
                     lease: None,
+                    took_over: false,
                 });
             }
         }
     }
-    let fence = lease.map(|l| l.token);
+    let fence = lease.as_ref().map(|l| l.token);
     // Read after the claim: the floor includes whatever the previous owner numbered.
     let seq_floor = sessions::seq_floor(&deps.db, scope, session.id).await?;
     let mut active = None;
@@ -1541,9 +1630,8 @@ async fn load_recovery(
             )
             .await?;
         } else {
-            // Approvals of the interrupted run can no longer be answered; the resumed run asks
-            // again.
-            approvals::cancel_pending_of_run(&deps.db, scope, exec.id).await?;
+            // A request the interrupted run left pending stays pending: the resumed run asks
+            // it again under the same id, so a decision sent for it still counts.
             let cp = checkpoints::latest(&deps.db, scope, exec.id)
                 .await?
                 .and_then(|c| RunCheckpoint::from_json(&c.state).ok());
@@ -1552,7 +1640,7 @@ async fn load_recovery(
         }
     }
     let mut queued = Vec::new();
-    for exec in executions::queued_for_session(&deps.db, scope, session.id).await? {
+    for exec in queued_runs {
         let user = user_scope(deps, scope, exec.user_id).await;
         queued.push((exec.id, user));
     }
@@ -1561,6 +1649,7 @@ async fn load_recovery(
         active,
         queued,
         lease,
+        took_over,
     })
 }
 
@@ -1770,6 +1859,7 @@ impl Actor for SessionActor {
             }
             act.retry_unrecorded(ctx);
             act.trim_if_unwatched();
+            act.keep_tail(ctx);
         });
         if self.deps.coordination.is_some() {
             ctx.run_interval(self.deps.config.session_lease_ttl / 3, |act, ctx| {

@@ -185,6 +185,8 @@ pub fn build(
                 ..McpPoolConfig::default()
             },
             session_lease_ttl: Duration::from_secs(settings.cluster.session_lease_ttl_secs),
+            replica_ttl: Duration::from_millis(settings.cluster.replica_ttl_ms),
+            forward_timeout: Duration::from_millis(settings.cluster.forward_timeout_ms),
             ..EngineConfig::default()
         },
         runtime: engine_runtime()?,
@@ -208,6 +210,7 @@ pub fn build(
             ))
         }));
     }
+    engine.start_cluster();
     if watcher.is_some() {
         let e = engine.clone();
         actix_web::rt::spawn(async move {
@@ -256,9 +259,17 @@ impl From<EngineError> for ApiError {
                     .with_details(e.details())
                     .with_retry_after(secs)
             }
-            EngineError::CoordinationUnavailable => ApiError::new(e.code(), e.to_string())
-                .with_details(e.details())
-                .with_retry_after(agentry_actors::error::COORDINATION_RETRY_AFTER_SECS),
+            EngineError::CoordinationUnavailable
+            | EngineError::OwnerUnreachable { .. }
+            | EngineError::RunResuming
+            | EngineError::Remote { .. } => {
+                let retry = e.retry_after_secs();
+                let api = ApiError::new(e.code(), e.to_string()).with_details(e.details());
+                match retry {
+                    Some(secs) => api.with_retry_after(secs),
+                    None => api,
+                }
+            }
             EngineError::Internal(msg) => ApiError::internal("engine", msg),
             EngineError::NotFound(what) => ApiError::not_found(what),
             other => ApiError::new(other.code(), other.to_string()).with_details(other.details()),

@@ -306,6 +306,13 @@ pub struct ClusterSettings {
     /// How long a replica's lease on a session's live run lasts unless renewed (every third of
     /// this). A replica that stalls longer loses the session, and its late writes are refused.
     pub session_lease_ttl_secs: u64,
+    /// How long a replica counts as alive after its last heartbeat (sent every quarter of
+    /// this, from a thread of its own). Once it is silent this long, the other replicas take
+    /// over its sessions that have a run going or waiting: this bounds failover.
+    pub replica_ttl_ms: u64,
+    /// How long a command forwarded to the replica that runs a session (a chat, an approval,
+    /// a cancel sent to another replica) waits for its answer before it fails with 503.
+    pub forward_timeout_ms: u64,
 }
 
 impl Default for ClusterSettings {
@@ -314,6 +321,8 @@ impl Default for ClusterSettings {
             replica_id: String::new(),
             database_lease_ttl_secs: 15,
             session_lease_ttl_secs: 10,
+            replica_ttl_ms: 3000,
+            forward_timeout_ms: 5000,
         }
     }
 }
@@ -805,6 +814,18 @@ impl Settings {
         }
         if self.cluster.session_lease_ttl_secs < 3 {
             return bad("cluster.session_lease_ttl_secs", "must be at least 3");
+        }
+        if !(1000..=60_000).contains(&self.cluster.replica_ttl_ms) {
+            return bad(
+                "cluster.replica_ttl_ms",
+                "must be between 1000 and 60000 (milliseconds)",
+            );
+        }
+        if !(100..=120_000).contains(&self.cluster.forward_timeout_ms) {
+            return bad(
+                "cluster.forward_timeout_ms",
+                "must be between 100 and 120000 (milliseconds)",
+            );
         }
         let admin = self.auth.admin_key.expose();
         if !admin.is_empty() && admin.len() < 16 {

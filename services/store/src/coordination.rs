@@ -13,6 +13,14 @@ use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
+mod bus;
+mod replicas;
+mod streams;
+
+pub use bus::{Bus, ForwardError, Handler, TailItem, TailStream};
+pub use replicas::{LeaseState, Owner};
+pub use streams::{STREAM_MAXLEN, STREAM_TTL, StreamEvent};
+
 /// How long one Redis command may take before it counts as failed.
 pub const COMMAND_TIMEOUT: Duration = Duration::from_millis(1000);
 /// How long opening a connection to Redis may take.
@@ -22,7 +30,7 @@ pub const PROBE_INTERVAL: Duration = Duration::from_millis(250);
 /// A verdict older than this (the probe itself stuck) no longer counts as reachable.
 const STALE_AFTER: Duration = Duration::from_secs(3);
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum CoordinationError {
     /// Redis does not answer (refused, timed out, dropped): retry later.
     #[error("Redis does not answer: {0}")]
@@ -76,6 +84,8 @@ pub struct Coordination {
     replica_id: Arc<str>,
     prefix: Arc<str>,
     probe: Arc<Probe>,
+    /// The replicas' message bus, once started ([`Coordination::start_bus`]).
+    bus: Arc<std::sync::OnceLock<Bus>>,
 }
 
 impl std::fmt::Debug for Coordination {
@@ -130,7 +140,19 @@ impl Coordination {
                 at_ms: AtomicU64::new(0),
                 epoch,
             }),
+            bus: Arc::default(),
         })
+    }
+
+    /// Start the replicas' message bus (its tasks run on `runtime` for as long as the process
+    /// does). Starting it twice keeps the first.
+    pub fn start_bus(&self, runtime: &tokio::runtime::Handle) -> Bus {
+        self.bus.get_or_init(|| Bus::start(self, runtime)).clone()
+    }
+
+    /// The bus, once started.
+    pub fn bus(&self) -> Option<&Bus> {
+        self.bus.get()
     }
 
     /// This replica's id.
@@ -213,10 +235,13 @@ pub enum SessionClaim {
     Elsewhere { owner: String, expires_in: Duration },
 }
 
-/// Take the session's lease unless another replica holds it. KEYS: the lease, the session's
-/// token counter. ARGV: this replica's id, the TTL in ms, the lowest token the database allows
-/// (the session's stored fence: a Redis that lost its data must not hand out an older token).
-/// The lease's value is `<replica id>|<token>`; replica ids never contain `|`.
+/// Take the session's lease unless another live replica holds it. KEYS: the lease, the
+/// session's token counter. ARGV: this replica's id, the TTL in ms, the lowest token the
+/// database allows (the session's stored fence: a Redis that lost its data must not hand out an
+/// older token), the prefix of the replicas' liveness keys. The lease's value is
+/// `<replica id>|<token>`; replica ids never contain `|`. A lease whose holder's liveness key is
+/// gone (the replica died or stalled past `cluster.replica_ttl_ms`) is taken over at once,
+/// without waiting for the lease's own TTL: the holder's writes are fenced from then on.
 const CLAIM: &str = r"
 local cur = redis.call('GET', KEYS[1])
 if cur then
@@ -227,7 +252,9 @@ if cur then
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
     return {1, tok, owner, 0, 0}
   end
-  return {0, tok, owner, redis.call('PTTL', KEYS[1]), 0}
+  if redis.call('EXISTS', ARGV[4] .. owner .. ':alive') == 1 then
+    return {0, tok, owner, redis.call('PTTL', KEYS[1]), 0}
+  end
 end
 local tok = redis.call('INCR', KEYS[2])
 local floor = tonumber(ARGV[3])
@@ -272,12 +299,12 @@ static CLAIM_SCRIPT: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::n
 static RENEW_SCRIPT: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(RENEW));
 static RELEASE_SCRIPT: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(RELEASE));
 
-fn ms(d: Duration) -> u64 {
+pub(crate) fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
 }
 
 impl Coordination {
-    fn session_keys(&self, session: &str) -> (String, String) {
+    pub(crate) fn session_keys(&self, session: &str) -> (String, String) {
         (
             self.key(&format!("session:{session}:owner")),
             self.key(&format!("session:{session}:token")),
@@ -300,6 +327,7 @@ impl Coordination {
             .arg(&*self.replica_id)
             .arg(ms(ttl))
             .arg(min_token)
+            .arg(self.key("replica:"))
             .invoke_async(&mut conn)
             .await?;
         let token: i64 = token

@@ -460,6 +460,31 @@ pub async fn list_unfinished(
         .collect()
 }
 
+/// Every session with a run going, waiting for a person, or queued, across all tenants: what
+/// a cluster's failover watcher checks for a dead owner.
+pub async fn sessions_with_open_runs(
+    db: &impl ConnectionTrait,
+    _: &PlatformScope,
+) -> Result<Vec<(TenantId, SessionId)>> {
+    let rows: Vec<(uuid::Uuid, uuid::Uuid)> = execution::Entity::find()
+        .select_only()
+        .column(execution::Column::TenantId)
+        .column(execution::Column::SessionId)
+        .distinct()
+        .filter(execution::Column::Status.is_in([
+            ExecutionStatus::Running.as_str(),
+            ExecutionStatus::WaitingApproval.as_str(),
+            ExecutionStatus::Queued.as_str(),
+        ]))
+        .into_tuple()
+        .all(db)
+        .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(t, s)| (TenantId::from(t), SessionId::from(s)))
+        .collect())
+}
+
 /// The session's queued runs, oldest first.
 pub async fn queued_for_session(
     db: &impl ConnectionTrait,

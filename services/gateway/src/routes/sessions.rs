@@ -3,8 +3,13 @@
 //! tenant's; anything else is 404. Creating, deleting, cancelling and deciding go through the
 //! engine (the same calls the WebSocket makes).
 
-use actix_web::HttpResponse;
-use actix_web::web::{self, Json};
+use actix_web::http::header;
+use actix_web::web::{self, Bytes, Json};
+use actix_web::{HttpRequest, HttpResponse};
+use agentry_actors::channel_subscriber;
+use agentry_schema::error::ErrorCode;
+use agentry_schema::ids::SessionId;
+use futures::StreamExt;
 use agentry_actors::CreateSession;
 use agentry_schema::api::{CreateSessionRequest, EventsPage, MessageInfo, Page, SessionInfo};
 use agentry_schema::frames::Decision;
@@ -18,6 +23,7 @@ use crate::access;
 use crate::auth::TenantCaller;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{ApiJson, ApiPath, ApiQuery, body_id, param};
+use crate::routes::chat::{KEEP_ALIVE, with_keep_alive};
 use crate::routes::resource::endpoint;
 use crate::routes::{PageQuery, page, page_of};
 use crate::state::AppState;
@@ -164,14 +170,23 @@ pub struct EventsQuery {
 }
 
 /// The session's stored events after `after_seq`, in order: what a client that reconnects
-/// missed.
+/// missed. With `Accept: text/event-stream` the session's event stream instead, as Server-Sent
+/// Events that stay open: the events after `Last-Event-ID` (or `after_seq`), then every new
+/// one, on whichever replica the request lands.
 #[utoipa::path(
     get,
     path = "/api/v1/sessions/{session_id}/events",
     tag = "sessions",
-    params(("session_id" = String, Path, description = "Session id (UUID)"), EventsQuery),
+    params(
+        ("session_id" = String, Path, description = "Session id (UUID)"),
+        EventsQuery,
+        ("Last-Event-ID" = Option<u64>, Header, description = "With `Accept: text/event-stream`: the last `seq` the client saw (an `EventSource` sends it when it reconnects); wins over `after_seq`"),
+    ),
     responses(
-        (status = 200, description = "Events with `seq > after_seq`, in order", body = EventsPage),
+        (status = 200, description = "Events with `seq > after_seq`, in order; with `Accept: text/event-stream`, a stream of them (`id: <seq>`, one `data:` line per event, a `: keep-alive` comment every 15 s) that does not end", content(
+            (EventsPage = "application/json"),
+            (String = "text/event-stream"),
+        )),
         (status = 400, description = "A bad `session_id` or query parameter", body = agentry_schema::ErrorResponse),
         (status = 401, description = "No usable API key", body = agentry_schema::ErrorResponse),
         (status = 403, description = "The platform admin key (it has no tenant)", body = agentry_schema::ErrorResponse),
@@ -183,9 +198,13 @@ pub async fn list_events(
     state: web::Data<AppState>,
     id: ApiPath<param::Session>,
     query: ApiQuery<EventsQuery>,
-) -> ApiResult<Json<EventsPage>> {
+    req: HttpRequest,
+) -> ApiResult<HttpResponse> {
     let id = id.into_inner();
     let q = query.into_inner();
+    if wants_event_stream(&req) {
+        return event_stream(caller, state, id, q.after_seq, &req).await;
+    }
     let limit = q.limit.unwrap_or(MAX_EVENTS);
     if !(1..=MAX_EVENTS).contains(&limit) {
         return Err(ApiError::invalid_query(
@@ -207,12 +226,78 @@ pub async fn list_events(
     let has_more = events.len() as u64 > limit;
     events.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
     let next_after_seq = events.last().map(|e| e.seq).unwrap_or(after);
-    Ok(Json(EventsPage {
+    Ok(HttpResponse::Ok().json(EventsPage {
         session_id: session.id.to_string(),
         events,
         next_after_seq,
         has_more,
     }))
+}
+
+/// `Accept: text/event-stream` (what an `EventSource` sends).
+fn wants_event_stream(req: &HttpRequest) -> bool {
+    req.headers()
+        .get_all(header::ACCEPT)
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.contains("text/event-stream"))
+}
+
+/// The session's events as Server-Sent Events: replayed after `Last-Event-ID` (or
+/// `after_seq`), then live, until the client goes away (or the session is deleted).
+async fn event_stream(
+    caller: TenantCaller,
+    state: web::Data<AppState>,
+    id: SessionId,
+    after_seq: Option<u64>,
+    req: &HttpRequest,
+) -> ApiResult<HttpResponse> {
+    let after = match req.headers().get("last-event-id") {
+        Some(v) => Some(
+            v.to_str()
+                .ok()
+                .and_then(|s| s.trim().parse::<u64>().ok())
+                .filter(|n| *n <= i64::MAX as u64)
+                .ok_or_else(|| {
+                    ApiError::new(
+                        ErrorCode::BadRequest,
+                        "`Last-Event-ID` must be the `seq` of an event (a whole number)",
+                    )
+                    .with_details(serde_json::json!({"header": "Last-Event-ID"}))
+                })?,
+        ),
+        None => after_seq,
+    };
+    if after.is_some_and(|a| a > i64::MAX as u64) {
+        return Err(ApiError::invalid_query(
+            "after_seq",
+            "`after_seq` is too large",
+        ));
+    }
+    let handle = state
+        .engine
+        .open_session(caller.tenant(), &caller.user(), id)
+        .await?;
+    let (to, rx) = channel_subscriber();
+    state.engine.subscribe(&handle, after, to).await?;
+    let session = handle.session.id.to_string();
+    // Events the client saw already (a watcher's tail may hand on one it replayed) are skipped.
+    let mut next = after.map_or(0, |a| a + 1);
+    let frames = tokio_stream::wrappers::UnboundedReceiverStream::new(rx).filter_map(move |ev| {
+        // The handle keeps the session live (not evicted) for as long as the stream is open.
+        let _live = &handle;
+        let seq = ev.event.seq;
+        let frame = (seq >= next).then(|| {
+            next = seq + 1;
+            Bytes::from(format!("id: {seq}\ndata: {}\n\n", ev.json))
+        });
+        futures::future::ready(frame)
+    });
+    Ok(HttpResponse::Ok()
+        .insert_header((header::CONTENT_TYPE, "text/event-stream"))
+        .insert_header((header::CACHE_CONTROL, "no-cache"))
+        .insert_header(("x-accel-buffering", "no"))
+        .insert_header(("x-session-id", session))
+        .streaming(with_keep_alive(Box::pin(frames), KEEP_ALIVE)))
 }
 
 /// Largest `metadata` object accepted on a session, serialized.

@@ -1,0 +1,402 @@
+//! Three replicas of the real binary on one database and one Redis (issue 13; docs/operations.md,
+//! "Running N replicas"): any replica serves any session (commands forwarded to the owner, events
+//! fanned out to every replica with a subscriber, SSE resume with `Last-Event-ID`), failover
+//! after `kill -9` of the owner, quotas across processes, and Redis lost under load.
+//!
+//! One set of three replicas ([`Trio`]) serves several scenarios in turn, to keep the suite
+//! lean. Their Redis goes through a relay the test controls, so one scenario can take it away.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use agentry_fake_model::{FakeConfig, FakeModelServer};
+use futures::StreamExt;
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use crate::ctx::{Ctx, TenantFx};
+use crate::mcp::ws_request;
+use crate::outage::Relay;
+use crate::streaming::{Socket, new_session, next_json, send};
+
+/// How long a test waits for something that takes a few seconds on a quiet machine (the
+/// machine running the suite may be loaded): a bound that catches a hang, not a speed.
+const GENEROUS: Duration = Duration::from_secs(60);
+
+pub struct Trio {
+    pub fake: FakeModelServer,
+    /// `a`, `b`, `c`: replicas with those ids.
+    pub replicas: Vec<Ctx>,
+    pub relay: Relay,
+    pub prefix: String,
+}
+
+impl Trio {
+    /// Three replicas on `db_url`, their Redis (the test one) through a relay, the fake model
+    /// (the scripted model's decisions unless a reply is queued).
+    pub async fn start(db_url: &str) -> Trio {
+        let redis = reqwest::Url::parse(&crate::cluster::redis_url()).unwrap();
+        let relay = Relay::start(format!(
+            "{}:{}",
+            redis.host_str().unwrap(),
+            redis.port().unwrap_or(6379)
+        ))
+        .await;
+        let relayed = format!("redis://127.0.0.1:{}{}", relay.addr.port(), redis.path());
+        let prefix = crate::ctx::unique("trio");
+        let fake = FakeModelServer::start(FakeConfig {
+            api_key: Some("fake-model-key".into()),
+            ..FakeConfig::default()
+        });
+        let base = fake.base_url_openai();
+        let mut replicas = Vec::new();
+        for id in ["a", "b", "c"] {
+            let env = [
+                ("AGENTRY_LLM__PROVIDER", "openai"),
+                ("AGENTRY_LLM__BASE_URL", base.as_str()),
+                ("AGENTRY_LLM__API_KEY", "fake-model-key"),
+                ("AGENTRY_LLM__MODEL", "fake-large"),
+                ("AGENTRY_REDIS__URL", relayed.as_str()),
+                ("AGENTRY_REDIS__KEY_PREFIX", prefix.as_str()),
+                ("AGENTRY_CLUSTER__REPLICA_ID", id),
+            ];
+            replicas.push(Ctx::start_with(&env, Some(db_url)).await);
+        }
+        Trio {
+            fake,
+            replicas,
+            relay,
+            prefix,
+        }
+    }
+
+    pub fn a(&self) -> &Ctx {
+        &self.replicas[0]
+    }
+    pub fn b(&self) -> &Ctx {
+        &self.replicas[1]
+    }
+    pub fn c(&self) -> &Ctx {
+        &self.replicas[2]
+    }
+}
+
+/// A WebSocket on `ctx` for `session`, replaying after `after` when given.
+pub async fn watch(ctx: &Ctx, key: &str, session: &str, after: Option<u64>) -> Socket {
+    let query = after.map(|a| format!("?after_seq={a}")).unwrap_or_default();
+    tokio_tungstenite::connect_async(ws_request(ctx, key, session, &query))
+        .await
+        .unwrap()
+        .0
+}
+
+/// Session events from `ws` (skipping frames about the connection, `seq` 0) until one
+/// satisfies `stop`, which is returned last. Frames with `seq` 0 go to `side` if given.
+pub async fn events_until(
+    ws: &mut Socket,
+    mut side: Option<&mut Vec<Value>>,
+    stop: impl Fn(&Value) -> bool,
+) -> Vec<Value> {
+    let mut out = Vec::new();
+    loop {
+        let ev = next_json(ws).await;
+        if ev["seq"].as_u64().unwrap_or(0) == 0 {
+            if let Some(side) = side.as_deref_mut() {
+                side.push(ev);
+            }
+            continue;
+        }
+        let done = stop(&ev);
+        out.push(ev);
+        if done {
+            return out;
+        }
+    }
+}
+
+/// The next frame about the connection (`seq` 0: a refused frame's error), skipping session
+/// events, which go to `seen`.
+pub async fn next_refusal(ws: &mut Socket, seen: &mut Vec<Value>) -> Value {
+    loop {
+        let ev = next_json(ws).await;
+        if ev["seq"].as_u64().unwrap_or(0) == 0 && ev["type"] != "pong" {
+            return ev;
+        }
+        seen.push(ev);
+    }
+}
+
+/// The session's stored events, all of them, in order.
+pub async fn stored(ctx: &Ctx, key: &str, session: &str) -> Vec<Value> {
+    let mut out = Vec::new();
+    let mut after = 0;
+    loop {
+        let page = ctx
+            .ok(
+                Method::GET,
+                &format!("/api/v1/sessions/{session}/events?after_seq={after}"),
+                key,
+                None,
+                200,
+            )
+            .await;
+        out.extend(page["events"].as_array().unwrap().iter().cloned());
+        after = page["next_after_seq"].as_u64().unwrap();
+        if !page["has_more"].as_bool().unwrap() {
+            return out;
+        }
+    }
+}
+
+fn seqs(events: &[Value]) -> Vec<u64> {
+    events.iter().map(|e| e["seq"].as_u64().unwrap()).collect()
+}
+
+/// Strictly increasing `seq`s (no duplicate, in order).
+fn increasing(events: &[Value], what: &str) {
+    let s = seqs(events);
+    assert!(
+        s.windows(2).all(|w| w[0] < w[1]),
+        "{what}: seqs not strictly increasing: {s:?}"
+    );
+}
+
+/// Each run of `events` ends with exactly one `done`.
+fn one_done_per_run(events: &[Value]) -> BTreeMap<String, usize> {
+    let mut dones = BTreeMap::new();
+    for e in events {
+        let run = e["run_id"].as_str().unwrap().to_string();
+        let n = dones.entry(run).or_insert(0);
+        if e["event_type"] == "done" {
+            *n += 1;
+        }
+    }
+    for (run, n) in &dones {
+        assert_eq!(*n, 1, "run {run} has {n} `done` events: {events:?}");
+    }
+    dones
+}
+
+/// Poll `check` until it returns `Some`, for up to [`GENEROUS`].
+async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + GENEROUS;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "{what}: not within {GENEROUS:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The status of run `run` as stored.
+async fn run_status(ctx: &Ctx, key: &str, run: &str) -> String {
+    ctx.ok(
+        Method::GET,
+        &format!("/api/v1/executions/{run}"),
+        key,
+        None,
+        200,
+    )
+    .await["status"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+/// A WebSocket on replica A drives a session that replica C runs: it replays what C sent, its
+/// chat is answered by C (`run_in_progress`, then queued with `enqueue`), its approval reaches
+/// C's waiting run (tool, `done`), its cancel stops C's next run; the session then continues
+/// over REST on replica B. A's socket sees every event of the three runs, in order, once; an
+/// SSE stream opened on C with `Last-Event-ID` gets exactly the stored events after it.
+pub async fn any_replica_serves_any_session(trio: &Trio, t: &TenantFx) {
+    let (a, b, c) = (trio.a(), trio.b(), trio.c());
+    let key = t.member.key.as_str();
+    let sid = new_session(c, key).await;
+
+    // Run 1 on C: it waits for an approval.
+    let mut ws_c = watch(c, key, &sid, None).await;
+    let write = r#"/tool write_file {"file_path": "trio.txt", "content": "from C"}"#;
+    send(
+        &mut ws_c,
+        json!({"type": "chat", "payload": {"message": write}}),
+    )
+    .await;
+    let first = events_until(&mut ws_c, None, |e| e["event_type"] == "hitl_request").await;
+    let hitl = first.last().unwrap().clone();
+    let run1 = hitl["run_id"].as_str().unwrap().to_string();
+    let request = hitl["data"]["request_id"].as_str().unwrap().to_string();
+
+    // A socket on A replays C's events so far, from the start.
+    let mut ws_a = watch(a, key, &sid, Some(0)).await;
+    let replayed = events_until(&mut ws_a, None, |e| e["seq"] == hitl["seq"]).await;
+    assert_eq!(replayed, first, "A replays what C sent");
+
+    // A chat on A while C's run waits: C answers (run_in_progress), not A.
+    send(
+        &mut ws_a,
+        json!({"type": "chat", "payload": {"message": "hello from A"}}),
+    )
+    .await;
+    let mut seen_a = replayed;
+    let refusal = next_refusal(&mut ws_a, &mut seen_a).await;
+    assert_eq!(refusal["data"]["error_code"], "run_in_progress", "{refusal}");
+    // Queued with enqueue, on C: it runs after run 1 (a model that sleeps 30 s).
+    send(
+        &mut ws_a,
+        json!({"type": "chat", "payload": {"message": "/sleep 30000\nslow", "enqueue": true}}),
+    )
+    .await;
+    // The approval, sent on A, reaches C's waiting run: the tool runs, run 1 ends.
+    send(
+        &mut ws_a,
+        json!({"type": "hitl_decision", "payload": {"request_id": request, "type": "approve"}}),
+    )
+    .await;
+    let mut side = Vec::new();
+    let rest1 = events_until(&mut ws_a, Some(&mut side), |e| {
+        e["event_type"] == "done" && e["run_id"] == run1.as_str()
+    })
+    .await;
+    assert!(side.is_empty(), "no frame refused: {side:?}");
+    assert!(
+        rest1
+            .iter()
+            .any(|e| e["event_type"] == "tool_result" && e["data"]["status"] == "success"),
+        "{rest1:?}"
+    );
+    assert_eq!(rest1.last().unwrap()["data"]["status"], "completed");
+    seen_a.extend(rest1);
+    // The file was written once, by C's run, in the member's workspace (one per server).
+    let written: Vec<_> = trio
+        .replicas
+        .iter()
+        .filter(|r| {
+            r.server
+                .data_dir
+                .path()
+                .join("workspaces")
+                .join(&t.id)
+                .join(&t.member.user_id)
+                .join("trio.txt")
+                .exists()
+        })
+        .collect();
+    assert_eq!(written.len(), 1, "the tool ran on one replica");
+
+    // Run 2 (the queued message) runs on C; cancelled from A.
+    let run2 = eventually("the queued run starts", || async {
+        let runs = c
+            .ok(
+                Method::GET,
+                &format!("/api/v1/executions?session_id={sid}"),
+                key,
+                None,
+                200,
+            )
+            .await;
+        runs["items"]
+            .as_array()
+            .or_else(|| runs.as_array())
+            .unwrap()
+            .iter()
+            .find(|r| r["id"] != run1.as_str() && r["status"] == "running")
+            .map(|r| r["id"].as_str().unwrap().to_string())
+    })
+    .await;
+    send(&mut ws_a, json!({"type": "cancel", "payload": {}})).await;
+    let rest2 = events_until(&mut ws_a, Some(&mut side), |e| {
+        e["event_type"] == "done" && e["run_id"] == run2.as_str()
+    })
+    .await;
+    assert!(side.is_empty(), "the cancel was not refused: {side:?}");
+    assert_eq!(rest2.last().unwrap()["data"]["status"], "cancelled");
+    seen_a.extend(rest2);
+
+    // The session goes on over REST on B (C let it go when its run ended).
+    let chat = json!({"message": "hello from B", "session_id": sid});
+    let out = eventually("B runs the session", || async {
+        let r = b
+            .call(Method::POST, "/api/v1/chat", Some(key), Some(&chat))
+            .await;
+        match r.status {
+            200 => Some(r.body),
+            _ => {
+                assert!(
+                    ["run_in_progress", "session_owned_elsewhere"].contains(&r.code()),
+                    "{}",
+                    r.body
+                );
+                None
+            }
+        }
+    })
+    .await;
+    let run3_events = out["events"].as_array().unwrap().clone();
+    let run3 = out["run_id"].as_str().unwrap().to_string();
+    assert_eq!(run3_events.last().unwrap()["event_type"], "done");
+    assert_eq!(run_status(a, key, &run3).await, "completed");
+    // A's socket sees B's run as well.
+    let rest3 = events_until(&mut ws_a, Some(&mut side), |e| {
+        e["event_type"] == "done" && e["run_id"] == run3.as_str()
+    })
+    .await;
+    assert_eq!(rest3, run3_events, "A sees B's run as B's client did");
+    seen_a.extend(rest3);
+
+    // What A's socket saw is the stored stream: every event, in order, once.
+    let all = stored(b, key, &sid).await;
+    increasing(&all, "stored");
+    increasing(&seen_a, "A's socket");
+    assert_eq!(seen_a, all, "A saw exactly the stored stream");
+    assert_eq!(one_done_per_run(&all).len(), 3);
+
+    // SSE on C resumed after run 1's approval request: the stored events after it, live.
+    let resp = c
+        .http
+        .get(c.url(&format!("/api/v1/sessions/{sid}/events")))
+        .bearer_auth(key)
+        .header("accept", "text/event-stream")
+        .header("last-event-id", hitl["seq"].to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(
+        resp.headers()["content-type"].to_str().unwrap(),
+        "text/event-stream"
+    );
+    let want: Vec<Value> = all
+        .iter()
+        .filter(|e| e["seq"].as_u64() > hitl["seq"].as_u64())
+        .cloned()
+        .collect();
+    let mut body = resp.bytes_stream();
+    let mut text = String::new();
+    let got = tokio::time::timeout(GENEROUS, async {
+        loop {
+            let chunk = body.next().await.expect("the stream stays open").unwrap();
+            text.push_str(std::str::from_utf8(&chunk).unwrap());
+            let events: Vec<Value> = crate::streaming::sse_events(&text)
+                .into_iter()
+                .map(|(_, e)| e)
+                .collect();
+            if events.len() >= want.len() {
+                return events;
+            }
+        }
+    })
+    .await
+    .expect("the SSE replay arrives");
+    assert_eq!(got, want, "SSE resumes after Last-Event-ID");
+    let ids: Vec<u64> = crate::streaming::sse_events(&text)
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect();
+    assert_eq!(ids, seqs(&want), "each SSE `id:` is the event's seq");
+    drop(ws_c);
+}
