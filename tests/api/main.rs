@@ -841,27 +841,11 @@ async fn replicas_share_mysql_and_redis_and_a_single_node_server_is_refused() {
 }
 
 #[tokio::test]
-async fn a_session_live_on_one_replica_is_refused_on_another_postgres() {
-    let Some(url) = postgres_db("owned_elsewhere").await else {
-        return;
-    };
-    cluster::a_session_live_on_one_replica_is_refused_on_another(&url).await;
-}
-
-#[tokio::test]
 async fn a_lost_redis_refuses_new_runs_with_503_and_everything_recovers_postgres() {
     let Some(url) = postgres_db("redis_outage").await else {
         return;
     };
     cluster::a_lost_redis_refuses_new_runs_and_recovers(&url).await;
-}
-
-#[tokio::test]
-async fn a_session_live_on_one_replica_is_refused_on_another_mysql() {
-    let Some(url) = cluster::own_mysql("owned_elsewhere").await else {
-        return;
-    };
-    cluster::a_session_live_on_one_replica_is_refused_on_another(&url).await;
 }
 
 #[tokio::test]
@@ -887,7 +871,26 @@ async fn three_replicas_on_postgres_serve_any_session_anywhere() {
     let Some(url) = postgres_db("trio").await else {
         return;
     };
-    let trio = replicas::Trio::start(&url).await;
+    let mut trio = replicas::Trio::start(&url).await;
     let t = trio.a().tenant().await;
     replicas::any_replica_serves_any_session(&trio, &t).await;
+    let took = replicas::failover_of_a_streaming_run(&mut trio, &t).await;
+    eprintln!("a streaming run resumed {took:?} after kill -9 of its replica");
+    assert!(took < std::time::Duration::from_secs(30), "took over after {took:?}");
+    let took = replicas::failover_of_an_approval_wait(&mut trio, &t).await;
+    eprintln!("an approval was asked again {took:?} after kill -9 of its replica");
+    assert!(took < std::time::Duration::from_secs(30), "took over after {took:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_replicas_on_mysql_serve_any_session_anywhere() {
+    let Some(url) = cluster::own_mysql("trio").await else {
+        return;
+    };
+    let mut trio = replicas::Trio::start(&url).await;
+    let t = trio.a().tenant().await;
+    replicas::any_replica_serves_any_session(&trio, &t).await;
+    let took = replicas::failover_of_an_approval_wait(&mut trio, &t).await;
+    eprintln!("an approval was asked again {took:?} after kill -9 of its replica");
+    assert!(took < std::time::Duration::from_secs(30), "took over after {took:?}");
 }

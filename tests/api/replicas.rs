@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use agentry_fake_model::{FakeConfig, FakeModelServer};
+use agentry_fake_model::{FakeConfig, FakeModelServer, FakeReply};
 use futures::StreamExt;
 use reqwest::Method;
 use serde_json::{Value, json};
@@ -98,7 +98,12 @@ pub async fn events_until(
     stop: impl Fn(&Value) -> bool,
 ) -> Vec<Value> {
     let mut out = Vec::new();
+    let deadline = Instant::now() + GENEROUS;
     loop {
+        assert!(
+            Instant::now() < deadline,
+            "the awaited event did not come within {GENEROUS:?}; got {out:?}"
+        );
         let ev = next_json(ws).await;
         if ev["seq"].as_u64().unwrap_or(0) == 0 {
             if let Some(side) = side.as_deref_mut() {
@@ -399,4 +404,211 @@ pub async fn any_replica_serves_any_session(trio: &Trio, t: &TenantFx) {
         .collect();
     assert_eq!(ids, seqs(&want), "each SSE `id:` is the event's seq");
     drop(ws_c);
+}
+
+/// The events of `ws` from now until run `run`'s `done`, each with when it arrived.
+async fn timed_until_done(ws: &mut Socket, run: &str) -> Vec<(Instant, Value)> {
+    let mut out = Vec::new();
+    let deadline = Instant::now() + GENEROUS;
+    loop {
+        assert!(
+            Instant::now() < deadline,
+            "no done within {GENEROUS:?}; got {out:?}"
+        );
+        let ev = next_json(ws).await;
+        if ev["seq"].as_u64().unwrap_or(0) == 0 {
+            continue;
+        }
+        let done = ev["event_type"] == "done" && ev["run_id"] == run;
+        out.push((Instant::now(), ev));
+        if done {
+            return out;
+        }
+    }
+}
+
+/// Every event a client saw is the stored one at its `seq` (a client may have seen an event
+/// whose number was skipped by nobody else: none is reused).
+fn saw_the_stored_stream(seen: &[Value], stored: &[Value], what: &str) {
+    let by_seq: BTreeMap<u64, &Value> = stored
+        .iter()
+        .map(|e| (e["seq"].as_u64().unwrap(), e))
+        .collect();
+    for e in seen {
+        let seq = e["seq"].as_u64().unwrap();
+        assert_eq!(
+            by_seq.get(&seq).copied(),
+            Some(e),
+            "{what}: event {seq} is not the stored one"
+        );
+    }
+}
+
+/// `kill -9` of the replica that runs a streaming run (C): within seconds another replica takes
+/// the session over and resumes the run from its checkpoint. A socket watching on B sees the
+/// resume notice and the rest of the run; a client reconnecting to A after the last `seq` it saw
+/// gets the stored stream from there; the run has exactly one `done`, and the message is
+/// stored. Returns how long after the kill B's socket saw the resumed run's first event.
+pub async fn failover_of_a_streaming_run(trio: &mut Trio, t: &TenantFx) -> Duration {
+    let key = t.member.key.as_str();
+    let sid = new_session(trio.c(), key).await;
+    let words: Vec<String> = (0..80).map(|i| format!("w{i}")).collect();
+    trio.fake.push(
+        FakeReply::text(&words.join(" "))
+            .in_chunks(80)
+            .with_chunk_delay(Duration::from_millis(100)),
+    );
+    let mut ws_b = watch(trio.b(), key, &sid, Some(0)).await;
+    let mut ws_c = watch(trio.c(), key, &sid, None).await;
+    send(
+        &mut ws_c,
+        json!({"type": "chat", "payload": {"message": "stream for a while"}}),
+    )
+    .await;
+    let mut before = events_until(&mut ws_b, None, |e| e["event_type"] == "text").await;
+    for _ in 0..5 {
+        before.extend(events_until(&mut ws_b, None, |e| e["event_type"] == "text").await);
+    }
+    let run = before[0]["run_id"].as_str().unwrap().to_string();
+    let last_before = before.last().unwrap()["seq"].as_u64().unwrap();
+
+    let killed = Instant::now();
+    trio.replicas[2].server.crash().await;
+    drop(ws_c);
+    let after = timed_until_done(&mut ws_b, &run).await;
+    let took = after[0].0 - killed;
+    let after: Vec<Value> = after.into_iter().map(|(_, e)| e).collect();
+    let notice = after
+        .iter()
+        .find(|e| e["event_type"] == "error")
+        .unwrap_or_else(|| panic!("no resume notice: {after:?}"));
+    assert_eq!(notice["data"]["recoverable"], true, "{notice}");
+    assert!(
+        notice["data"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("another one is resuming the run"),
+        "{notice}"
+    );
+    assert_eq!(after.last().unwrap()["data"]["status"], "completed");
+
+    // Reconnecting to A after the last event seen before the kill: the stored stream from there.
+    let mut ws_a = watch(trio.a(), key, &sid, Some(last_before)).await;
+    let resumed = events_until(&mut ws_a, None, |e| {
+        e["event_type"] == "done" && e["run_id"] == run.as_str()
+    })
+    .await;
+    let all = stored(trio.a(), key, &sid).await;
+    increasing(&all, "stored");
+    one_done_per_run(&all);
+    let want: Vec<Value> = all
+        .iter()
+        .filter(|e| e["seq"].as_u64().unwrap() > last_before)
+        .cloned()
+        .collect();
+    assert_eq!(resumed, want, "the reconnected client gets the stream gap-free");
+    let mut seen_b = before;
+    seen_b.extend(after);
+    increasing(&seen_b, "B's socket");
+    saw_the_stored_stream(&seen_b, &all, "B's socket");
+    // The acknowledged message is there.
+    let messages = trio
+        .a()
+        .ok(
+            Method::GET,
+            &format!("/api/v1/sessions/{sid}/messages"),
+            key,
+            None,
+            200,
+        )
+        .await;
+    assert!(
+        messages["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["content"] == "stream for a while"),
+        "{messages}"
+    );
+    trio.replicas[2].server.restart().await;
+    took
+}
+
+/// `kill -9` of the replica whose run waits for an approval (C): the request survives. A
+/// decision sent to B for it is refused with 503 while the run moves, then taken once another
+/// replica resumed the run (which asks again, same request id); the tool runs once and the run
+/// ends with exactly one `done`, which a socket on A sees. Returns how long after the kill the
+/// request was asked again.
+pub async fn failover_of_an_approval_wait(trio: &mut Trio, t: &TenantFx) -> Duration {
+    let key = t.member.key.as_str();
+    let sid = new_session(trio.c(), key).await;
+    let mut ws_c = watch(trio.c(), key, &sid, None).await;
+    let write = r#"/tool write_file {"file_path": "failover.txt", "content": "once"}"#;
+    send(
+        &mut ws_c,
+        json!({"type": "chat", "payload": {"message": write}}),
+    )
+    .await;
+    let asked = events_until(&mut ws_c, None, |e| e["event_type"] == "hitl_request").await;
+    let hitl = asked.last().unwrap().clone();
+    let run = hitl["run_id"].as_str().unwrap().to_string();
+    let request = hitl["data"]["request_id"].as_str().unwrap().to_string();
+    let mut ws_a = watch(trio.a(), key, &sid, Some(hitl["seq"].as_u64().unwrap())).await;
+
+    let killed = Instant::now();
+    trio.replicas[2].server.crash().await;
+    drop(ws_c);
+    // Asked again on whichever replica took it over, under the same id.
+    let again = events_until(&mut ws_a, None, |e| e["event_type"] == "hitl_request").await;
+    let took = killed.elapsed();
+    let reasked = again.last().unwrap();
+    assert_eq!(reasked["data"]["request_id"], request.as_str(), "{reasked}");
+    assert_eq!(reasked["run_id"], run.as_str());
+    // Decided on B (the owner may be A or B: forwarded if need be).
+    let b = trio.b();
+    let path = format!("/api/v1/sessions/{sid}/approvals/{request}");
+    eventually("the decision is taken", || async {
+        let r = b
+            .call(
+                Method::POST,
+                &path,
+                Some(key),
+                Some(&json!({"type": "approve"})),
+            )
+            .await;
+        match r.status {
+            200 => Some(()),
+            503 => {
+                assert!(r.headers.contains_key("retry-after"), "{}", r.body);
+                None
+            }
+            _ => panic!("the decision on B: {} {}", r.status, r.body),
+        }
+    })
+    .await;
+    let rest = events_until(&mut ws_a, None, |e| {
+        e["event_type"] == "done" && e["run_id"] == run.as_str()
+    })
+    .await;
+    assert_eq!(rest.last().unwrap()["data"]["status"], "completed", "{rest:?}");
+    let all = stored(trio.a(), key, &sid).await;
+    increasing(&all, "stored");
+    one_done_per_run(&all);
+    let written = trio
+        .replicas
+        .iter()
+        .filter(|r| {
+            r.server
+                .data_dir
+                .path()
+                .join("workspaces")
+                .join(&t.id)
+                .join(&t.member.user_id)
+                .join("failover.txt")
+                .exists()
+        })
+        .count();
+    assert_eq!(written, 1, "the approved tool ran once");
+    trio.replicas[2].server.restart().await;
+    took
 }
