@@ -518,7 +518,10 @@ pub async fn a_paused_owner_loses_the_session_and_its_late_writes_are_refused(db
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
-    eprintln!("B resumed the run {:?} after A was paused", paused.elapsed());
+    eprintln!(
+        "B resumed the run {:?} after A was paused",
+        paused.elapsed()
+    );
     assert_eq!(again["run_id"], run_id.as_str(), "the same run, resumed");
     assert!(again["seq"].as_u64().unwrap() > a_last);
     let request = again["data"]["request_id"].as_str().unwrap().to_string();

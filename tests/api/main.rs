@@ -876,10 +876,16 @@ async fn three_replicas_on_postgres_serve_any_session_anywhere() {
     replicas::any_replica_serves_any_session(&trio, &t).await;
     let took = replicas::failover_of_a_streaming_run(&mut trio, &t).await;
     eprintln!("a streaming run resumed {took:?} after kill -9 of its replica");
-    assert!(took < std::time::Duration::from_secs(30), "took over after {took:?}");
+    assert!(
+        took < std::time::Duration::from_secs(30),
+        "took over after {took:?}"
+    );
     let took = replicas::failover_of_an_approval_wait(&mut trio, &t).await;
     eprintln!("an approval was asked again {took:?} after kill -9 of its replica");
-    assert!(took < std::time::Duration::from_secs(30), "took over after {took:?}");
+    assert!(
+        took < std::time::Duration::from_secs(30),
+        "took over after {took:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -892,5 +898,8 @@ async fn three_replicas_on_mysql_serve_any_session_anywhere() {
     replicas::any_replica_serves_any_session(&trio, &t).await;
     let took = replicas::failover_of_an_approval_wait(&mut trio, &t).await;
     eprintln!("an approval was asked again {took:?} after kill -9 of its replica");
-    assert!(took < std::time::Duration::from_secs(30), "took over after {took:?}");
+    assert!(
+        took < std::time::Duration::from_secs(30),
+        "took over after {took:?}"
+    );
 }

@@ -249,7 +249,10 @@ pub async fn any_replica_serves_any_session(trio: &Trio, t: &TenantFx) {
     .await;
     let mut seen_a = replayed;
     let refusal = next_refusal(&mut ws_a, &mut seen_a).await;
-    assert_eq!(refusal["data"]["error_code"], "run_in_progress", "{refusal}");
+    assert_eq!(
+        refusal["data"]["error_code"], "run_in_progress",
+        "{refusal}"
+    );
     // Queued with enqueue, on C: it runs after run 1 (a model that sleeps 30 s).
     send(
         &mut ws_a,
@@ -506,7 +509,10 @@ pub async fn failover_of_a_streaming_run(trio: &mut Trio, t: &TenantFx) -> Durat
         .filter(|e| e["seq"].as_u64().unwrap() > last_before)
         .cloned()
         .collect();
-    assert_eq!(resumed, want, "the reconnected client gets the stream gap-free");
+    assert_eq!(
+        resumed, want,
+        "the reconnected client gets the stream gap-free"
+    );
     let mut seen_b = before;
     seen_b.extend(after);
     increasing(&seen_b, "B's socket");
@@ -590,7 +596,11 @@ pub async fn failover_of_an_approval_wait(trio: &mut Trio, t: &TenantFx) -> Dura
         e["event_type"] == "done" && e["run_id"] == run.as_str()
     })
     .await;
-    assert_eq!(rest.last().unwrap()["data"]["status"], "completed", "{rest:?}");
+    assert_eq!(
+        rest.last().unwrap()["data"]["status"],
+        "completed",
+        "{rest:?}"
+    );
     let all = stored(trio.a(), key, &sid).await;
     increasing(&all, "stored");
     one_done_per_run(&all);

@@ -98,7 +98,10 @@ fn unanswer(v: Value) -> Result<Value, EngineError> {
         .unwrap_or(ErrorCode::InternalError);
     Err(EngineError::Remote {
         code,
-        message: err["message"].as_str().unwrap_or("internal error").to_string(),
+        message: err["message"]
+            .as_str()
+            .unwrap_or("internal error")
+            .to_string(),
         details: err["details"].clone(),
     })
 }

@@ -42,7 +42,10 @@ pub(crate) fn start(engine: &Engine) {
     {
         tracing::error!(error = %e, "starting the replica heartbeat failed: this replica's sessions will be taken over by others");
     }
-    engine.deps().runtime.spawn(watch(engine.clone(), coordination));
+    engine
+        .deps()
+        .runtime
+        .spawn(watch(engine.clone(), coordination));
 }
 
 fn heartbeat(coordination: &Coordination, ttl: Duration) {
@@ -104,18 +107,16 @@ async fn watch(engine: Engine, coordination: Coordination) {
         if !coordination.reachable() {
             continue;
         }
-        let open = match executions::sessions_with_open_runs(
-            &engine.deps().db,
-            &PlatformScope::new(),
-        )
-        .await
-        {
-            Ok(o) => o,
-            Err(e) => {
-                tracing::debug!(error = %e, "the failover watcher could not list open runs");
-                continue;
-            }
-        };
+        let open =
+            match executions::sessions_with_open_runs(&engine.deps().db, &PlatformScope::new())
+                .await
+            {
+                Ok(o) => o,
+                Err(e) => {
+                    tracing::debug!(error = %e, "the failover watcher could not list open runs");
+                    continue;
+                }
+            };
         free_since.retain(|s, _| open.iter().any(|(_, o)| o == s));
         if open.is_empty() {
             continue;
@@ -136,7 +137,11 @@ async fn watch(engine: Engine, coordination: Coordination) {
                 }
                 LeaseState::HolderDead => true,
                 LeaseState::Free => {
-                    free_since.entry(session).or_insert_with(Instant::now).elapsed() >= free_for
+                    free_since
+                        .entry(session)
+                        .or_insert_with(Instant::now)
+                        .elapsed()
+                        >= free_for
                 }
             };
             if take {

@@ -204,9 +204,8 @@ impl SessionActor {
     /// change (a run ended here and the lease went, the lease was lost, the last subscriber
     /// left).
     pub(super) fn keep_tail(&mut self, ctx: &mut Context<Self>) {
-        let wanted = self.watching()
-            && self.recovered
-            && self.subscribers.values().any(|s| s.connected());
+        let wanted =
+            self.watching() && self.recovered && self.subscribers.values().any(|s| s.connected());
         match (&self.tail, wanted) {
             (None, true) => {
                 // Whoever watched saw everything this actor sent: the tail goes on from there.
@@ -260,12 +259,7 @@ impl SessionActor {
     }
 
     /// Read back what the tail missed after `upto` (to `until`), hand it on, then `then`.
-    fn fill(
-        &mut self,
-        ctx: &mut Context<Self>,
-        until: Option<u64>,
-        then: Vec<SessionEvent>,
-    ) {
+    fn fill(&mut self, ctx: &mut Context<Self>, until: Option<u64>, then: Vec<SessionEvent>) {
         let Some(after) = self.tail.as_ref().map(|t| t.upto) else {
             return;
         };
@@ -312,20 +306,18 @@ impl SessionActor {
             };
             Ok::<_, EngineError>((started, replay))
         };
-        AtomicResponse::new(Box::pin(fut.into_actor(self).map(
-            move |res, act, ctx| {
-                let (started, replay) = res?;
-                if let Some((stream, upto)) = started {
-                    act.stop_tail(ctx);
-                    let stream = ctx.add_stream(stream);
-                    act.tail = Some(Tail { upto, stream });
-                }
-                for ev in replay {
-                    msg.subscriber.send(ev);
-                }
-                Ok(act.add_subscriber(msg.subscriber))
-            },
-        )))
+        AtomicResponse::new(Box::pin(fut.into_actor(self).map(move |res, act, ctx| {
+            let (started, replay) = res?;
+            if let Some((stream, upto)) = started {
+                act.stop_tail(ctx);
+                let stream = ctx.add_stream(stream);
+                act.tail = Some(Tail { upto, stream });
+            }
+            for ev in replay {
+                msg.subscriber.send(ev);
+            }
+            Ok(act.add_subscriber(msg.subscriber))
+        })))
     }
 
     /// This replica now holds the lease: hand on what the previous owner stored after the

@@ -6,16 +6,16 @@
 use actix_web::http::header;
 use actix_web::web::{self, Bytes, Json};
 use actix_web::{HttpRequest, HttpResponse};
-use agentry_actors::channel_subscriber;
-use agentry_schema::error::ErrorCode;
-use agentry_schema::ids::SessionId;
-use futures::StreamExt;
 use agentry_actors::CreateSession;
+use agentry_actors::channel_subscriber;
 use agentry_schema::api::{CreateSessionRequest, EventsPage, MessageInfo, Page, SessionInfo};
+use agentry_schema::error::ErrorCode;
 use agentry_schema::frames::Decision;
 use agentry_schema::ids::AssistantId;
+use agentry_schema::ids::SessionId;
 use agentry_schema::ids::UserId;
 use agentry_store::{events, messages, sessions};
+use futures::StreamExt;
 use serde::Deserialize;
 use utoipa::IntoParams;
 

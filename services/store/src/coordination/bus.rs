@@ -214,10 +214,7 @@ impl Bus {
             "body": body,
         })
         .to_string();
-        let channel = self
-            .inner
-            .coord
-            .key(&format!("replica:{replica}:cmd"));
+        let channel = self.inner.coord.key(&format!("replica:{replica}:cmd"));
         let mut conn = self.inner.coord.connection();
         let receivers: Result<i64, redis::RedisError> = redis::cmd("PUBLISH")
             .arg(channel)
@@ -343,7 +340,9 @@ impl Inner {
         let handler = lock(&self.handler).clone();
         let body = match handler {
             Some(h) => h(request["body"].clone()).await,
-            None => json!({"error": {"error_code": "service_unavailable", "message": "this replica is starting"}}),
+            None => {
+                json!({"error": {"error_code": "service_unavailable", "message": "this replica is starting"}})
+            }
         };
         let reply = json!({"id": id, "body": body}).to_string();
         let mut conn = self.coord.connection();
