@@ -886,6 +886,8 @@ async fn three_replicas_on_postgres_serve_any_session_anywhere() {
         took < std::time::Duration::from_secs(30),
         "took over after {took:?}"
     );
+    replicas::quotas_hold_across_replicas(&trio).await;
+    replicas::redis_restarted_under_load(&trio, &t).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

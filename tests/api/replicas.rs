@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 
 use crate::ctx::{Ctx, TenantFx};
 use crate::mcp::ws_request;
-use crate::outage::Relay;
+use crate::outage::{Link, Relay};
 use crate::streaming::{Socket, new_session, next_json, send};
 
 /// How long a test waits for something that takes a few seconds on a quiet machine (the
@@ -621,4 +621,329 @@ pub async fn failover_of_an_approval_wait(trio: &mut Trio, t: &TenantFx) -> Dura
     assert_eq!(written, 1, "the approved tool ran once");
     trio.replicas[2].server.restart().await;
     took
+}
+
+fn count(rs: &[crate::ctx::Resp], status: u16) -> usize {
+    rs.iter().filter(|r| r.status == status).count()
+}
+
+/// Quotas across the three server processes (issue 13, item 5): 100 requests at once, spread
+/// over the replicas, against a tenant's `requests_per_minute`, `max_sessions_per_user` and
+/// `max_concurrent_runs`: exactly the limit is admitted (no over-admit), every other one is
+/// refused 429 naming the quota. Ten parallel runs against `tokens_per_day` overshoot it by at
+/// most one model call's reservation.
+pub async fn quotas_hold_across_replicas(trio: &Trio) {
+    let a = trio.a();
+    // requests_per_minute: the limit, and 429 for the rest.
+    let t = a.tenant_with(json!({"requests_per_minute": 10})).await;
+    let rs = futures::future::join_all((0..100).map(|i| {
+        let (r, key) = (&trio.replicas[i % 3], &t.member.key);
+        async move {
+            r.call(Method::GET, "/api/v1/sessions", Some(key), None)
+                .await
+        }
+    }))
+    .await;
+    assert_eq!(
+        count(&rs, 200),
+        10,
+        "requests_per_minute 10 over three replicas"
+    );
+    assert!(
+        rs.iter()
+            .filter(|r| r.status != 200)
+            .all(|r| r.status == 429 && r.details()["quota"] == "requests_per_minute"),
+        "the others are refused by the quota"
+    );
+
+    // max_sessions_per_user: the limit.
+    let t = a.tenant_with(json!({"max_sessions_per_user": 7})).await;
+    let rs = futures::future::join_all((0..100).map(|i| {
+        let (r, key) = (&trio.replicas[i % 3], &t.member.key);
+        async move {
+            r.call(
+                Method::POST,
+                "/api/v1/sessions",
+                Some(key),
+                Some(&json!({})),
+            )
+            .await
+        }
+    }))
+    .await;
+    assert_eq!(
+        count(&rs, 201),
+        7,
+        "max_sessions_per_user 7 over three replicas"
+    );
+    assert!(
+        rs.iter()
+            .filter(|r| r.status != 201)
+            .all(|r| r.status == 429 && r.details()["quota"] == "max_sessions_per_user")
+    );
+    let listed = a
+        .ok(Method::GET, "/api/v1/sessions", &t.member.key, None, 200)
+        .await;
+    assert_eq!(listed["total"], 7, "nothing else was created");
+
+    // max_concurrent_runs: 100 runs that wait for an approval, each in its own session.
+    let t = a
+        .tenant_with(json!({"max_concurrent_runs": 3, "requests_per_minute": 10000}))
+        .await;
+    let key = t.member.key.clone();
+    let sessions: Vec<String> =
+        futures::future::join_all((0..100).map(|i| new_session(&trio.replicas[i % 3], &key))).await;
+    let write = r#"/tool write_file {"file_path": "slot.txt", "content": "x"}"#;
+    let starts = futures::future::join_all((0..100).map(|i| {
+        let (r, key, sid) = (&trio.replicas[i % 3], key.clone(), sessions[i].clone());
+        async move {
+            r.http
+                .post(r.url("/api/v1/chat/stream"))
+                .bearer_auth(&key)
+                .json(&json!({"message": write, "session_id": sid}))
+                .send()
+                .await
+                .unwrap()
+        }
+    }))
+    .await;
+    let mut admitted = Vec::new();
+    for (i, res) in starts.into_iter().enumerate() {
+        match res.status().as_u16() {
+            200 => admitted.push((i, res)),
+            429 => {
+                let body: Value = res.json().await.unwrap();
+                assert_eq!(body["details"]["quota"], "max_concurrent_runs", "{body}");
+            }
+            other => panic!(
+                "a run start answered {other}: {}",
+                res.text().await.unwrap()
+            ),
+        }
+    }
+    assert_eq!(
+        admitted.len(),
+        3,
+        "max_concurrent_runs 3 over three replicas"
+    );
+    // Their slots come back when they end (cancelled here, from any replica).
+    for (i, _) in &admitted {
+        let r = &trio.replicas[(i + 1) % 3];
+        r.ok(
+            Method::POST,
+            &format!("/api/v1/sessions/{}/cancel", sessions[*i]),
+            &key,
+            None,
+            200,
+        )
+        .await;
+    }
+    drop(admitted);
+
+    // tokens_per_day: ten parallel runs spread over the replicas overshoot by at most one
+    // model call's reservation (its prompt's estimate plus the answer's allowance).
+    const RESERVE_OUTPUT: u64 = 1024;
+    let budget = 12_000;
+    let t = a.tenant_with(json!({"tokens_per_day": budget})).await;
+    let message = "/sleep 300\n/tool write_todos {\"todos\": [{\"content\": \"count tokens\", \"status\": \"pending\"}]}";
+    let runs = futures::future::join_all((0..10).map(|i| {
+        let r = &trio.replicas[i % 3];
+        let key = if i % 2 == 0 {
+            &t.member.key
+        } else {
+            &t.member2.key
+        };
+        async move {
+            r.call(
+                Method::POST,
+                "/api/v1/chat",
+                Some(key),
+                Some(&json!({"message": message})),
+            )
+            .await
+        }
+    }))
+    .await;
+    let (mut used, mut max_input, mut refused) = (0, 0, 0);
+    for r in &runs {
+        if r.status == 429 {
+            assert_eq!(r.details()["quota"], "tokens_per_day", "{}", r.body);
+            refused += 1;
+            continue;
+        }
+        assert_eq!(r.status, 200, "{}", r.body);
+        let done = r.body["events"].as_array().unwrap().last().unwrap().clone();
+        let usage = &done["data"]["token_usage"];
+        used += usage["total"].as_u64().unwrap();
+        max_input = max_input.max(usage["input"].as_u64().unwrap());
+        if done["data"]["status"] != "completed" {
+            assert_eq!(done["data"]["reason"], "quota_exceeded", "{done}");
+            refused += 1;
+        }
+    }
+    eprintln!("tokens_per_day {budget} over three replicas: {used} used, {refused} refused");
+    assert!(refused >= 1, "ten runs do not fit in {budget} tokens");
+    let one_reservation = max_input + RESERVE_OUTPUT;
+    assert!(
+        used <= budget + one_reservation,
+        "{used} tokens used of {budget}: more than one reservation ({one_reservation}) over"
+    );
+}
+
+/// Delete every Redis key of the trio: a Redis restarted without its data.
+async fn forget_redis(prefix: &str) {
+    let client = redis::Client::open(crate::cluster::redis_url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{prefix}:*"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    if !keys.is_empty() {
+        let _: i64 = redis::cmd("DEL")
+            .arg(keys)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    }
+}
+
+/// Redis restarted (without its data) under load (issue 13, item 6): clients keep chatting on
+/// all three replicas while a long run streams. While Redis is away every replica's readiness
+/// is red and new runs get 503 `coordination_unavailable` with `Retry-After`; the run in
+/// flight finishes; when Redis is back everything works again without a restart, and every
+/// acknowledged chat is stored with its run's one `done`.
+pub async fn redis_restarted_under_load(trio: &Trio, t: &TenantFx) {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let key = t.member.key.clone();
+    // The long run, on A.
+    let long = new_session(trio.a(), &key).await;
+    let words: Vec<String> = (0..40).map(|i| format!("w{i}")).collect();
+    trio.fake.push(
+        FakeReply::text(&words.join(" "))
+            .in_chunks(40)
+            .with_chunk_delay(Duration::from_millis(100)),
+    );
+    let mut ws = watch(trio.a(), &key, &long, None).await;
+    send(
+        &mut ws,
+        json!({"type": "chat", "payload": {"message": "long"}}),
+    )
+    .await;
+    events_until(&mut ws, None, |e| e["event_type"] == "text").await;
+
+    // Load: one client per replica, chatting in its own session.
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut clients = Vec::new();
+    for r in &trio.replicas {
+        let sid = new_session(r, &key).await;
+        let (stop, key, http, url) = (
+            stop.clone(),
+            key.clone(),
+            r.http.clone(),
+            r.url("/api/v1/chat"),
+        );
+        clients.push(tokio::spawn(async move {
+            let mut answers: Vec<(u16, Value, bool)> = Vec::new();
+            let mut i = 0;
+            while !stop.load(Ordering::SeqCst) {
+                i += 1;
+                let res = http
+                    .post(&url)
+                    .bearer_auth(&key)
+                    .json(&json!({"message": format!("load {i}"), "session_id": sid}))
+                    .send()
+                    .await
+                    .unwrap();
+                let status = res.status().as_u16();
+                let retry = res.headers().contains_key("retry-after");
+                let body: Value = res.json().await.unwrap();
+                answers.push((status, body, retry));
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            (sid, answers)
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    trio.relay.set(Link::Refused).await;
+    forget_redis(&trio.prefix).await;
+    for r in &trio.replicas {
+        eventually("readiness turns red", || async {
+            let res = r
+                .call(Method::GET, "/api/v1/health/ready", None, None)
+                .await;
+            (res.status == 503 && res.code() == "coordination_unavailable").then_some(())
+        })
+        .await;
+    }
+    // The long run finishes on A while Redis is away.
+    let rest = events_until(&mut ws, None, |e| e["event_type"] == "done").await;
+    assert_eq!(rest.last().unwrap()["data"]["status"], "completed");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    trio.relay.set(Link::Up).await;
+    for r in &trio.replicas {
+        eventually("readiness turns green", || async {
+            let res = r
+                .call(Method::GET, "/api/v1/health/ready", None, None)
+                .await;
+            (res.status == 200).then_some(())
+        })
+        .await;
+    }
+    // Runs start again on every replica.
+    let back = Instant::now();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stop.store(true, Ordering::SeqCst);
+    let mut acknowledged = Vec::new();
+    for c in clients {
+        let (sid, answers) = c.await.unwrap();
+        let refused = answers
+            .iter()
+            .filter(|(s, _, _)| *s == 503)
+            .inspect(|(_, body, retry)| {
+                assert_eq!(body["error_code"], "coordination_unavailable", "{body}");
+                assert!(retry, "a 503 carries Retry-After: {body}");
+            })
+            .count();
+        assert!(refused > 0, "a client saw 503 while Redis was away");
+        assert!(
+            answers.last().is_some_and(|(s, _, _)| *s == 200),
+            "chats work again {:?} after Redis came back: {:?}",
+            back.elapsed(),
+            answers.last()
+        );
+        for (status, body, _) in &answers {
+            match status {
+                200 => {
+                    acknowledged.push((sid.clone(), body["run_id"].as_str().unwrap().to_string()))
+                }
+                503 => {}
+                other => panic!("a chat answered {other}: {body}"),
+            }
+        }
+    }
+    // Nothing acknowledged is lost: each acknowledged run is stored, completed, with one done.
+    let mut streams: BTreeMap<String, Vec<Value>> = BTreeMap::new();
+    let sessions: std::collections::BTreeSet<String> = acknowledged
+        .iter()
+        .map(|(s, _)| s.clone())
+        .chain([long.clone()])
+        .collect();
+    for sid in sessions {
+        let all = stored(trio.b(), &key, &sid).await;
+        increasing(&all, "stored");
+        one_done_per_run(&all);
+        streams.insert(sid, all);
+    }
+    for (sid, run) in &acknowledged {
+        assert!(
+            streams[sid]
+                .iter()
+                .any(|e| e["run_id"] == run.as_str() && e["event_type"] == "done"),
+            "acknowledged run {run} has its done stored"
+        );
+        assert_eq!(run_status(trio.c(), &key, run).await, "completed");
+    }
 }

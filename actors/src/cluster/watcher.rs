@@ -12,7 +12,10 @@
 //!   running) each one whose lease holder is dead, or whose lease has been free for longer than
 //!   a live owner takes to renew it (a Redis that lost its data: the owner takes its lease back
 //!   at its next renewal, so a free lease that stays free has no owner). Several replicas may
-//!   try at once; the claim lets one win.
+//!   try at once; the claim lets one win. After Redis was unreachable (every liveness key may
+//!   have expired meanwhile) the watcher waits until Redis has answered for longer than
+//!   `cluster.replica_ttl_ms`, so live replicas have said so again before anyone counts as
+//!   dead.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -92,7 +95,9 @@ fn heartbeat(coordination: &Coordination, ttl: Duration) {
                     tracing::info!("the replica heartbeat reaches Redis again");
                 }
             }
-            tokio::time::sleep(every).await;
+            // While failing, try again sooner: the key must be back before it is missed.
+            tokio::time::sleep(if ok { every } else { every.min(Duration::from_millis(200)) })
+                .await;
         }
     });
 }
@@ -101,10 +106,18 @@ async fn watch(engine: Engine, coordination: Coordination) {
     // A live owner renews (or takes back) its lease every third of its TTL: a lease free
     // for longer than that, and a margin, has no owner.
     let free_for = engine.deps().config.session_lease_ttl / 3 + Duration::from_secs(1);
+    // After Redis was away every replica's liveness key may have expired: a holder counts as
+    // dead only once Redis has answered long enough for a live one to have said so again.
+    let settle = engine.deps().config.replica_ttl + Duration::from_secs(1);
+    let mut reachable_since: Option<Instant> = None;
     let mut free_since: HashMap<SessionId, Instant> = HashMap::new();
     loop {
         tokio::time::sleep(SCAN_EVERY).await;
         if !coordination.reachable() {
+            reachable_since = None;
+            continue;
+        }
+        if reachable_since.get_or_insert_with(Instant::now).elapsed() < settle {
             continue;
         }
         let open =

@@ -949,7 +949,7 @@ impl Agent {
     async fn approve(&mut self, call: &ToolCall, tool: &dyn Tool, args: &Value) -> Step<Approval> {
         // A request this run left pending before it was resumed is asked again, same id.
         let reused = self.stored.pending_approvals.remove(&call.id);
-        let id = reused.unwrap_or_else(ApprovalId::new);
+        let id = reused.unwrap_or_default();
         self.asked_human.store(true, Ordering::Relaxed);
         let data = HitlRequestData {
             request_id: id.to_string(),
