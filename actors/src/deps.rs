@@ -7,12 +7,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agentry_llm::{ChatModel, LlmError, ModelConfig, RetryPolicy, build_model};
-pub use agentry_mcp::pipeline::{AllowAll, ToolPolicy};
-use agentry_mcp::tool::{ToolRegistry, ToolSpec};
 use agentry_schema::ids::{SessionId, TenantId, UserId};
 use agentry_store::Role;
 use agentry_store::assistants::Assistant;
 use agentry_store::tenants::Tenant;
+pub use agentry_tools::pipeline::{AllowAll, ToolPolicy};
+use agentry_tools::tool::{ToolRegistry, ToolSpec};
 use async_trait::async_trait;
 use sea_orm::DatabaseConnection;
 

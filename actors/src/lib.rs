@@ -23,7 +23,6 @@ pub mod hitl;
 pub mod journal;
 pub mod live_sessions;
 pub mod mcp_pool;
-pub mod memory_tools;
 pub mod metrics;
 pub mod profiles;
 pub mod quota;

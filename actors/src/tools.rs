@@ -3,11 +3,11 @@
 
 use std::sync::Arc;
 
-use agentry_mcp::builtin::{BuiltinConfig, BuiltinService, builtin_registry};
-use agentry_mcp::rbac::{self, RolePermissions};
-use agentry_mcp::tool::{ToolRegistry, ToolSpec};
+use agentry_builtin::{BuiltinConfig, BuiltinService, builtin_registry};
 use agentry_store::Role;
 use agentry_store::tenants::Tenant;
+use agentry_tools::rbac::{self, RolePermissions};
+use agentry_tools::tool::{ToolRegistry, ToolSpec};
 use async_trait::async_trait;
 
 use crate::deps::{ToolPolicy, ToolProvider, ToolRequest, ToolSet};
@@ -68,7 +68,7 @@ impl PlatformTools {
 
     /// Add the memory tools, which read and write the store.
     pub fn with_memory(mut self, db: sea_orm::DatabaseConnection) -> Self {
-        for t in crate::memory_tools::memory_tools(db) {
+        for t in agentry_builtin::memory::memory_tools(db) {
             if let Err(e) = self.registry.register(t) {
                 tracing::error!(error = %e, "memory tool not registered");
             }
@@ -218,19 +218,19 @@ mod tests {
     /// narrows a clone. Before, every run compiled every built-in schema again (21 of them).
     #[tokio::test]
     async fn a_run_compiles_no_schema() {
-        let before_start = agentry_mcp::tool::schema_compilations_on_this_thread();
+        let before_start = agentry_tools::tool::schema_compilations_on_this_thread();
         let platform = PlatformTools::new(BuiltinConfig::default());
-        let at_start = agentry_mcp::tool::schema_compilations_on_this_thread() - before_start;
+        let at_start = agentry_tools::tool::schema_compilations_on_this_thread() - before_start;
         assert_eq!(
             at_start as usize,
             platform.builtin_tools().len(),
             "each built-in schema is compiled once at start"
         );
         for tools in [None, Some(vec!["files:*".to_string()])] {
-            let before = agentry_mcp::tool::schema_compilations_on_this_thread();
+            let before = agentry_tools::tool::schema_compilations_on_this_thread();
             let set = platform.tools_for(&request(tools.clone())).await;
             assert_eq!(
-                agentry_mcp::tool::schema_compilations_on_this_thread() - before,
+                agentry_tools::tool::schema_compilations_on_this_thread() - before,
                 0,
                 "a run with tools {tools:?} compiled schemas"
             );
@@ -239,7 +239,7 @@ mod tests {
             // The clone validates with the validators compiled at start.
             assert!(matches!(
                 set.registry.validate("read_file", &json!({"file_path": 3})),
-                Err(agentry_mcp::tool::ToolError::InvalidArguments { .. })
+                Err(agentry_tools::tool::ToolError::InvalidArguments { .. })
             ));
         }
     }

@@ -1426,13 +1426,13 @@ async fn unavailable_backends_are_retried_and_disconnected_ones_are_not() {
     let flaky = Failing::new(
         "flaky_backend",
         vec![
-            agentry_mcp::tool::ToolError::Unavailable("restarting".into()),
-            agentry_mcp::tool::ToolError::Unavailable("restarting".into()),
+            agentry_tools::tool::ToolError::Unavailable("restarting".into()),
+            agentry_tools::tool::ToolError::Unavailable("restarting".into()),
         ],
     );
     let gone = Failing::new(
         "gone_backend",
-        vec![agentry_mcp::tool::ToolError::Disconnected(
+        vec![agentry_tools::tool::ToolError::Disconnected(
             "the server exited".into(),
         )],
     );
@@ -1478,7 +1478,7 @@ async fn unavailable_backends_are_retried_and_disconnected_ones_are_not() {
 async fn loop_retries_wait_the_configured_base_delay() {
     let flaky = Failing::new(
         "flaky_backend",
-        vec![agentry_mcp::tool::ToolError::Unavailable(
+        vec![agentry_tools::tool::ToolError::Unavailable(
             "restarting".into(),
         )],
     );

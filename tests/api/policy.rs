@@ -683,9 +683,9 @@ async fn env_of(ctx: &Ctx, t: &crate::ctx::TenantFx, name: &str) -> Vec<(String,
     .await
     .unwrap()
     .unwrap();
-    let key = agentry_mcp::secrets::SecretBox::from_config(Some(
-        &agentry_schema::secret::Secret::new(crate::mcp::MCP_KEY),
-    ))
+    let key = agentry_sealing::SecretBox::from_config(Some(&agentry_schema::secret::Secret::new(
+        crate::mcp::MCP_KEY,
+    )))
     .unwrap();
     let stored = agentry_gateway::engine::stored_of(&row);
     let config = agentry_mcp::stored::join_from_storage(&stored, Some(&key)).unwrap();

@@ -22,13 +22,6 @@ use std::time::{Duration, Instant};
 use agentry_llm::{
     ChatMessage, ChatModel, ChatRequest, LlmError, RetryPolicy, StreamEvent, ToolCall, ToolSchema,
 };
-use agentry_mcp::pipeline::{
-    self, Approval, CallHost, CallRequest, FinishedCall, Outcome, Refusal, RefusalKind, ToolPolicy,
-};
-use agentry_mcp::tool::{
-    EventSink, InteractionError, PauseClock, Tool, ToolContext, ToolError, ToolSpec,
-    UserInteraction, WorkspaceInfo,
-};
 use agentry_schema::error::ErrorCode;
 use agentry_schema::events::{
     ActionRequest, DoneStatus, EventPayload, HitlKind, HitlRequestData, Question, Todo, TokenUsage,
@@ -41,6 +34,13 @@ use agentry_store::assistants::Assistant;
 use agentry_store::tenants::Tenant;
 use agentry_store::tool_calls::NewToolCallLog;
 use agentry_store::{Role, StoreError, TenantScope, messages};
+use agentry_tools::pipeline::{
+    self, Approval, CallHost, CallRequest, FinishedCall, Outcome, Refusal, RefusalKind, ToolPolicy,
+};
+use agentry_tools::tool::{
+    EventSink, InteractionError, PauseClock, Tool, ToolContext, ToolError, ToolSpec,
+    UserInteraction, WorkspaceInfo,
+};
 use async_trait::async_trait;
 use futures::StreamExt;
 use serde_json::{Value, json};

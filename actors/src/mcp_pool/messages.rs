@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use actix::Message;
 use agentry_mcp::config_file::ConfigDiff;
-use agentry_mcp::tool::CompiledTool;
 use agentry_schema::ids::UserId;
+use agentry_tools::tool::CompiledTool;
 
 use super::Key;
 

@@ -18,15 +18,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
-use agentry_mcp::builtin::BuiltinConfig;
-use agentry_mcp::builtin::net_guard::GuardedResolver;
+use agentry_builtin::BuiltinConfig;
+use agentry_builtin::net_guard::GuardedResolver;
 use agentry_mcp::client::{
     ClientHooks, ConnectionStatus, McpConnection, McpServerConfig, StdioLaunch,
 };
 use agentry_mcp::config_file::ServerPolicy;
-use agentry_mcp::tool::{CompiledTool, Tool};
 use agentry_schema::ids::UserId;
 use agentry_store::tenants::Tenant;
+use agentry_tools::tool::{CompiledTool, Tool};
 use async_trait::async_trait;
 use tokio::sync::oneshot;
 
@@ -547,7 +547,7 @@ struct RateLimited {
 
 #[async_trait]
 impl Tool for RateLimited {
-    fn spec(&self) -> &agentry_mcp::tool::ToolSpec {
+    fn spec(&self) -> &agentry_tools::tool::ToolSpec {
         self.inner.spec()
     }
 
@@ -558,10 +558,10 @@ impl Tool for RateLimited {
     async fn call(
         &self,
         args: serde_json::Value,
-        ctx: &agentry_mcp::tool::ToolContext,
-    ) -> Result<agentry_mcp::tool::ToolOutput, agentry_mcp::tool::ToolError> {
+        ctx: &agentry_tools::tool::ToolContext,
+    ) -> Result<agentry_tools::tool::ToolOutput, agentry_tools::tool::ToolError> {
         if let Err(wait) = self.limiter.admit() {
-            return Err(agentry_mcp::tool::ToolError::Failed {
+            return Err(agentry_tools::tool::ToolError::Failed {
                 message: format!(
                     "the MCP server's rate limit of {} calls per minute is reached; try again in {} s",
                     self.limiter.per_minute,

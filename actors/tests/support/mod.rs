@@ -12,15 +12,15 @@ use agentry_actors::{
     AllowAll, ChatCommand, ConfiguredModels, Engine, EngineConfig, EngineDeps, SessionEvent,
     SessionHandle, ToolProvider, ToolRequest, ToolSet, channel_subscriber,
 };
+use agentry_builtin::{BuiltinConfig, BuiltinService, builtin_registry};
 use agentry_fake_model::{FakeConfig, FakeModelServer};
 use agentry_llm::{ModelConfig, Provider};
-use agentry_mcp::builtin::{BuiltinConfig, BuiltinService, builtin_registry};
-use agentry_mcp::tool::{Tool, ToolContext, ToolError, ToolOutput, ToolRegistry, ToolSpec};
 use agentry_schema::events::{EventPayload, ExecutionEvent};
 use agentry_schema::ids::{RunId, SessionId};
 use agentry_store::tenants::{self, NewTenant, Quotas, Tenant};
 use agentry_store::testing::{Backend, TestDb};
 use agentry_store::{PlatformScope, Role, UserScope, users};
+use agentry_tools::tool::{Tool, ToolContext, ToolError, ToolOutput, ToolRegistry, ToolSpec};
 use async_trait::async_trait;
 use serde_json::{Value, json};
 use tokio::sync::mpsc::UnboundedReceiver;

@@ -9,11 +9,11 @@ use agentry_actors::mcp_pool::{McpConfigSource, McpPoolConfig, Origin, PoolServe
 use agentry_actors::quota::{QuotaHandle, RedisQuota};
 use agentry_actors::tools::PlatformTools;
 use agentry_actors::{ConfiguredModels, Engine, EngineConfig, EngineDeps, EngineError};
-use agentry_mcp::builtin::net_guard::GuardedResolver;
+use agentry_builtin::net_guard::GuardedResolver;
 use agentry_mcp::config_file::{McpConfigWatcher, ServerPolicy};
-use agentry_mcp::secrets::SecretBox;
 use agentry_mcp::stored::{StoredMcpServer, join_from_storage};
 use agentry_schema::ids::UserId;
+use agentry_sealing::SecretBox;
 use agentry_store::mcp_servers::{self, McpServerRow};
 use agentry_store::tenants::Tenant;
 use anyhow::Context;
@@ -49,7 +49,7 @@ pub struct McpSources {
     pub db: DatabaseConnection,
     /// The address rules of the web tools, applied again to users' HTTP servers before each
     /// connect (a name may resolve elsewhere than when it was added).
-    pub net: agentry_mcp::builtin::BuiltinConfig,
+    pub net: agentry_builtin::BuiltinConfig,
     pub secrets: Option<SecretBox>,
     pub file: Option<Arc<McpConfigWatcher>>,
 }
@@ -89,9 +89,8 @@ impl McpConfigSource for McpSources {
                         Ok(config) => {
                             if let agentry_mcp::client::McpTransportConfig::Http(h) =
                                 &config.transport
-                                && let Err(e @ agentry_mcp::tool::ToolError::Refused(_)) =
-                                    agentry_mcp::builtin::net_guard::check_url(&h.url, &self.net)
-                                        .await
+                                && let Err(e @ agentry_tools::tool::ToolError::Refused(_)) =
+                                    agentry_builtin::net_guard::check_url(&h.url, &self.net).await
                             {
                                 warnings.push(format!(
                                     "MCP server {:?} was not connected: its URL is refused ({e})",
@@ -135,7 +134,7 @@ pub fn build(
     let secrets = SecretBox::from_config(Some(&settings.mcp.encryption_key))
         .map(Some)
         .or_else(|e| match e {
-            agentry_mcp::secrets::SecretError::NoKey => Ok(None),
+            agentry_sealing::SecretError::NoKey => Ok(None),
             other => Err(other),
         })
         .context("mcp.encryption_key")?;

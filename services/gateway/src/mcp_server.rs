@@ -12,7 +12,7 @@
 //! Every request is authenticated by [`guard`] before rmcp reads its body: the API key (the
 //! same as the REST API's), then the MCP session: a session id belongs to the tenant user whose
 //! `initialize` created it, and is "not found" for every other key. Calls go through the same
-//! tool-call pipeline as the agent loop's (`agentry_mcp::pipeline`): built-in tools that need
+//! tool-call pipeline as the agent loop's (`agentry_tools::pipeline`): built-in tools that need
 //! approval are asked by elicitation, refused when the client cannot ask; their timeout stands
 //! still while an elicitation waits; every built-in call that got past its arguments writes an
 //! execution and a tool-call audit row ([`McpAudit`]).
@@ -28,14 +28,9 @@ use actix_web::middleware::{Next, from_fn};
 use actix_web::{FromRequest, HttpMessage, HttpResponse, ResponseError, web};
 use agentry_actors::tools::{PlatformTools, role_policy};
 use agentry_actors::{ChatCommand, CreateSession, Engine, EngineError, ToolPolicy};
-use agentry_mcp::pipeline::Retry;
 use agentry_mcp::server::{
     CallAudit, CallRecord, CallerTools, Presenter, ToolServer, ToolSource, approval_question,
     is_yes, to_mcp_result,
-};
-use agentry_mcp::tool::{
-    CompiledTool, InteractionError, RegistryError, Tool, ToolContext, ToolError, ToolOutput,
-    ToolSpec, WorkspaceInfo,
 };
 use agentry_schema::error::ErrorCode;
 use agentry_schema::events::{DoneStatus, EventPayload, HitlKind, HitlRequestData};
@@ -44,6 +39,11 @@ use agentry_schema::ids::{ApprovalId, AssistantId, RunId, SessionId, TenantId, U
 use agentry_store::executions::{self, ExecutionStatus, NewExecution};
 use agentry_store::tenants::Tenant;
 use agentry_store::{UserScope, assistants, sessions, tool_calls};
+use agentry_tools::pipeline::Retry;
+use agentry_tools::tool::{
+    CompiledTool, InteractionError, RegistryError, Tool, ToolContext, ToolError, ToolOutput,
+    ToolSpec, WorkspaceInfo,
+};
 use async_trait::async_trait;
 use futures::StreamExt;
 use rmcp::model::{CallToolResponse, CallToolResult, ContentBlock};

@@ -5,8 +5,8 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+use agentry_builtin::BuiltinConfig;
 use agentry_llm::ModelConfig;
-use agentry_mcp::builtin::BuiltinConfig;
 use agentry_schema::secret::Secret;
 use serde::{Deserialize, Serialize};
 
@@ -871,7 +871,7 @@ impl Settings {
             return bad("mcp.idle_timeout_secs", "must be at least 1");
         }
         if !self.mcp.encryption_key.is_empty()
-            && let Err(e) = agentry_mcp::secrets::SecretBox::new(self.mcp.encryption_key.expose())
+            && let Err(e) = agentry_sealing::SecretBox::new(self.mcp.encryption_key.expose())
         {
             return bad("mcp.encryption_key", &e.to_string());
         }

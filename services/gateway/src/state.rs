@@ -25,7 +25,7 @@ pub struct AppState {
     /// The actor tree: sessions, runs, approvals, quotas, MCP pools.
     pub engine: agentry_actors::Engine,
     /// Seals users' MCP secrets at rest (`mcp.encryption_key`); `None` when no key is set.
-    pub secrets: Option<agentry_mcp::secrets::SecretBox>,
+    pub secrets: Option<agentry_sealing::SecretBox>,
     /// Open WebSocket connections (capped by `server.max_connections`).
     pub ws_connections: Arc<AtomicUsize>,
     /// Cancelled when the process starts stopping (SIGTERM/SIGINT): every WebSocket closes with

@@ -2,7 +2,6 @@
 //! (`/admin/tenants/...`) and the tenant admin API (`/tenant/...`). The routes only extract and
 //! convert; both APIs call the same functions with the scope their caller proved.
 
-use agentry_mcp::rbac::RolePermissions;
 use agentry_schema::api::{
     CreateApiKeyRequest, CreateTenantRequest, CreateUserRequest, DailyUsage as WireDailyUsage,
     ReplaceTenantRequest, UpdateTenantRequest, UpdateUserRequest, UsageReport, UsageTotals,
@@ -16,6 +15,7 @@ use agentry_store::tenants::{
 };
 use agentry_store::users::{self, User};
 use agentry_store::{PageRequest, Role, StoreError, TenantScope, TransactionTrait, usage};
+use agentry_tools::rbac::RolePermissions;
 use chrono::{NaiveDate, Utc};
 use sea_orm::DatabaseConnection;
 use serde_json::Value;

@@ -1,28 +1,22 @@
-//! agentry-mcp: everything the agent can call.
+//! agentry-mcp: MCP, both ways.
 //!
-//! - [`tool`]: the [`Tool`](tool::Tool) trait every tool implements (built-in or MCP), the context
-//!   a call runs in, and the structured errors a call can end with.
 //! - [`client`]: the MCP client (stdio and Streamable HTTP servers, on rmcp) and the adapter that
-//!   turns a server's tools into [`Tool`](tool::Tool)s named `<server>__<tool>`.
-//! - [`builtin`]: the built-in tool services (files, shell, web, system, services, todos,
-//!   interaction) and [`builtin_registry`](builtin::builtin_registry) to mount them.
-//! - [`pipeline`]: the one tool-call pipeline (policy → schema → approval → the call on a
-//!   paused clock, with retries → audit → events) that the agent loop and `/mcp` share.
-//! - [`rbac`]: role permissions (`service:tool`, `service:*`, `*:*`) the loop checks per call.
-//! - [`server`]: a tool registry served as an MCP server (`agentry tool-server <name>`).
+//!   turns a server's tools into [`Tool`](agentry_tools::tool::Tool)s named `<server>__<tool>`.
+//! - [`server`]: a tool registry served as an MCP server (`agentry tool-server <name>`, and the
+//!   gateway's `/mcp`), calling through the one tool-call pipeline
+//!   ([`agentry_tools::pipeline`]).
 //! - [`config_file`]: the MCP config file (YAML or JSON), its per-server policy, and
 //!   [`McpConfigWatcher`](config_file::McpConfigWatcher), which hot-reloads it.
-//! - [`secrets`]: [`SecretBox`](secrets::SecretBox), MCP secrets encrypted at rest.
-//! - [`stored`]: a server's config as a store row (secrets sealed) and as the REST API shows it.
+//! - [`stored`]: a server's config as a store row (secrets sealed with
+//!   [`agentry_sealing::SecretBox`]) and as the REST API shows it.
+//!
+//! The tool core (the `Tool` trait, the registry, the pipeline, RBAC) is `agentry-tools`; the
+//! built-in tools are `agentry-builtin`.
 
-pub mod builtin;
 pub mod client;
 pub mod config_file;
-pub mod pipeline;
-pub mod rbac;
-pub mod secrets;
+mod config_secrets;
 pub mod server;
 pub mod stored;
 #[cfg(feature = "testing")]
 pub mod testing;
-pub mod tool;

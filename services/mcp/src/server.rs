@@ -4,7 +4,7 @@
 //! - `tools/list` gives every tool with its schema; tools that need approval carry the
 //!   `destructiveHint` annotation and `_meta["agentry/requires_approval"]`, so the client (our
 //!   own agent loop, or any MCP host) can ask a human first.
-//! - `tools/call` runs the call through the tool-call pipeline ([`crate::pipeline`], the same
+//! - `tools/call` runs the call through the tool-call pipeline ([`agentry_tools::pipeline`], the same
 //!   one the agent loop uses): policy, the schema (a violation is an `isError` result listing
 //!   every problem), the approval by elicitation when enforced, the tool within its timeout on
 //!   a clock that stands still while an elicitation waits, the audit. It maps the outcome:
@@ -46,12 +46,12 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::builtin::{BuiltinConfig, builtin_registry, parse_selection};
-use crate::pipeline::{
+use agentry_builtin::{BuiltinConfig, builtin_registry, parse_selection};
+use agentry_tools::pipeline::{
     self, AllowAll, Approval, CallHost, CallRequest, FinishedCall, Refusal, RefusalKind, Retry,
     Stage, ToolPolicy,
 };
-use crate::tool::{
+use agentry_tools::tool::{
     EventSink, InteractionError, Tool, ToolContext, ToolError, ToolOutput, ToolRegistry, ToolSpec,
     UserInteraction, WorkspaceInfo,
 };
@@ -70,7 +70,7 @@ const DEFAULT_APPROVAL_TIMEOUT_SECS: u64 = 300;
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
     #[error(transparent)]
-    UnknownService(#[from] crate::builtin::UnknownService),
+    UnknownService(#[from] agentry_builtin::UnknownService),
     #[error("cannot prepare the workspace {path}: {reason}")]
     Workspace { path: PathBuf, reason: String },
     #[error("the MCP session did not start: {0}")]

@@ -23,7 +23,9 @@ use crate::client::config::{
     ConfigError, DEFAULT_CONNECT_TIMEOUT_SECS, HttpAuth, HttpConfig, McpServerConfig,
     McpTransportConfig, StdioConfig,
 };
-use crate::secrets::{SecretBox, SecretError};
+use agentry_sealing::{SecretBox, SecretError};
+
+use crate::config_secrets;
 
 /// What `masked_view` shows in place of a secret value.
 pub const MASK: &str = "***";
@@ -144,14 +146,14 @@ pub fn split_for_storage(
             stored.command = Some(s.command.clone());
             stored.args = s.args.clone();
             if !s.env.is_empty() {
-                stored.env_encrypted = Some(seal("env", &|b| b.seal_env(&s.env))?);
+                stored.env_encrypted = Some(seal("env", &|b| config_secrets::seal_env(b, &s.env))?);
             }
         }
         McpTransportConfig::Http(h) => {
             stored.url = Some(h.url.clone());
             if !h.headers.is_empty() || h.auth != HttpAuth::None {
                 stored.headers_encrypted = Some(seal("headers/auth", &|b| {
-                    b.seal_auth_and_headers(&h.headers, &h.auth)
+                    config_secrets::seal_auth_and_headers(b, &h.headers, &h.auth)
                 })?);
             }
         }
@@ -189,13 +191,13 @@ pub fn join_from_storage(
                 None => BTreeMap::new(),
                 Some(sealed) => {
                     let boxed = open("env")?;
-                    boxed
-                        .open_env(sealed)
-                        .map_err(|source| StorageError::Secret {
+                    config_secrets::open_env(boxed, sealed).map_err(|source| {
+                        StorageError::Secret {
                             server: stored.name.clone(),
                             field: "env",
                             source,
-                        })?
+                        }
+                    })?
                 }
             };
             McpTransportConfig::Stdio(StdioConfig {
@@ -217,13 +219,13 @@ pub fn join_from_storage(
                 None => (BTreeMap::new(), HttpAuth::None),
                 Some(sealed) => {
                     let boxed = open("headers/auth")?;
-                    boxed
-                        .open_auth_and_headers(sealed)
-                        .map_err(|source| StorageError::Secret {
+                    config_secrets::open_auth_and_headers(boxed, sealed).map_err(|source| {
+                        StorageError::Secret {
                             server: stored.name.clone(),
                             field: "headers/auth",
                             source,
-                        })?
+                        }
+                    })?
                 }
             };
             McpTransportConfig::Http(HttpConfig { url, headers, auth })

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use agentry_mcp::client::{
     ClientHooks, ConnectionStatus, McpConnection, McpError, McpServerConfig, ToolHints, tools_for,
 };
-use agentry_mcp::tool::{InteractionError, ToolError, ToolRegistry};
 use agentry_schema::events::EventPayload;
+use agentry_tools::tool::{InteractionError, ToolError, ToolRegistry};
 use serde_json::json;
 use support::*;
 use tokio_util::sync::CancellationToken;

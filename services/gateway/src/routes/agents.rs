@@ -5,11 +5,11 @@ use actix_web::HttpResponse;
 use actix_web::web::{self, Json};
 use agentry_actors::profiles;
 use agentry_llm::Provider;
-use agentry_mcp::rbac::Permission;
 use agentry_schema::api::{AssistantInfo, AssistantSpecRequest, CreateAssistantRequest};
 use agentry_schema::ids::{AssistantId, ProfileId};
 use agentry_store::TenantScope;
 use agentry_store::assistants::{self, Assistant, AssistantSpec};
+use agentry_tools::rbac::Permission;
 
 use crate::auth::{TenantAdmin, TenantCaller};
 use crate::error::{ApiError, ApiResult};

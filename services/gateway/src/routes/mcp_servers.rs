@@ -25,11 +25,11 @@ use agentry_actors::mcp_pool::{ServerStatuses, ServerTools, UserConfigChanged};
 use agentry_mcp::client::{HttpAuth, McpServerConfig, McpTransportConfig};
 use agentry_mcp::config_file::FileServerEntry;
 use agentry_mcp::stored::{join_from_storage, masked_view, split_for_storage, unmask};
-use agentry_mcp::tool::ToolError;
 use agentry_schema::error::ErrorCode;
 use agentry_schema::ids::UserId;
 use agentry_store::mcp_servers::{self, NewMcpServer};
 use agentry_store::users;
+use agentry_tools::tool::ToolError;
 use serde_json::{Value, json};
 
 use crate::auth::TenantCaller;
@@ -228,7 +228,7 @@ async fn admissible(
             }
             // A host that does not resolve, or resolves to an address the policy refuses, is
             // refused now; the client checks the addresses again on every connection.
-            match agentry_mcp::builtin::net_guard::check_url(&h.url, &state.settings.tools).await {
+            match agentry_builtin::net_guard::check_url(&h.url, &state.settings.tools).await {
                 Ok(_) => {}
                 Err(ToolError::Failed { message, .. }) => {
                     return Err(ApiError::validation(

@@ -13,9 +13,11 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use agentry_mcp::client::{ClientHooks, McpConnection, McpServerConfig};
-use agentry_mcp::tool::{EventSink, InteractionError, ToolContext, UserInteraction, WorkspaceInfo};
 use agentry_schema::events::{EventPayload, Question};
 use agentry_schema::ids::{RunId, SessionId, TenantId, UserId};
+use agentry_tools::tool::{
+    EventSink, InteractionError, ToolContext, UserInteraction, WorkspaceInfo,
+};
 use async_trait::async_trait;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use super::config::TOOL_NAME_SEPARATOR;
 use super::connection::{McpConnection, RemoteTool};
 use super::error::McpError;
-use crate::tool::{Tool, ToolContext, ToolError, ToolOutput, ToolSpec};
+use agentry_tools::tool::{Tool, ToolContext, ToolError, ToolOutput, ToolSpec};
 
 /// Longest tool name the model APIs accept.
 pub const MAX_TOOL_NAME_LEN: usize = 64;

@@ -31,7 +31,7 @@ use super::error::McpError;
 use super::handler::{AgentryClientHandler, ElicitFor, InFlightGuard, Shared, elicit};
 use super::http::{SessionAwareClient, transport_config};
 use super::stdio::{self, ProcessGroup, StderrTail, StdioLaunch};
-use crate::tool::{PauseClock, ToolContext, ToolOutput};
+use agentry_tools::tool::{PauseClock, ToolContext, ToolOutput};
 
 /// MRTR (`input_required`) rounds driven for one call before giving up.
 const MAX_INPUT_ROUNDS: usize = 8;

@@ -8,7 +8,7 @@ use rmcp::service::ServiceError;
 use serde_json::Value;
 
 use super::config::ConfigError;
-use crate::tool::ToolError;
+use agentry_tools::tool::ToolError;
 
 /// JSON-RPC codes with a meaning for the model.
 const INVALID_PARAMS: i32 = -32602;

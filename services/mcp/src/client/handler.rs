@@ -22,7 +22,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::connection::{ClientHooks, ConnectionStatus};
-use crate::tool::{EventSink, InteractionError, PauseClock, UserInteraction};
+use agentry_tools::tool::{EventSink, InteractionError, PauseClock, UserInteraction};
 
 /// How long a user has to answer an elicitation (the HITL default).
 pub const ELICITATION_TIMEOUT_SECS: u64 = 300;

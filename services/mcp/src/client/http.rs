@@ -27,7 +27,7 @@ use sse_stream::Sse;
 
 use super::config::{HttpAuth, HttpConfig};
 use super::error::McpError;
-use crate::builtin::net_guard::GuardedResolver;
+use agentry_builtin::net_guard::GuardedResolver;
 
 /// Resolve a secret given as an env var name or a literal. A missing variable is an error that
 /// names it.
@@ -291,9 +291,9 @@ mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpListener;
 
-    use crate::builtin::BuiltinConfig;
-    use crate::builtin::net_guard::{ScriptedResolver, check_url_with};
     use crate::client::{ClientHooks, McpConnection, McpServerConfig, StdioLaunch};
+    use agentry_builtin::BuiltinConfig;
+    use agentry_builtin::net_guard::{ScriptedResolver, check_url_with};
 
     /// Accept connections on `listener`, count them, and answer each with `reply` (if any).
     fn count_connections(listener: TcpListener, reply: Option<String>) -> Arc<AtomicUsize> {

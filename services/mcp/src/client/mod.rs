@@ -3,7 +3,7 @@
 //! - [`config`]: [`McpServerConfig`], the shape shared by the YAML file, the REST API and the
 //!   store, with validation.
 //! - [`connection`]: [`McpConnection`] — connect, status, ping, list tools, call, close.
-//! - [`adapter`]: [`McpTool`], one remote tool as a [`Tool`](crate::tool::Tool) named
+//! - [`adapter`]: [`McpTool`], one remote tool as a [`Tool`](agentry_tools::tool::Tool) named
 //!   `<server>__<tool>`, and [`tools_for`].
 //! - [`stdio`]: the child-process environment allow-list and process-group handling.
 //!

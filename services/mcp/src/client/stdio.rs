@@ -28,7 +28,7 @@ use tokio::process::ChildStderr;
 
 use super::config::StdioConfig;
 use super::error::McpError;
-use crate::builtin::net_guard::GuardedResolver;
+use agentry_builtin::net_guard::GuardedResolver;
 
 /// Variables copied from the parent's environment when set. `LC_*` are copied too.
 pub const ENV_ALLOW_LIST: &[&str] = &[

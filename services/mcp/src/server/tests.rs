@@ -9,7 +9,7 @@ use rmcp::model::{
 use rmcp::service::{ClientLifecycleMode, ClientServiceExt, RoleClient, RunningService};
 
 use super::*;
-use crate::builtin::BuiltinService;
+use agentry_builtin::BuiltinService;
 
 /// A client whose user answers every elicitation with `answer` (or declines when None), and
 /// who remembers the messages it was shown.

@@ -8,9 +8,11 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use agentry_mcp::tool::{EventSink, InteractionError, ToolContext, UserInteraction, WorkspaceInfo};
 use agentry_schema::events::{EventPayload, Question};
 use agentry_schema::ids::{RunId, SessionId, TenantId, UserId};
+use agentry_tools::tool::{
+    EventSink, InteractionError, ToolContext, UserInteraction, WorkspaceInfo,
+};
 use async_trait::async_trait;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;

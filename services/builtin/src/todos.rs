@@ -10,7 +10,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{BuiltinConfig, parse_args};
-use crate::tool::{Tool, ToolContext, ToolError, ToolOutput, ToolSpec};
+use agentry_tools::tool::{Tool, ToolContext, ToolError, ToolOutput, ToolSpec};
 
 /// Longest text of one item.
 const MAX_CONTENT_CHARS: usize = 2000;
@@ -118,8 +118,8 @@ impl Tool for WriteTodos {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::builtin::test_support::ctx;
-    use crate::tool::ToolRegistry;
+    use crate::test_support::ctx;
+    use agentry_tools::tool::ToolRegistry;
 
     #[tokio::test]
     async fn the_list_is_returned_and_emitted_as_todo_update() {

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use url::{Host, Url};
 
 use super::BuiltinConfig;
-use crate::tool::ToolError;
+use agentry_tools::tool::ToolError;
 
 /// Why an address is off limits, or `None` when it is a public unicast address.
 pub fn forbidden_reason(ip: IpAddr) -> Option<&'static str> {
@@ -322,29 +322,29 @@ impl reqwest::dns::Resolve for GuardedResolver {
 }
 
 /// A resolver for tests: answers from a script, one answer per lookup (the last one repeats),
-/// and never asks the network.
-#[cfg(test)]
+/// and never asks the network. Also for the MCP client's tests (feature `testing`).
+#[cfg(any(test, feature = "testing"))]
 #[derive(Debug)]
-pub(crate) struct ScriptedResolver {
+pub struct ScriptedResolver {
     answers: std::sync::Mutex<std::collections::VecDeque<std::io::Result<Vec<IpAddr>>>>,
-    pub(crate) lookups: std::sync::atomic::AtomicUsize,
+    lookups: std::sync::atomic::AtomicUsize,
 }
 
-#[cfg(test)]
+#[cfg(any(test, feature = "testing"))]
 impl ScriptedResolver {
-    pub(crate) fn new(answers: Vec<std::io::Result<Vec<IpAddr>>>) -> Arc<Self> {
+    pub fn new(answers: Vec<std::io::Result<Vec<IpAddr>>>) -> Arc<Self> {
         Arc::new(Self {
             answers: std::sync::Mutex::new(answers.into()),
             lookups: Default::default(),
         })
     }
 
-    pub(crate) fn lookups(&self) -> usize {
+    pub fn lookups(&self) -> usize {
         self.lookups.load(std::sync::atomic::Ordering::SeqCst)
     }
 }
 
-#[cfg(test)]
+#[cfg(any(test, feature = "testing"))]
 impl HostResolver for ScriptedResolver {
     fn lookup(&self, _host: &str, port: u16) -> Lookup {
         self.lookups

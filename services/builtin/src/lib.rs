@@ -1,5 +1,7 @@
-//! The built-in tool services (DESIGN §8), mounted in-process by the engine with
-//! [`builtin_registry`] and runnable as stdio MCP servers with `agentry tool-server <name>`.
+//! agentry-builtin: the built-in tool services (DESIGN §8), mounted in-process by the engine with
+//! [`builtin_registry`] and runnable as stdio MCP servers with `agentry tool-server <name>`, and
+//! the memory tools ([`memory`]), which need the store and are added to the registry at start
+//! when there is one (`agentry_actors::tools::PlatformTools::with_memory`).
 //!
 //! | service | tools |
 //! |---|---|
@@ -10,15 +12,19 @@
 //! | `services` | get_service_status, start_service, stop_service, restart_service |
 //! | `todos` | write_todos |
 //! | `interaction` | ask_question, get_user_input, confirm_action, get_user_preference |
+//! | `memory` | remember, recall |
 //!
-//! Each tool only does its work; the agent loop applies approval, RBAC, schema validation,
-//! timeouts, audit and event emission around it.
+//! Each tool only does its work; the tool-call pipeline (`agentry_tools::pipeline`) applies
+//! approval, RBAC, schema validation, timeouts, audit and event emission around it. The guards
+//! the tools (and the MCP client) share live here too: [`jail`] (paths inside a workspace),
+//! [`command_guard`] (what `shell` may run) and [`net_guard`] (which addresses may be reached).
 
 pub mod command_guard;
 pub mod config;
 pub mod files;
 pub mod interaction;
 pub mod jail;
+pub mod memory;
 pub mod net_guard;
 pub mod services;
 pub mod shell;
@@ -36,7 +42,7 @@ use serde_json::Value;
 
 pub use config::BuiltinConfig;
 
-use crate::tool::{Tool, ToolError, ToolRegistry};
+use agentry_tools::tool::{Tool, ToolError, ToolRegistry};
 
 /// One built-in service; the RBAC `service` part of its tools' permissions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use tokio::process::Command;
 
 use super::{BuiltinConfig, parse_args};
-use crate::tool::{Tool, ToolContext, ToolError, ToolOutput, ToolSpec};
+use agentry_tools::tool::{Tool, ToolContext, ToolError, ToolOutput, ToolSpec};
 
 const SERVICE: &str = "services";
 
@@ -307,7 +307,7 @@ impl Tool for ServiceTool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::builtin::test_support::ctx;
+    use crate::test_support::ctx;
     use std::os::unix::fs::PermissionsExt;
 
     fn tool(action: Action, cfg: &BuiltinConfig) -> ServiceTool {

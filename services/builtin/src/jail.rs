@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use cap_std::ambient_authority;
 use cap_std::fs::Dir;
 
-use crate::tool::{ToolError, WorkspaceInfo};
+use agentry_tools::tool::{ToolError, WorkspaceInfo};
 
 /// Directories nested deeper than this are not walked (quota, glob, grep, listings).
 pub(crate) const MAX_WALK_DEPTH: usize = 64;

@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::jail::{Jail, MAX_WALK_DEPTH, display, io_error, write_lock};
 use super::{BuiltinConfig, blocking, parse_args};
-use crate::tool::{Tool, ToolContext, ToolError, ToolOutput, ToolSpec};
+use agentry_tools::tool::{Tool, ToolContext, ToolError, ToolOutput, ToolSpec};
 
 const SERVICE: &str = "files";
 /// Bytes looked at to decide whether a file is binary.

@@ -4,9 +4,9 @@
 
 use std::sync::Arc;
 
-use agentry_mcp::tool::{Tool, ToolContext, ToolError, ToolOutput, ToolSpec};
 use agentry_store::PlatformScope;
 use agentry_store::memories::{self, NewMemory};
+use agentry_tools::tool::{Tool, ToolContext, ToolError, ToolOutput, ToolSpec};
 use async_trait::async_trait;
 use sea_orm::DatabaseConnection;
 use serde_json::{Value, json};

@@ -25,7 +25,7 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use super::command_guard::check_command;
 use super::jail::{Jail, display};
 use super::{BuiltinConfig, blocking, parse_args};
-use crate::tool::{Tool, ToolContext, ToolError, ToolOutput, ToolSpec};
+use agentry_tools::tool::{Tool, ToolContext, ToolError, ToolOutput, ToolSpec};
 
 /// Commands longer than this are refused (a command line is not a place for data).
 const MAX_COMMAND_BYTES: usize = 64 * 1024;
@@ -293,7 +293,7 @@ fn sandbox_error(e: SandboxError) -> ToolError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::builtin::test_support::ctx;
+    use crate::test_support::ctx;
 
     /// Unit tests run commands unconfined (the launcher is the `agentry` binary); the sandbox
     /// itself is tested in `services/sandbox` and end to end.

@@ -9,8 +9,8 @@ use axum::routing::{any, get, post};
 use proptest::prelude::*;
 
 use super::*;
-use crate::builtin::test_support::ctx;
-use crate::tool::ToolContext;
+use crate::test_support::ctx;
+use agentry_tools::tool::ToolContext;
 
 #[derive(Clone, Default)]
 struct Hits(Arc<AtomicUsize>);

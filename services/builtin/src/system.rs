@@ -12,7 +12,7 @@ use sysinfo::{MINIMUM_CPU_UPDATE_INTERVAL, ProcessesToUpdate, System};
 
 use super::jail::Jail;
 use super::{BuiltinConfig, blocking, parse_args};
-use crate::tool::{Tool, ToolContext, ToolError, ToolOutput, ToolSpec};
+use agentry_tools::tool::{Tool, ToolContext, ToolError, ToolOutput, ToolSpec};
 
 pub fn tools(cfg: &BuiltinConfig) -> Vec<Arc<dyn Tool>> {
     vec![Arc::new(GetSystemStats::new(cfg))]
@@ -150,7 +150,7 @@ impl Tool for GetSystemStats {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::builtin::test_support::ctx;
+    use crate::test_support::ctx;
 
     #[tokio::test]
     async fn stats_have_the_seed_fields_as_valid_numbers() {

@@ -1,6 +1,8 @@
-//! MCP secrets at rest: [`SecretBox`] seals the secret-bearing parts of a server's config (env
-//! values, header values, literal tokens and keys) before they go into the store, and opens them
-//! when the config is loaded again.
+//! agentry-sealing: secrets at rest. [`SecretBox`] seals a secret before it goes into the store
+//! and opens it when it is read again. Today it seals the secret-bearing parts of tenants' MCP
+//! server configs (`agentry_mcp::stored`); it is its own crate, depending only on `schema`, so
+//! that anything else a tenant hands us to keep (model keys, data-source credentials, OAuth
+//! tokens) can be sealed the same way without depending on MCP or on the store.
 //!
 //! **Cipher.** XChaCha20-Poly1305 (RustCrypto `chacha20poly1305`) with a fresh random 192-bit
 //! nonce per seal. The extended nonce makes random nonces safe for any number of seals under one
@@ -25,8 +27,6 @@
 //! Anything else is refused rather than guessed at: a mistyped key silently becoming a passphrase
 //! would seal data under a key nobody can reproduce.
 
-use std::collections::BTreeMap;
-
 use agentry_schema::error::ErrorCode;
 use agentry_schema::secret::Secret;
 use base64::Engine as _;
@@ -35,8 +35,6 @@ use chacha20poly1305::aead::{Aead, Generate, KeyInit, Payload};
 use chacha20poly1305::{XChaCha20Poly1305, XNonce};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-
-use crate::client::config::{DEFAULT_API_KEY_HEADER, HttpAuth};
 
 /// The config key the gateway reads the encryption key from (as an environment variable).
 pub const ENCRYPTION_KEY_ENV: &str = "AGENTRY_MCP__ENCRYPTION_KEY";
@@ -240,61 +238,16 @@ impl SecretBox {
         })
     }
 
-    /// Seal a stdio server's environment as one JSON object `{"NAME": "value", …}`.
-    pub fn seal_env(&self, env: &BTreeMap<String, Secret>) -> Result<String, SecretError> {
-        let plain: BTreeMap<&str, &str> =
-            env.iter().map(|(k, v)| (k.as_str(), v.expose())).collect();
-        self.seal_json(&plain)
-    }
-
-    /// Open what [`SecretBox::seal_env`] sealed.
-    pub fn open_env(&self, sealed: &str) -> Result<BTreeMap<String, Secret>, SecretError> {
-        let plain: BTreeMap<String, String> = self.open_json(sealed, "env object")?;
-        Ok(plain
-            .into_iter()
-            .map(|(k, v)| (k, Secret::new(v)))
-            .collect())
-    }
-
-    /// Seal an HTTP server's headers and auth as one JSON object `{"headers": {…}, "auth": {…}}`
-    /// (auth in the same tagged shape as the config, with literal tokens in the clear inside).
-    pub fn seal_auth_and_headers(
-        &self,
-        headers: &BTreeMap<String, Secret>,
-        auth: &HttpAuth,
-    ) -> Result<String, SecretError> {
-        let blob = HttpSecretsBlob {
-            headers: headers
-                .iter()
-                .map(|(k, v)| (k.clone(), v.expose().to_string()))
-                .collect(),
-            auth: AuthBlob::from(auth),
-        };
-        self.seal_json(&blob)
-    }
-
-    /// Open what [`SecretBox::seal_auth_and_headers`] sealed.
-    pub fn open_auth_and_headers(
-        &self,
-        sealed: &str,
-    ) -> Result<(BTreeMap<String, Secret>, HttpAuth), SecretError> {
-        let blob: HttpSecretsBlob = self.open_json(sealed, "headers/auth object")?;
-        Ok((
-            blob.headers
-                .into_iter()
-                .map(|(k, v)| (k, Secret::new(v)))
-                .collect(),
-            blob.auth.into(),
-        ))
-    }
-
-    fn seal_json(&self, value: &impl Serialize) -> Result<String, SecretError> {
+    /// Seal a value as JSON text (for a secret with parts, e.g. a server's env or its headers).
+    pub fn seal_json(&self, value: &impl Serialize) -> Result<String, SecretError> {
         let text = serde_json::to_string(value)
             .map_err(|e| SecretError::SealFailed(format!("could not encode JSON: {e}")))?;
         self.seal(&text)
     }
 
-    fn open_json<T: for<'de> Deserialize<'de>>(
+    /// Open what [`SecretBox::seal_json`] sealed; `what` names the expected value in the error
+    /// when the opened text is not one.
+    pub fn open_json<T: for<'de> Deserialize<'de>>(
         &self,
         sealed: &str,
         what: &'static str,
@@ -364,102 +317,6 @@ fn derive_from_passphrase(passphrase: &str) -> Result<[u8; KEY_LEN], SecretError
         .hash_password_into(passphrase.as_bytes(), PASSPHRASE_SALT, &mut out)
         .map_err(|e| SecretError::BadKey(format!("Argon2 failed: {e}")))?;
     Ok(out)
-}
-
-// ---- the JSON inside sealed blobs: secrets in the clear, so never logged or returned ----
-
-#[derive(Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct HttpSecretsBlob {
-    #[serde(default)]
-    headers: BTreeMap<String, String>,
-    #[serde(default)]
-    auth: AuthBlob,
-}
-
-#[derive(Serialize, Deserialize, Default)]
-#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
-enum AuthBlob {
-    #[default]
-    None,
-    Bearer {
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        token_env: Option<String>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        token: Option<String>,
-    },
-    ApiKey {
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        key_env: Option<String>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        key: Option<String>,
-        #[serde(default = "default_api_key_header")]
-        header: String,
-    },
-    Basic {
-        username_env: String,
-        password_env: String,
-    },
-}
-
-fn default_api_key_header() -> String {
-    DEFAULT_API_KEY_HEADER.to_string()
-}
-
-impl From<&HttpAuth> for AuthBlob {
-    fn from(auth: &HttpAuth) -> Self {
-        match auth {
-            HttpAuth::None => AuthBlob::None,
-            HttpAuth::Bearer { token_env, token } => AuthBlob::Bearer {
-                token_env: token_env.clone(),
-                token: token.as_ref().map(|t| t.expose().to_string()),
-            },
-            HttpAuth::ApiKey {
-                key_env,
-                key,
-                header,
-            } => AuthBlob::ApiKey {
-                key_env: key_env.clone(),
-                key: key.as_ref().map(|k| k.expose().to_string()),
-                header: header.clone(),
-            },
-            HttpAuth::Basic {
-                username_env,
-                password_env,
-            } => AuthBlob::Basic {
-                username_env: username_env.clone(),
-                password_env: password_env.clone(),
-            },
-        }
-    }
-}
-
-impl From<AuthBlob> for HttpAuth {
-    fn from(blob: AuthBlob) -> Self {
-        match blob {
-            AuthBlob::None => HttpAuth::None,
-            AuthBlob::Bearer { token_env, token } => HttpAuth::Bearer {
-                token_env,
-                token: token.map(Secret::new),
-            },
-            AuthBlob::ApiKey {
-                key_env,
-                key,
-                header,
-            } => HttpAuth::ApiKey {
-                key_env,
-                key: key.map(Secret::new),
-                header,
-            },
-            AuthBlob::Basic {
-                username_env,
-                password_env,
-            } => HttpAuth::Basic {
-                username_env,
-                password_env,
-            },
-        }
-    }
 }
 
 #[cfg(test)]
@@ -560,44 +417,6 @@ mod tests {
         assert!(b.open(cut).is_err());
         let short = format!("v1:{}:AAAA", b.key_id());
         assert!(matches!(b.open(&short), Err(SecretError::Malformed(_))));
-    }
-
-    #[test]
-    fn env_and_http_blobs_round_trip_with_secrets_hidden() {
-        let b = test_box();
-        let env: BTreeMap<String, Secret> = [("TOKEN".to_string(), Secret::new("sk-123"))].into();
-        let sealed = b.seal_env(&env).unwrap();
-        assert!(!sealed.contains("sk-123") && !sealed.contains("TOKEN"));
-        assert_eq!(b.open_env(&sealed).unwrap(), env);
-
-        let headers: BTreeMap<String, Secret> = [("X-Team".to_string(), Secret::new("t1"))].into();
-        for auth in [
-            HttpAuth::None,
-            HttpAuth::Bearer {
-                token_env: None,
-                token: Some(Secret::new("tok")),
-            },
-            HttpAuth::ApiKey {
-                key_env: Some("K".into()),
-                key: None,
-                header: "X-Key".into(),
-            },
-            HttpAuth::Basic {
-                username_env: "U".into(),
-                password_env: "P".into(),
-            },
-        ] {
-            let sealed = b.seal_auth_and_headers(&headers, &auth).unwrap();
-            assert_eq!(
-                b.open_auth_and_headers(&sealed).unwrap(),
-                (headers.clone(), auth)
-            );
-        }
-        // An env blob is not a headers blob.
-        let err = b
-            .open_auth_and_headers(&b.seal_env(&env).unwrap())
-            .unwrap_err();
-        assert!(matches!(err, SecretError::BadPayload { .. }), "{err:?}");
     }
 
     proptest! {

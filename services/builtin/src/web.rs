@@ -18,7 +18,7 @@ use url::Url;
 
 use super::net_guard::{CheckedTarget, check_parsed};
 use super::{BuiltinConfig, blocking, parse_args, truncate_utf8};
-use crate::tool::{Tool, ToolContext, ToolError, ToolOutput, ToolSpec};
+use agentry_tools::tool::{Tool, ToolContext, ToolError, ToolOutput, ToolSpec};
 
 const SERVICE: &str = "web";
 /// How much of an error body goes into `error_message`.

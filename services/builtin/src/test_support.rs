@@ -8,7 +8,7 @@ use agentry_schema::events::Question;
 use async_trait::async_trait;
 use serde_json::Value;
 
-use crate::tool::{InteractionError, ToolContext, UserInteraction, WorkspaceInfo};
+use agentry_tools::tool::{InteractionError, ToolContext, UserInteraction, WorkspaceInfo};
 
 pub fn ctx_with_quota(root: &Path, quota_bytes: u64) -> ToolContext {
     ToolContext::standalone(WorkspaceInfo {

@@ -16,7 +16,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{BuiltinConfig, parse_args};
-use crate::tool::{InteractionError, Tool, ToolContext, ToolError, ToolOutput, ToolSpec};
+use agentry_tools::tool::{InteractionError, Tool, ToolContext, ToolError, ToolOutput, ToolSpec};
 
 const SERVICE: &str = "interaction";
 
@@ -457,7 +457,7 @@ impl Tool for Interaction {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::builtin::test_support::{ScriptedUser, ctx};
+    use crate::test_support::{ScriptedUser, ctx};
 
     fn tool(name: &str, cfg: &BuiltinConfig) -> Arc<dyn Tool> {
         tools(cfg)

@@ -5,8 +5,8 @@ use proptest::prelude::*;
 use serde_json::json;
 
 use super::*;
-use crate::builtin::test_support::{ctx, ctx_with_quota};
-use crate::tool::ToolContext;
+use crate::test_support::{ctx, ctx_with_quota};
+use agentry_tools::tool::ToolContext;
 
 fn cfg() -> BuiltinConfig {
     BuiltinConfig::default()
