@@ -13,8 +13,10 @@
 //!                                               run through it, in one hop
 //! ```
 //!
-//! [`Engine`] is the facade the gateway calls; nothing here knows HTTP.
+//! [`Engine`] ([`engine`]) is the facade the gateway calls; [`agent`] is the agent loop a session
+//! runs. Nothing here knows HTTP.
 
+pub mod agent;
 pub mod cluster;
 pub mod deps;
 pub mod engine;
@@ -27,7 +29,6 @@ pub mod metrics;
 pub mod profiles;
 pub mod quota;
 pub mod registry;
-pub mod service;
 pub mod session;
 pub mod supervise;
 pub mod tenant;
@@ -39,9 +40,9 @@ pub use deps::{
     AllowAll, ConfiguredModels, EngineConfig, EngineDeps, ModelProvider, ToolPolicy, ToolProvider,
     ToolRequest, ToolSet,
 };
-pub use error::EngineError;
-pub use service::{
+pub use engine::{
     ChatCommand, ChatStarted, CreateSession, Engine, RunOutput, RunStream, SessionHandle,
     channel_subscriber, check_message,
 };
+pub use error::EngineError;
 pub use session::{ChatAccepted, SessionEvent, SessionStatus, Subscriber, SubscriptionId};

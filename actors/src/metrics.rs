@@ -11,7 +11,7 @@ use agentry_schema::events::DoneStatus;
 use agentry_schema::ids::RunId;
 use agentry_store::sessions::Session;
 
-use crate::engine::RunOutcome;
+use crate::agent::RunOutcome;
 
 /// A run that failed or timed out is an `error` line; one cancelled, rejected or interrupted a
 /// `warn` line; a completed run is in the access log and the metrics only. Each carries the run,

@@ -1001,7 +1001,7 @@ async fn members_cannot_reach_other_users_sessions() {
 /// checkpoint is marked interrupted with a `done` any subscriber can replay.
 #[actix_rt::test]
 async fn startup_recovery_resumes_or_interrupts_unfinished_runs() {
-    use agentry_actors::engine::{CHECKPOINT_VERSION, RunCheckpoint, RunState};
+    use agentry_actors::agent::{CHECKPOINT_VERSION, RunCheckpoint, RunState};
     use agentry_schema::ids::RunId;
     use agentry_store::checkpoints::NewCheckpoint;
     use agentry_store::executions::NewExecution;

@@ -10,7 +10,7 @@ mod support;
 use std::time::Duration;
 
 use actix::prelude::*;
-use agentry_actors::engine::{CHECKPOINT_VERSION, RunCheckpoint, RunState};
+use agentry_actors::agent::{CHECKPOINT_VERSION, RunCheckpoint, RunState};
 use agentry_actors::quota::{AcquireRun, AdmitRequest, QuotaActor, QuotaState};
 use agentry_fake_model::{Endpoint, FakeReply};
 use agentry_llm::ToolCall;
@@ -477,7 +477,7 @@ async fn checkpoints_round_trip_through_the_store() {
                     .collect(),
                 usage: TokenUsage::new(inp, out),
                 // Every other case has a call in flight (the at-most-once marker).
-                in_flight: (i % 2 == 0).then(|| agentry_actors::engine::InFlight {
+                in_flight: (i % 2 == 0).then(|| agentry_actors::agent::InFlight {
                     call: ToolCall {
                         id: format!("call_{i}"),
                         name: "execute".into(),

@@ -9,7 +9,7 @@ pub mod watcher;
 
 use std::sync::Arc;
 
-use crate::service::Engine;
+use crate::engine::Engine;
 
 /// Start this replica's part of the cluster: the replicas' bus (answering the commands others
 /// forward here), the heartbeat and the failover watcher. A no-op in single-node mode.

@@ -25,7 +25,7 @@ use agentry_store::coordination::{Coordination, LeaseState};
 use agentry_store::{PlatformScope, executions, sessions, tenants};
 
 use crate::error::EngineError;
-use crate::service::Engine;
+use crate::engine::Engine;
 use crate::session::TakeOver;
 use crate::tenant::StartSession;
 

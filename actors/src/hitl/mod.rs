@@ -20,7 +20,7 @@ use agentry_schema::ids::{ApprovalId, RunId, SessionId, TenantId, UserId};
 use agentry_store::UserScope;
 use tokio::sync::oneshot;
 
-use crate::engine::sink::HumanOutcome;
+use crate::agent::sink::HumanOutcome;
 use crate::error::EngineError;
 
 /// Sent to the session when one of its requests is over, however it ended.

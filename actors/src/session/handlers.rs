@@ -10,7 +10,7 @@ use tokio::sync::oneshot;
 
 use super::messages::*;
 use super::{QueuedRun, RunStart, SessionActor};
-use crate::engine::sink::HumanOutcome;
+use crate::agent::sink::HumanOutcome;
 use crate::error::EngineError;
 use crate::hitl::ApprovalClosed;
 

@@ -13,8 +13,8 @@ use agentry_store::UserScope;
 use agentry_store::tenants::Tenant;
 use tokio::sync::mpsc;
 
-use crate::engine::RunOutcome;
-use crate::engine::sink::HumanRequest;
+use crate::agent::RunOutcome;
+use crate::agent::sink::HumanRequest;
 use crate::error::EngineError;
 
 // ---- output ----

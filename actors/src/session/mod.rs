@@ -30,12 +30,12 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::deps::EngineDeps;
-use crate::engine::recorder::StartRows;
-use crate::engine::sink::{HumanOutcome, HumanRequest, RunSink};
-use crate::engine::{
+use crate::agent::recorder::StartRows;
+use crate::agent::sink::{HumanOutcome, HumanRequest, RunSink};
+use crate::agent::{
     Progress, RunCheckpoint, RunInput, RunOutcome, RunRecorder, SharedProgress, run_agent,
 };
+use crate::deps::EngineDeps;
 use crate::error::EngineError;
 use crate::hitl::{ApprovalDesk, Waiter};
 use crate::live_sessions::Residency;

@@ -6,7 +6,6 @@ pub mod access;
 pub mod admin_cli;
 pub mod auth;
 pub mod cluster;
-pub mod engine;
 pub mod error;
 pub mod extract;
 pub mod invalidate;
@@ -23,6 +22,7 @@ pub mod state;
 pub mod telemetry;
 pub mod tenancy;
 pub mod views;
+pub mod wiring;
 pub mod ws;
 
 pub use settings::Settings;

@@ -265,7 +265,7 @@ impl Application {
             settings.metrics.tenant_labels,
             settings.metrics.max_tenant_labels,
         );
-        let parts = crate::engine::build(&settings, &db, &cluster)?;
+        let parts = crate::wiring::build(&settings, &db, &cluster)?;
         // Run ends the previous process could not record go to the database before any session
         // numbers an event (docs/operations.md, "What a client sees on crash").
         parts

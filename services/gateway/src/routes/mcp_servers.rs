@@ -33,11 +33,11 @@ use agentry_tools::tool::ToolError;
 use serde_json::{Value, json};
 
 use crate::auth::TenantCaller;
-use crate::engine::stored_of;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{ApiJson, ApiPath, param};
 use crate::routes::resource::endpoint;
 use crate::state::AppState;
+use crate::wiring::stored_of;
 
 /// Tenants whose users may run local (stdio) MCP servers.
 pub const STDIO_FEATURE: &str = agentry_actors::mcp_pool::STDIO_FEATURE;
