@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use agentry_llm::{ChatModel, LlmError, ModelConfig, RetryPolicy, build_model};
 use agentry_schema::ids::{SessionId, TenantId, UserId};
-use agentry_store::Role;
+use agentry_schema::tenancy::Role;
 use agentry_store::assistants::Assistant;
 use agentry_store::tenants::Tenant;
 pub use agentry_tools::pipeline::{AllowAll, ToolPolicy};

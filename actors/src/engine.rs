@@ -9,6 +9,7 @@ use actix::prelude::*;
 use agentry_schema::events::ExecutionEvent;
 use agentry_schema::frames::Decision;
 use agentry_schema::ids::{ApprovalId, AssistantId, RunId, SessionId, TenantId};
+use agentry_schema::tenancy::TenantStatus;
 use agentry_store::approvals;
 use agentry_store::sessions::{self, NewSession, Session};
 use agentry_store::tenants::Tenant;
@@ -279,7 +280,7 @@ impl Engine {
         if let Some(q) = self.known_quota(tenant.id) {
             q.set_quotas(tenant.quotas);
         }
-        if tenant.status == agentry_store::tenants::TenantStatus::Suspended {
+        if tenant.status == TenantStatus::Suspended {
             self.registry.send(StopTenant(tenant.id)).await?;
         } else if let Some(sup) = self.registry.send(LiveTenant(tenant.id)).await? {
             sup.do_send(crate::tenant::UpdateTenant(Arc::new(tenant.clone())));

@@ -4,9 +4,9 @@
 use std::sync::Arc;
 
 use agentry_builtin::{BuiltinConfig, BuiltinService, builtin_registry};
-use agentry_store::Role;
+use agentry_schema::tenancy::Role;
 use agentry_store::tenants::Tenant;
-use agentry_tools::rbac::{self, RolePermissions};
+use agentry_tools::rbac::RolePermissions;
 use agentry_tools::tool::{ToolRegistry, ToolSpec};
 use async_trait::async_trait;
 
@@ -36,7 +36,7 @@ pub fn assistant_allows(patterns: Option<&[String]>, spec: &ToolSpec) -> bool {
 /// Role permissions as the loop's policy.
 pub struct RbacPolicy {
     pub permissions: RolePermissions,
-    pub role: rbac::Role,
+    pub role: Role,
 }
 
 impl ToolPolicy for RbacPolicy {
@@ -97,10 +97,6 @@ pub fn role_policy(tenant: &Tenant, role: Role) -> RbacPolicy {
             tracing::warn!(tenant = %tenant.id, error = %e, "the tenant's tool permissions are invalid; using the defaults");
             RolePermissions::default()
         }),
-    };
-    let role = match role {
-        Role::Admin => rbac::Role::Admin,
-        Role::Member => rbac::Role::Member,
     };
     RbacPolicy { permissions, role }
 }
@@ -171,8 +167,9 @@ mod tests {
 
     fn request(tools: Option<Vec<String>>) -> ToolRequest {
         use agentry_schema::ids::{AssistantId, SessionId, TenantId, UserId};
+        use agentry_schema::tenancy::TenantStatus;
         use agentry_store::assistants::{Assistant, AssistantSpec};
-        use agentry_store::tenants::{Quotas, Tenant, TenantStatus};
+        use agentry_store::tenants::{Quotas, Tenant};
         let now = chrono::Utc::now();
         let tenant = Tenant {
             id: TenantId::new(),

@@ -9,6 +9,7 @@ use agentry_actors::EngineError;
 use agentry_fake_model::FakeReply;
 use agentry_schema::events::{DoneStatus, EventPayload, HitlKind, ToolStatus};
 use agentry_schema::frames::Decision;
+use agentry_schema::tenancy::Role;
 use agentry_store::PageRequest;
 use agentry_store::approvals::{self, ApprovalStatus};
 use agentry_store::checkpoints;
@@ -970,23 +971,18 @@ async fn members_cannot_reach_other_users_sessions() {
         return;
     };
     let s = h.new_session(false).await;
-    let bob = agentry_store::users::create(
-        &h.db.db,
-        &h.tenant.scope(),
-        "bob",
-        agentry_store::Role::Member,
-    )
-    .await
-    .unwrap();
+    let bob = agentry_store::users::create(&h.db.db, &h.tenant.scope(), "bob", Role::Member)
+        .await
+        .unwrap();
     let bob = agentry_store::UserScope {
         tenant: h.tenant.scope(),
         user_id: bob.id,
-        role: agentry_store::Role::Member,
+        role: Role::Member,
     };
     let r = h.engine.open_session(&h.tenant, &bob, s.session.id).await;
     assert!(matches!(r, Err(EngineError::NotFound(_))));
     let admin = agentry_store::UserScope {
-        role: agentry_store::Role::Admin,
+        role: Role::Admin,
         ..bob
     };
     assert!(
@@ -1162,18 +1158,13 @@ async fn memories_are_remembered_recalled_and_private_to_their_user() {
     assert!(system.contains("prefers answers in French"), "{system}");
 
     // Bob, same tenant, sees nothing of Alice's.
-    let bob = agentry_store::users::create(
-        &h.db.db,
-        &h.tenant.scope(),
-        "bob",
-        agentry_store::Role::Member,
-    )
-    .await
-    .unwrap();
+    let bob = agentry_store::users::create(&h.db.db, &h.tenant.scope(), "bob", Role::Member)
+        .await
+        .unwrap();
     let bob = agentry_store::UserScope {
         tenant: h.tenant.scope(),
         user_id: bob.id,
-        role: agentry_store::Role::Member,
+        role: Role::Member,
     };
     let bs = h
         .engine
@@ -1637,18 +1628,13 @@ async fn only_the_owner_or_an_admin_decides_and_refusals_change_nothing() {
     )
     .await
     .unwrap();
-    let mallory = agentry_store::users::create(
-        &h.db.db,
-        &other.scope(),
-        "mallory",
-        agentry_store::Role::Admin,
-    )
-    .await
-    .unwrap();
+    let mallory = agentry_store::users::create(&h.db.db, &other.scope(), "mallory", Role::Admin)
+        .await
+        .unwrap();
     let mallory = agentry_store::UserScope {
         tenant: other.scope(),
         user_id: mallory.id,
-        role: agentry_store::Role::Admin,
+        role: Role::Admin,
     };
     let r = h
         .engine
@@ -1664,18 +1650,13 @@ async fn only_the_owner_or_an_admin_decides_and_refusals_change_nothing() {
     assert!(r.is_err(), "{r:?}");
     assert_eq!(h.engine.approvals_pending(), 1);
 
-    let bob = agentry_store::users::create(
-        &h.db.db,
-        &h.tenant.scope(),
-        "bob",
-        agentry_store::Role::Member,
-    )
-    .await
-    .unwrap();
+    let bob = agentry_store::users::create(&h.db.db, &h.tenant.scope(), "bob", Role::Member)
+        .await
+        .unwrap();
     let bob = agentry_store::UserScope {
         tenant: h.tenant.scope(),
         user_id: bob.id,
-        role: agentry_store::Role::Member,
+        role: Role::Member,
     };
     let r = h
         .engine
@@ -1715,7 +1696,7 @@ async fn only_the_owner_or_an_admin_decides_and_refusals_change_nothing() {
 
     // An admin of the tenant may decide on a member's session.
     let admin = agentry_store::UserScope {
-        role: agentry_store::Role::Admin,
+        role: Role::Admin,
         ..bob
     };
     h.engine

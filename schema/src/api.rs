@@ -7,6 +7,7 @@ use serde_json::Value;
 
 use crate::events::{ExecutionEvent, TokenUsage};
 use crate::policy::TenantPolicy;
+use crate::tenancy::{Role, TenantStatus};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -166,26 +167,9 @@ pub struct WhoAmI {
     pub user_id: Option<String>,
     /// The effective role: admin only when both the user and the key are admin.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub role: Option<UserRole>,
+    pub role: Option<Role>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key_id: Option<String>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(rename_all = "snake_case")]
-pub enum UserRole {
-    Admin,
-    Member,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(rename_all = "snake_case")]
-pub enum TenantStatus {
-    Active,
-    /// Every key of the tenant answers 403 `tenant_suspended`.
-    Suspended,
 }
 
 /// A tenant's limits; 0 means "no limit".
@@ -351,7 +335,7 @@ pub struct UserInfo {
     pub id: String,
     pub tenant_id: String,
     pub name: String,
-    pub role: UserRole,
+    pub role: Role,
     pub disabled: bool,
     pub created_at: DateTime<Utc>,
 }
@@ -363,7 +347,7 @@ pub struct CreateUserRequest {
     pub name: String,
     /// Default `member`.
     #[serde(default)]
-    pub role: Option<UserRole>,
+    pub role: Option<Role>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -371,7 +355,7 @@ pub struct CreateUserRequest {
 #[serde(deny_unknown_fields)]
 pub struct UpdateUserRequest {
     #[serde(default)]
-    pub role: Option<UserRole>,
+    pub role: Option<Role>,
     /// A disabled user's keys answer 401 until enabled again.
     #[serde(default)]
     pub disabled: Option<bool>,
@@ -387,7 +371,7 @@ pub struct ApiKeyInfo {
     pub name: String,
     /// The visible start of the key (`agk_XXXXXXXX`).
     pub prefix: String,
-    pub role: UserRole,
+    pub role: Role,
     pub expires_at: Option<DateTime<Utc>>,
     pub revoked_at: Option<DateTime<Utc>>,
     pub last_used_at: Option<DateTime<Utc>>,
@@ -402,7 +386,7 @@ pub struct CreateApiKeyRequest {
     pub name: String,
     /// Default: the user's role. May not exceed it.
     #[serde(default)]
-    pub role: Option<UserRole>,
+    pub role: Option<Role>,
     /// RFC 3339; must be in the future.
     #[serde(default)]
     pub expires_at: Option<DateTime<Utc>>,

@@ -6,6 +6,8 @@
 //! - [`error`]: the one table of error codes and the error body.
 //! - [`ids`]: identifier newtypes.
 //! - [`policy`]: a tenant's policy (role rights, sandbox limits).
+//! - [`tenancy`]: a caller's [`Role`](tenancy::Role) and a tenant's
+//!   [`TenantStatus`](tenancy::TenantStatus).
 //! - `entities`, `migration` (feature `db`): sea-orm entities and migrations.
 //! - `trace_context` (feature `trace`): the W3C trace context of a `tracing` span.
 
@@ -16,6 +18,7 @@ pub mod frames;
 pub mod ids;
 pub mod policy;
 pub mod secret;
+pub mod tenancy;
 
 #[cfg(feature = "db")]
 pub mod entities;

@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::api::UserRole;
+use crate::tenancy::Role;
 
 /// What the tenant's roles may do beyond their tool permissions.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -82,10 +82,10 @@ impl TenantPolicy {
     }
 
     /// The role a caller needs to add stdio MCP servers, as the API names it.
-    pub fn stdio_mcp_role(&self) -> UserRole {
+    pub fn stdio_mcp_role(&self) -> Role {
         match self.stdio_mcp_role {
-            StdioMcpRole::Admin => UserRole::Admin,
-            StdioMcpRole::Member => UserRole::Member,
+            StdioMcpRole::Admin => Role::Admin,
+            StdioMcpRole::Member => Role::Member,
         }
     }
 

@@ -29,11 +29,12 @@ use agentry_schema::events::{
 };
 use agentry_schema::frames::Decision;
 use agentry_schema::ids::{ApprovalId, RunId, SessionId, UserId};
+use agentry_schema::tenancy::Role;
 use agentry_store::approvals::{self, ApprovalStatus, NewApproval};
 use agentry_store::assistants::Assistant;
 use agentry_store::tenants::Tenant;
 use agentry_store::tool_calls::NewToolCallLog;
-use agentry_store::{Role, StoreError, TenantScope, messages};
+use agentry_store::{StoreError, TenantScope, messages};
 use agentry_tools::pipeline::{
     self, Approval, CallHost, CallRequest, FinishedCall, Outcome, Refusal, RefusalKind, ToolPolicy,
 };

@@ -15,8 +15,9 @@ use std::time::Duration;
 use agentry_schema::error::ErrorCode;
 use agentry_schema::frames::Decision;
 use agentry_schema::ids::{ApprovalId, RunId, SessionId, TenantId, UserId};
+use agentry_schema::tenancy::Role;
 use agentry_store::coordination::{Coordination, ForwardError};
-use agentry_store::{PlatformScope, Role, UserScope};
+use agentry_store::{PlatformScope, UserScope};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 

@@ -21,11 +21,12 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use agentry_schema::ids::{SessionId, TenantId};
+use agentry_schema::tenancy::TenantStatus;
 use agentry_store::coordination::{Coordination, LeaseState};
 use agentry_store::{PlatformScope, executions, sessions, tenants};
 
-use crate::error::EngineError;
 use crate::engine::Engine;
+use crate::error::EngineError;
 use crate::session::TakeOver;
 use crate::tenant::StartSession;
 
@@ -177,7 +178,7 @@ async fn take_over(
     let Some(tenant) = tenants::get(db, &PlatformScope::new(), tenant).await? else {
         return Ok(());
     };
-    if tenant.status == tenants::TenantStatus::Suspended {
+    if tenant.status == TenantStatus::Suspended {
         return Ok(());
     }
     let Some(session) = sessions::get(db, &tenant.scope(), session).await? else {

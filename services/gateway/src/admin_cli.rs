@@ -10,10 +10,11 @@ use std::path::{Path, PathBuf};
 
 use agentry_cli::{errln, outln};
 use agentry_schema::api::{
-    CreateApiKeyRequest, CreateTenantRequest, CreateUserRequest, Page, UpdateUserRequest, UserRole,
+    CreateApiKeyRequest, CreateTenantRequest, CreateUserRequest, Page, UpdateUserRequest,
 };
 use agentry_schema::error::ErrorCode;
 use agentry_schema::ids::{ApiKeyId, TenantId, UserId};
+use agentry_schema::tenancy::Role;
 use agentry_store::{PageRequest, platform_admin_key};
 use clap::{Args, Subcommand, ValueEnum};
 use sea_orm::DatabaseConnection;
@@ -163,10 +164,10 @@ pub enum RoleArg {
 }
 
 impl RoleArg {
-    fn wire(self) -> UserRole {
+    fn wire(self) -> Role {
         match self {
-            RoleArg::Admin => UserRole::Admin,
-            RoleArg::Member => UserRole::Member,
+            RoleArg::Admin => Role::Admin,
+            RoleArg::Member => Role::Member,
         }
     }
 }

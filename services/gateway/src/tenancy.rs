@@ -8,13 +8,12 @@ use agentry_schema::api::{
 };
 use agentry_schema::ids::{ApiKeyId, TenantId, UserId};
 use agentry_schema::policy::merge_patch;
+use agentry_schema::tenancy::{Role, TenantStatus};
 use agentry_store::api_keys::{self, ApiKey, CreatedKey};
 use agentry_store::assistants::{self, AssistantSpec};
-use agentry_store::tenants::{
-    self, NewTenant, Quotas, Tenant, TenantPolicy, TenantStatus, TenantUpdate,
-};
+use agentry_store::tenants::{self, NewTenant, Quotas, Tenant, TenantPolicy, TenantUpdate};
 use agentry_store::users::{self, User};
-use agentry_store::{PageRequest, Role, StoreError, TenantScope, TransactionTrait, usage};
+use agentry_store::{PageRequest, StoreError, TenantScope, TransactionTrait, usage};
 use agentry_tools::rbac::RolePermissions;
 use chrono::{NaiveDate, Utc};
 use sea_orm::DatabaseConnection;
@@ -23,7 +22,6 @@ use serde_json::Value;
 use crate::auth::PlatformAdmin;
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
-use crate::views;
 
 /// How long a client is told to wait after hitting `max_users`: users are not freed by time,
 /// so this only paces retries while an admin raises the quota or removes a user.
@@ -277,7 +275,7 @@ pub async fn update_tenant(
             .as_deref()
             .map(|n| valid_name("name", n, 128))
             .transpose()?,
-        status: req.status.map(views::tenant_status_from),
+        status: req.status,
         quotas: Some(quotas_over(
             current.quotas,
             req.max_users,
@@ -311,11 +309,7 @@ pub async fn replace_tenant(
     tenant(&state.db, admin, id).await?;
     let change = TenantUpdate {
         name: Some(valid_name("name", &req.name, 128)?),
-        status: Some(
-            req.status
-                .map(views::tenant_status_from)
-                .unwrap_or(TenantStatus::Active),
-        ),
+        status: Some(req.status.unwrap_or(TenantStatus::Active)),
         quotas: Some(quotas_over(
             Quotas::default(),
             req.max_users,
@@ -364,7 +358,7 @@ pub async fn create_user(
     req: CreateUserRequest,
 ) -> ApiResult<User> {
     let name = valid_name("name", &req.name, 128)?;
-    let role = req.role.map(views::role_from).unwrap_or(Role::Member);
+    let role = req.role.unwrap_or(Role::Member);
     let scope = tenant.scope();
     let limit = tenant.quotas.max_users;
     let over = || {
@@ -448,14 +442,14 @@ pub async fn update_user_stored(
     id: UserId,
     req: UpdateUserRequest,
 ) -> ApiResult<User> {
-    if req.role == Some(agentry_schema::api::UserRole::Member) {
+    if req.role == Some(Role::Member) {
         refuse_self_lockout(actor, id, "demote")?;
     }
     if req.disabled == Some(true) {
         refuse_self_lockout(actor, id, "disable")?;
     }
     user(db, scope, id).await?;
-    Ok(users::update(db, scope, id, req.role.map(views::role_from), req.disabled).await?)
+    Ok(users::update(db, scope, id, req.role, req.disabled).await?)
 }
 
 /// Delete a user with their keys and their workspace (their sessions stay until deleted).
@@ -511,7 +505,7 @@ pub async fn create_key(
             format!("user {user_id} is disabled; enable them first"),
         ));
     }
-    let role = req.role.map(views::role_from).unwrap_or(owner.role);
+    let role = req.role.unwrap_or(owner.role);
     if role == Role::Admin && owner.role != Role::Admin {
         return Err(ApiError::validation(
             "role",

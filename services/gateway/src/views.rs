@@ -1,13 +1,12 @@
 //! Domain values (the store's types) into the wire types of `agentry_schema::api`, and the
 //! few enums back. Both sides are foreign to this crate, hence functions rather than `From`.
+//! (`Role` and `TenantStatus` need none: both sides use `agentry_schema::tenancy`'s.)
 
 use agentry_actors::profiles::{AgentConfig, ResolvedProfile};
 use agentry_schema::api::{
     ApiKeyInfo, ApprovalInfo, AssistantInfo, AuditedToolCall, EffectiveAgent, ExecutionInfo,
-    MessageInfo, ProfileInfo, SessionInfo, TenantInfo, TenantQuotas,
-    TenantStatus as WireTenantStatus, ToolCallInfo, UserInfo, UserRole,
+    MessageInfo, ProfileInfo, SessionInfo, TenantInfo, TenantQuotas, ToolCallInfo, UserInfo,
 };
-use agentry_store::Role;
 use agentry_store::api_keys::ApiKey;
 use agentry_store::approvals::Approval;
 use agentry_store::assistants::Assistant;
@@ -15,37 +14,9 @@ use agentry_store::executions::Execution;
 use agentry_store::messages::Message;
 use agentry_store::profiles::Profile;
 use agentry_store::sessions::Session;
-use agentry_store::tenants::{Quotas, Tenant, TenantStatus};
+use agentry_store::tenants::{Quotas, Tenant};
 use agentry_store::tool_calls::{AuditedCall, ToolCallLog};
 use agentry_store::users::User;
-
-pub fn role(r: Role) -> UserRole {
-    match r {
-        Role::Admin => UserRole::Admin,
-        Role::Member => UserRole::Member,
-    }
-}
-
-pub fn role_from(r: UserRole) -> Role {
-    match r {
-        UserRole::Admin => Role::Admin,
-        UserRole::Member => Role::Member,
-    }
-}
-
-pub fn tenant_status(s: TenantStatus) -> WireTenantStatus {
-    match s {
-        TenantStatus::Active => WireTenantStatus::Active,
-        TenantStatus::Suspended => WireTenantStatus::Suspended,
-    }
-}
-
-pub fn tenant_status_from(s: WireTenantStatus) -> TenantStatus {
-    match s {
-        WireTenantStatus::Active => TenantStatus::Active,
-        WireTenantStatus::Suspended => TenantStatus::Suspended,
-    }
-}
 
 /// A built-in profile (no timestamps) or a tenant's.
 pub fn profile(p: ResolvedProfile, stored: Option<&Profile>) -> ProfileInfo {
@@ -90,7 +61,7 @@ pub fn tenant(t: Tenant) -> TenantInfo {
     TenantInfo {
         id: t.id.to_string(),
         name: t.name,
-        status: tenant_status(t.status),
+        status: t.status,
         quotas: quotas(t.quotas),
         features_enabled: t.features_enabled,
         tool_permissions: t.tool_permissions,
@@ -105,7 +76,7 @@ pub fn user(u: User) -> UserInfo {
         id: u.id.to_string(),
         tenant_id: u.tenant_id.to_string(),
         name: u.name,
-        role: role(u.role),
+        role: u.role,
         disabled: u.disabled,
         created_at: u.created_at,
     }
@@ -118,7 +89,7 @@ pub fn api_key(k: ApiKey) -> ApiKeyInfo {
         user_id: k.user_id.to_string(),
         name: k.name,
         prefix: k.prefix,
-        role: role(k.role),
+        role: k.role,
         expires_at: k.expires_at,
         revoked_at: k.revoked_at,
         last_used_at: k.last_used_at,

@@ -15,8 +15,9 @@ use subtle::ConstantTimeEq;
 
 use agentry_schema::entities::api_key;
 use agentry_schema::ids::{ApiKeyId, TenantId, UserId};
+use agentry_schema::tenancy::Role;
 
-use crate::{PlatformScope, Result, Role, StoreError, TenantScope, now};
+use crate::{PlatformScope, Result, StoreError, TenantScope, now, parse_role};
 
 pub const KEY_PREFIX: &str = "agk_";
 const PREFIX_LEN: usize = KEY_PREFIX.len() + 8;
@@ -44,7 +45,7 @@ impl TryFrom<api_key::Model> for ApiKey {
             user_id: m.user_id.into(),
             name: m.name,
             prefix: m.prefix,
-            role: Role::parse(&m.role)?,
+            role: parse_role(&m.role)?,
             expires_at: m.expires_at,
             revoked_at: m.revoked_at,
             last_used_at: m.last_used_at,

@@ -17,6 +17,7 @@ use sea_orm_migration::MigratorTrait;
 use agentry_schema::error::ErrorCode;
 use agentry_schema::ids::{TenantId, UserId};
 use agentry_schema::migration::Migrator;
+use agentry_schema::tenancy::Role;
 
 pub mod api_keys;
 pub mod approvals;
@@ -90,31 +91,10 @@ impl Default for PlatformScope {
     }
 }
 
-/// A member or a tenant admin.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Role {
-    Admin,
-    Member,
-}
-
-impl Role {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Role::Admin => "admin",
-            Role::Member => "member",
-        }
-    }
-
-    pub fn parse(s: &str) -> Result<Self, StoreError> {
-        match s {
-            "admin" => Ok(Role::Admin),
-            "member" => Ok(Role::Member),
-            other => Err(StoreError::Invalid(format!(
-                "role {other:?} is not one of admin, member"
-            ))),
-        }
-    }
+/// The role stored as `text` (`memberships.role`, `api_keys.role`); anything else is a bad row.
+pub(crate) fn parse_role(text: &str) -> Result<Role> {
+    Role::parse(text)
+        .ok_or_else(|| StoreError::Invalid(format!("role {text:?} is not one of admin, member")))
 }
 
 /// A user acting inside a tenant with a role; narrows visibility for members.

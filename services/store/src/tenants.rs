@@ -14,32 +14,9 @@ use agentry_schema::entities::{
 };
 use agentry_schema::ids::TenantId;
 pub use agentry_schema::policy::{SandboxPolicy, StdioMcpRole, TenantPolicy};
+use agentry_schema::tenancy::TenantStatus;
 
 use crate::{PageRequest, PlatformScope, Result, StoreError, TenantScope, corrupt, now};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum TenantStatus {
-    Active,
-    Suspended,
-}
-
-impl TenantStatus {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TenantStatus::Active => "active",
-            TenantStatus::Suspended => "suspended",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Self> {
-        match s {
-            "active" => Some(TenantStatus::Active),
-            "suspended" => Some(TenantStatus::Suspended),
-            _ => None,
-        }
-    }
-}
 
 /// A tenant's limits. Zero means "no limit" for every field.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

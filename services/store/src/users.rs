@@ -9,8 +9,9 @@ use sea_orm::{
 
 use agentry_schema::entities::{api_key, membership, user};
 use agentry_schema::ids::{TenantId, UserId};
+use agentry_schema::tenancy::Role;
 
-use crate::{PageRequest, Result, Role, StoreError, TenantScope, now};
+use crate::{PageRequest, Result, StoreError, TenantScope, now, parse_role};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct User {
@@ -24,7 +25,7 @@ pub struct User {
 
 fn join(u: user::Model, m: Option<membership::Model>) -> Result<User> {
     let role = match m {
-        Some(m) => Role::parse(&m.role)?,
+        Some(m) => parse_role(&m.role)?,
         None => Role::Member,
     };
     Ok(User {

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use agentry_schema::events::{EventPayload, ExecutionEvent, TokenUsage};
 use agentry_schema::ids::{ApprovalId, AssistantId, ProfileId, RunId, SessionId, UserId};
+use agentry_schema::tenancy::{Role, TenantStatus};
 use agentry_store::api_keys::{self, KeyCheck};
 use agentry_store::approvals::{self, ApprovalStatus, NewApproval};
 use agentry_store::assistants::{self, AssistantSpec};
@@ -17,12 +18,10 @@ use agentry_store::memories::{self, NewMemory};
 use agentry_store::messages::{self, MessageRole, NewMessage};
 use agentry_store::profiles::{self, ProfileSpec};
 use agentry_store::sessions::{self, NewSession, SessionState};
-use agentry_store::tenants::{self, NewTenant, Quotas, TenantStatus, TenantUpdate};
+use agentry_store::tenants::{self, NewTenant, Quotas, TenantUpdate};
 use agentry_store::testing::{Backend, TestDb};
 use agentry_store::tool_calls::{self, NewToolCallLog};
-use agentry_store::{
-    PageRequest, PlatformScope, Role, StoreError, TenantScope, events, usage, users,
-};
+use agentry_store::{PageRequest, PlatformScope, StoreError, TenantScope, events, usage, users};
 use proptest::prelude::*;
 use sea_orm::DatabaseConnection;
 use serde_json::json;

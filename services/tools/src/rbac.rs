@@ -19,47 +19,11 @@
 use std::fmt;
 use std::str::FromStr;
 
+use agentry_schema::tenancy::Role;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::tool::ToolError;
-
-/// A user's role in a tenant.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Role {
-    Admin,
-    Member,
-}
-
-impl Role {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Role::Admin => "admin",
-            Role::Member => "member",
-        }
-    }
-}
-
-impl fmt::Display for Role {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for Role {
-    type Err = RbacConfigError;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.trim() {
-            "admin" => Ok(Role::Admin),
-            "member" => Ok(Role::Member),
-            other => Err(RbacConfigError(format!(
-                "unknown role {other:?}; expected admin or member"
-            ))),
-        }
-    }
-}
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid tool permissions: {0}")]

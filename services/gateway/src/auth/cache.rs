@@ -12,8 +12,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use agentry_schema::ids::{ApiKeyId, TenantId};
+use agentry_schema::tenancy::Role;
 use agentry_store::api_keys::{self, KeyCheck};
-use agentry_store::{PlatformScope, Role, UserScope, platform_admin_key, tenants, users};
+use agentry_store::{PlatformScope, UserScope, platform_admin_key, tenants, users};
 use chrono::{DateTime, Utc};
 use moka::Expiry;
 use moka::sync::Cache;

@@ -30,8 +30,9 @@ use actix_web::middleware::Next;
 use actix_web::{FromRequest, HttpMessage, HttpRequest, ResponseError, web};
 use agentry_schema::error::ErrorCode;
 use agentry_schema::ids::{ApiKeyId, TenantId, UserId};
-use agentry_store::tenants::{Tenant, TenantStatus};
-use agentry_store::{PlatformScope, Role, TenantScope, UserScope};
+use agentry_schema::tenancy::{Role, TenantStatus};
+use agentry_store::tenants::Tenant;
+use agentry_store::{PlatformScope, TenantScope, UserScope};
 
 pub use cache::{AdminKeySource, Forgotten, KeyResolver};
 pub use credentials::{Presented, WS_KEY_PROTOCOL_PREFIX, WS_PROTOCOL};

@@ -5,7 +5,6 @@ use agentry_schema::api::WhoAmI;
 
 use crate::auth::Caller;
 use crate::routes::resource::endpoint;
-use crate::views;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(endpoint("/me").get(who_am_i));
@@ -37,7 +36,7 @@ pub async fn who_am_i(caller: Caller) -> Json<WhoAmI> {
             tenant_id: Some(t.tenant_id().to_string()),
             tenant_name: Some(t.tenant().name.clone()),
             user_id: Some(t.user_id().to_string()),
-            role: Some(views::role(t.role())),
+            role: Some(t.role()),
             key_id: Some(t.key_id().to_string()),
         },
     })
