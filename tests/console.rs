@@ -75,6 +75,9 @@ async fn the_web_console_works_in_a_real_browser() {
         .env("PLAYWRIGHT_CORE", &playwright)
         .env("CHROMIUM", &chromium)
         .env("ARTIFACTS", &artifacts)
+        // The reference "everything" MCP server (an image tool), run as a stdio server.
+        .env("NODE22", agentry_mcp::testing::node())
+        .env("EVERYTHING_JS", agentry_mcp::testing::everything_js())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true)

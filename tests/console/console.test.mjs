@@ -17,6 +17,9 @@ const { chromium } = await import(process.env.PLAYWRIGHT_CORE);
 mkdirSync(ART, { recursive: true });
 
 const T = 30_000; // generous waits: a shared 2-core machine
+// A 2×2 PNG (red, green / blue, white).
+const PNG_DATA_URI =
+  "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAIAAAACCAIAAAD91JpzAAAAEklEQVR4nGP4z8DAAMIM/4EAAB/uBfsL2WiLAAAAAElFTkSuQmCC";
 let step = "start";
 const problems = [];
 // Once a session holds the hostile message below, Chromium reports the blocked `onerror` while
@@ -109,6 +112,7 @@ try {
   await page.click("summary:has-text('Create a tenant')");
   await page.fill("#tenant-name", tenant);
   await page.fill("[data-quota=max_users]", "10");
+  await page.check("#tenant-stdio");
   await page.click("#tenant-create button[type=submit]");
   await page.waitForSelector(`#tenant-detail h2:has-text('${tenant}')`);
   await page.waitForSelector(`#tenants tr[data-tenant='${tenant}']`);
@@ -207,13 +211,26 @@ try {
 
   log("chat: Markdown, and model output cannot run script");
   hostileShown = true;
-  await page.fill("#message", "/echo # Notes\n\n**bold** and `code`\n\n```\nfn main() {}\n```\n\n<img src=x onerror=\"window.pwned=1\"><script>window.pwned=2</script>");
+  await page.fill("#message", "/echo # Notes\n\n**bold** and `code`\n\n```\nfn main() {}\n```\n\n```python\ndef report(x):\n    return \"done\"  # ok\n```\n\n![report](" + PNG_DATA_URI + ")\n\n<img src=x onerror=\"window.pwned=1\"><script>window.pwned=2</script>");
   await page.press("#message", "Enter");
   await page.waitForSelector(".msg.assistant h1:has-text('Notes')");
   assert.ok(await page.locator(".msg.assistant strong:has-text('bold')").count());
   assert.ok(await page.locator(".msg.assistant pre code:has-text('fn main')").count());
+  // Fenced code is syntax-highlighted (the vendored highlight.js: classes, no inline style).
+  const py = page.locator(".msg.assistant pre code.hljs[data-language=python]");
+  await py.waitFor();
+  assert.ok(await py.locator("span.hljs-keyword:has-text('def')").count(), "python keywords are highlighted");
+  assert.ok(await py.locator("span.hljs-string").count(), "strings are highlighted");
+  assert.equal(await py.locator("[style]").count(), 0);
+  // A Markdown image (a data: URI, as a report tool would write it) is shown inline.
+  const img = page.locator(".msg.assistant img[alt=report]");
+  await img.waitFor();
+  assert.ok(await img.evaluate((i) => i.complete && i.naturalWidth > 0), "the report image is drawn");
   assert.equal(await page.evaluate(() => window.pwned), undefined, "no script from model output ran");
   assert.equal(await page.locator(".msg.assistant [onerror]").count(), 0);
+  // An image that would be fetched (here `src=x`) is not loaded: it is named as text.
+  assert.equal(await page.locator(".msg.assistant img:not([src^='data:'])").count(), 0);
+  await page.waitForSelector(".msg.assistant span:has-text('[image: no description — x]')");
   await shot(page, "03-chat");
 
   log("reopen the session: its history");
@@ -275,7 +292,35 @@ try {
   await page.click("tr[data-server=broken] button[data-delete=broken]");
   await page.waitForSelector("tr[data-server=broken]", { state: "detached" });
   await page.waitForSelector("tr[data-server=peer]");
+  // A stdio server (the tenant has the stdio feature; alice is its admin): the reference
+  // "everything" server, whose get-tiny-image tool returns an image content block.
+  await page.click("#mcp-form button:has-text('Clear')");
+  await page.waitForSelector("#mcp-form button#mcp-save:has-text('Add server')");
+  await page.fill("#mcp-name", "everything");
+  await page.selectOption("#mcp-transport", "stdio");
+  await page.fill("#mcp-command", process.env.NODE22);
+  await page.fill("#mcp-args", JSON.stringify([process.env.EVERYTHING_JS, "stdio"]));
+  await page.click("#mcp-save");
+  await page.waitForSelector("tr[data-server=everything]");
   await shot(page, "05-mcp");
+
+  log("chat: an image a tool returned is shown inline");
+  await page.click("#nav a[data-area=chat]");
+  await page.click("#new-chat");
+  await page.check("#new-auto");
+  await page.fill("#message", "/tool everything__get-tiny-image {}");
+  await page.press("#message", "Enter");
+  // Auto-approve (a tenant admin's right): no approval card, the tool just runs.
+  await page.waitForSelector(".done-line[data-status=completed]");
+  assert.equal(await page.locator(".hitl").count(), 0, "auto-approve asked nobody");
+  await page.waitForSelector("#conv-title:has-text('auto-approve')");
+  const tiny = page.locator(".msg.tool img.tool-image");
+  await tiny.waitFor();
+  assert.ok(await tiny.evaluate((i) => i.complete && i.naturalWidth > 0), "the tool's image is drawn");
+  assert.ok(!(await page.locator(".msg.tool pre").last().textContent()).includes("iVBOR"), "the base64 is not dumped as text");
+  await shot(page, "05b-chat-tool-image");
+  await page.click("#nav a[data-area=mcp]");
+  await page.waitForSelector("tr[data-server=everything]");
 
   // ---- runs ----
   log("runs: filter and open one");
@@ -307,6 +352,18 @@ try {
   await page.fill("#agent-prompt", "You are terse.");
   await page.click("#agent-save");
   await page.waitForSelector("#agents-list tr[data-agent=helper]");
+  log("agents: edit one");
+  await page.click("#agents-list tr[data-agent=helper]");
+  await page.waitForFunction(() => document.querySelector("#agent-prompt")?.value === "You are terse.");
+  await page.fill("#agent-name", "Helper Two");
+  await page.fill("#agent-prompt", "You are very terse.");
+  await page.check("#agent-auto");
+  await page.click("#agent-save");
+  await page.waitForSelector("#agents-list tr[data-agent=helper]:has-text('Helper Two')");
+  const saved = await (await fetch(BASE + "/api/v1/agents/helper", { headers: { authorization: "Bearer " + aliceKey } })).json();
+  assert.equal(saved.name, "Helper Two");
+  assert.equal(saved.system_prompt, "You are very terse.");
+  assert.equal(saved.auto_approve, true, "the edit reached the server");
   await shot(page, "07-agents");
 
   // ---- a revoked key fails cleanly and stops ----

@@ -46,6 +46,16 @@ const ASSETS: &[(&str, &str, &str)] = &[
         JS,
         include_str!("../../static/console/vendor/purify.es.mjs"),
     ),
+    (
+        "highlight.esm.js",
+        JS,
+        include_str!("../../static/console/vendor/highlight.esm.js"),
+    ),
+    (
+        "highlight.css",
+        CSS,
+        include_str!("../../static/console/vendor/highlight-github-dark.css"),
+    ),
 ];
 
 const JS: &str = "text/javascript; charset=utf-8";

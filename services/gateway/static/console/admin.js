@@ -39,7 +39,11 @@ async function tenantInfo(box, state) {
     return;
   }
   if (!state.alive) return;
-  const limit = (v) => (v ? String(v) : "no limit");
+  const limit = (v, k) => {
+    if (!v) return "no limit";
+    if (k === "workspace_quota_bytes") return v >= 2 ** 30 ? `${+(v / 2 ** 30).toFixed(1)} GiB` : `${+(v / 2 ** 20).toFixed(1)} MiB`;
+    return Number(v).toLocaleString("en");
+  };
   clear(
     box,
     h("h2", {}, "Status and quotas ", pill(t.status)),
@@ -47,7 +51,7 @@ async function tenantInfo(box, state) {
     h(
       "dl",
       { class: "kv", id: "tenant-quotas" },
-      ...QUOTAS.flatMap(([k, label]) => [h("dt", {}, label), h("dd", { dataset: { quota: k } }, limit(t[k]))]),
+      ...QUOTAS.flatMap(([k, label]) => [h("dt", {}, label), h("dd", { dataset: { quota: k } }, limit(t[k], k))]),
       h("dt", {}, "Features"),
       h("dd", {}, t.features_enabled.length ? t.features_enabled.join(", ") : "none"),
       h("dt", {}, "Local (stdio) MCP servers"),

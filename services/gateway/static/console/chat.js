@@ -462,10 +462,22 @@ function toolCall(d) {
   s.tools.set(d.tool_call_id, { el, result, progress });
 }
 
+/** Raster images an MCP tool returned (`{"type": "image", "data": base64, "mimeType"}` content
+ * blocks), shown inline; the JSON keeps a short stand-in for their data. */
+const IMAGE_TYPES = ["image/png", "image/jpeg", "image/gif", "image/webp"];
+function toolImages(result) {
+  const blocks = result && typeof result === "object" && Array.isArray(result.content) ? result.content : [];
+  const images = blocks.filter((b) => b && b.type === "image" && IMAGE_TYPES.includes(b.mimeType) && typeof b.data === "string" && /^[A-Za-z0-9+/=\s]+$/.test(b.data));
+  if (!images.length) return { images: [], shown: result };
+  const shown = { ...result, content: blocks.map((b) => (images.includes(b) ? { ...b, data: `(${b.data.length} base64 characters, shown below)` } : b)) };
+  return { images: images.map((b) => h("img", { class: "tool-image", src: `data:${b.mimeType};base64,${b.data}`, alt: `image from the tool (${b.mimeType})` })), shown };
+}
+
 function toolResult(d) {
   const s = state.view;
   const card = s.tools.get(d.tool_call_id);
-  const body = typeof d.result === "string" ? d.result : pretty(d.result);
+  const { images, shown } = toolImages(d.result);
+  const body = typeof shown === "string" ? shown : pretty(shown);
   const ok = d.status === "success";
   const details = h(
     "details",
@@ -473,10 +485,11 @@ function toolResult(d) {
     h("summary", {}, ok ? "✓ result" : "✗ error", h("span", { class: "small muted" }, ` (${body.length} characters)`)),
     h("pre", {}, body),
   );
+  const box = h("div", {}, details, ...images);
   if (card) {
-    card.result.append(details);
+    card.result.append(box);
     card.progress.textContent = "";
-  } else addMsg(h("div", { class: "msg tool" }, details));
+  } else addMsg(h("div", { class: "msg tool" }, box));
 }
 
 function fileOp(d) {

@@ -3,6 +3,13 @@
 
 import { marked } from "/assets/marked.esm.js";
 import DOMPurify from "/assets/purify.es.mjs";
+import hljs from "/assets/highlight.esm.js";
+
+// Highlighting only ever reads a block's text and writes escaped spans with classes (styled by
+// /assets/highlight.css): no inline style, nothing the CSP refuses.
+hljs.configure({ ignoreUnescapedHTML: true });
+/** Blocks longer than this are left plain: highlighting is for reading, not for megabytes. */
+const HIGHLIGHT_MAX = 50_000;
 
 /** h("div", {class: "x", onclick: f}, "text", child, …) */
 export function h(tag, attrs, ...children) {
@@ -41,7 +48,28 @@ export function markdown(text) {
     a.target = "_blank";
     a.rel = "noopener noreferrer";
   }
+  // Images inline only when they travel with the text (a data: URI of a raster image, as a
+  // report tool writes them); any other source would be fetched from elsewhere (the CSP refuses
+  // it) or from this server without a key: shown as text instead.
+  for (const img of div.querySelectorAll("img")) {
+    const src = img.getAttribute("src") || "";
+    if (/^data:image\/(png|jpeg|gif|webp);base64,/i.test(src)) continue;
+    img.replaceWith(h("span", { class: "muted small" }, `[image: ${img.getAttribute("alt") || "no description"}${src ? " — " + src.slice(0, 120) : ""}]`));
+  }
+  for (const code of div.querySelectorAll("pre code")) highlight(code);
   return div;
+}
+
+/** Syntax-highlight one code block: by its fenced language when highlight.js knows it, else by
+ * guessing among the common languages; unknown or huge blocks stay plain text. */
+export function highlight(code) {
+  const text = code.textContent;
+  if (text.length > HIGHLIGHT_MAX) return;
+  const lang = [...code.classList].find((c) => c.startsWith("language-"))?.slice(9);
+  const result = lang && hljs.getLanguage(lang) ? hljs.highlight(text, { language: lang, ignoreIllegals: true }) : hljs.highlightAuto(text);
+  code.innerHTML = result.value; // escaped by highlight.js: only <span class="hljs-…">
+  code.classList.add("hljs");
+  if (result.language) code.dataset.language = result.language;
 }
 
 export function pretty(value) {
