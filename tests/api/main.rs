@@ -661,6 +661,7 @@ async fn traces_reach_an_otlp_receiver_as_one_tree_per_chat_mcp_call_and_resumed
     traces::a_chat_with_an_approval_is_one_trace(&ctx, &fake, &otlp).await;
     traces::a_request_without_traceparent_starts_a_trace(&ctx, &otlp).await;
     traces::an_mcp_call_over_http_carries_the_trace_context(&ctx, &otlp).await;
+    traces::a_refused_request_is_logged_with_its_trace_id(&ctx).await;
     let mut ctx = ctx;
     traces::a_run_resumed_after_a_restart_continues_its_trace(&mut ctx, &otlp).await;
 }

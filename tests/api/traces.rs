@@ -354,6 +354,37 @@ pub async fn a_chat_with_an_approval_is_one_trace(
     );
 }
 
+/// A refused request's warning line carries its request id and the trace it continued.
+pub async fn a_refused_request_is_logged_with_its_trace_id(ctx: &Ctx) {
+    let trace_id = "6bf92f3577b34da6a3ce929d0e0e4738";
+    let res = ctx
+        .request(
+            Method::GET,
+            "/api/v1/sessions",
+            Some("agk_not_a_key_at_all_0000000000"),
+        )
+        .header("traceparent", format!("00-{trace_id}-00f067aa0ba902b9-01"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 401);
+    let request_id = res.headers()["x-request-id"].to_str().unwrap().to_string();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let lines = ctx.server.log_lines(|l| {
+            l["request_id"] == request_id.as_str() && l["target"] == "agentry::access"
+        });
+        if let Some(l) = lines.first() {
+            assert_eq!(l["level"], "WARN", "{l}");
+            assert_eq!(l["status"], 401, "{l}");
+            assert_eq!(l["trace_id"], trace_id, "{l}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "no access line for {request_id}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// Without a `traceparent` a request starts a trace of its own, and the run still has one.
 pub async fn a_request_without_traceparent_starts_a_trace(ctx: &Ctx, otlp: &OtlpReceiver) {
     let t = ctx.tenant().await;

@@ -94,6 +94,7 @@ pub async fn request_id(
         status,
         duration_ms: start.elapsed().as_secs_f64() * 1000.0,
         tenant_id: tenant.map(|t| t.to_string()),
+        trace_id: agentry_schema::trace_context::trace_id(&span),
     });
     match result {
         Ok(res) => {
@@ -126,6 +127,9 @@ struct AccessLine<'a> {
     status: StatusCode,
     duration_ms: f64,
     tenant_id: Option<String>,
+    /// The request's trace (when traces are exported), to open a refused or failed request's
+    /// trace from its log line.
+    trace_id: Option<String>,
 }
 
 /// One line per request: `info` normally, `warn` for refused credentials (401/403) and a server
@@ -144,6 +148,7 @@ fn access_log(line: &AccessLine<'_>) {
                 status = line.status.as_u16(),
                 duration_ms = line.duration_ms,
                 tenant_id = line.tenant_id.as_deref(),
+                trace_id = line.trace_id.as_deref(),
                 $message
             )
         };
