@@ -202,6 +202,29 @@ pub async fn start(otlp: &OtlpReceiver) -> (agentry_fake_model::FakeModelServer,
     .await
 }
 
+/// A chat over SSE, continuing `traceparent`, whose model writes `file` (which needs approval):
+/// the stream and the `hitl_request` it reached.
+async fn write_file_until_asked(
+    ctx: &Ctx,
+    key: &str,
+    sid: &str,
+    traceparent: &str,
+    file: &str,
+) -> (SseReader, Value) {
+    let message = format!(r#"/tool write_file {{"file_path": "{file}", "content": "traced"}}"#);
+    let res = ctx
+        .request(Method::POST, "/api/v1/chat/stream", Some(key))
+        .header("traceparent", traceparent)
+        .json(&json!({ "session_id": sid, "message": message }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    let mut sse = SseReader::new(res);
+    let asked = sse.until("hitl_request").await.last().unwrap().clone();
+    (sse, asked)
+}
+
 /// The whole trace of a chat over SSE with an approved tool call.
 pub async fn a_chat_with_an_approval_is_one_trace(
     ctx: &Ctx,
@@ -214,20 +237,15 @@ pub async fn a_chat_with_an_approval_is_one_trace(
     let trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
     let client_span = "00f067aa0ba902b7";
     let asked = fake.requests().len();
-    let res = ctx
-        .request(Method::POST, "/api/v1/chat/stream", Some(key))
-        .header("traceparent", format!("00-{trace_id}-{client_span}-01"))
-        .json(&json!({
-            "session_id": sid,
-            "message": r#"/tool write_file {"file_path": "traced.txt", "content": "traced"}"#,
-        }))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(res.status(), 200);
-    let mut sse = SseReader::new(res);
-    let evs = sse.until("hitl_request").await;
-    let request = evs.last().unwrap()["data"]["request_id"]
+    let (mut sse, asked_for) = write_file_until_asked(
+        ctx,
+        key,
+        &sid,
+        &format!("00-{trace_id}-{client_span}-01"),
+        "traced.txt",
+    )
+    .await;
+    let request = asked_for["data"]["request_id"]
         .as_str()
         .unwrap()
         .to_string();
@@ -630,20 +648,14 @@ pub async fn a_run_resumed_after_a_restart_continues_its_trace(ctx: &mut Ctx, ot
     let key = t.member.key.clone();
     let sid = new_session(ctx, &key).await;
     let trace_id = "5bf92f3577b34da6a3ce929d0e0e4737";
-    let res = ctx
-        .request(Method::POST, "/api/v1/chat/stream", Some(&key))
-        .header("traceparent", format!("00-{trace_id}-00f067aa0ba902b8-01"))
-        .json(&json!({
-            "session_id": sid,
-            "message": r#"/tool write_file {"file_path": "resumed.txt", "content": "x"}"#,
-        }))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(res.status(), 200);
-    let mut sse = SseReader::new(res);
-    let evs = sse.until("hitl_request").await;
-    let asked = evs.last().unwrap().clone();
+    let (sse, asked) = write_file_until_asked(
+        ctx,
+        &key,
+        &sid,
+        &format!("00-{trace_id}-00f067aa0ba902b8-01"),
+        "resumed.txt",
+    )
+    .await;
     let run: agentry_schema::ids::RunId = asked["run_id"].as_str().unwrap().parse().unwrap();
     // The checkpoint taken before asking names the run's span.
     let cp = agentry_store::checkpoints::latest(&ctx.db, &t.scope(), run)
