@@ -351,7 +351,7 @@ impl Modify for PathParameterRules {
                 .pattern(Some(pattern))
                 .build()
         };
-        // `agentry_schema::ids::AssistantId` and `McpServerName`.
+        // `agentry_schema::ids::AssistantId` (and `ProfileId`, the same slug) and `McpServerName`.
         let assistant = slug("^[a-z0-9][a-z0-9_-]*$");
         let mcp_name = slug("^(?!.*__)[A-Za-z0-9_-]+$");
         for (_, op) in all_operations(openapi) {
@@ -364,7 +364,7 @@ impl Modify for PathParameterRules {
                 }
                 let schema = match p.name.as_str() {
                     n if UUID_PATH_PARAMETERS.contains(&n) => uuid.clone(),
-                    "agent_id" => assistant.clone(),
+                    "agent_id" | "profile_id" => assistant.clone(),
                     "name" => mcp_name.clone(),
                     _ => continue,
                 };
@@ -475,7 +475,7 @@ mod tests {
                     let name = p["name"].as_str().unwrap();
                     let schema = &p["schema"];
                     match name {
-                        "agent_id" | "name" => {
+                        "agent_id" | "profile_id" | "name" => {
                             assert!(schema["pattern"].is_string(), "{method} {path} {name}")
                         }
                         _ => {
