@@ -947,3 +947,175 @@ pub async fn redis_restarted_under_load(trio: &Trio, t: &TenantFx) {
         assert_eq!(run_status(trio.c(), &key, run).await, "completed");
     }
 }
+
+/// A load balancer without stickiness: every TCP connection goes to the next replica, round
+/// robin. Counts the connections each replica got.
+pub struct RoundRobin {
+    pub addr: std::net::SocketAddr,
+    pub per_replica: std::sync::Arc<std::sync::Mutex<Vec<usize>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl RoundRobin {
+    pub async fn start(upstreams: Vec<u16>) -> RoundRobin {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let per_replica = std::sync::Arc::new(std::sync::Mutex::new(vec![0; upstreams.len()]));
+        let counts = per_replica.clone();
+        let task = tokio::spawn(async move {
+            let mut next = 0;
+            loop {
+                let Ok((mut inbound, _)) = listener.accept().await else {
+                    return;
+                };
+                let i = next % upstreams.len();
+                next += 1;
+                counts.lock().unwrap()[i] += 1;
+                let port = upstreams[i];
+                tokio::spawn(async move {
+                    if let Ok(mut outbound) =
+                        tokio::net::TcpStream::connect(("127.0.0.1", port)).await
+                    {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    }
+                });
+            }
+        });
+        RoundRobin {
+            addr,
+            per_replica,
+            task,
+        }
+    }
+}
+
+impl Drop for RoundRobin {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// `/mcp` behind a load balancer without stickiness (issue 13, item 3): rmcp's own client,
+/// opening a new connection for every request, goes through a round-robin balancer over the
+/// three replicas. Its MCP session lives on the replica that answered `initialize`; every other
+/// request (the tool list, a call that asks the user by elicitation, the user's answer, an
+/// `ask_default` chat, the session's end) lands on any replica and is proxied there. Another
+/// user's key gets 404 for the session on every replica, and so does everyone once it ended.
+pub async fn mcp_without_stickiness(trio: &Trio, t: &TenantFx) {
+    use crate::mcp_server::User;
+    use rmcp::model::CallToolRequestParams;
+    use rmcp::service::ServiceExt;
+    use rmcp::transport::StreamableHttpClientTransport;
+    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+    let lb = RoundRobin::start(trio.replicas.iter().map(|r| r.server.port).collect()).await;
+    let url = format!("http://127.0.0.1:{}/mcp", lb.addr.port());
+    let config = StreamableHttpClientTransportConfig::with_uri(url.clone())
+        .auth_header(t.member.key.clone());
+    // No connection reuse: each request is balanced on its own.
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap();
+    let user = User::answering(vec![json!(true)]);
+    let client = user
+        .clone()
+        .serve(StreamableHttpClientTransport::with_client(http, config))
+        .await
+        .expect("the MCP client connects through the balancer");
+    let call = |name: &str, args: Value| {
+        let params = CallToolRequestParams::new(name.to_string())
+            .with_arguments(args.as_object().cloned().unwrap_or_default());
+        let client = &client;
+        async move {
+            tokio::time::timeout(GENEROUS, client.call_tool(params))
+                .await
+                .expect("the call answers")
+                .expect("the call succeeds")
+        }
+    };
+    let tools = client.list_all_tools().await.unwrap();
+    assert!(tools.iter().any(|t| t.name == "ask_default"));
+    // An approval asked by elicitation, answered on whichever replica the answer lands.
+    let r = call(
+        "write_file",
+        json!({"file_path": "mcp-lb.txt", "content": "through any replica"}),
+    )
+    .await;
+    assert_eq!(r.is_error, Some(false), "{r:?}");
+    assert_eq!(
+        user.asked.lock().unwrap().len(),
+        1,
+        "the user was asked once"
+    );
+    // A chat with the default assistant, through the engine.
+    let r = call("ask_default", json!({"message": "hello over /mcp"})).await;
+    assert_eq!(r.is_error, Some(false), "{r:?}");
+    let counts = lb.per_replica.lock().unwrap().clone();
+    assert!(
+        counts.iter().all(|n| *n > 0),
+        "every replica got requests of the one MCP session: {counts:?}"
+    );
+    eprintln!("/mcp connections per replica: {counts:?}");
+
+    // A session as raw HTTP: another user's key gets 404 for it on every replica.
+    let initialized = trio
+        .a()
+        .send(
+            trio.a()
+                .request(Method::POST, "/mcp", Some(&t.member.key))
+                .header("accept", "application/json, text/event-stream")
+                .json(&json!({
+                    "jsonrpc": "2.0", "id": 1, "method": "initialize",
+                    "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                               "clientInfo": {"name": "raw", "version": "0"}}
+                })),
+        )
+        .await;
+    assert_eq!(initialized.status, 200, "{}", initialized.body);
+    let sid = initialized.headers["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
+    for (r, key, want) in [
+        (trio.b(), &t.member2.key, 404),
+        (trio.c(), &t.member2.key, 404),
+        (trio.a(), &t.member2.key, 404),
+        (trio.c(), &t.member.key, 200),
+    ] {
+        let res = r
+            .send(
+                r.request(Method::POST, "/mcp", Some(key))
+                    .header("accept", "application/json, text/event-stream")
+                    .header("mcp-session-id", &sid)
+                    .header("mcp-protocol-version", "2025-11-25")
+                    .json(&list),
+            )
+            .await;
+        assert_eq!(res.status, want, "{}", res.body);
+    }
+    // Ended on B (proxied to A): gone everywhere.
+    let res = trio
+        .b()
+        .send(
+            trio.b()
+                .request(Method::DELETE, "/mcp", Some(&t.member.key))
+                .header("mcp-session-id", &sid)
+                .header("mcp-protocol-version", "2025-11-25"),
+        )
+        .await;
+    assert!(res.status == 204 || res.status == 202, "{}", res.body);
+    for r in &trio.replicas {
+        let res = r
+            .send(
+                r.request(Method::POST, "/mcp", Some(&t.member.key))
+                    .header("accept", "application/json, text/event-stream")
+                    .header("mcp-session-id", &sid)
+                    .header("mcp-protocol-version", "2025-11-25")
+                    .json(&list),
+            )
+            .await;
+        assert_eq!(res.status, 404, "{}", res.body);
+    }
+    client.cancel().await.unwrap();
+}

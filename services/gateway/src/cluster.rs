@@ -32,6 +32,24 @@ pub struct Cluster {
     ttl: Duration,
     /// Redis, in cluster mode.
     pub coordination: Option<Coordination>,
+    /// Cluster mode: what proves a request comes from another replica (see [`PEER_HEADER`]).
+    pub peer_secret: Option<String>,
+}
+
+/// The header a replica's request to another replica carries (a proxied `/mcp` request), with
+/// the cluster's peer secret: such a request was admitted (counted against the tenant's
+/// quotas) by the replica that proxied it.
+pub const PEER_HEADER: &str = "x-agentry-peer";
+
+impl Cluster {
+    /// Whether `req` comes from another replica of this cluster.
+    pub fn from_peer(&self, req: &actix_web::HttpRequest) -> bool {
+        let (Some(secret), Some(sent)) = (&self.peer_secret, req.headers().get(PEER_HEADER)) else {
+            return false;
+        };
+        use subtle::ConstantTimeEq;
+        bool::from(secret.as_bytes().ct_eq(sent.as_bytes()))
+    }
 }
 
 impl Cluster {
@@ -140,6 +158,14 @@ pub async fn join(settings: &Settings, db: &DatabaseConnection) -> anyhow::Resul
             Some(c)
         }
     };
+    let peer_secret = match &coordination {
+        Some(c) => Some(
+            c.peer_secret()
+                .await
+                .context("reading the cluster's peer secret from Redis")?,
+        ),
+        None => None,
+    };
     let holder = Holder::this_process(mode, replica_id);
     let ttl = Duration::from_secs(settings.cluster.database_lease_ttl_secs);
     match server_lease::acquire(db, &PlatformScope::new(), &holder, ttl)
@@ -161,6 +187,7 @@ pub async fn join(settings: &Settings, db: &DatabaseConnection) -> anyhow::Resul
         holder,
         ttl,
         coordination,
+        peer_secret,
     });
     cluster.spawn_heartbeat(db.clone());
     Ok(cluster)

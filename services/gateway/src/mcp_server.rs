@@ -76,14 +76,166 @@ session_id to continue the conversation). Tools marked destructive ask you for a
 pub struct McpEndpoint {
     service: StreamableHttpService<ToolServer, LocalSessionManager>,
     bindings: web::Data<SessionBindings>,
+    peers: Option<web::Data<McpPeers>>,
+}
+
+/// Cluster mode: an MCP session lives on the replica whose `initialize` made it (rmcp keeps it
+/// in that process). Each replica records its sessions in Redis (`<prefix>:mcp:<session id>`:
+/// the replica, where to reach it, whose session it is); a request for a session held by
+/// another replica is proxied there over HTTP, its answer (an event stream included) streamed
+/// back. So `/mcp` works behind a load balancer without stickiness.
+pub struct McpPeers {
+    coordination: agentry_store::coordination::Coordination,
+    /// This replica's id and advertised base URL (`cluster.advertise_url`).
+    me: String,
+    url: String,
+    /// Sent with proxied requests: the replica that proxied one admitted it already.
+    secret: String,
+    http: reqwest::Client,
+}
+
+/// Where an MCP session lives, as Redis holds it.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct RemoteBinding {
+    replica: String,
+    url: String,
+    tenant: TenantId,
+    user: UserId,
+}
+
+impl McpPeers {
+    pub fn new(
+        coordination: agentry_store::coordination::Coordination,
+        url: String,
+        secret: String,
+    ) -> anyhow::Result<McpPeers> {
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(2))
+            .redirect(reqwest::redirect::Policy::none())
+            .no_proxy()
+            .build()?;
+        Ok(McpPeers {
+            me: coordination.replica_id().to_string(),
+            coordination,
+            url,
+            secret,
+            http,
+        })
+    }
+
+    fn key(session: &str) -> String {
+        format!("mcp:{session}")
+    }
+
+    /// Say that this replica holds `session`, for `owner`.
+    fn publish(&self, session: &str, owner: Owner) {
+        let binding = RemoteBinding {
+            replica: self.me.clone(),
+            url: self.url.clone(),
+            tenant: owner.tenant,
+            user: owner.user,
+        };
+        let Ok(value) = serde_json::to_string(&binding) else {
+            return;
+        };
+        let (c, key) = (self.coordination.clone(), Self::key(session));
+        actix_web::rt::spawn(async move {
+            if let Err(e) = c.put(&key, &value, BINDING_TTL).await {
+                tracing::warn!(error = %e, "recording an MCP session in Redis failed; other replicas answer 404 for it");
+            }
+        });
+    }
+
+    fn withdraw(&self, session: &str) {
+        let (c, key) = (self.coordination.clone(), Self::key(session));
+        actix_web::rt::spawn(async move {
+            let _ = c.forget(&key).await;
+        });
+    }
+
+    /// The replica URL of `owner`'s `session` when another replica holds it.
+    async fn elsewhere(&self, session: &str, owner: Owner) -> Option<String> {
+        let value = self.coordination.get(&Self::key(session)).await.ok()??;
+        let b: RemoteBinding = serde_json::from_str(&value).ok()?;
+        (b.replica != self.me && b.tenant == owner.tenant && b.user == owner.user).then_some(b.url)
+    }
+
+    /// Send `req` to the replica at `base` and stream its answer back.
+    async fn proxy(&self, req: ServiceRequest, base: &str) -> ServiceResponse<BoxBody> {
+        let (http_req, mut payload) = req.into_parts();
+        let body = match web::Bytes::from_request(&http_req, &mut payload).await {
+            Ok(b) => b,
+            Err(e) => return ServiceResponse::new(http_req, e.error_response()),
+        };
+        let path = http_req
+            .uri()
+            .path_and_query()
+            .map_or("/mcp", |p| p.as_str());
+        let url = format!("{}{path}", base.trim_end_matches('/'));
+        let method = reqwest::Method::from_bytes(http_req.method().as_str().as_bytes())
+            .unwrap_or(reqwest::Method::POST);
+        let mut out = self.http.request(method, url);
+        for (name, value) in http_req.headers() {
+            if !hop_by_hop(name.as_str()) && name.as_str() != crate::cluster::PEER_HEADER {
+                out = out.header(name.as_str(), value.as_bytes());
+            }
+        }
+        let sent = out
+            .header(crate::cluster::PEER_HEADER, &self.secret)
+            .body(body)
+            .send()
+            .await;
+        let res = match sent {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(error = %e, replica_url = %base, "proxying an /mcp request to the replica that holds its session failed");
+                let err = mcp_error(
+                    ErrorCode::CoordinationUnavailable,
+                    "the replica that holds this MCP session does not answer; retry, or send a \
+                     new initialize without the Mcp-Session-Id header",
+                )
+                .with_retry_after(2);
+                return ServiceResponse::new(http_req, err.error_response());
+            }
+        };
+        let status = StatusCode::from_u16(res.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
+        let mut answer = HttpResponse::build(status);
+        for (name, value) in res.headers() {
+            if !hop_by_hop(name.as_str()) {
+                answer.append_header((name.as_str(), value.as_bytes()));
+            }
+        }
+        let stream = res
+            .bytes_stream()
+            .map(|chunk| chunk.map_err(actix_web::error::ErrorBadGateway));
+        ServiceResponse::new(http_req, answer.streaming(stream))
+    }
+}
+
+/// Headers that belong to one connection, not to the request or answer being proxied.
+fn hop_by_hop(name: &str) -> bool {
+    matches!(
+        name,
+        "connection"
+            | "keep-alive"
+            | "proxy-authenticate"
+            | "proxy-authorization"
+            | "te"
+            | "trailer"
+            | "transfer-encoding"
+            | "upgrade"
+            | "content-length"
+    )
 }
 
 impl McpEndpoint {
+    /// `peers`: cluster mode (MCP sessions of other replicas are proxied to them).
     pub fn new(
         settings: &Settings,
         engine: Engine,
         tools: Arc<PlatformTools>,
         db: DatabaseConnection,
+        peers: Option<McpPeers>,
     ) -> Self {
         let source = CallerToolSource {
             engine: engine.clone(),
@@ -116,18 +268,21 @@ impl McpEndpoint {
         McpEndpoint {
             service,
             bindings: web::Data::new(SessionBindings::default()),
+            peers: peers.map(web::Data::new),
         }
     }
 
     /// Mount `/mcp` (call once per worker).
     pub fn configure(&self, cfg: &mut web::ServiceConfig) {
-        cfg.service(
-            self.service
-                .clone()
-                .scope_with_path("/mcp")
-                .app_data(self.bindings.clone())
-                .wrap(from_fn(guard)),
-        );
+        let mut scope = self
+            .service
+            .clone()
+            .scope_with_path("/mcp")
+            .app_data(self.bindings.clone());
+        if let Some(peers) = &self.peers {
+            scope = scope.app_data(peers.clone());
+        }
+        cfg.service(scope.wrap(from_fn(guard)));
     }
 }
 
@@ -220,9 +375,21 @@ async fn guard(
             return Ok(req.into_response(e.error_response()));
         }
     };
+    let peers = req.app_data::<web::Data<McpPeers>>().cloned();
     if let Some(id) = &session
         && bindings.owner(id) != Some(owner)
     {
+        // Cluster mode: a session another replica holds is served there (never passed on
+        // twice: a request from a peer is answered here).
+        let from_peer = req
+            .app_data::<web::Data<crate::state::AppState>>()
+            .is_some_and(|s| s.cluster.from_peer(req.request()));
+        if let Some(p) = peers.as_ref().filter(|_| !from_peer)
+            && bindings.owner(id).is_none()
+            && let Some(url) = p.elsewhere(id, owner).await
+        {
+            return Ok(p.proxy(req, &url).await);
+        }
         // Another tenant's (or user's) session is as unknown as a made-up one.
         return Ok(req.into_response(session_not_found(id).error_response()));
     }
@@ -234,9 +401,17 @@ async fn guard(
             (None, Some(new)) => {
                 if let Ok(new) = new.to_str() {
                     bindings.bind(new.to_string(), owner);
+                    if let Some(p) = &peers {
+                        p.publish(new, owner);
+                    }
                 }
             }
-            (Some(id), _) if method == Method::DELETE => bindings.forget(id),
+            (Some(id), _) if method == Method::DELETE => {
+                bindings.forget(id);
+                if let Some(p) = &peers {
+                    p.withdraw(id);
+                }
+            }
             _ => {}
         }
         if method == Method::DELETE && status == StatusCode::ACCEPTED {

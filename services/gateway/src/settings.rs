@@ -313,6 +313,11 @@ pub struct ClusterSettings {
     /// How long a command forwarded to the replica that runs a session (a chat, an approval,
     /// a cancel sent to another replica) waits for its answer before it fails with 503.
     pub forward_timeout_ms: u64,
+    /// Where the other replicas reach this one over HTTP (`/mcp` requests for an MCP session
+    /// this replica holds are proxied here): `http://<pod IP>:<port>` in Kubernetes. Empty:
+    /// `http://<server.host>:<port>`, or the host name when `server.host` listens on every
+    /// address.
+    pub advertise_url: String,
 }
 
 impl Default for ClusterSettings {
@@ -323,6 +328,7 @@ impl Default for ClusterSettings {
             session_lease_ttl_secs: 10,
             replica_ttl_ms: 3000,
             forward_timeout_ms: 5000,
+            advertise_url: String::new(),
         }
     }
 }
@@ -821,6 +827,16 @@ impl Settings {
                 "must be between 1000 and 60000 (milliseconds)",
             );
         }
+        let advertised = self.cluster.advertise_url.trim();
+        if !(advertised.is_empty()
+            || advertised.starts_with("http://")
+            || advertised.starts_with("https://"))
+        {
+            return bad(
+                "cluster.advertise_url",
+                "must be an http:// or https:// URL (the base other replicas reach this one at)",
+            );
+        }
         if !(100..=120_000).contains(&self.cluster.forward_timeout_ms) {
             return bad(
                 "cluster.forward_timeout_ms",
@@ -1221,10 +1237,22 @@ mod tests {
         assert!(e.contains("redis.key_prefix"), "{e}");
         let e = err(&[("AGENTRY_CLUSTER__DATABASE_LEASE_TTL_SECS", "1")]);
         assert!(e.contains("cluster.database_lease_ttl_secs"), "{e}");
-        // The defaults: single-node, a generated id, a 15 s database lease.
+        let e = err(&[("AGENTRY_CLUSTER__REPLICA_TTL_MS", "500")]);
+        assert!(e.contains("cluster.replica_ttl_ms"), "{e}");
+        let e = err(&[("AGENTRY_CLUSTER__FORWARD_TIMEOUT_MS", "0")]);
+        assert!(e.contains("cluster.forward_timeout_ms"), "{e}");
+        let e = err(&[("AGENTRY_CLUSTER__ADVERTISE_URL", "10.0.0.7:8000")]);
+        assert!(e.contains("cluster.advertise_url"), "{e}");
+        // The defaults: single-node, a generated id, a 15 s database lease, a replica dead
+        // after 3 s of silence, forwarded commands answered within 5 s.
         let s = Settings::load_from(None, env(&[])).unwrap();
         assert!(s.redis.url.is_empty() && s.cluster.replica_id.is_empty());
         assert_eq!(s.cluster.database_lease_ttl_secs, 15);
+        assert_eq!(
+            (s.cluster.replica_ttl_ms, s.cluster.forward_timeout_ms),
+            (3000, 5000)
+        );
+        assert!(s.cluster.advertise_url.is_empty());
     }
 
     #[test]

@@ -238,6 +238,22 @@ fn stop_on_signals(handle: actix_web::dev::ServerHandle, drain: Drain) -> std::i
     Ok(())
 }
 
+/// Where the other replicas reach this one (`cluster.advertise_url`, or this listener's
+/// address: the host name when it listens on every address).
+fn advertised_url(settings: &Settings, port: u16) -> String {
+    let configured = settings.cluster.advertise_url.trim();
+    if !configured.is_empty() {
+        return configured.trim_end_matches('/').to_string();
+    }
+    let host = settings.server.host.trim();
+    let host = match host.parse::<std::net::IpAddr>() {
+        Ok(ip) if ip.is_unspecified() => agentry_store::server_lease::host_name(),
+        Ok(std::net::IpAddr::V6(ip)) => format!("[{ip}]"),
+        _ => host.to_string(),
+    };
+    format!("http://{host}:{port}")
+}
+
 impl Application {
     pub async fn build(mut settings: Settings) -> anyhow::Result<Application> {
         let db = open_database(&settings).await?;
@@ -285,12 +301,22 @@ impl Application {
                 Err(e) => tracing::error!(error = %e, "recovering unfinished runs failed"),
             }
         });
-        // One MCP endpoint (and so one set of MCP sessions) for every worker.
+        // One MCP endpoint (and so one set of MCP sessions) for every worker; in cluster mode
+        // the other replicas' sessions are proxied to them.
+        let peers = match (&cluster.coordination, &cluster.peer_secret) {
+            (Some(c), Some(secret)) => Some(crate::mcp_server::McpPeers::new(
+                c.clone(),
+                advertised_url(&settings, port),
+                secret.clone(),
+            )?),
+            _ => None,
+        };
         let mcp = std::sync::Arc::new(crate::mcp_server::McpEndpoint::new(
             &settings,
             parts.engine.clone(),
             parts.tools.clone(),
             db.clone(),
+            peers,
         ));
         let shutdown_token = tokio_util::sync::CancellationToken::new();
         let drain = Drain {

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
 mod bus;
+mod peers;
 mod replicas;
 mod streams;
 

@@ -269,8 +269,11 @@ pub async fn authenticate(
             let span = tracing::Span::current();
             span.record("tenant_id", tracing::field::display(t.tenant_id()));
             span.record("user_id", tracing::field::display(t.user_id()));
-            // The tenant's requests_per_minute, for every request its keys make.
-            if let Err(e) = state.engine.admit_request(t.tenant()).await {
+            // The tenant's requests_per_minute, for every request its keys make (a request
+            // another replica proxied here was counted there).
+            if !state.cluster.from_peer(req.request())
+                && let Err(e) = state.engine.admit_request(t.tenant()).await
+            {
                 let err = ApiError::from(e);
                 return Ok(req.into_response(err.error_response()));
             }

@@ -71,16 +71,6 @@ impl Coordination {
         Ok(())
     }
 
-    /// This replica stops (gracefully): it is dead to the others at once.
-    pub async fn retire(&self) -> Result<(), CoordinationError> {
-        let mut conn = self.connection();
-        let _: i64 = redis::cmd("DEL")
-            .arg(self.alive_key(self.replica_id()))
-            .query_async(&mut conn)
-            .await?;
-        Ok(())
-    }
-
     /// Who holds the session's lease, if anyone.
     pub async fn session_owner(&self, session: &str) -> Result<Option<Owner>, CoordinationError> {
         let (lease, _) = self.session_keys(session);
