@@ -139,7 +139,7 @@ fn describe() {
     );
     metrics::describe_gauge!(
         "agentry_db_pool_max_connections",
-        "Database pool size limit (database.max_connections)"
+        "Database pool size limit (database.max_connections; 1 on SQLite)"
     );
     metrics::describe_gauge!(
         "process_resident_memory_bytes",
@@ -270,7 +270,7 @@ pub async fn render(
         }
     }
     sample_process();
-    sample_pool(&state.db, state.settings.database.max_connections);
+    sample_pool(&state.db);
     sample_statements();
     Ok(HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4; charset=utf-8")
@@ -320,21 +320,22 @@ fn sample_statements() {
     }
 }
 
-/// Connections of the database pool in use and idle.
-fn sample_pool(db: &sea_orm::DatabaseConnection, max: u32) {
+/// Connections of the database pool in use and idle, and its limit (`database.max_connections`;
+/// one on SQLite, see `agentry_store::connect`).
+fn sample_pool(db: &sea_orm::DatabaseConnection) {
     use sea_orm::DbBackend;
-    let (size, idle) = match db.get_database_backend() {
+    let (size, idle, max) = match db.get_database_backend() {
         DbBackend::Postgres => {
             let p = db.get_postgres_connection_pool();
-            (p.size(), p.num_idle())
+            (p.size(), p.num_idle(), p.options().get_max_connections())
         }
         DbBackend::MySql => {
             let p = db.get_mysql_connection_pool();
-            (p.size(), p.num_idle())
+            (p.size(), p.num_idle(), p.options().get_max_connections())
         }
         DbBackend::Sqlite => {
             let p = db.get_sqlite_connection_pool();
-            (p.size(), p.num_idle())
+            (p.size(), p.num_idle(), p.options().get_max_connections())
         }
         _ => return,
     };
