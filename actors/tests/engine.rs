@@ -993,8 +993,10 @@ async fn members_cannot_reach_other_users_sessions() {
     );
 }
 
-/// Crash recovery at start-up: a run left `running` with a checkpoint resumes; one without a
-/// checkpoint is marked interrupted with a `done` any subscriber can replay.
+/// Crash recovery at start-up: a run left `running` with a checkpoint resumes from it; one
+/// without a checkpoint (it stopped before its first step was recorded, so no tool of it ran)
+/// starts again from its stored conversation; one whose checkpoint cannot be read is marked
+/// interrupted with a `done` any subscriber can replay.
 #[actix_rt::test]
 async fn startup_recovery_resumes_or_interrupts_unfinished_runs() {
     use agentry_actors::agent::{CHECKPOINT_VERSION, RunCheckpoint, RunState};
@@ -1016,11 +1018,16 @@ async fn startup_recovery_resumes_or_interrupts_unfinished_runs() {
             },
         )
     };
-    let (with_cp, without_cp) = (mk(true).await.unwrap(), mk(true).await.unwrap());
+    let (with_cp, without_cp, unreadable) = (
+        mk(true).await.unwrap(),
+        mk(true).await.unwrap(),
+        mk(true).await.unwrap(),
+    );
     // What a crashed process leaves behind: the user message, a running execution, and (for
-    // one of them) a checkpoint about to call the model.
+    // two of them) a checkpoint about to call the model, one of a version this server does
+    // not know.
     let mut runs = Vec::new();
-    for s in [&with_cp, &without_cp] {
+    for s in [&with_cp, &without_cp, &unreadable] {
         let run = RunId::new();
         executions::create(
             &h.db.db,
@@ -1053,26 +1060,35 @@ async fn startup_recovery_resumes_or_interrupts_unfinished_runs() {
         in_flight: None,
         trace_parent: None,
     };
-    checkpoints::save(
-        &h.db.db,
-        &scope,
-        NewCheckpoint {
-            session_id: with_cp.id,
-            execution_id: runs[0].0,
-            step: 0,
-            node: "reason".into(),
-            state: cp.to_json(),
-        },
-    )
-    .await
-    .unwrap();
+    let mut future = cp.to_json();
+    future["version"] = serde_json::json!(CHECKPOINT_VERSION + 1);
+    for (s, run, state) in [
+        (&with_cp, runs[0].0, cp.to_json()),
+        (&unreadable, runs[2].0, future),
+    ] {
+        checkpoints::save(
+            &h.db.db,
+            &scope,
+            NewCheckpoint {
+                session_id: s.id,
+                execution_id: run,
+                step: 0,
+                node: "reason".into(),
+                state,
+            },
+        )
+        .await
+        .unwrap();
+    }
+    h.fake().push(FakeReply::text("resumed answer"));
     h.fake().push(FakeReply::text("resumed answer"));
 
     let picked = h.engine.recover().await.unwrap();
-    assert_eq!(picked, 2);
+    assert_eq!(picked, 3);
     for (s, (run, _), status) in [
         (&with_cp, runs[0], DoneStatus::Completed),
-        (&without_cp, runs[1], DoneStatus::Interrupted),
+        (&without_cp, runs[1], DoneStatus::Completed),
+        (&unreadable, runs[2], DoneStatus::Interrupted),
     ] {
         let handle = h
             .engine

@@ -12,7 +12,7 @@ use crate::streaming::{Socket, send, until_done_or_hitl};
 
 /// SQL statements one one-tool run (model → `write_todos` → model → answer) may send on a
 /// session whose actor is live: the run's start, one transaction per step and the end.
-pub const STATEMENTS_PER_ONE_TOOL_RUN: u64 = 15;
+pub const STATEMENTS_PER_ONE_TOOL_RUN: u64 = 14;
 
 /// Runs measured; the fewest statements any of them took is the run path's own figure (a
 /// periodic event flush that lands inside a slow run adds one).

@@ -435,8 +435,10 @@ impl Agent {
                         )));
                     }
                     // The previous step's rows go in with this checkpoint, before the model
-                    // is called.
-                    self.checkpoint(&[], None).await?;
+                    // is called. A fresh run's first would repeat what its start stored.
+                    if !self.recorder.nothing_to_write() {
+                        self.checkpoint(&[], None).await?;
+                    }
                     let step = self.progress().steps + 1;
                     step_span = tracing::info_span!(
                         "agent.step",
@@ -1013,9 +1015,14 @@ impl Agent {
             HumanOutcome::Cancelled => (ApprovalStatus::Cancelled, None, None),
         };
         wait.record("agentry.approval.outcome", status.as_str());
-        approvals::decide(&self.deps.db, &self.scope, id, status, decision_json, by)
-            .await
-            .map_err(|e| self.store_failed("recording the decision", e))?;
+        // Written with the step that follows: with the call's `in_flight` checkpoint before it
+        // runs (approved), or with the run's end (refused).
+        self.recorder.decided(approvals::ApprovalDecision {
+            id,
+            status,
+            decision: decision_json,
+            decided_by: by,
+        });
         match outcome {
             HumanOutcome::Decided {
                 decision: Decision::Approve { .. },

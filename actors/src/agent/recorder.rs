@@ -11,7 +11,12 @@
 //!   write itself, so a crash loses at most a result whose call the checkpoint already marks
 //!   as started: on resume the model gets an `interrupted` result and no call runs twice.
 //!   The execution's status is written only when it changes (waiting for a person and back);
-//!   its steps and usage are in each checkpoint and written on the execution at the end.
+//!   its steps and usage are in each checkpoint and written on the execution at the end. A
+//!   person's decision on an approval waits too: it goes in with the approved call's
+//!   `in_flight` checkpoint (the decision → tool result path pays one commit), or with the end
+//!   of a run it stops. A fresh run writes no checkpoint before its first model call: it
+//!   would only repeat what the start stored (a run without one resumes from its stored
+//!   conversation).
 //! - **End** ([`RunRecorder::end`]): what is still waiting (the final answer, a refused call),
 //!   the run's final status, its events not stored yet with its `done`, the session's state,
 //!   in one transaction ([`executions::record_end`]), retried with backoff within a bound.
@@ -22,6 +27,7 @@
 use std::time::Duration;
 
 use agentry_schema::ids::{RunId, SessionId};
+use agentry_store::approvals::{self, ApprovalDecision};
 use agentry_store::checkpoints::{self, NewCheckpoint};
 use agentry_store::executions::{self, ExecutionStatus, NewExecution, RunEnd};
 use agentry_store::messages::{self, NewMessage};
@@ -48,11 +54,14 @@ pub enum StartRows {
 pub struct StepRows {
     pub messages: Vec<NewMessage>,
     pub tool_calls: Vec<NewToolCallLog>,
+    /// Decisions on the run's approvals: the decided call runs only after the transaction that
+    /// records the decision with the call's `in_flight` checkpoint (one commit, not two).
+    pub decisions: Vec<ApprovalDecision>,
 }
 
 impl StepRows {
     pub fn is_empty(&self) -> bool {
-        self.messages.is_empty() && self.tool_calls.is_empty()
+        self.messages.is_empty() && self.tool_calls.is_empty() && self.decisions.is_empty()
     }
 }
 
@@ -107,7 +116,7 @@ impl RunRecorder {
         let message = match rows {
             StartRows::Fresh(new) => {
                 let input = new.input.clone();
-                executions::create(&txn, &self.scope, new).await?;
+                executions::insert(&txn, &self.scope, new).await?;
                 Some(input)
             }
             StartRows::Queued { input } => {
@@ -147,6 +156,18 @@ impl RunRecorder {
         self.waiting.tool_calls.push(row);
     }
 
+    /// A decision on one of the run's approvals; stored with the step.
+    pub fn decided(&mut self, decision: ApprovalDecision) {
+        self.waiting.decisions.push(decision);
+    }
+
+    /// Whether a checkpoint now would only repeat what the store already knows: nothing waits
+    /// to be written and none was written yet (a fresh run before its first step resumes from
+    /// its stored conversation, as its first checkpoint would have it).
+    pub fn nothing_to_write(&self) -> bool {
+        self.waiting.is_empty() && self.status.is_none() && self.checkpoints == 0
+    }
+
     /// The run waits for a person (`true`) or goes on (`false`): written with the next step.
     pub fn set_waiting(&mut self, waiting: bool) {
         self.status = Some(if waiting {
@@ -165,9 +186,12 @@ impl RunRecorder {
         let txn = self.db.begin().await?;
         self.check_fence(&txn).await?;
         let rows = self.waiting.clone();
+        for d in &rows.decisions {
+            approvals::record(&txn, &self.scope, d).await?;
+        }
         messages::save_many(&txn, &self.scope, self.session_id, rows.messages).await?;
         tool_calls::insert_many(&txn, &self.scope, rows.tool_calls).await?;
-        checkpoints::save(
+        checkpoints::write(
             &txn,
             &self.scope,
             NewCheckpoint {

@@ -984,16 +984,6 @@ impl SessionActor {
                         );
                         return;
                     }
-                    if let Some(note) = &prepared.notice {
-                        act.publish(
-                            Some(run_id),
-                            EventPayload::error(
-                                ErrorCode::InternalError.as_str(),
-                                note.clone(),
-                                true,
-                            ),
-                        );
-                    }
                     act.spawn_loop(ctx, prepared.input);
                 }
                 Ok(_) => {}
@@ -1176,6 +1166,7 @@ impl SessionActor {
             events,
             messages: outcome.rows.messages.clone(),
             tool_calls: outcome.rows.tool_calls.clone(),
+            decisions: outcome.rows.decisions.clone(),
             cancel_approvals: asked,
             fence: self.fence,
         };
@@ -1263,6 +1254,7 @@ impl SessionActor {
                     events,
                     messages: outcome.rows.messages,
                     tool_calls: outcome.rows.tool_calls,
+                    decisions: outcome.rows.decisions,
                     cancel_approvals: true,
                     fence: act.fence,
                 };
@@ -1412,7 +1404,7 @@ impl SessionActor {
                         Some(run_id),
                         EventPayload::error(
                             ErrorCode::InternalError.as_str(),
-                            "the run crashed; it is resuming from its last checkpoint",
+                            "the run crashed; it is resuming from where it was last recorded",
                             true,
                         ),
                     );
@@ -1487,27 +1479,25 @@ impl SessionActor {
                 act.queue.push_back(QueuedRun { run_id, user });
             }
             match rec.active {
-                Some((run_id, user, Some(cp))) => {
+                Some((run_id, user, restart @ (Restart::From(_) | Restart::Fresh))) => {
+                    let (note, cp) = match restart {
+                        Restart::From(cp) if rec.took_over => ("the replica running this session stopped; another one is resuming the run from its last checkpoint", Some(cp)),
+                        Restart::From(cp) => ("the server restarted during this run; it is resuming from its last checkpoint", Some(cp)),
+                        _ if rec.took_over => ("the replica running this session stopped; another one is resuming the run from its stored conversation (it had not finished its first step)", None),
+                        _ => ("the server restarted during this run; it is resuming from its stored conversation (it had not finished its first step)", None),
+                    };
                     act.publish(
                         Some(run_id),
-                        EventPayload::error(
-                            ErrorCode::InternalError.as_str(),
-                            if rec.took_over {
-                                "the replica running this session stopped; another one is resuming the run from its last checkpoint"
-                            } else {
-                                "the server restarted during this run; it is resuming from its last checkpoint"
-                            },
-                            true,
-                        ),
+                        EventPayload::error(ErrorCode::InternalError.as_str(), note, true),
                     );
-                    act.start_run(ctx, run_id, user, RunStart::Resume(Some(Box::new(cp))), 0, None);
+                    act.start_run(ctx, run_id, user, RunStart::Resume(cp), 0, None);
                 }
-                Some((run_id, _, None)) => {
+                Some((run_id, _, Restart::Unreadable)) => {
                     act.publish(
                         Some(run_id),
                         EventPayload::error(
                             ErrorCode::InternalError.as_str(),
-                            "the server restarted before this run saved a checkpoint; it was interrupted",
+                            "the server restarted during this run and its checkpoint cannot be read; it was interrupted",
                             false,
                         ),
                     );
@@ -1535,10 +1525,23 @@ impl SessionActor {
     }
 }
 
+/// Where an unfinished run of a previous process continues.
+enum Restart {
+    /// From its latest checkpoint.
+    From(Box<RunCheckpoint>),
+    /// It has none: it stopped before its first step was recorded, so no tool of it ran (the
+    /// first call is preceded by its `in_flight` checkpoint) and nothing of it but the user's
+    /// message is stored. It starts again from its stored conversation.
+    Fresh,
+    /// Its checkpoint cannot be read (a version this server does not know): what it did is
+    /// unknown, so it is not run again; it ends `interrupted`.
+    Unreadable,
+}
+
 struct Recovery {
     /// The highest `seq` the session stored or reserved: numbering continues above it.
     seq_floor: u64,
-    active: Option<(RunId, UserScope, Option<RunCheckpoint>)>,
+    active: Option<(RunId, UserScope, Restart)>,
     queued: Vec<(RunId, UserScope)>,
     /// Cluster mode: the lease claimed to pick up the unfinished run.
     lease: Option<Claimed>,
@@ -1625,6 +1628,7 @@ async fn load_recovery(
                     events: Vec::new(),
                     messages: Vec::new(),
                     tool_calls: Vec::new(),
+                    decisions: Vec::new(),
                     cancel_approvals: true,
                     fence,
                 },
@@ -1633,11 +1637,18 @@ async fn load_recovery(
         } else {
             // A request the interrupted run left pending stays pending: the resumed run asks
             // it again under the same id, so a decision sent for it still counts.
-            let cp = checkpoints::latest(&deps.db, scope, exec.id)
-                .await?
-                .and_then(|c| RunCheckpoint::from_json(&c.state).ok());
+            let restart = match checkpoints::latest(&deps.db, scope, exec.id).await? {
+                None => Restart::Fresh,
+                Some(c) => match RunCheckpoint::from_json(&c.state) {
+                    Ok(cp) => Restart::From(Box::new(cp)),
+                    Err(e) => {
+                        tracing::error!(run_id = %exec.id, error = %e, "the run's checkpoint cannot be read; it ends interrupted");
+                        Restart::Unreadable
+                    }
+                },
+            };
             let user = user_scope(deps, scope, exec.user_id).await;
-            active = Some((exec.id, user, cp));
+            active = Some((exec.id, user, restart));
         }
     }
     let mut queued = Vec::new();
@@ -1659,7 +1670,6 @@ type KeptAssistant = (Assistant, Arc<crate::profiles::AgentConfig>);
 
 struct PreparedRun {
     input: RunInput,
-    notice: Option<String>,
     /// When its assistant was loaded.
     assistant_loaded: Instant,
 }
@@ -1715,7 +1725,6 @@ async fn prepare_run(
         }
     };
     let recorder = RunRecorder::new(deps.db.clone(), *scope, session.id, run_id, fence);
-    let mut notice = None;
     let (rows, resume) = match start {
         RunStart::Fresh { message } => (
             StartRows::Fresh(NewExecution {
@@ -1736,15 +1745,8 @@ async fn prepare_run(
                 .ok_or_else(|| EngineError::NotFound(format!("queued run {run_id}")))?;
             (StartRows::Queued { input: exec.input }, None)
         }
-        RunStart::Resume(cp) => {
-            if cp.is_none() {
-                notice = Some(
-                    "no checkpoint was found; the run restarts from its stored conversation"
-                        .to_string(),
-                );
-            }
-            (StartRows::Resume, cp.map(|c| *c))
-        }
+        // Without a checkpoint it starts again from its stored conversation (see `Restart`).
+        RunStart::Resume(cp) => (StartRows::Resume, cp.map(|c| *c)),
     };
     recorder.start(rows, reserve_seq).await?;
     // A session's `auto_approve` counts only while whoever runs it still has the right: a
@@ -1766,7 +1768,6 @@ async fn prepare_run(
             fence,
             quota,
         },
-        notice,
         assistant_loaded,
     })
 }

@@ -13,7 +13,8 @@ use agentry_schema::ids::{ApprovalId, RunId, SessionId, UserId};
 
 use crate::{Result, StoreError, TenantScope, corrupt, now, sanitize_json};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum ApprovalStatus {
     Pending,
     Approved,
@@ -137,6 +138,25 @@ pub async fn get(
 
 /// Record a decision if the approval is still pending. Returns false when it was already
 /// decided (the first decision wins).
+/// A decision on an approval or question, as the run records it (with the run's next step,
+/// see `RunRecorder` in agentry-actors).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ApprovalDecision {
+    pub id: ApprovalId,
+    pub status: ApprovalStatus,
+    pub decision: Option<Value>,
+    pub decided_by: Option<UserId>,
+}
+
+/// [`decide`] for an [`ApprovalDecision`].
+pub async fn record(
+    db: &impl ConnectionTrait,
+    scope: &TenantScope,
+    d: &ApprovalDecision,
+) -> Result<bool> {
+    decide(db, scope, d.id, d.status, d.decision.clone(), d.decided_by).await
+}
+
 pub async fn decide(
     db: &impl ConnectionTrait,
     scope: &TenantScope,

@@ -47,12 +47,8 @@ pub struct NewCheckpoint {
     pub state: Value,
 }
 
-pub async fn save(
-    db: &impl ConnectionTrait,
-    scope: &TenantScope,
-    new: NewCheckpoint,
-) -> Result<Checkpoint> {
-    let m = checkpoint::ActiveModel {
+fn row(scope: &TenantScope, new: NewCheckpoint) -> checkpoint::ActiveModel {
+    checkpoint::ActiveModel {
         tenant_id: Set(scope.uuid()),
         session_id: Set(new.session_id.0),
         execution_id: Set(new.execution_id.0),
@@ -62,9 +58,27 @@ pub async fn save(
         created_at: Set(now()),
         ..Default::default()
     }
-    .insert(db)
-    .await?;
-    Ok(m.into())
+}
+
+/// Store a checkpoint and return it as stored.
+pub async fn save(
+    db: &impl ConnectionTrait,
+    scope: &TenantScope,
+    new: NewCheckpoint,
+) -> Result<Checkpoint> {
+    Ok(row(scope, new).insert(db).await?.into())
+}
+
+/// Store a checkpoint without reading it back (a run's steps: nothing is parsed again).
+pub async fn write(
+    db: &impl ConnectionTrait,
+    scope: &TenantScope,
+    new: NewCheckpoint,
+) -> Result<()> {
+    checkpoint::Entity::insert(row(scope, new))
+        .exec_without_returning(db)
+        .await?;
+    Ok(())
 }
 
 /// The newest checkpoint of a run.

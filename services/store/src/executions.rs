@@ -128,11 +128,28 @@ pub struct NewExecution {
     pub status: ExecutionStatus,
 }
 
+/// Store a new execution and return it as stored.
 pub async fn create(
     db: &impl ConnectionTrait,
     scope: &TenantScope,
     new: NewExecution,
 ) -> Result<Execution> {
+    row(scope, new).insert(db).await?.try_into()
+}
+
+/// Store a new execution without reading it back (a run's start).
+pub async fn insert(
+    db: &impl ConnectionTrait,
+    scope: &TenantScope,
+    new: NewExecution,
+) -> Result<()> {
+    execution::Entity::insert(row(scope, new))
+        .exec_without_returning(db)
+        .await?;
+    Ok(())
+}
+
+fn row(scope: &TenantScope, new: NewExecution) -> execution::ActiveModel {
     let ts = now();
     execution::ActiveModel {
         id: Set(new.id.0),
@@ -152,9 +169,6 @@ pub async fn create(
         completed_at: Set(None),
         updated_at: Set(ts),
     }
-    .insert(db)
-    .await?
-    .try_into()
 }
 
 pub async fn get(
@@ -246,6 +260,10 @@ pub struct RunEnd {
     /// Tool-call audit rows of the last step not stored yet, likewise.
     #[serde(default)]
     pub tool_calls: Vec<crate::tool_calls::NewToolCallLog>,
+    /// Decisions on the run's approvals not stored yet (a rejection that ended the run),
+    /// written before the pending ones are cancelled.
+    #[serde(default)]
+    pub decisions: Vec<crate::approvals::ApprovalDecision>,
     /// Whether the run may have pending approvals to cancel (false: it never asked anyone, so
     /// the look is skipped).
     #[serde(default = "yes")]
@@ -314,6 +332,9 @@ where
         crate::tool_calls::insert_many(&txn, scope, end.tool_calls.clone()).await?;
     }
     crate::events::append_missing(&txn, scope, end.session_id, &end.events).await?;
+    for d in &end.decisions {
+        crate::approvals::record(&txn, scope, d).await?;
+    }
     if end.cancel_approvals {
         crate::approvals::cancel_pending_of_run(&txn, scope, end.run_id).await?;
     }

@@ -1323,6 +1323,7 @@ async fn a_runs_end_is_one_idempotent_write_and_reservations_only_rise(db: Datab
             tool_call_id: None,
         }],
         fence: None,
+        decisions: Vec::new(),
         tool_calls: vec![agentry_store::tool_calls::NewToolCallLog {
             session_id: s.id,
             execution_id: run,
@@ -2193,6 +2194,7 @@ async fn an_owner_whose_fencing_token_is_stale_writes_nothing(db: DatabaseConnec
         events: vec![ev(4)],
         messages: vec![],
         tool_calls: vec![],
+        decisions: Vec::new(),
         cancel_approvals: true,
         fence: Some(1),
     };
