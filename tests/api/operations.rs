@@ -408,11 +408,8 @@ pub async fn metrics_need_the_token_and_cover_models_tools_and_the_process(ctx: 
     let idle = sample(&m, "agentry_db_pool_connections", &[("state", "idle")]);
     let in_use = sample(&m, "agentry_db_pool_connections", &[("state", "in_use")]);
     assert!(idle + in_use >= 1.0, "the pool has a connection: {m}");
-    // database.max_connections (20) on PostgreSQL and MySQL; SQLite's pool has one connection.
-    let pool = match sea_orm::ConnectionTrait::get_database_backend(&ctx.db) {
-        sea_orm::DbBackend::Sqlite => 1.0,
-        _ => 20.0,
-    };
+    // database.max_connections (20 by default), on every backend.
+    let pool = 20.0;
     assert_eq!(
         sample(&m, "agentry_db_pool_max_connections", &[]),
         pool,

@@ -139,7 +139,7 @@ fn describe() {
     );
     metrics::describe_gauge!(
         "agentry_db_pool_max_connections",
-        "Database pool size limit (database.max_connections; 1 on SQLite)"
+        "Database pool size limit (database.max_connections)"
     );
     metrics::describe_gauge!(
         "process_resident_memory_bytes",

@@ -255,7 +255,7 @@ impl Default for ServerSettings {
 pub struct DatabaseSettings {
     /// `sqlite://…`, `postgres://…`, `mysql://…`; empty = SQLite in the data dir.
     pub url: Secret,
-    /// The pool's size on PostgreSQL and MySQL; SQLite always uses one connection.
+    /// The pool's size (on SQLite too: readers run beside the one writer).
     pub max_connections: u32,
     /// How long start-up waits for the database to accept a connection.
     pub connect_timeout_secs: u64,
