@@ -6,10 +6,18 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agentry_llm::{ChatModel, LlmError, ModelConfig, RetryPolicy, build_model};
+use agentry_llm::{
+    AnthropicModel, ChatModel, LlmError, ModelConfig, OpenAiModel, Provider, RetryPolicy,
+    build_model,
+};
+use agentry_schema::error::ErrorCode;
+use agentry_schema::ids::ModelConnectionId;
 use agentry_schema::ids::{SessionId, TenantId, UserId};
+use agentry_schema::secret::Secret;
 use agentry_schema::tenancy::Role;
+use agentry_sealing::SecretBox;
 use agentry_store::assistants::Assistant;
+use agentry_store::model_connections::ModelConnection;
 use agentry_store::tenants::Tenant;
 pub use agentry_tools::pipeline::{AllowAll, ToolPolicy};
 use agentry_tools::tool::{ToolRegistry, ToolSpec};
@@ -76,9 +84,52 @@ impl Default for EngineConfig {
     }
 }
 
+/// Which model an assistant's runs use: the platform's (the server's `[llm]` config, with the
+/// assistant's provider/model overrides) or one of the tenant's model connections.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub enum ModelChoice {
+    #[default]
+    Platform,
+    Connection(Arc<ModelConnection>),
+    /// The assistant names a connection that does not exist (any more).
+    Missing(ModelConnectionId),
+}
+
+/// The model client of a run, and where it comes from.
+#[derive(Clone)]
+pub struct ChosenModel {
+    pub model: Arc<dyn ChatModel>,
+    /// The tenant's model connection, or `None` for the platform's model.
+    pub connection: Option<ModelConnectionId>,
+}
+
+/// Why a run has no model: the code and a message for the tenant (never a platform detail).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelRefusal {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+impl ModelRefusal {
+    fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
 /// Picks the model client for an assistant.
 pub trait ModelProvider: Send + Sync {
-    fn model_for(&self, assistant: &Assistant) -> Result<Arc<dyn ChatModel>, LlmError>;
+    /// The client for a run of `assistant` (of `tenant`) with its effective settings `agent`:
+    /// `agent.model` says which model, `agent.max_retries` how many times a failed call is
+    /// retried (capped by the connection's, or the server's, `max_retries`).
+    fn model_for(
+        &self,
+        tenant: &Tenant,
+        assistant: &Assistant,
+        agent: &crate::profiles::AgentConfig,
+    ) -> Result<ChosenModel, ModelRefusal>;
 
     /// The delays the agent loop waits between its own retries (a model answer that broke off,
     /// an unavailable tool backend): the operator's configured `base_delay`, so one setting
@@ -88,15 +139,50 @@ pub trait ModelProvider: Send + Sync {
     }
 }
 
-/// (provider, model, base URL): what makes two model clients different.
-type ModelKey = (String, String, String);
+/// (provider, model, base URL, retries): what makes two platform model clients different.
+type ModelKey = (String, String, String, u32);
 
-/// Model clients built from the server's `[llm]` config with each assistant's provider/model
-/// overrides, cached per distinct configuration and sharing one HTTP client.
+/// How tenants' own model connections are reached: an HTTP client whose DNS resolver refuses
+/// addresses the network policy refuses (so a connection's host name cannot lead to the
+/// platform's internal services, even after a DNS change), no redirects, the policy itself
+/// for IP literals, and the box that opens the sealed keys.
+pub struct TenantConnections {
+    client: reqwest::Client,
+    net: agentry_builtin::BuiltinConfig,
+    secrets: Option<SecretBox>,
+}
+
+impl TenantConnections {
+    /// The network policy of `net` (`tools.allow_private_addresses`, `tools.allowed_networks`)
+    /// and the sealing key (`None`: connections with a key cannot be used).
+    pub fn new(
+        net: &agentry_builtin::BuiltinConfig,
+        secrets: Option<SecretBox>,
+    ) -> Result<Self, reqwest::Error> {
+        // No proxy: a proxy would resolve the name itself, past the guard.
+        let client = reqwest::Client::builder()
+            .no_proxy()
+            .dns_resolver(Arc::new(agentry_builtin::net_guard::GuardedResolver::new(
+                net,
+            )))
+            .redirect(reqwest::redirect::Policy::none())
+            .build()?;
+        Ok(Self {
+            client,
+            net: net.clone(),
+            secrets,
+        })
+    }
+}
+
+/// Model clients: the platform's, built from the server's `[llm]` config with each assistant's
+/// provider/model overrides (cached per distinct configuration, sharing one HTTP client), and
+/// the tenants' own connections (built per run: a changed key or URL counts at the next run).
 pub struct ConfiguredModels {
     base: ModelConfig,
     client: reqwest::Client,
     cache: Mutex<HashMap<ModelKey, Arc<dyn ChatModel>>>,
+    tenants: Option<TenantConnections>,
 }
 
 impl ConfiguredModels {
@@ -105,24 +191,37 @@ impl ConfiguredModels {
             base,
             client,
             cache: Mutex::new(HashMap::new()),
+            tenants: None,
         }
+    }
+
+    /// Tenants' model connections become usable (without this, a run of an assistant with a
+    /// connection fails, saying so).
+    pub fn with_tenant_connections(mut self, tenants: TenantConnections) -> Self {
+        self.tenants = Some(tenants);
+        self
     }
 
     pub fn base(&self) -> &ModelConfig {
         &self.base
     }
-}
 
-impl ModelProvider for ConfiguredModels {
-    fn model_for(&self, assistant: &Assistant) -> Result<Arc<dyn ChatModel>, LlmError> {
-        let cfg = self.base.with_overrides(
+    fn platform_model(
+        &self,
+        assistant: &Assistant,
+        max_retries: u32,
+    ) -> Result<Arc<dyn ChatModel>, LlmError> {
+        let mut cfg = self.base.with_overrides(
             assistant.spec.provider.as_deref(),
             assistant.spec.model.as_deref(),
         )?;
+        // The assistant's `max_retries` governs, within the server's.
+        cfg.max_retries = max_retries.min(self.base.max_retries);
         let key = (
             cfg.provider.as_str().to_string(),
             cfg.effective_model().to_string(),
             cfg.effective_base_url().unwrap_or_default().to_string(),
+            cfg.max_retries,
         );
         if let Some(m) = self.cache.lock().ok().and_then(|c| c.get(&key).cloned()) {
             return Ok(m);
@@ -132,6 +231,149 @@ impl ModelProvider for ConfiguredModels {
             cache.insert(key, model.clone());
         }
         Ok(model)
+    }
+
+    fn connection_model(
+        &self,
+        c: &ModelConnection,
+        assistant: &Assistant,
+        max_retries: u32,
+    ) -> Result<Arc<dyn ChatModel>, ModelRefusal> {
+        let unusable = |why: String| {
+            ModelRefusal::new(
+                ErrorCode::ModelError,
+                format!(
+                    "the model connection {:?} cannot be used: {why}",
+                    c.id.as_str()
+                ),
+            )
+        };
+        let Some(tenants) = &self.tenants else {
+            return Err(unusable(
+                "this server does not take tenants' model connections".into(),
+            ));
+        };
+        let provider: Provider = c
+            .spec
+            .provider
+            .parse()
+            .ok()
+            .filter(|p| *p != Provider::Scripted)
+            .ok_or_else(|| unusable(format!("unknown provider {:?}", c.spec.provider)))?;
+        let base_url = c
+            .spec
+            .base_url
+            .clone()
+            .or_else(|| provider.default_base_url().map(str::to_string))
+            .unwrap_or_default();
+        let url = reqwest::Url::parse(&base_url)
+            .map_err(|e| unusable(format!("the base URL is not valid ({e})")))?;
+        // Host names are checked by the client's resolver on every connection; IP literals
+        // never reach it, so they are checked here.
+        let literal = match url.host() {
+            Some(url::Host::Ipv4(ip)) => Some(std::net::IpAddr::V4(ip)),
+            Some(url::Host::Ipv6(ip)) => Some(std::net::IpAddr::V6(ip)),
+            _ => None,
+        };
+        if let Some(ip) = literal
+            && let Some(reason) = agentry_builtin::net_guard::refusal(&tenants.net, ip)
+        {
+            return Err(unusable(format!(
+                "its base URL points at a {reason} address, which the platform does not let tenants reach"
+            )));
+        }
+        let api_key = match &c.spec.api_key_sealed {
+            None => None,
+            Some(sealed) => {
+                let Some(secrets) = &tenants.secrets else {
+                    return Err(unusable(
+                        "this server has no encryption key to open the stored API key; ask the platform operator".into(),
+                    ));
+                };
+                match secrets.open(sealed) {
+                    Ok(k) => Some(Secret::new(k)),
+                    Err(e) => {
+                        tracing::error!(connection = %c.id, tenant = %c.tenant_id, error = %e, "a model connection's key does not open");
+                        return Err(unusable(
+                            "its stored API key cannot be opened (the server's encryption key changed?); set the key again".into(),
+                        ));
+                    }
+                }
+            }
+        };
+        let model = assistant
+            .spec
+            .model
+            .as_deref()
+            .map(str::trim)
+            .filter(|m| !m.is_empty())
+            .unwrap_or(&c.spec.model)
+            .to_string();
+        let retry = RetryPolicy {
+            max_retries: max_retries.min(c.spec.max_retries),
+            ..self.base.retry_policy()
+        };
+        let timeout = Duration::from_secs(u64::from(c.spec.timeout_secs.max(1)));
+        let client = tenants.client.clone();
+        Ok(match provider {
+            Provider::Anthropic => Arc::new(
+                AnthropicModel::new(client, &base_url, api_key, &model)
+                    .with_streaming(self.base.stream)
+                    .with_timeout(timeout)
+                    .with_retry(retry),
+            ),
+            _ => Arc::new(
+                OpenAiModel::new(client, &base_url, api_key, &model)
+                    .with_streaming(self.base.stream)
+                    .with_timeout(timeout)
+                    .with_retry(retry),
+            ),
+        })
+    }
+}
+
+impl ModelProvider for ConfiguredModels {
+    fn model_for(
+        &self,
+        tenant: &Tenant,
+        assistant: &Assistant,
+        agent: &crate::profiles::AgentConfig,
+    ) -> Result<ChosenModel, ModelRefusal> {
+        match &agent.model {
+            ModelChoice::Connection(c) => Ok(ChosenModel {
+                model: self.connection_model(c, assistant, agent.max_retries)?,
+                connection: Some(c.id.clone()),
+            }),
+            ModelChoice::Missing(id) => Err(ModelRefusal::new(
+                ErrorCode::ModelNotConfigured,
+                format!(
+                    "the assistant {:?} uses the model connection {:?}, which does not exist; pick another (PUT /api/v1/agents/{})",
+                    assistant.id.as_str(),
+                    id.as_str(),
+                    assistant.id
+                ),
+            )),
+            ModelChoice::Platform if tenant.policy().own_models_only => Err(ModelRefusal::new(
+                ErrorCode::ModelNotConfigured,
+                format!(
+                    "the assistant {:?} has no model connection, and this tenant's assistants must use one of the tenant's own: create one (POST /api/v1/model-connections) and set `model_connection` on the assistant (PUT /api/v1/agents/{})",
+                    assistant.id.as_str(),
+                    assistant.id
+                ),
+            )),
+            ModelChoice::Platform => self
+                .platform_model(assistant, agent.max_retries)
+                .map(|model| ChosenModel {
+                    model,
+                    connection: None,
+                })
+                .map_err(|e| {
+                    ModelRefusal::new(
+                        ErrorCode::ModelError,
+                        format!("the assistant's model is not usable: {e}"),
+                    )
+                }),
+        }
     }
 
     fn retry_policy(&self, _assistant: &Assistant) -> RetryPolicy {

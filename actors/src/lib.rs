@@ -37,8 +37,8 @@ pub mod test_hooks;
 pub mod tools;
 
 pub use deps::{
-    AllowAll, ConfiguredModels, EngineConfig, EngineDeps, ModelProvider, ToolPolicy, ToolProvider,
-    ToolRequest, ToolSet,
+    AllowAll, ChosenModel, ConfiguredModels, EngineConfig, EngineDeps, ModelChoice, ModelProvider,
+    ModelRefusal, TenantConnections, ToolPolicy, ToolProvider, ToolRequest, ToolSet,
 };
 pub use engine::{
     ChatCommand, ChatStarted, CreateSession, Engine, RunOutput, RunStream, SessionHandle,

@@ -248,6 +248,8 @@ pub struct AgentConfig {
     pub recursion_limit: u32,
     pub timeout_secs: u32,
     pub max_retries: u32,
+    /// Which model its runs use (see [`effective`]).
+    pub model: crate::deps::ModelChoice,
 }
 
 /// An assistant's settings over its profile's: each field the assistant sets wins; the rest
@@ -269,6 +271,7 @@ pub fn resolve(assistant: &Assistant, profile: &ProfileSpec) -> AgentConfig {
         recursion_limit: a.recursion_limit.unwrap_or(profile.recursion_limit),
         timeout_secs: a.timeout_secs.unwrap_or(profile.timeout_secs),
         max_retries: a.max_retries,
+        model: crate::deps::ModelChoice::Platform,
     }
 }
 
@@ -286,7 +289,14 @@ pub async fn effective(
             builtin("general").unwrap_or_else(|| unreachable!("general is built in"))
         }
     };
-    Ok(Arc::new(resolve(assistant, &spec)))
+    let mut agent = resolve(assistant, &spec);
+    if let Some(id) = &assistant.spec.model_connection {
+        agent.model = match agentry_store::model_connections::get(db, scope, id).await? {
+            Some(c) => crate::deps::ModelChoice::Connection(Arc::new(c)),
+            None => crate::deps::ModelChoice::Missing(id.clone()),
+        };
+    }
+    Ok(Arc::new(agent))
 }
 
 /// The values a prompt template may use.

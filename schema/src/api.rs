@@ -457,6 +457,8 @@ pub struct AssistantInfo {
     /// null = the profile's.
     pub timeout_secs: Option<u32>,
     pub max_retries: u32,
+    /// One of the tenant's model connections; null = the platform's model.
+    pub model_connection: Option<String>,
     pub effective: EffectiveAgent,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
@@ -476,6 +478,8 @@ pub struct EffectiveAgent {
     pub recursion_limit: u32,
     pub timeout_secs: u32,
     pub max_retries: u32,
+    /// The tenant's model connection its runs use; null = the platform's model.
+    pub model_connection: Option<String>,
 }
 
 /// An assistant's settings. Fields left out are inherited from its profile (a `PUT` replaces
@@ -510,6 +514,10 @@ pub struct AssistantSpecRequest {
     pub timeout_secs: Option<u32>,
     #[serde(default)]
     pub max_retries: Option<u32>,
+    /// One of the tenant's model connections (`GET /api/v1/model-connections`); null or left
+    /// out = the platform's model.
+    #[serde(default)]
+    pub model_connection: Option<String>,
 }
 
 /// `POST /agents`: an id (a slug: lowercase letters, digits, `-`, `_`) and the settings.
@@ -542,6 +550,10 @@ pub struct CreateAssistantRequest {
     pub timeout_secs: Option<u32>,
     #[serde(default)]
     pub max_retries: Option<u32>,
+    /// One of the tenant's model connections (`GET /api/v1/model-connections`); null or left
+    /// out = the platform's model.
+    #[serde(default)]
+    pub model_connection: Option<String>,
 }
 
 impl CreateAssistantRequest {
@@ -562,6 +574,7 @@ impl CreateAssistantRequest {
                 recursion_limit: self.recursion_limit,
                 timeout_secs: self.timeout_secs,
                 max_retries: self.max_retries,
+                model_connection: self.model_connection,
             },
         )
     }
@@ -759,4 +772,106 @@ pub struct EventsPage {
     pub next_after_seq: u64,
     /// More events are stored past this page.
     pub has_more: bool,
+}
+
+/// A tenant's model connection (bring your own key). The key is write-only: `api_key_set` says
+/// whether one is stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ModelConnectionInfo {
+    pub id: String,
+    pub name: String,
+    /// `openai` (any OpenAI-compatible endpoint) or `anthropic`.
+    pub provider: String,
+    /// The API root; null = the provider's public endpoint.
+    pub base_url: Option<String>,
+    /// Where requests go: `base_url`, or the provider's public endpoint.
+    pub effective_base_url: String,
+    pub model: String,
+    /// Whether an API key is stored (the key itself is never shown).
+    pub api_key_set: bool,
+    /// Limit on waiting for the response head, then on each gap between streamed chunks.
+    pub timeout_secs: u32,
+    /// Most retries of a model call through this connection (429, 5xx, timeouts, connection
+    /// failures, before the answer starts); an assistant's own `max_retries` may only lower it.
+    pub max_retries: u32,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// A model connection's settings (a `PUT` replaces them all; leave `api_key` out to keep the
+/// stored key, send `null` to remove it).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct ModelConnectionSpecRequest {
+    /// Default: the id. 1–200 characters.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// `openai` (any OpenAI-compatible endpoint) or `anthropic`.
+    pub provider: String,
+    /// The API root (`https://api.openai.com/v1`, `https://api.anthropic.com`); left out = the
+    /// provider's. http(s) only, ≤ 2048 characters; a host that resolves to a private,
+    /// loopback or link-local address is refused unless the platform allows it.
+    #[serde(default)]
+    pub base_url: Option<String>,
+    /// The model name sent to the provider (≤ 200 characters); left out = the provider's
+    /// default model.
+    #[serde(default)]
+    pub model: Option<String>,
+    /// The API key (≤ 4096 characters), sealed at rest and never shown again. Left out on a
+    /// `PUT`: the stored key stays; `null`: no key.
+    #[serde(
+        default,
+        deserialize_with = "double_option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
+    pub api_key: Option<Option<String>>,
+    /// 1–600; default 120.
+    #[serde(default)]
+    pub timeout_secs: Option<u32>,
+    /// 0–10; default 3.
+    #[serde(default)]
+    pub max_retries: Option<u32>,
+}
+
+/// `POST /model-connections`: an id (a slug) and the settings.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct CreateModelConnectionRequest {
+    pub id: String,
+    #[serde(default)]
+    pub name: Option<String>,
+    pub provider: String,
+    #[serde(default)]
+    pub base_url: Option<String>,
+    #[serde(default)]
+    pub model: Option<String>,
+    /// The API key, sealed at rest and never shown again.
+    #[serde(default)]
+    pub api_key: Option<String>,
+    #[serde(default)]
+    pub timeout_secs: Option<u32>,
+    #[serde(default)]
+    pub max_retries: Option<u32>,
+}
+
+impl CreateModelConnectionRequest {
+    /// The id and the settings.
+    pub fn split(self) -> (String, ModelConnectionSpecRequest) {
+        (
+            self.id,
+            ModelConnectionSpecRequest {
+                name: self.name,
+                provider: self.provider,
+                base_url: self.base_url,
+                model: self.model,
+                api_key: Some(self.api_key),
+                timeout_secs: self.timeout_secs,
+                max_retries: self.max_retries,
+            },
+        )
+    }
 }

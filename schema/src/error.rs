@@ -74,6 +74,10 @@ error_codes! {
     /// `POST /v1/chat/completions`: the run wanted an approval (or an answer) that an OpenAI
     /// client cannot give; the run was ended and `details.tool` names the tool.
     ApprovalRequired = ("approval_required", 409),
+    /// A run's assistant has no model connection and the tenant may not fall back on the
+    /// platform's model (the platform admin turned that off): pick one of the tenant's model
+    /// connections for the assistant.
+    ModelNotConfigured = ("model_not_configured", 409),
     PayloadTooLarge = ("payload_too_large", 413),
     UnsupportedMediaType = ("unsupported_media_type", 415),
     /// The body is well-formed JSON but a field is missing or invalid.
@@ -86,6 +90,9 @@ error_codes! {
     InternalError = ("internal_error", 500),
     /// The language model endpoint failed.
     ModelError = ("model_error", 502),
+    /// The model provider refused the credentials (HTTP 401/403): the model connection's API
+    /// key is wrong, revoked or lacks the right; nothing else about the endpoint is told.
+    ModelAuthFailed = ("model_auth_failed", 502),
     /// A tool failed while running.
     ToolError = ("tool_error", 502),
     /// An MCP server could not be reached or failed.

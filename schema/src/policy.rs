@@ -18,6 +18,10 @@ pub struct TenantPolicy {
     /// Whether members may switch approvals off (`auto_approve` on a session, an agent or a
     /// decision). Default false: only tenant admins may.
     pub members_may_auto_approve: bool,
+    /// Whether the tenant's assistants must use one of the tenant's own model connections
+    /// (default false: an assistant without one runs on the platform's model). When true, a
+    /// run of an assistant without a connection fails with `model_not_configured`.
+    pub own_models_only: bool,
     /// Sandbox limits for this tenant's processes. They can only tighten the server's
     /// `[sandbox]` limits, never loosen them.
     pub sandbox: SandboxPolicy,
@@ -157,7 +161,7 @@ mod tests {
         assert_eq!(
             p.to_json(),
             json!({"stdio_mcp_role": "admin", "members_may_auto_approve": false,
-                   "sandbox": {"egress": false}})
+                   "own_models_only": false, "sandbox": {"egress": false}})
         );
     }
 

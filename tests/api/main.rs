@@ -23,6 +23,7 @@ mod mcp;
 mod mcp_conformance;
 mod mcp_server;
 mod misc;
+mod models;
 mod observability;
 mod one_path;
 mod openai_compat;
@@ -119,6 +120,38 @@ async fn an_assistants_own_prompt_tools_and_approvals_override_its_profile() {
 #[tokio::test]
 async fn profiles_over_rest_are_per_tenant_and_admin_managed() {
     profiles::profiles_flow(&Ctx::start().await).await;
+}
+
+// ---- models per tenant: bring your own key (issue 16 item 4, docs/models.md) ----
+
+#[tokio::test]
+async fn each_tenants_assistants_call_the_model_with_the_tenants_own_key() {
+    let (platform, ctx) = models::start().await;
+    models::each_tenant_calls_with_its_own_key(&ctx, &platform).await;
+}
+
+#[tokio::test]
+async fn bad_model_connections_are_refused_and_nothing_is_stored() {
+    let (_platform, ctx) = models::start().await;
+    models::bad_connections_are_refused_and_nothing_is_stored(&ctx).await;
+}
+
+#[tokio::test]
+async fn an_assistants_max_retries_governs_its_model_calls() {
+    let (platform, ctx) = models::start().await;
+    models::max_retries_governs_model_calls(&ctx, &platform).await;
+}
+
+#[tokio::test]
+async fn a_refused_model_key_is_model_auth_failed_and_leaks_nothing() {
+    let (platform, ctx) = models::start().await;
+    models::a_refused_key_is_model_auth_failed(&ctx, &platform).await;
+}
+
+#[tokio::test]
+async fn without_the_platform_model_an_assistant_needs_a_model_connection() {
+    let (platform, ctx) = models::start().await;
+    models::without_the_platform_model_an_assistant_needs_a_connection(&ctx, &platform).await;
 }
 
 // ---- the cap on live sessions (docs/operations.md) ----
@@ -686,6 +719,7 @@ async fn openapi_documents_every_route_and_every_documented_status_is_real() {
     flows::tenant_admin_flow(&ctx).await;
     flows::agents_flow(&ctx).await;
     profiles::profiles_flow(&ctx).await;
+    models::model_connections_rest(&ctx).await;
     policy::tenant_policy(&ctx).await;
     policy::auto_approve_rights(&ctx).await;
     policy::stdio_rights(&ctx).await;
@@ -721,6 +755,7 @@ async fn openapi_documents_every_route_and_every_documented_status_is_real() {
     // …one without an MCP encryption key…
     let nokey = Ctx::start_with(&[("AGENTRY_MCP__ENCRYPTION_KEY", "")], None).await;
     mcp::mcp_without_key(&nokey).await;
+    models::model_connections_without_encryption_key(&nokey).await;
     seen.extend(nokey.observed().await);
     // …one that holds a single WebSocket…
     let full = Ctx::start_with(&[("AGENTRY_SERVER__MAX_CONNECTIONS", "1")], None).await;
@@ -855,6 +890,14 @@ async fn a_key_revoked_or_tenant_suspended_on_one_replica_is_refused_on_another_
         return;
     };
     cluster::changes_on_one_replica_reach_the_others_caches(&url).await;
+}
+
+#[tokio::test]
+async fn a_model_connection_changed_on_one_replica_reaches_a_live_session_on_another() {
+    let Some(url) = postgres_db("byok_changes").await else {
+        return;
+    };
+    models::a_connection_changed_on_one_replica_reaches_a_live_session_on_another(&url).await;
 }
 
 #[tokio::test]

@@ -106,6 +106,11 @@ pub enum Route {
     GetProfile,
     ReplaceProfile,
     DeleteProfile,
+    ListModelConnections,
+    CreateModelConnection,
+    GetModelConnection,
+    ReplaceModelConnection,
+    DeleteModelConnection,
 }
 
 use Route::*;
@@ -182,6 +187,11 @@ pub const ROUTES: &[Route] = &[
     GetProfile,
     ReplaceProfile,
     DeleteProfile,
+    ListModelConnections,
+    CreateModelConnection,
+    GetModelConnection,
+    ReplaceModelConnection,
+    DeleteModelConnection,
 ];
 
 /// Expected status per caller, in the order of [`WHO`].
@@ -203,15 +213,24 @@ pub fn expected(route: Route) -> [u16; 7] {
     match route {
         Health | HealthLive | HealthReady | Metrics | OpenApi => OPEN,
         Me => ANY_CALLER,
-        ListSessions | ListAgents | ListExecutions | ListToolCalls | ListProfiles => TENANT_LIST,
+        ListSessions | ListAgents | ListExecutions | ListToolCalls | ListProfiles
+        | ListModelConnections => TENANT_LIST,
         // A member may not name another user; B's admin names a user B does not have (an
         // empty page of B's own rows).
         ListExecutionsOfAnother | ListToolCallsOfAnother => [401, 401, 401, 200, 403, 200, 403],
-        GetSession | ListMessages | ListEvents | GetExecution | GetAgent | GetProfile => OWN_ROW,
-        CreateAgent | CreateAgentAt | TenantCreateUser | CreateProfile => ADMIN_CREATE,
-        ReplaceAgent | TenantGetUser | TenantUpdateUser | TenantGetKey | TenantRevokeKey
-        | ReplaceProfile => ADMIN_ROW,
-        DeleteAgent | TenantDeleteUser | DeleteProfile => ADMIN_DELETE,
+        GetSession | ListMessages | ListEvents | GetExecution | GetAgent | GetProfile
+        | GetModelConnection => OWN_ROW,
+        CreateAgent | CreateAgentAt | TenantCreateUser | CreateProfile | CreateModelConnection => {
+            ADMIN_CREATE
+        }
+        ReplaceAgent
+        | TenantGetUser
+        | TenantUpdateUser
+        | TenantGetKey
+        | TenantRevokeKey
+        | ReplaceProfile
+        | ReplaceModelConnection => ADMIN_ROW,
+        DeleteAgent | TenantDeleteUser | DeleteProfile | DeleteModelConnection => ADMIN_DELETE,
         // The outsider reads its own tenant (B), never A.
         TenantGet | TenantUsage | TenantListUsers | TenantListKeys => ADMIN_LIST,
         // B's admin names a user of A: no such user in B.
@@ -282,6 +301,15 @@ pub async fn fixture(ctx: &Ctx) -> MatrixFx {
         "/api/v1/profiles",
         &a.admin.key,
         Some(json!({ "id": "matrix-profile" })),
+        201,
+    )
+    .await;
+    ctx.ok(
+        Method::POST,
+        "/api/v1/model-connections",
+        &a.admin.key,
+        Some(json!({ "id": "matrix-model", "provider": "openai",
+                     "base_url": "http://127.0.0.2:9/v1", "api_key": "matrix-key" })),
         201,
     )
     .await;
@@ -433,6 +461,40 @@ pub async fn build(ctx: &Ctx, fx: &MatrixFx, route: Route) -> Req {
             )
             .await;
             req(Method::DELETE, format!("/api/v1/profiles/{id}"), None)
+        }
+        ListModelConnections => req(Method::GET, "/api/v1/model-connections".into(), None),
+        CreateModelConnection => req(
+            Method::POST,
+            "/api/v1/model-connections".into(),
+            Some(json!({ "id": unique("model"), "provider": "anthropic" })),
+        ),
+        GetModelConnection => req(
+            Method::GET,
+            "/api/v1/model-connections/matrix-model".into(),
+            None,
+        ),
+        ReplaceModelConnection => req(
+            Method::PUT,
+            "/api/v1/model-connections/matrix-model".into(),
+            Some(
+                json!({ "provider": "openai", "base_url": "http://127.0.0.2:9/v1", "timeout_secs": 30 }),
+            ),
+        ),
+        DeleteModelConnection => {
+            let id = unique("doomed");
+            ctx.ok(
+                Method::POST,
+                "/api/v1/model-connections",
+                &fx.a.admin.key,
+                Some(json!({ "id": id, "provider": "openai" })),
+                201,
+            )
+            .await;
+            req(
+                Method::DELETE,
+                format!("/api/v1/model-connections/{id}"),
+                None,
+            )
         }
         ListExecutions => req(Method::GET, "/api/v1/executions".into(), None),
         GetExecution => req(Method::GET, format!("/api/v1/executions/{r}"), None),

@@ -26,7 +26,7 @@ pub async fn tenant_policy(ctx: &Ctx) {
     assert_eq!(
         got["policy"],
         json!({"stdio_mcp_role": "admin", "members_may_auto_approve": false,
-               "sandbox": {"egress": false}})
+               "own_models_only": false, "sandbox": {"egress": false}})
     );
 
     // Set on creation.
@@ -182,7 +182,7 @@ pub async fn tenant_policy(ctx: &Ctx) {
 
 fn plain_policy() -> Value {
     json!({"stdio_mcp_role": "admin", "members_may_auto_approve": false,
-           "sandbox": {"egress": false}})
+           "own_models_only": false, "sandbox": {"egress": false}})
 }
 
 fn session_path(id: &str) -> String {

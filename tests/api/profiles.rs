@@ -495,6 +495,7 @@ pub async fn profiles_flow(ctx: &Ctx) {
             "profile": "triage", "system_prompt": "You triage for {{assistant_name}}.",
             "tools": ["files:read_file", "system:*"], "interrupt_on": ["execute"],
             "auto_approve": false, "recursion_limit": 12, "timeout_secs": 30, "max_retries": 3,
+            "model_connection": null,
         })
     );
     let r = ctx

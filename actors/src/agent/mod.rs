@@ -172,6 +172,7 @@ pub async fn run_agent(
         window_start: 0,
         todos: Vec::new(),
         memories: Vec::new(),
+        connection: None,
         run_clock: run_clock.clone(),
         stored: StoredRun::default(),
         // run_agent runs in the run's span.
@@ -231,6 +232,8 @@ struct Agent {
     stored: StoredRun,
     /// The run span's W3C trace context, saved in every checkpoint.
     trace_parent: Option<String>,
+    /// The tenant's model connection the run talks to; `None`: the platform's model.
+    connection: Option<agentry_schema::ids::ModelConnectionId>,
 }
 
 /// What a resumed run finds stored of itself, so nothing that happened before the crash
@@ -277,6 +280,27 @@ impl Agent {
         self.sink
             .emit(EventPayload::error(code.as_str(), msg.clone(), false));
         RunOutcome::failed(code, msg, &self.progress())
+    }
+
+    /// A model call that failed for good. A refused key (HTTP 401/403) is `model_auth_failed`
+    /// and says which connection to fix, and nothing else: not the provider's text (it may
+    /// quote part of the key), and for the platform's model not its endpoint either.
+    fn model_failed(&self, err: &LlmError) -> RunOutcome {
+        if let LlmError::Auth { status, .. } = err {
+            tracing::warn!(run_id = %self.input.run_id, connection = ?self.connection.as_ref().map(|c| c.as_str()), status, "the model provider refused the credentials");
+            let msg = match &self.connection {
+                Some(c) => format!(
+                    "the model provider refused the API key of the model connection {:?} (HTTP {status}): check the key, and that it may use the model (PUT /api/v1/model-connections/{c})",
+                    c.as_str()
+                ),
+                None => "the platform's model provider refused the platform's credentials; tell the platform operator, or give this assistant a model connection of your own".to_string(),
+            };
+            return self.fail(ErrorCode::ModelAuthFailed, msg);
+        }
+        self.fail(
+            ErrorCode::ModelError,
+            format!("the model call failed: {err}"),
+        )
     }
 
     fn cancelled(&self) -> RunOutcome {
@@ -327,14 +351,16 @@ impl Agent {
     }
 
     async fn run(&mut self) -> Step<RunOutcome> {
-        let model = match self.deps.models.model_for(&self.input.assistant) {
-            Ok(m) => m,
-            Err(e) => {
-                return Err(self.fail(
-                    ErrorCode::ModelError,
-                    format!("the assistant's model is not usable: {e}"),
-                ));
+        let model = match self.deps.models.model_for(
+            &self.input.tenant,
+            &self.input.assistant,
+            &self.input.agent,
+        ) {
+            Ok(chosen) => {
+                self.connection = chosen.connection;
+                chosen.model
             }
+            Err(refusal) => return Err(self.fail(refusal.code, refusal.message)),
         };
         let tools = self
             .deps
@@ -708,10 +734,7 @@ impl Agent {
                 Err((err, mid_stream)) => {
                     let retry = mid_stream && err.is_retryable() && attempt < max_retries;
                     if !retry {
-                        return Err(self.fail(
-                            ErrorCode::ModelError,
-                            format!("the model call failed: {err}"),
-                        ));
+                        return Err(self.model_failed(&err));
                     }
                     let delay = agentry_llm::retry_delay(&self.retry_policy(), attempt, None);
                     self.sink.emit(EventPayload::error(

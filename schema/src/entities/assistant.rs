@@ -28,6 +28,8 @@ pub struct Model {
     /// 0 = the profile's.
     pub timeout_secs: i32,
     pub max_retries: i32,
+    /// One of the tenant's model connections; null = the platform's model.
+    pub model_connection: Option<String>,
     pub created_at: DateTimeUtc,
     pub updated_at: DateTimeUtc,
 }

@@ -10,6 +10,7 @@ pub mod mcp_server;
 pub mod membership;
 pub mod memory;
 pub mod message;
+pub mod model_connection;
 pub mod platform_admin_key;
 pub mod profile;
 pub mod server_lease;

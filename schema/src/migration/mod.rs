@@ -13,6 +13,7 @@ mod m20261125_000110_session_fence;
 mod m20261126_000300_profiles;
 mod m20261126_000400_audit_indexes;
 mod m20261126_000410_retention_indexes;
+mod m20261126_000500_model_connections;
 
 pub struct Migrator;
 
@@ -29,6 +30,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261126_000300_profiles::Migration),
             Box::new(m20261126_000400_audit_indexes::Migration),
             Box::new(m20261126_000410_retention_indexes::Migration),
+            Box::new(m20261126_000500_model_connections::Migration),
         ]
     }
 }

@@ -308,6 +308,8 @@ pub mod param {
         McpServer = ("name", ids::McpServerName),
         /// `{profile_id}` (a slug)
         Profile = ("profile_id", ids::ProfileId),
+        /// `{connection_id}` (a slug)
+        ModelConnection = ("connection_id", ids::ModelConnectionId),
     );
 }
 

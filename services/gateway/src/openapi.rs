@@ -8,7 +8,8 @@ use utoipa_swagger_ui::{Config, SwaggerUi};
 
 use crate::routes::resource::endpoint;
 use crate::routes::{
-    admin, agents, chat, executions, health, mcp_servers, me, openai, profiles, sessions, tenant,
+    admin, agents, chat, executions, health, mcp_servers, me, model_connections, openai, profiles,
+    sessions, tenant,
 };
 
 #[derive(OpenApi)]
@@ -53,6 +54,11 @@ every response carries `X-Request-Id`. Authenticate with `Authorization: Bearer 
         profiles::get_profile,
         profiles::replace_profile,
         profiles::delete_profile,
+        model_connections::list_connections,
+        model_connections::create_connection,
+        model_connections::get_connection,
+        model_connections::replace_connection,
+        model_connections::delete_connection,
         executions::list_executions,
         executions::get_execution,
         executions::list_tool_calls,
@@ -105,6 +111,7 @@ every response carries `X-Request-Id`. Authenticate with `Authorization: Bearer 
         (name = "openai", description = "OpenAI-compatible front of the assistants (`model` names an assistant); errors here are OpenAI's `{error: {message, type, param, code}}`"),
         (name = "mcp", description = "Each user's MCP servers: secrets write-only, live status"),
         (name = "agents", description = "The tenant's assistants and their profiles; tenant admins change them"),
+        (name = "models", description = "The tenant's own model connections (bring your own key): keys write-only; tenant admins change them"),
         (name = "executions", description = "Runs with their tool-call audit"),
         (name = "tenant", description = "Tenant admins: their tenant's users and API keys"),
         (name = "admin", description = "Platform admin key only: tenants, quotas, users, keys, usage"),
@@ -364,7 +371,7 @@ impl Modify for PathParameterRules {
                 }
                 let schema = match p.name.as_str() {
                     n if UUID_PATH_PARAMETERS.contains(&n) => uuid.clone(),
-                    "agent_id" | "profile_id" => assistant.clone(),
+                    "agent_id" | "profile_id" | "connection_id" => assistant.clone(),
                     "name" => mcp_name.clone(),
                     _ => continue,
                 };

@@ -2,16 +2,19 @@
 //! few enums back. Both sides are foreign to this crate, hence functions rather than `From`.
 //! (`Role` and `TenantStatus` need none: both sides use `agentry_schema::tenancy`'s.)
 
+use agentry_actors::ModelChoice;
 use agentry_actors::profiles::{AgentConfig, ResolvedProfile};
 use agentry_schema::api::{
     ApiKeyInfo, ApprovalInfo, AssistantInfo, AuditedToolCall, EffectiveAgent, ExecutionInfo,
-    MessageInfo, ProfileInfo, SessionInfo, TenantInfo, TenantQuotas, ToolCallInfo, UserInfo,
+    MessageInfo, ModelConnectionInfo, ProfileInfo, SessionInfo, TenantInfo, TenantQuotas,
+    ToolCallInfo, UserInfo,
 };
 use agentry_store::api_keys::ApiKey;
 use agentry_store::approvals::Approval;
 use agentry_store::assistants::Assistant;
 use agentry_store::executions::Execution;
 use agentry_store::messages::Message;
+use agentry_store::model_connections::ModelConnection;
 use agentry_store::profiles::Profile;
 use agentry_store::sessions::Session;
 use agentry_store::tenants::{Quotas, Tenant};
@@ -114,6 +117,7 @@ pub fn assistant(a: Assistant, effective: &AgentConfig) -> AssistantInfo {
         recursion_limit: s.recursion_limit,
         timeout_secs: s.timeout_secs,
         max_retries: s.max_retries,
+        model_connection: s.model_connection.map(|c| c.to_string()),
         effective: EffectiveAgent {
             profile: effective.profile.to_string(),
             system_prompt: effective.system_prompt.clone(),
@@ -123,6 +127,11 @@ pub fn assistant(a: Assistant, effective: &AgentConfig) -> AssistantInfo {
             recursion_limit: effective.recursion_limit,
             timeout_secs: effective.timeout_secs,
             max_retries: effective.max_retries,
+            model_connection: match &effective.model {
+                ModelChoice::Platform => None,
+                ModelChoice::Connection(c) => Some(c.id.to_string()),
+                ModelChoice::Missing(id) => Some(id.to_string()),
+            },
         },
         created_at: a.created_at,
         updated_at: a.updated_at,
@@ -219,5 +228,35 @@ pub fn approval(a: Approval) -> ApprovalInfo {
         decided_by: a.decided_by.map(|u| u.to_string()),
         created_at: a.created_at,
         decided_at: a.decided_at,
+    }
+}
+
+/// A tenant's model connection: the key never, only whether one is stored.
+pub fn model_connection(c: ModelConnection) -> ModelConnectionInfo {
+    let effective_base_url = c
+        .spec
+        .base_url
+        .clone()
+        .or_else(|| {
+            c.spec
+                .provider
+                .parse::<agentry_llm::Provider>()
+                .ok()
+                .and_then(|p| p.default_base_url())
+                .map(str::to_string)
+        })
+        .unwrap_or_default();
+    ModelConnectionInfo {
+        id: c.id.to_string(),
+        name: c.spec.name,
+        provider: c.spec.provider,
+        base_url: c.spec.base_url,
+        effective_base_url,
+        model: c.spec.model,
+        api_key_set: c.spec.api_key_sealed.is_some(),
+        timeout_secs: c.spec.timeout_secs,
+        max_retries: c.spec.max_retries,
+        created_at: c.created_at,
+        updated_at: c.updated_at,
     }
 }

@@ -8,7 +8,9 @@ use std::time::Duration;
 use agentry_actors::mcp_pool::{McpConfigSource, McpPoolConfig, Origin, PoolServer};
 use agentry_actors::quota::{QuotaHandle, RedisQuota};
 use agentry_actors::tools::PlatformTools;
-use agentry_actors::{ConfiguredModels, Engine, EngineConfig, EngineDeps, EngineError};
+use agentry_actors::{
+    ConfiguredModels, Engine, EngineConfig, EngineDeps, EngineError, TenantConnections,
+};
 use agentry_builtin::net_guard::GuardedResolver;
 use agentry_mcp::config_file::{McpConfigWatcher, ServerPolicy};
 use agentry_mcp::stored::{StoredMcpServer, join_from_storage};
@@ -160,7 +162,12 @@ pub fn build(
     let tools = Arc::new(PlatformTools::new(settings.tools.clone()).with_memory(db.clone()));
     let deps = EngineDeps {
         db: db.clone(),
-        models: Arc::new(ConfiguredModels::new(settings.llm.clone(), http)),
+        models: Arc::new(
+            ConfiguredModels::new(settings.llm.clone(), http).with_tenant_connections(
+                TenantConnections::new(&settings.tools, secrets.clone())
+                    .context("building the HTTP client for tenants' model connections")?,
+            ),
+        ),
         tools: tools.clone(),
         mcp: Some(Arc::new(McpSources {
             db: db.clone(),

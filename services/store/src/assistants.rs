@@ -8,7 +8,7 @@ use sea_orm::{
 use serde::{Deserialize, Serialize};
 
 use agentry_schema::entities::assistant;
-use agentry_schema::ids::{AssistantId, ProfileId, TenantId};
+use agentry_schema::ids::{AssistantId, ModelConnectionId, ProfileId, TenantId};
 
 use crate::{Result, StoreError, TenantScope, corrupt, now, sanitize_text};
 
@@ -35,6 +35,8 @@ pub struct AssistantSpec {
     /// `None` = the profile's.
     pub timeout_secs: Option<u32>,
     pub max_retries: u32,
+    /// One of the tenant's model connections; `None` = the platform's model.
+    pub model_connection: Option<ModelConnectionId>,
 }
 
 /// The profile every assistant has unless it names another.
@@ -57,6 +59,7 @@ impl Default for AssistantSpec {
             recursion_limit: None,
             timeout_secs: None,
             max_retries: 3,
+            model_connection: None,
         }
     }
 }
@@ -95,6 +98,11 @@ impl TryFrom<assistant::Model> for Assistant {
                 recursion_limit: u32::try_from(m.recursion_limit).ok().filter(|n| *n > 0),
                 timeout_secs: u32::try_from(m.timeout_secs).ok().filter(|n| *n > 0),
                 max_retries: u32::try_from(m.max_retries).unwrap_or(0),
+                model_connection: m
+                    .model_connection
+                    .map(ModelConnectionId::try_from)
+                    .transpose()
+                    .map_err(|e| corrupt("assistant.model_connection", e))?,
             },
             created_at: m.created_at,
             updated_at: m.updated_at,
@@ -123,6 +131,7 @@ fn active(scope: &TenantScope, id: &AssistantId, s: AssistantSpec) -> assistant:
             .timeout_secs
             .map_or(0, |n| i32::try_from(n).unwrap_or(i32::MAX))),
         max_retries: Set(i32::try_from(s.max_retries).unwrap_or(i32::MAX)),
+        model_connection: Set(s.model_connection.map(|c| c.to_string())),
         created_at: Set(ts),
         updated_at: Set(ts),
     }
@@ -232,6 +241,23 @@ pub async fn using_profile(
     assistant::Entity::find()
         .filter(assistant::Column::TenantId.eq(scope.uuid()))
         .filter(assistant::Column::Profile.eq(profile.as_str()))
+        .order_by_asc(assistant::Column::Id)
+        .all(db)
+        .await?
+        .into_iter()
+        .map(|m| AssistantId::try_from(m.id).map_err(|e| corrupt("assistant.id", e)))
+        .collect()
+}
+
+/// The tenant's assistants that use the model connection `id` (one in use cannot be deleted).
+pub async fn using_connection(
+    db: &impl ConnectionTrait,
+    scope: &TenantScope,
+    id: &ModelConnectionId,
+) -> Result<Vec<AssistantId>> {
+    assistant::Entity::find()
+        .filter(assistant::Column::TenantId.eq(scope.uuid()))
+        .filter(assistant::Column::ModelConnection.eq(id.as_str()))
         .order_by_asc(assistant::Column::Id)
         .all(db)
         .await?

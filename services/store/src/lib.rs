@@ -29,6 +29,7 @@ pub mod executions;
 pub mod mcp_servers;
 pub mod memories;
 pub mod messages;
+pub mod model_connections;
 pub mod platform_admin_key;
 pub mod profiles;
 pub mod retention;

@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use agentry_schema::entities::{
     api_key, approval, assistant, checkpoint, execution, mcp_server, membership, memory, message,
-    profile, session, session_event, tenant, tool_call_log, user,
+    model_connection, profile, session, session_event, tenant, tool_call_log, user,
 };
 use agentry_schema::ids::TenantId;
 pub use agentry_schema::policy::{SandboxPolicy, StdioMcpRole, TenantPolicy};
@@ -295,6 +295,7 @@ where
         memory,
         mcp_server,
         assistant,
+        model_connection,
         profile,
         api_key,
         membership,

@@ -6,7 +6,7 @@ use actix_web::web::{self, Json};
 use agentry_actors::profiles;
 use agentry_llm::Provider;
 use agentry_schema::api::{AssistantInfo, AssistantSpecRequest, CreateAssistantRequest};
-use agentry_schema::ids::{AssistantId, ProfileId};
+use agentry_schema::ids::{AssistantId, ModelConnectionId, ProfileId};
 use agentry_store::TenantScope;
 use agentry_store::assistants::{self, Assistant, AssistantSpec};
 use agentry_tools::rbac::Permission;
@@ -151,6 +151,25 @@ pub fn spec_from(id: &AssistantId, req: AssistantSpecRequest) -> ApiResult<Assis
                 .to_string(),
         ),
     };
+    let model_connection = match req
+        .model_connection
+        .as_deref()
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+    {
+        None => None,
+        Some(c) => {
+            if provider.is_some() {
+                return Err(ApiError::validation(
+                    "provider",
+                    "`provider` and `model_connection` exclude each other: the connection says which provider; leave `provider` out (`model` may still name another model of the connection's provider)",
+                ));
+            }
+            Some(ModelConnectionId::try_from(c).map_err(|e| {
+                ApiError::validation("model_connection", format!("`model_connection`: {e}"))
+            })?)
+        }
+    };
     Ok(AssistantSpec {
         name,
         description: text("description", req.description, String::new(), 2_000)?,
@@ -186,7 +205,33 @@ pub fn spec_from(id: &AssistantId, req: AssistantSpecRequest) -> ApiResult<Assis
             0,
             MAX_RETRIES,
         )?,
+        model_connection,
     })
+}
+
+/// The assistant's model connection, if it names one, must be one of the tenant's. Another
+/// tenant's id gets the same answer as an id nobody has.
+pub(crate) async fn check_connection(
+    state: &AppState,
+    scope: &TenantScope,
+    id: Option<&ModelConnectionId>,
+) -> ApiResult<()> {
+    let Some(id) = id else {
+        return Ok(());
+    };
+    if agentry_store::model_connections::get(&state.db, scope, id)
+        .await?
+        .is_none()
+    {
+        return Err(ApiError::validation(
+            "model_connection",
+            format!(
+                "no model connection {:?} in this tenant (GET /api/v1/model-connections lists them)",
+                id.as_str()
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// The assistant's profile must exist: a built-in one or one of the tenant's.
@@ -283,6 +328,7 @@ async fn create(
     let spec = spec_from(&id, spec)?;
     let scope = admin.scope();
     check_profile(state, &scope, &spec.profile).await?;
+    check_connection(state, &scope, spec.model_connection.as_ref()).await?;
     let created = assistants::create(&state.db, &scope, &id, spec).await?;
     Ok(HttpResponse::Created()
         .insert_header((
@@ -375,6 +421,7 @@ pub async fn replace_agent(
     let spec = spec_from(&id, body.into_inner())?;
     let scope = admin.scope();
     check_profile(&state, &scope, &spec.profile).await?;
+    check_connection(&state, &scope, spec.model_connection.as_ref()).await?;
     if id.as_str() == AssistantId::DEFAULT {
         assistants::ensure_default(&state.db, &scope, default_assistant_spec()).await?;
     }

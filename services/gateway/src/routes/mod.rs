@@ -19,6 +19,7 @@ pub mod executions;
 pub mod health;
 pub mod mcp_servers;
 pub mod me;
+pub mod model_connections;
 pub mod openai;
 pub mod page;
 pub mod profiles;
@@ -37,6 +38,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .configure(mcp_servers::configure)
             .configure(agents::configure)
             .configure(profiles::configure)
+            .configure(model_connections::configure)
             .configure(executions::configure)
             .configure(tenant::configure)
             .configure(admin::configure),
