@@ -109,6 +109,8 @@ async fn every_run_ends_in_one_done_with_a_gap_free_stream_and_errors_as_events(
     {
         let (h, s, wire) = (&hs[i % 2], &sessions[i % 2], wire_name(i));
         let mut expect_failed = false;
+        // A refused key (401) is `model_auth_failed`; any other model failure `model_error`.
+        let mut fatal_code = "model_error";
         for (j, t) in script.iter().enumerate() {
             match t {
                 Turn::Stats => h.fake().push(FakeReply::tool_call(
@@ -138,8 +140,11 @@ async fn every_run_ends_in_one_done_with_a_gap_free_stream_and_errors_as_events(
             if matches!(t, Turn::Text) {
                 break;
             }
-            if matches!(t, Turn::ModelError(_)) {
+            if let Turn::ModelError(code) = t {
                 expect_failed = true;
+                if *code == 401 {
+                    fatal_code = "model_auth_failed";
+                }
                 break;
             }
         }
@@ -198,7 +203,7 @@ async fn every_run_ends_in_one_done_with_a_gap_free_stream_and_errors_as_events(
             assert_eq!(d.status, DoneStatus::Failed, "{wire} case {i}: {script:?}");
             let fatal: Vec<_> = errs.iter().filter(|e| !e.recoverable).collect();
             assert_eq!(fatal.len(), 1, "{wire} case {i}: {script:?}");
-            assert_eq!(fatal[0].error_code, "model_error");
+            assert_eq!(fatal[0].error_code, fatal_code, "{wire} case {i}: {script:?}");
             assert!(matches!(
                 &all[all.len() - 2].payload,
                 EventPayload::Error(x) if !x.recoverable

@@ -482,7 +482,7 @@ mod tests {
                     let name = p["name"].as_str().unwrap();
                     let schema = &p["schema"];
                     match name {
-                        "agent_id" | "profile_id" | "name" => {
+                        "agent_id" | "profile_id" | "connection_id" | "name" => {
                             assert!(schema["pattern"].is_string(), "{method} {path} {name}")
                         }
                         _ => {
