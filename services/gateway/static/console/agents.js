@@ -16,6 +16,15 @@ async function profileIds() {
   }
 }
 
+// The tenant's own model connections (bring your own key), by id.
+async function connectionIds() {
+  try {
+    return (await api("GET", "/model-connections")).map((c) => c.id);
+  } catch (_) {
+    return [];
+  }
+}
+
 export function mount(root, ctx) {
   const admin = ctx.me.role === "admin";
   const list = h("div", { id: "agents-list" });
@@ -71,6 +80,7 @@ export function mount(root, ctx) {
     a = a || { profile: "general", max_retries: 3, effective: {} };
     const eff = a.effective || {};
     const profiles = await profileIds();
+    const connections = await connectionIds();
     const ro = !admin;
     const f = {
       id: h("input", { id: "agent-id", value: a.id || "", disabled: !creating || ro, required: true, placeholder: "sre-oncall" }),
@@ -78,6 +88,7 @@ export function mount(root, ctx) {
       description: h("input", { id: "agent-description", value: a.description || "", disabled: ro }),
       system_prompt: h("textarea", { id: "agent-prompt", rows: 6, value: a.system_prompt || "", disabled: ro, placeholder: "empty: the profile's prompt" + (eff.system_prompt ? ":\n" + eff.system_prompt : "") }),
       provider: h("select", { id: "agent-provider", disabled: ro }, h("option", { value: "" }, "server default"), ...["scripted", "openai", "anthropic"].map((p) => h("option", { value: p }, p))),
+      model_connection: h("select", { id: "agent-connection", disabled: ro }, h("option", { value: "" }, "the platform's model"), ...connections.map((c) => h("option", { value: c }, c))),
       model: h("input", { id: "agent-model", value: a.model || "", disabled: ro, placeholder: "provider default" }),
       tools: h("textarea", { id: "agent-tools", rows: 3, value: a.tools ? a.tools.join("\n") : "", disabled: ro, placeholder: "empty: the profile's tools (" + (eff.tools ? eff.tools.join(", ") : "every tool") + "); one name or pattern a line (files:*, read_file, github__*)" }),
       interrupt_on: h("textarea", { id: "agent-interrupt", rows: 2, value: (a.interrupt_on || []).join("\n"), disabled: ro, placeholder: "empty: the profile's (" + (eff.interrupt_on || []).join(", ") + "); tools that always need approval" }),
@@ -88,6 +99,7 @@ export function mount(root, ctx) {
       max_retries: h("input", { id: "agent-retries", type: "number", value: a.max_retries, disabled: ro }),
     };
     f.provider.value = a.provider || "";
+    f.model_connection.value = a.model_connection || "";
     f.profile.value = a.profile || "general";
     const err = h("p", { class: "error", role: "alert" });
     const lines = (t) => t.value.split(/[\n,]/).map((x) => x.trim()).filter(Boolean);
@@ -112,6 +124,7 @@ export function mount(root, ctx) {
               recursion_limit: f.recursion_limit.value === "" ? null : Number(f.recursion_limit.value),
               timeout_secs: f.timeout_secs.value === "" ? null : Number(f.timeout_secs.value),
               max_retries: Number(f.max_retries.value),
+              model_connection: f.model_connection.value || null,
             };
             try {
               if (creating) await api("POST", "/agents", { id: f.id.value.trim(), ...body });
@@ -130,6 +143,7 @@ export function mount(root, ctx) {
         h("label", {}, "Name", f.name),
         h("label", {}, "Description", f.description),
         h("label", {}, "System prompt", f.system_prompt),
+        h("label", {}, "Model connection", f.model_connection),
         h("div", { class: "row" }, h("label", { class: "grow" }, "Provider", f.provider), h("label", { class: "grow" }, "Model", f.model)),
         h("label", {}, "Tools", f.tools),
         h("label", {}, "Always ask before", f.interrupt_on),
