@@ -203,7 +203,10 @@ async fn every_run_ends_in_one_done_with_a_gap_free_stream_and_errors_as_events(
             assert_eq!(d.status, DoneStatus::Failed, "{wire} case {i}: {script:?}");
             let fatal: Vec<_> = errs.iter().filter(|e| !e.recoverable).collect();
             assert_eq!(fatal.len(), 1, "{wire} case {i}: {script:?}");
-            assert_eq!(fatal[0].error_code, fatal_code, "{wire} case {i}: {script:?}");
+            assert_eq!(
+                fatal[0].error_code, fatal_code,
+                "{wire} case {i}: {script:?}"
+            );
             assert!(matches!(
                 &all[all.len() - 2].payload,
                 EventPayload::Error(x) if !x.recoverable
