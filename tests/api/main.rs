@@ -154,6 +154,11 @@ async fn without_the_platform_model_an_assistant_needs_a_model_connection() {
     models::without_the_platform_model_an_assistant_needs_a_connection(&ctx, &platform).await;
 }
 
+#[tokio::test]
+async fn an_unreachable_platform_model_does_not_tell_tenants_where_it_is() {
+    models::an_unreachable_platform_model_does_not_say_where_it_is().await;
+}
+
 // ---- the cap on live sessions (docs/operations.md) ----
 
 #[tokio::test]

@@ -1073,3 +1073,36 @@ pub async fn a_connection_changed_on_one_replica_reaches_a_live_session_on_anoth
         loaded.elapsed()
     );
 }
+
+/// The platform's model out of reach: the tenant hears that, not where it lives.
+pub async fn an_unreachable_platform_model_does_not_say_where_it_is() {
+    // Nothing listens on port 9 (discard) of loopback: the connection is refused.
+    let ctx = Ctx::start_with(
+        &[
+            ("AGENTRY_LLM__PROVIDER", "openai"),
+            (
+                "AGENTRY_LLM__BASE_URL",
+                "http://127.0.0.1:9/internal-llm/v1",
+            ),
+            ("AGENTRY_LLM__API_KEY", PLATFORM_KEY),
+        ],
+        None,
+    )
+    .await;
+    let t = ctx.tenant().await;
+    agent(&ctx, &t, json!({"id": "once", "max_retries": 0})).await;
+    let (_, events) = chat(&ctx, &t.member.key, "once", None, "/echo hi").await;
+    let e = error_event(&events);
+    assert_eq!(e["error_code"], "model_error", "{e}");
+    let text = serde_json::to_string(&events).unwrap();
+    for leak in ["127.0.0.1", "internal-llm", ":9/", PLATFORM_KEY] {
+        assert!(!text.contains(leak), "{leak:?} leaked: {text}");
+    }
+    assert!(
+        e["error"]
+            .as_str()
+            .unwrap()
+            .contains("platform's model provider"),
+        "{e}"
+    );
+}

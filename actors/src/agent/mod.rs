@@ -297,6 +297,15 @@ impl Agent {
             };
             return self.fail(ErrorCode::ModelAuthFailed, msg);
         }
+        if self.connection.is_none() && matches!(err, LlmError::Connect(_)) {
+            // The reason names the platform's endpoint (reqwest quotes the URL): the operator's
+            // log has it, the tenant does not.
+            tracing::warn!(run_id = %self.input.run_id, error = %err, "the platform's model provider could not be reached");
+            return self.fail(
+                ErrorCode::ModelError,
+                "the model call failed: could not reach the platform's model provider; try again later, or tell the platform operator".into(),
+            );
+        }
         self.fail(
             ErrorCode::ModelError,
             format!("the model call failed: {err}"),
