@@ -16,6 +16,7 @@ use agentry_store::executions::{self, ExecutionFilter, ExecutionStatus, NewExecu
 use agentry_store::mcp_servers::{self, NewMcpServer};
 use agentry_store::memories::{self, NewMemory};
 use agentry_store::messages::{self, MessageRole, NewMessage};
+use agentry_store::model_connections::{self, ConnectionSpec};
 use agentry_store::profiles::{self, ProfileSpec};
 use agentry_store::sessions::{self, NewSession, SessionState};
 use agentry_store::tenants::{self, NewTenant, Quotas, TenantUpdate};
@@ -101,6 +102,7 @@ per_backend!(
     an_owner_whose_fencing_token_is_stale_writes_nothing,
     assistants_default_and_crud,
     profiles_crud_per_tenant,
+    model_connections_crud_per_tenant,
     executions_lifecycle_and_listing,
     approvals_first_decision_wins,
     tool_call_audit_rows,
@@ -802,6 +804,104 @@ async fn profiles_crud_per_tenant(db: DatabaseConnection) {
     assert!(profiles::delete(&db, &scope, &id).await.unwrap());
     assert_eq!(profiles::list(&db, &scope).await.unwrap().len(), 0);
     assert_eq!(profiles::list(&db, &other).await.unwrap().len(), 1);
+}
+
+async fn model_connections_crud_per_tenant(db: DatabaseConnection) {
+    use agentry_schema::ids::ModelConnectionId;
+    let scope = new_tenant(&db).await;
+    let other = new_tenant(&db).await;
+    let id = ModelConnectionId::try_from("acme-openai").unwrap();
+    let spec = ConnectionSpec {
+        name: "Acme's OpenAI".into(),
+        provider: "openai".into(),
+        base_url: Some(format!("https://llm.example/{}", "p".repeat(1900))),
+        model: "gpt-x".into(),
+        api_key_sealed: Some(format!("v1:0badc0de:{}", "s".repeat(6000))),
+        timeout_secs: 60,
+        max_retries: 2,
+    };
+    assert!(
+        !format!("{spec:?}").contains("sssss"),
+        "Debug never shows the key"
+    );
+    let c = model_connections::create(&db, &scope, &id, spec.clone())
+        .await
+        .unwrap();
+    assert_eq!(c.spec, spec);
+    assert!(matches!(
+        model_connections::create(&db, &scope, &id, spec.clone()).await,
+        Err(StoreError::Conflict(_))
+    ));
+    // Another tenant neither sees it nor can change it, and may use the same id.
+    assert_eq!(
+        model_connections::get(&db, &other, &id).await.unwrap(),
+        None
+    );
+    assert!(matches!(
+        model_connections::update(&db, &other, &id, spec.clone()).await,
+        Err(StoreError::NotFound(_))
+    ));
+    assert!(!model_connections::delete(&db, &other, &id).await.unwrap());
+    model_connections::create(&db, &other, &id, spec.clone())
+        .await
+        .unwrap();
+    let upd = model_connections::update(
+        &db,
+        &scope,
+        &id,
+        ConnectionSpec {
+            base_url: None,
+            api_key_sealed: None,
+            ..spec.clone()
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!((upd.spec.base_url, upd.spec.api_key_sealed), (None, None));
+    assert_eq!(upd.created_at, c.created_at);
+    // An assistant that uses it is found by it.
+    let a = AssistantId::try_from("byok").unwrap();
+    assistants::create(
+        &db,
+        &scope,
+        &a,
+        AssistantSpec {
+            model_connection: Some(id.clone()),
+            ..AssistantSpec::default()
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        assistants::get(&db, &scope, &a)
+            .await
+            .unwrap()
+            .unwrap()
+            .spec
+            .model_connection,
+        Some(id.clone())
+    );
+    assert_eq!(
+        assistants::using_connection(&db, &scope, &id)
+            .await
+            .unwrap(),
+        vec![a.clone()]
+    );
+    assert!(
+        assistants::using_connection(&db, &other, &id)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(model_connections::count(&db, &scope).await.unwrap(), 1);
+    assert!(model_connections::delete(&db, &scope, &id).await.unwrap());
+    assert_eq!(model_connections::list(&db, &scope).await.unwrap().len(), 0);
+    assert_eq!(model_connections::list(&db, &other).await.unwrap().len(), 1);
+    // Deleting the tenant takes its connections with it.
+    tenants::delete(&db, &platform(), other.tenant_id())
+        .await
+        .unwrap();
+    assert_eq!(model_connections::list(&db, &other).await.unwrap().len(), 0);
 }
 
 async fn executions_lifecycle_and_listing(db: DatabaseConnection) {
