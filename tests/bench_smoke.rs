@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use agentry_bench::harness::{Database, Target};
 use agentry_bench::report;
-use agentry_bench::suite::{Sizes, run_all};
+use agentry_bench::suite::{ClusterSizes, Sizes, run_all, run_cluster};
 use serde_json::Value;
 
 fn target(database: Database) -> Target {
@@ -155,4 +155,148 @@ async fn the_benchmark_suite_runs_on_postgres() {
     let url = std::env::var("AGENTRY_TEST_POSTGRES_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/agentry_test".into());
     smoke(Database::parse(&url).unwrap()).await;
+}
+
+/// A fresh PostgreSQL database next to the test one: replicas and single-node servers may not
+/// share a database with the other test's single-node servers (the database lease).
+async fn own_postgres(shared: &str, suffix: &str) -> String {
+    use sea_orm::ConnectionTrait;
+    let (prefix, name) = shared
+        .rsplit_once('/')
+        .expect("a PostgreSQL URL with a database");
+    let (name, query) = match name.split_once('?') {
+        Some((n, q)) => (n, format!("?{q}")),
+        None => (name, String::new()),
+    };
+    let own = format!("{name}_{suffix}");
+    let admin = agentry_store::connect(&agentry_store::DbOptions {
+        url: shared.to_string(),
+        max_connections: 1,
+        connect_timeout: std::time::Duration::from_secs(10),
+        acquire_timeout: std::time::Duration::from_secs(10),
+    })
+    .await
+    .expect("connecting to the test PostgreSQL");
+    for sql in [
+        format!("DROP DATABASE IF EXISTS \"{own}\" WITH (FORCE)"),
+        format!("CREATE DATABASE \"{own}\""),
+    ] {
+        admin.execute_unprepared(&sql).await.expect(&sql);
+    }
+    admin.close().await.ok();
+    format!("{prefix}/{own}{query}")
+}
+
+/// The cluster-mode scenarios (issue 13) on tiny counts: replicas of the real binary on their
+/// own PostgreSQL database and the test Redis; every scenario runs without an error and its
+/// figures add up (the takeover's two trials: a streaming run and one waiting for an approval,
+/// each resumed on the other replica after `kill -9` of its owner).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cluster_scenarios_run_on_postgres_and_redis() {
+    let shared = std::env::var("AGENTRY_TEST_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/agentry_test".into());
+    let url = own_postgres(&shared, "bench_cluster").await;
+    let redis = std::env::var("AGENTRY_TEST_REDIS_URL")
+        .unwrap_or_else(|_| "redis://127.0.0.1:6379/0".into());
+    let database = Database::parse(&url).unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let sizes = ClusterSizes::smoke();
+    let records = run_cluster(&target(database), &redis, &sizes, out.path())
+        .await
+        .expect("the cluster scenarios run");
+    let by_variant = |v: &str| {
+        &records
+            .iter()
+            .map(|(r, _)| r)
+            .find(|r| r.variant == v)
+            .unwrap_or_else(|| panic!("no {v} record"))
+            .figures
+    };
+    for (record, _) in &records {
+        assert_eq!(
+            record.errors, 0,
+            "{}: {:?}",
+            record.variant, record.first_error
+        );
+        assert_eq!(record.database, "postgres");
+    }
+
+    // Both modes ran the same runs; each run made two model calls and cost CPU.
+    let cpu = by_variant("cluster-cpu");
+    let runs = sizes.cpu.clients as u64 * sizes.cpu.max_runs_per_client;
+    for mode in ["single_node", "cluster"] {
+        let phase = &cpu[mode][0];
+        assert_eq!(phase["runs"].as_u64(), Some(runs), "{mode}: {cpu}");
+        assert_eq!(phase["model_calls_per_run"].as_f64(), Some(2.0), "{cpu}");
+        assert!(
+            phase["sql_statements_per_run"].as_f64().unwrap() >= 1.0,
+            "{cpu}"
+        );
+    }
+    assert!(
+        cpu["cpu_ratio_cluster_to_single_node"].as_f64().unwrap() > 0.0,
+        "{cpu}"
+    );
+
+    let three = by_variant("cluster-runs-3r");
+    assert_eq!(
+        three["runs"].as_u64(),
+        Some(sizes.runs.clients as u64 * sizes.runs.max_runs_per_client),
+        "{three}"
+    );
+    assert_eq!(three["model_calls_per_run"].as_f64(), Some(2.0), "{three}");
+
+    let cancel = by_variant("cluster-cancel");
+    let cancels = sizes.cancel.clients as u64 * sizes.cancel.runs_per_client;
+    assert_eq!(
+        cancel["cancel_to_done"]["count"].as_u64(),
+        Some(cancels),
+        "{cancel}"
+    );
+    let hitl = by_variant("cluster-hitl");
+    let approvals = sizes.hitl.clients as u64 * sizes.hitl.runs_per_client;
+    assert_eq!(
+        hitl["decision_to_next_event"]["count"].as_u64(),
+        Some(approvals),
+        "{hitl}"
+    );
+
+    // A takeover cannot be faster than the dead owner's heartbeat key takes to expire after
+    // its last renewal (the TTL less one renewal period: 2.25 s at the default 3 s).
+    let takeover = by_variant("takeover");
+    assert_eq!(
+        takeover["trials"].as_u64(),
+        Some(sizes.takeover.trials as u64)
+    );
+    assert_eq!(
+        takeover["streaming"]["count"].as_u64(),
+        Some(1),
+        "{takeover}"
+    );
+    assert_eq!(
+        takeover["waiting_for_approval"]["count"].as_u64(),
+        Some(1),
+        "{takeover}"
+    );
+    let fastest = takeover["kill_to_resumed_event"]["p50_ms"]
+        .as_f64()
+        .unwrap();
+    assert!(fastest >= 2000.0, "{takeover}");
+
+    let doc = out.path().join("benchmarks.md");
+    std::fs::write(&doc, format!("# B\n{}\n{}\n", report::BEGIN, report::END)).unwrap();
+    assert_eq!(report::update_doc(&doc, out.path()).unwrap(), 5);
+    let text = std::fs::read_to_string(&doc).unwrap();
+    for variant in [
+        "cluster-cpu",
+        "cluster-runs-3r",
+        "cluster-cancel",
+        "cluster-hitl",
+        "takeover",
+    ] {
+        assert!(
+            text.contains(&format!("| {variant} | postgres |")),
+            "{variant} row in:\n{text}"
+        );
+    }
 }

@@ -80,36 +80,32 @@ pub struct Target {
 
 pub struct Harness {
     pub model: FakeModelServer,
-    child: Child,
+    server: Server,
     pub pid: u32,
     pub port: u16,
     pub http: reqwest::Client,
     /// A tenant user's key (role admin, so it may create assistants).
     pub key: String,
+}
+
+/// One `agentry serve` child process on a free loopback port, with its own data directory.
+pub struct Server {
+    child: Child,
+    pub pid: u32,
+    pub port: u16,
     _data_dir: tempfile::TempDir,
 }
 
-impl Harness {
-    /// Start the model and the server, and create a tenant with no quotas, a user, a key and
-    /// the benchmark's assistants. `env` adds `AGENTRY_*` settings.
-    pub async fn start(
+impl Server {
+    /// Start `agentry serve` with `model_url` as its model and `admin_key` as the operator key;
+    /// `env` adds `AGENTRY_*` settings. Returns once it listens.
+    pub async fn spawn(
         target: &Target,
-        profile: ModelProfile,
+        model_url: &str,
+        admin_key: &str,
         env: &[(&str, String)],
-    ) -> Result<Self> {
-        let model = FakeModelServer::try_start(FakeConfig {
-            latency: Duration::from_millis(profile.latency_ms),
-            chunks: profile.chunks,
-            chunk_delay: Duration::from_millis(profile.chunk_delay_ms),
-            workers: 1,
-            record_limit: 0,
-            timing_limit: 1_000_000,
-            ..FakeConfig::default()
-        })
-        .context("starting the fake model server")?;
+    ) -> Result<Server> {
         let data_dir = tempfile::tempdir().context("creating a data directory")?;
-        // The server wants 16+ characters: pad the pid (small pids happen).
-        let admin_key = format!("bench-admin-key-{:08}", std::process::id());
         let mut cmd = Command::new(&target.agentry);
         cmd.arg("serve")
             .env("AGENTRY_DATA_DIR", data_dir.path())
@@ -118,9 +114,9 @@ impl Harness {
             .env("AGENTRY_SERVER__MAX_CONNECTIONS", "1000000")
             .env("AGENTRY_LOG__FORMAT", "json")
             .env("AGENTRY_LOG__LEVEL", "info")
-            .env("AGENTRY_AUTH__ADMIN_KEY", &admin_key)
+            .env("AGENTRY_AUTH__ADMIN_KEY", admin_key)
             .env("AGENTRY_LLM__PROVIDER", "openai")
-            .env("AGENTRY_LLM__BASE_URL", model.base_url_openai())
+            .env("AGENTRY_LLM__BASE_URL", model_url)
             .env("AGENTRY_LLM__API_KEY", "bench")
             .env("AGENTRY_LLM__MODEL", "fake")
             .env_remove("RUST_LOG")
@@ -139,22 +135,205 @@ impl Harness {
         let pid = child.id().context("the server exited at once")?;
         let stderr = child.stderr.take().context("no stderr pipe")?;
         let port = listening_port(stderr).await?;
-        let http = reqwest::Client::builder()
-            .pool_max_idle_per_host(256)
-            .build()
-            .context("building the HTTP client")?;
-        let mut harness = Harness {
-            model,
+        Ok(Server {
             child,
             pid,
             port,
-            http,
-            key: String::new(),
             _data_dir: data_dir,
-        };
-        harness.key = harness.create_tenant(&admin_key).await?;
-        harness.create_assistants().await?;
-        Ok(harness)
+        })
+    }
+
+    /// Stop the server (SIGTERM, then a kill after 10 s).
+    pub async fn stop(mut self) {
+        if let Ok(pid) = i32::try_from(self.pid) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+        }
+        if tokio::time::timeout(Duration::from_secs(10), self.child.wait())
+            .await
+            .is_err()
+        {
+            let _ = self.child.kill().await;
+        }
+    }
+
+    /// `kill -9`: the process dies at once, with no chance to hand anything over.
+    pub async fn crash(mut self) -> Result<()> {
+        let pid = i32::try_from(self.pid).context("pid out of range")?;
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .context("kill -9")?;
+        self.child
+            .wait()
+            .await
+            .context("waiting for the killed server")?;
+        Ok(())
+    }
+}
+
+/// Where a client reaches one server, and with which key.
+#[derive(Clone)]
+pub struct Endpoint {
+    pub http: reqwest::Client,
+    pub port: u16,
+    pub key: String,
+}
+
+impl Endpoint {
+    pub fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    pub fn ws_url(&self, session_id: &str) -> String {
+        format!("ws://127.0.0.1:{}/ws/chat/{session_id}", self.port)
+    }
+
+    /// A new session of `assistant`; its id.
+    pub async fn create_session(&self, assistant: &str) -> Result<String> {
+        let session = post(
+            &self.http,
+            &self.url("/api/v1/sessions"),
+            &self.key,
+            json!({"assistant_id": assistant}),
+        )
+        .await?;
+        str_field(&session, "session_id")
+    }
+}
+
+async fn post(http: &reqwest::Client, url: &str, bearer: &str, body: Value) -> Result<Value> {
+    let response = http
+        .post(url)
+        .bearer_auth(bearer)
+        .json(&body)
+        .send()
+        .await
+        .with_context(|| format!("POST {url}"))?;
+    let status = response.status();
+    let text = response.text().await.unwrap_or_default();
+    if !status.is_success() {
+        bail!("POST {url} answered {status}: {text}");
+    }
+    serde_json::from_str(&text).with_context(|| format!("POST {url}: the answer is not JSON"))
+}
+
+/// A tenant with every quota off, a user of role admin and its key (through the server at
+/// `base`, `http://127.0.0.1:PORT`); the key.
+pub async fn create_tenant(http: &reqwest::Client, base: &str, admin_key: &str) -> Result<String> {
+    // Every quota 0 = no limit: the benchmark measures the server, not its limits. A shared
+    // database keeps earlier runs' tenants, and names are unique.
+    let name = format!("bench-{}", chrono::Utc::now().format("%Y%m%dT%H%M%S%.6f"));
+    let tenant = post(
+        http,
+        &format!("{base}/api/v1/admin/tenants"),
+        admin_key,
+        json!({"name": name, "max_users": 0, "max_sessions_per_user": 0,
+               "requests_per_minute": 0, "tokens_per_day": 0, "max_concurrent_runs": 0}),
+    )
+    .await?;
+    let tenant_id = str_field(&tenant, "id")?;
+    let user = post(
+        http,
+        &format!("{base}/api/v1/admin/tenants/{tenant_id}/users"),
+        admin_key,
+        json!({"name": "bench", "role": "admin"}),
+    )
+    .await?;
+    let user_id = str_field(&user, "id")?;
+    let key = post(
+        http,
+        &format!("{base}/api/v1/admin/tenants/{tenant_id}/api-keys"),
+        admin_key,
+        json!({"user_id": user_id, "name": "bench"}),
+    )
+    .await?;
+    str_field(&key, "key")
+}
+
+/// The benchmark's assistants, [`AUTO_ASSISTANT`] and [`HITL_ASSISTANT`], for `key`'s tenant.
+pub async fn create_assistants(http: &reqwest::Client, base: &str, key: &str) -> Result<()> {
+    let url = format!("{base}/api/v1/agents");
+    post(
+        http,
+        &url,
+        key,
+        json!({"id": AUTO_ASSISTANT, "tools": ["write_todos"], "auto_approve": true}),
+    )
+    .await?;
+    post(
+        http,
+        &url,
+        key,
+        json!({"id": HITL_ASSISTANT, "tools": ["write_todos"],
+               "interrupt_on": ["write_todos"], "auto_approve": false}),
+    )
+    .await?;
+    Ok(())
+}
+
+/// The operator key every benchmark server gets (16+ characters: the pid is padded, small pids
+/// happen).
+pub fn admin_key() -> String {
+    format!("bench-admin-key-{:08}", std::process::id())
+}
+
+/// The fake model with `profile`, recording its timings for the figures.
+pub fn start_model(profile: ModelProfile) -> Result<FakeModelServer> {
+    FakeModelServer::try_start(FakeConfig {
+        latency: Duration::from_millis(profile.latency_ms),
+        chunks: profile.chunks,
+        chunk_delay: Duration::from_millis(profile.chunk_delay_ms),
+        workers: 1,
+        record_limit: 0,
+        timing_limit: 1_000_000,
+        ..FakeConfig::default()
+    })
+    .context("starting the fake model server")
+}
+
+pub fn http_client() -> Result<reqwest::Client> {
+    reqwest::Client::builder()
+        .pool_max_idle_per_host(256)
+        .build()
+        .context("building the HTTP client")
+}
+
+impl Harness {
+    /// Start the model and the server, and create a tenant with no quotas, a user, a key and
+    /// the benchmark's assistants. `env` adds `AGENTRY_*` settings.
+    pub async fn start(
+        target: &Target,
+        profile: ModelProfile,
+        env: &[(&str, String)],
+    ) -> Result<Self> {
+        let model = start_model(profile)?;
+        let admin_key = admin_key();
+        let server = Server::spawn(target, &model.base_url_openai(), &admin_key, env).await?;
+        let http = http_client()?;
+        let base = format!("http://127.0.0.1:{}", server.port);
+        let key = create_tenant(&http, &base, &admin_key).await?;
+        create_assistants(&http, &base, &key).await?;
+        Ok(Harness {
+            model,
+            pid: server.pid,
+            port: server.port,
+            server,
+            http,
+            key,
+        })
+    }
+
+    /// How clients reach this server.
+    pub fn endpoint(&self) -> Endpoint {
+        Endpoint {
+            http: self.http.clone(),
+            port: self.port,
+            key: self.key.clone(),
+        }
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -166,80 +345,12 @@ impl Harness {
     }
 
     async fn post(&self, path: &str, bearer: &str, body: Value) -> Result<Value> {
-        let response = self
-            .http
-            .post(self.url(path))
-            .bearer_auth(bearer)
-            .json(&body)
-            .send()
-            .await
-            .with_context(|| format!("POST {path}"))?;
-        let status = response.status();
-        let text = response.text().await.unwrap_or_default();
-        if !status.is_success() {
-            bail!("POST {path} answered {status}: {text}");
-        }
-        serde_json::from_str(&text).with_context(|| format!("POST {path}: the answer is not JSON"))
-    }
-
-    async fn create_tenant(&self, admin_key: &str) -> Result<String> {
-        // Every quota 0 = no limit: the benchmark measures the server, not its limits. A shared
-        // database keeps earlier runs' tenants, and names are unique.
-        let name = format!("bench-{}", chrono::Utc::now().format("%Y%m%dT%H%M%S%.6f"));
-        let tenant = self
-            .post(
-                "/api/v1/admin/tenants",
-                admin_key,
-                json!({"name": name, "max_users": 0, "max_sessions_per_user": 0,
-                       "requests_per_minute": 0, "tokens_per_day": 0, "max_concurrent_runs": 0}),
-            )
-            .await?;
-        let tenant_id = str_field(&tenant, "id")?;
-        let user = self
-            .post(
-                &format!("/api/v1/admin/tenants/{tenant_id}/users"),
-                admin_key,
-                json!({"name": "bench", "role": "admin"}),
-            )
-            .await?;
-        let user_id = str_field(&user, "id")?;
-        let key = self
-            .post(
-                &format!("/api/v1/admin/tenants/{tenant_id}/api-keys"),
-                admin_key,
-                json!({"user_id": user_id, "name": "bench"}),
-            )
-            .await?;
-        str_field(&key, "key")
-    }
-
-    async fn create_assistants(&self) -> Result<()> {
-        self.post(
-            "/api/v1/agents",
-            &self.key,
-            json!({"id": AUTO_ASSISTANT, "tools": ["write_todos"], "auto_approve": true}),
-        )
-        .await?;
-        self.post(
-            "/api/v1/agents",
-            &self.key,
-            json!({"id": HITL_ASSISTANT, "tools": ["write_todos"],
-                   "interrupt_on": ["write_todos"], "auto_approve": false}),
-        )
-        .await?;
-        Ok(())
+        post(&self.http, &self.url(path), bearer, body).await
     }
 
     /// A new session of `assistant`; its id.
     pub async fn create_session(&self, assistant: &str) -> Result<String> {
-        let session = self
-            .post(
-                "/api/v1/sessions",
-                &self.key,
-                json!({"assistant_id": assistant}),
-            )
-            .await?;
-        str_field(&session, "session_id")
+        self.endpoint().create_session(assistant).await
     }
 
     /// One run through `POST /api/v1/chat` in a new session of `assistant`: every event of the
@@ -306,19 +417,8 @@ impl Harness {
     }
 
     /// Stop the server (SIGTERM, then a kill after 10 s).
-    pub async fn stop(mut self) {
-        if let Ok(pid) = i32::try_from(self.pid) {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(pid),
-                nix::sys::signal::Signal::SIGTERM,
-            );
-        }
-        if tokio::time::timeout(Duration::from_secs(10), self.child.wait())
-            .await
-            .is_err()
-        {
-            let _ = self.child.kill().await;
-        }
+    pub async fn stop(self) {
+        self.server.stop().await;
         self.model.stop().await;
     }
 }

@@ -7,6 +7,7 @@
 //! last byte) compare with the clients' own: a run's *server overhead* is its end-to-end time
 //! minus the time its model calls spent inside the fake model.
 
+pub mod cluster;
 pub mod harness;
 pub mod machine;
 pub mod report;

@@ -3,12 +3,15 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use agentry_bench::cluster::{
+    self, ClusterCpuParams, ClusterRunsParams, CrossParams, DEFAULT_REDIS, TakeoverParams,
+};
 use agentry_bench::harness::{Database, Target, agentry_beside_me};
 use agentry_bench::report::{self, Record};
 use agentry_bench::scenarios::{
     self, CancelParams, HitlParams, IdleParams, OpenAiParams, RunsParams, SoakParams, StreamParams,
 };
-use agentry_bench::suite::{Sizes, run_all};
+use agentry_bench::suite::{ClusterSizes, Sizes, run_all, run_cluster};
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 
@@ -29,6 +32,9 @@ struct Cli {
     /// HTTP worker threads of the server (0 = one per core).
     #[arg(long, global = true, default_value_t = 0)]
     workers: usize,
+    /// The Redis of the cluster scenarios (the replicas' keys get a prefix of this run's own).
+    #[arg(long, global = true, default_value = DEFAULT_REDIS)]
+    redis: String,
     #[command(subcommand)]
     command: Command,
 }
@@ -114,6 +120,59 @@ enum Command {
         /// `session.max_live` of the server [default: the server's].
         #[arg(long)]
         max_live: Option<usize>,
+    },
+    /// Every cluster-mode scenario below (issue 13) at the sizes of docs/benchmarks.md; needs
+    /// --database postgres://… (or mysql://…) and Redis (`--redis`).
+    Cluster {
+        #[arg(long)]
+        smoke: bool,
+    },
+    /// Server CPU per one-tool run: one replica in cluster mode vs a single-node server, same
+    /// database and clients, phases alternating.
+    ClusterCpu {
+        #[arg(long, default_value_t = 32)]
+        clients: usize,
+        #[arg(long, default_value_t = 15)]
+        duration_secs: u64,
+        #[arg(long, default_value_t = 0)]
+        max_runs: u64,
+        /// Pairs of phases (single-node, cluster).
+        #[arg(long, default_value_t = 2)]
+        rounds: usize,
+    },
+    /// One-tool runs on N replicas in cluster mode, clients spread round-robin.
+    ClusterRuns {
+        #[arg(long, default_value_t = 3)]
+        replicas: usize,
+        #[arg(long, default_value_t = 32)]
+        clients: usize,
+        #[arg(long, default_value_t = 20)]
+        duration_secs: u64,
+        #[arg(long, default_value_t = 0)]
+        max_runs: u64,
+    },
+    /// kill -9 of a session's owner → first resumed event on another replica.
+    Takeover {
+        #[arg(long, default_value_t = 3)]
+        replicas: usize,
+        #[arg(long, default_value_t = 20)]
+        trials: usize,
+    },
+    /// Cancel on replica A of a run owned by replica B: cancel frame → done.
+    ClusterCancel {
+        #[arg(long, default_value_t = 4)]
+        clients: usize,
+        #[arg(long, default_value_t = 50)]
+        runs: u64,
+        #[arg(long, default_value_t = 20)]
+        cancel_after_ms: u64,
+    },
+    /// Approval on replica A of a run owned by replica B: decision → next event.
+    ClusterHitl {
+        #[arg(long, default_value_t = 2)]
+        clients: usize,
+        #[arg(long, default_value_t = 100)]
+        runs: u64,
     },
     /// Rewrite the table in a benchmarks document from the newest record of each scenario.
     Report {
@@ -265,6 +324,80 @@ async fn run(cli: Cli) -> Result<()> {
                 duration_secs,
                 idle_secs,
                 max_live,
+            },
+        )
+        .await?)?,
+        Command::Cluster { smoke } => {
+            let sizes = if smoke {
+                ClusterSizes::smoke()
+            } else {
+                ClusterSizes::full()
+            };
+            let records = run_cluster(&target, &cli.redis, &sizes, &cli.out).await?;
+            let errors: u64 = records.iter().map(|(r, _)| r.errors).sum();
+            if errors > 0 {
+                anyhow::bail!("{errors} errors during the runs (see the records)");
+            }
+        }
+        Command::ClusterCpu {
+            clients,
+            duration_secs,
+            max_runs,
+            rounds,
+        } => one(cluster::cluster_cpu(
+            &target,
+            &cli.redis,
+            &ClusterCpuParams {
+                clients,
+                duration_secs,
+                max_runs_per_client: max_runs,
+                rounds,
+            },
+        )
+        .await?)?,
+        Command::ClusterRuns {
+            replicas,
+            clients,
+            duration_secs,
+            max_runs,
+        } => one(cluster::cluster_runs(
+            &target,
+            &cli.redis,
+            &ClusterRunsParams {
+                replicas,
+                clients,
+                duration_secs,
+                max_runs_per_client: max_runs,
+            },
+        )
+        .await?)?,
+        Command::Takeover { replicas, trials } => {
+            one(
+                cluster::takeover(&target, &cli.redis, &TakeoverParams { replicas, trials })
+                    .await?,
+            )?
+        }
+        Command::ClusterCancel {
+            clients,
+            runs,
+            cancel_after_ms,
+        } => one(cluster::cluster_cancel(
+            &target,
+            &cli.redis,
+            &CrossParams {
+                clients,
+                runs_per_client: runs,
+                cancel_after_ms,
+            },
+        )
+        .await?)?,
+        Command::ClusterHitl { clients, runs } => one(cluster::cluster_hitl(
+            &target,
+            &cli.redis,
+            &CrossParams {
+                clients,
+                runs_per_client: runs,
+                cancel_after_ms: 0,
             },
         )
         .await?)?,

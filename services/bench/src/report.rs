@@ -78,6 +78,12 @@ fn variant_order(variant: &str) -> (usize, String) {
         "openai",
         "openai-stream",
         "soak",
+        "cluster-cpu",
+        "cluster-runs-1r",
+        "cluster-runs-3r",
+        "cluster-cancel",
+        "cluster-hitl",
+        "takeover",
     ];
     (
         order

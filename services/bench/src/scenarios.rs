@@ -12,23 +12,23 @@ use serde_json::{Value, json};
 use tokio::sync::Barrier;
 use tokio::task::JoinSet;
 
-use crate::harness::{AUTO_ASSISTANT, HITL_ASSISTANT, Harness, ModelProfile, Target};
+use crate::harness::{AUTO_ASSISTANT, Endpoint, HITL_ASSISTANT, Harness, ModelProfile, Target};
 use crate::report::Record;
 use crate::stats::{Summary, summarize};
 use crate::ws::SessionSocket;
 
 /// The longest a single run may take before the benchmark calls it an error.
-const RUN_LIMIT: Duration = Duration::from_secs(60);
+pub(crate) const RUN_LIMIT: Duration = Duration::from_secs(60);
 
 /// Errors counted across clients; the first one is kept to be shown.
 #[derive(Default)]
-struct Errors {
+pub(crate) struct Errors {
     count: AtomicU64,
     first: std::sync::Mutex<Option<String>>,
 }
 
 impl Errors {
-    fn add(&self, error: impl std::fmt::Display) {
+    pub(crate) fn add(&self, error: impl std::fmt::Display) {
         if self.count.fetch_add(1, Ordering::Relaxed) == 0 {
             let text = format!("{error:#}");
             eprintln!("  first error: {text}");
@@ -38,23 +38,23 @@ impl Errors {
         }
     }
 
-    fn count(&self) -> u64 {
+    pub(crate) fn count(&self) -> u64 {
         self.count.load(Ordering::Relaxed)
     }
 
-    fn first(&self) -> Option<String> {
+    pub(crate) fn first(&self) -> Option<String> {
         self.first.lock().ok().and_then(|f| f.clone())
     }
 }
 
 /// Prints a line to stderr every two seconds while a scenario runs.
-struct Progress {
+pub(crate) struct Progress {
     done: Arc<AtomicU64>,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl Progress {
-    fn start(what: &'static str, unit: &'static str, total: Option<u64>) -> Self {
+    pub(crate) fn start(what: &'static str, unit: &'static str, total: Option<u64>) -> Self {
         let done = Arc::new(AtomicU64::new(0));
         let counter = done.clone();
         let task = tokio::spawn(async move {
@@ -75,7 +75,7 @@ impl Progress {
         Progress { done, task }
     }
 
-    fn tick(&self) {
+    pub(crate) fn tick(&self) {
         self.done.fetch_add(1, Ordering::Relaxed);
     }
 }
@@ -86,11 +86,11 @@ impl Drop for Progress {
     }
 }
 
-fn ms(d: Duration) -> f64 {
+pub(crate) fn ms(d: Duration) -> f64 {
     (d.as_secs_f64() * 1e6).round() / 1e3
 }
 
-fn fmt_summary(s: &Option<Summary>) -> String {
+pub(crate) fn fmt_summary(s: &Option<Summary>) -> String {
     match s {
         Some(s) => format!("p50 {:.2} / p99 {:.2} ms", s.p50_ms, s.p99_ms),
         None => "no samples".into(),
@@ -98,7 +98,7 @@ fn fmt_summary(s: &Option<Summary>) -> String {
 }
 
 /// CPU time of this process (the load generator and the in-process fake model).
-fn own_cpu() -> Duration {
+pub(crate) fn own_cpu() -> Duration {
     use nix::sys::resource::{UsageWho, getrusage};
     getrusage(UsageWho::RUSAGE_SELF)
         .map(|u| {
@@ -114,7 +114,7 @@ fn own_cpu() -> Duration {
 }
 
 /// What every scenario records besides its own figures.
-struct Frame {
+pub(crate) struct Frame {
     scenario: &'static str,
     variant: String,
     started_at: chrono::DateTime<chrono::Utc>,
@@ -122,7 +122,7 @@ struct Frame {
 }
 
 impl Frame {
-    fn new(scenario: &'static str, variant: String) -> Self {
+    pub(crate) fn new(scenario: &'static str, variant: String) -> Self {
         eprintln!("==> {variant}");
         Frame {
             scenario,
@@ -132,7 +132,7 @@ impl Frame {
         }
     }
 
-    fn record(
+    pub(crate) fn record(
         self,
         target: &Target,
         parameters: impl Serialize,
@@ -161,14 +161,14 @@ impl Frame {
     }
 }
 
-fn todo_call(tag: &str) -> String {
+pub(crate) fn todo_call(tag: &str) -> String {
     format!(
         "/tool write_todos {{\"todos\": [{{\"content\": \"{tag}\", \"status\": \"pending\"}}]}}\n{tag}"
     )
 }
 
 /// The run's `done`, checked: an error unless its status is `expected`.
-fn check_done(events: &[crate::ws::Received], expected: &str) -> Result<()> {
+pub(crate) fn check_done(events: &[crate::ws::Received], expected: &str) -> Result<()> {
     let done = events.last().context("no events")?;
     let status = done.data()["status"].as_str().unwrap_or("");
     if status != expected {
@@ -206,19 +206,91 @@ pub async fn runs(target: &Target, p: &RunsParams) -> Result<Record> {
     };
     let h = Arc::new(Harness::start(target, profile, &[]).await?);
     let errors = Arc::new(Errors::default());
-    let barrier = Arc::new(Barrier::new(p.clients + 1));
     let progress = Arc::new(Progress::start("runs", "runs", None));
-    let duration = Duration::from_secs(p.duration_secs);
-    let mut clients = JoinSet::new();
-    for c in 0..p.clients {
-        let (h, errors, barrier, progress) =
-            (h.clone(), errors.clone(), barrier.clone(), progress.clone());
-        let max_runs = p.max_runs_per_client;
-        clients.spawn(async move {
-            let mut samples: Vec<(String, Duration, Instant)> = Vec::new();
+    let (mut clients, barrier) = spawn_run_clients(
+        &[h.endpoint()],
+        p.clients,
+        Duration::from_secs(p.duration_secs),
+        p.max_runs_per_client,
+        &errors,
+        &progress,
+    );
+    barrier.wait().await;
+    let (cpu0, own0, t0) = (h.cpu_time()?, own_cpu(), Instant::now());
+    let (sql0, switches0) = (h.sql_statements().await?, h.context_switches()?);
+    let mut samples = Vec::new();
+    while let Some(joined) = clients.join_next().await {
+        samples.extend(joined.context("a client task failed")?);
+    }
+    let last_end = samples.iter().map(|s| s.2).max().unwrap_or(t0);
+    let window = last_end.saturating_duration_since(t0);
+    let (server_cpu, own) = (
+        h.cpu_time()?.saturating_sub(cpu0),
+        own_cpu().saturating_sub(own0),
+    );
+    // Counted from just after the warm-up runs to the last `done` (plus the writes its end
+    // scheduled, and one scrape): statements and context switches per measured run.
+    let switches = h.context_switches()?.saturating_sub(switches0);
+    let sql = h.sql_statements().await?.saturating_sub(sql0);
+    drop(progress);
+
+    let (e2e, overhead, model_calls) = run_latencies(&samples, h.model.take_timings());
+    let n = samples.len() as f64;
+    let per_sec = n / window.as_secs_f64().max(1e-9);
+    let (e2e, overhead) = (summarize(&e2e), summarize(&overhead));
+    let figures = json!({
+        "runs": samples.len(),
+        "window_secs": ms(window) / 1e3,
+        "runs_per_sec": (per_sec * 10.0).round() / 10.0,
+        "end_to_end": e2e,
+        "server_overhead": overhead,
+        "model_calls_per_run": if n > 0.0 { f64::from(model_calls) / n } else { 0.0 },
+        "server_cpu_ms_per_run": if n > 0.0 { ms(server_cpu) / n } else { 0.0 },
+        "sql_statements_per_run": if n > 0.0 { (sql as f64 / n * 10.0).round() / 10.0 } else { 0.0 },
+        "context_switches_per_run": if n > 0.0 { (switches as f64 / n).round() } else { 0.0 },
+        "loadgen_and_model_cpu_ms_per_run": if n > 0.0 { ms(own) / n } else { 0.0 },
+        "server_rss_bytes": h.rss_bytes().ok(),
+    });
+    let per_run = |x: u64| if n > 0.0 { x as f64 / n } else { 0.0 };
+    let headline = format!(
+        "{per_sec:.0} runs/s; end-to-end {}; server overhead {}; {:.1} SQL statements and {:.0} context switches per run",
+        fmt_summary(&e2e),
+        fmt_summary(&overhead),
+        per_run(sql),
+        per_run(switches),
+    );
+    let record = frame.record(target, p, figures, headline, &errors);
+    stop(h).await;
+    Ok(record)
+}
+
+/// One measured one-tool run: its chat message, chat frame → `done`, and when `done` arrived.
+pub(crate) type RunSample = (String, Duration, Instant);
+
+/// C clients doing one-tool runs back to back, client `c` on `endpoints[c % len]` (its own
+/// session there and a WebSocket): the model calls `write_todos`, it is approved automatically
+/// and runs, the model answers. Each client first does a warm-up run, then waits at the
+/// returned barrier (which the caller joins too, to start its counters), then runs until
+/// `duration` or `max_runs` (0 = no limit).
+pub(crate) fn spawn_run_clients(
+    endpoints: &[Endpoint],
+    clients: usize,
+    duration: Duration,
+    max_runs: u64,
+    errors: &Arc<Errors>,
+    progress: &Arc<Progress>,
+) -> (JoinSet<Vec<RunSample>>, Arc<Barrier>) {
+    let barrier = Arc::new(Barrier::new(clients + 1));
+    let mut set = JoinSet::new();
+    for c in 0..clients {
+        let endpoint = endpoints[c % endpoints.len()].clone();
+        let (errors, barrier, progress) = (errors.clone(), barrier.clone(), progress.clone());
+        set.spawn(async move {
+            let mut samples: Vec<RunSample> = Vec::new();
             let setup = async {
-                let session = h.create_session(AUTO_ASSISTANT).await?;
-                let mut ws = SessionSocket::connect(&h.ws_url(&session), &h.key).await?;
+                let session = endpoint.create_session(AUTO_ASSISTANT).await?;
+                let mut ws =
+                    SessionSocket::connect(&endpoint.ws_url(&session), &endpoint.key).await?;
                 // One run to warm up the session, its actor and the connections.
                 ws.chat(&todo_call(&format!("warm-up {c}"))).await?;
                 check_done(&ws.until_done(RUN_LIMIT).await?, "completed")?;
@@ -263,28 +335,17 @@ pub async fn runs(target: &Target, p: &RunsParams) -> Result<Record> {
             samples
         });
     }
-    barrier.wait().await;
-    let (cpu0, own0, t0) = (h.cpu_time()?, own_cpu(), Instant::now());
-    let (sql0, switches0) = (h.sql_statements().await?, h.context_switches()?);
-    let mut samples = Vec::new();
-    while let Some(joined) = clients.join_next().await {
-        samples.extend(joined.context("a client task failed")?);
-    }
-    let last_end = samples.iter().map(|s| s.2).max().unwrap_or(t0);
-    let window = last_end.saturating_duration_since(t0);
-    let (server_cpu, own) = (
-        h.cpu_time()?.saturating_sub(cpu0),
-        own_cpu().saturating_sub(own0),
-    );
-    // Counted from just after the warm-up runs to the last `done` (plus the writes its end
-    // scheduled, and one scrape): statements and context switches per measured run.
-    let switches = h.context_switches()?.saturating_sub(switches0);
-    let sql = h.sql_statements().await?.saturating_sub(sql0);
-    drop(progress);
+    (set, barrier)
+}
 
-    // The model's share of each run: time inside the fake model's handlers for its calls.
+/// Each run's end-to-end time and server overhead (end to end minus the time its model calls
+/// spent inside the fake model's handlers), and the model calls matched to the runs.
+pub(crate) fn run_latencies(
+    samples: &[RunSample],
+    timings: Vec<agentry_fake_model::ModelTiming>,
+) -> (Vec<Duration>, Vec<Duration>, u32) {
     let mut model: HashMap<String, (Duration, u32)> = HashMap::new();
-    for t in h.model.take_timings() {
+    for t in timings {
         let entry = model.entry(t.key).or_default();
         entry.0 += t.done.saturating_duration_since(t.received);
         entry.1 += 1;
@@ -292,39 +353,13 @@ pub async fn runs(target: &Target, p: &RunsParams) -> Result<Record> {
     let mut e2e = Vec::with_capacity(samples.len());
     let mut overhead = Vec::with_capacity(samples.len());
     let mut model_calls = 0u32;
-    for (message, took, _) in &samples {
+    for (message, took, _) in samples {
         let (in_model, calls) = model.get(message).copied().unwrap_or_default();
         model_calls += calls;
         e2e.push(*took);
         overhead.push(took.saturating_sub(in_model));
     }
-    let n = samples.len() as f64;
-    let per_sec = n / window.as_secs_f64().max(1e-9);
-    let (e2e, overhead) = (summarize(&e2e), summarize(&overhead));
-    let figures = json!({
-        "runs": samples.len(),
-        "window_secs": ms(window) / 1e3,
-        "runs_per_sec": (per_sec * 10.0).round() / 10.0,
-        "end_to_end": e2e,
-        "server_overhead": overhead,
-        "model_calls_per_run": if n > 0.0 { f64::from(model_calls) / n } else { 0.0 },
-        "server_cpu_ms_per_run": if n > 0.0 { ms(server_cpu) / n } else { 0.0 },
-        "sql_statements_per_run": if n > 0.0 { (sql as f64 / n * 10.0).round() / 10.0 } else { 0.0 },
-        "context_switches_per_run": if n > 0.0 { (switches as f64 / n).round() } else { 0.0 },
-        "loadgen_and_model_cpu_ms_per_run": if n > 0.0 { ms(own) / n } else { 0.0 },
-        "server_rss_bytes": h.rss_bytes().ok(),
-    });
-    let per_run = |x: u64| if n > 0.0 { x as f64 / n } else { 0.0 };
-    let headline = format!(
-        "{per_sec:.0} runs/s; end-to-end {}; server overhead {}; {:.1} SQL statements and {:.0} context switches per run",
-        fmt_summary(&e2e),
-        fmt_summary(&overhead),
-        per_run(sql),
-        per_run(switches),
-    );
-    let record = frame.record(target, p, figures, headline, &errors);
-    stop(h).await;
-    Ok(record)
+    (e2e, overhead, model_calls)
 }
 
 async fn stop(h: Arc<Harness>) {

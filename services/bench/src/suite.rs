@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 
+use crate::cluster::{self, ClusterCpuParams, ClusterRunsParams, CrossParams, TakeoverParams};
 use crate::harness::Target;
 use crate::report::Record;
 use crate::scenarios::{
@@ -148,5 +149,115 @@ pub async fn run_all(target: &Target, sizes: &Sizes, out: &Path) -> Result<Vec<(
         keep(scenarios::openai(target, &params).await?)?;
     }
     keep(scenarios::soak(target, &sizes.soak).await?)?;
+    Ok(records)
+}
+
+/// The parameters of the cluster-mode scenarios (issue 13).
+#[derive(Debug, Clone)]
+pub struct ClusterSizes {
+    pub cpu: ClusterCpuParams,
+    /// `cluster-runs` is measured at each of these replica counts.
+    pub runs: ClusterRunsParams,
+    pub runs_replicas: Vec<usize>,
+    pub takeover: TakeoverParams,
+    pub cancel: CrossParams,
+    pub hitl: CrossParams,
+}
+
+impl ClusterSizes {
+    /// What `docs/benchmarks.md` reports.
+    pub fn full() -> Self {
+        ClusterSizes {
+            cpu: ClusterCpuParams {
+                clients: 32,
+                duration_secs: 15,
+                max_runs_per_client: 0,
+                rounds: 2,
+            },
+            runs: ClusterRunsParams {
+                replicas: 1,
+                clients: 32,
+                duration_secs: 20,
+                max_runs_per_client: 0,
+            },
+            runs_replicas: vec![1, 3],
+            takeover: TakeoverParams {
+                replicas: 3,
+                trials: 20,
+            },
+            cancel: CrossParams {
+                clients: 4,
+                runs_per_client: 50,
+                cancel_after_ms: 20,
+            },
+            hitl: CrossParams {
+                clients: 2,
+                runs_per_client: 100,
+                cancel_after_ms: 0,
+            },
+        }
+    }
+
+    /// Tiny counts, so the test suite can tell the cluster scenarios still work.
+    pub fn smoke() -> Self {
+        ClusterSizes {
+            cpu: ClusterCpuParams {
+                clients: 2,
+                duration_secs: 5,
+                max_runs_per_client: 2,
+                rounds: 1,
+            },
+            runs: ClusterRunsParams {
+                replicas: 1,
+                clients: 3,
+                duration_secs: 5,
+                max_runs_per_client: 2,
+            },
+            runs_replicas: vec![3],
+            takeover: TakeoverParams {
+                replicas: 2,
+                trials: 2,
+            },
+            cancel: CrossParams {
+                clients: 1,
+                runs_per_client: 2,
+                cancel_after_ms: 20,
+            },
+            hitl: CrossParams {
+                clients: 1,
+                runs_per_client: 2,
+                cancel_after_ms: 0,
+            },
+        }
+    }
+}
+
+/// Every cluster-mode scenario on `target` (PostgreSQL or MySQL) with Redis at `redis`, writing
+/// each record into `out` as it completes. The takeover goes last: it leaves killed replicas'
+/// database leases behind, which a single-node server would wait out.
+pub async fn run_cluster(
+    target: &Target,
+    redis: &str,
+    sizes: &ClusterSizes,
+    out: &Path,
+) -> Result<Vec<(Record, PathBuf)>> {
+    let mut records = Vec::new();
+    let mut keep = |record: Record| -> Result<()> {
+        let path = record.write(out)?;
+        eprintln!("    → {}", path.display());
+        records.push((record, path));
+        Ok(())
+    };
+    keep(cluster::cluster_cpu(target, redis, &sizes.cpu).await?)?;
+    for replicas in &sizes.runs_replicas {
+        let params = ClusterRunsParams {
+            replicas: *replicas,
+            ..sizes.runs.clone()
+        };
+        keep(cluster::cluster_runs(target, redis, &params).await?)?;
+    }
+    keep(cluster::cluster_cancel(target, redis, &sizes.cancel).await?)?;
+    keep(cluster::cluster_hitl(target, redis, &sizes.hitl).await?)?;
+    keep(cluster::takeover(target, redis, &sizes.takeover).await?)?;
     Ok(records)
 }
