@@ -533,7 +533,8 @@ pub async fn cluster_cpu(target: &Target, redis: &str, p: &ClusterCpuParams) -> 
 #[derive(Debug, Clone, Serialize)]
 pub struct TakeoverParams {
     pub replicas: usize,
-    /// Trials alternate: a streaming run (even), a run waiting for an approval (odd).
+    /// Trials alternate: a run waiting for an approval (the first), a streaming run (the
+    /// second), and so on.
     pub trials: usize,
 }
 
@@ -560,7 +561,7 @@ pub async fn takeover(target: &Target, redis: &str, p: &TakeoverParams) -> Resul
     let progress = Progress::start("takeover", "trials", Some(p.trials as u64));
     let mut samples: Vec<(&'static str, Duration, Duration)> = Vec::new();
     for trial in 0..p.trials {
-        let waiting = trial % 2 == 1;
+        let waiting = trial % 2 == 0;
         match takeover_trial(&mut cluster, trial, waiting).await {
             Ok((took, reconnected)) => {
                 let kind = if waiting { "waiting" } else { "streaming" };
@@ -575,7 +576,7 @@ pub async fn takeover(target: &Target, redis: &str, p: &TakeoverParams) -> Resul
             Err(e) => errors.add(e.context(format!("trial {}", trial + 1))),
         }
         // Back to N replicas for the next trial.
-        for slot in 0..p.replicas {
+        for slot in (0..p.replicas).filter(|_| trial + 1 < p.trials) {
             if cluster.server(slot).is_err()
                 && let Err(e) = cluster.replace(slot).await
             {
@@ -610,7 +611,7 @@ pub async fn takeover(target: &Target, redis: &str, p: &TakeoverParams) -> Resul
     });
     let headline = match &took {
         Some(s) => format!(
-            "kill -9 of the owner → first resumed event on another replica: p50 {:.0} / max {:.0} ms over {} trials (streaming and waiting-for-approval runs alternating)",
+            "kill -9 of the owner → first resumed event on another replica: p50 {:.0} / max {:.0} ms over {} trials (waiting-for-approval and streaming runs alternating)",
             s.p50_ms, s.max_ms, s.count
         ),
         None => "no trial completed".into(),

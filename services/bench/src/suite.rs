@@ -214,9 +214,10 @@ impl ClusterSizes {
                 max_runs_per_client: 2,
             },
             runs_replicas: vec![3],
+            // One trial: a run waiting for an approval, taken over by the other replica.
             takeover: TakeoverParams {
                 replicas: 2,
-                trials: 2,
+                trials: 1,
             },
             cancel: CrossParams {
                 clients: 1,
