@@ -76,6 +76,16 @@ impl PlatformTools {
         self
     }
 
+    /// Add the skill tools (`load_skill`, `read_skill_file`), which read skills from the store.
+    pub fn with_skills(mut self, db: sea_orm::DatabaseConnection) -> Self {
+        for t in agentry_builtin::skills::skill_tools(db) {
+            if let Err(e) = self.registry.register(t) {
+                tracing::error!(error = %e, "skill tool not registered");
+            }
+        }
+        self
+    }
+
     /// The configuration the built-in tools were built from.
     pub fn config(&self) -> &BuiltinConfig {
         &self.config

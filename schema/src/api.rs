@@ -447,6 +447,8 @@ pub struct AssistantInfo {
     pub model: Option<String>,
     /// Tool names or `service:tool` / `service:*` patterns; null = the profile's.
     pub tools: Option<Vec<String>>,
+    /// The skills its runs see (names): null = every skill the user sees, `[]` = none.
+    pub skills: Option<Vec<String>>,
     /// Tools that always need approval, on top of the high-risk defaults; null = the profile's.
     pub interrupt_on: Option<Vec<String>>,
     pub auto_approve: bool,
@@ -501,6 +503,10 @@ pub struct AssistantSpecRequest {
     pub model: Option<String>,
     #[serde(default)]
     pub tools: Option<Vec<String>>,
+    /// The skills its runs see, by name: left out or null = every skill the user sees (the
+    /// tenant's and their own), `[]` = none.
+    #[serde(default)]
+    pub skills: Option<Vec<String>>,
     #[serde(default)]
     pub interrupt_on: Option<Vec<String>>,
     #[serde(default)]
@@ -538,6 +544,10 @@ pub struct CreateAssistantRequest {
     pub model: Option<String>,
     #[serde(default)]
     pub tools: Option<Vec<String>>,
+    /// The skills its runs see, by name: left out or null = every skill the user sees (the
+    /// tenant's and their own), `[]` = none.
+    #[serde(default)]
+    pub skills: Option<Vec<String>>,
     #[serde(default)]
     pub interrupt_on: Option<Vec<String>>,
     #[serde(default)]
@@ -568,6 +578,7 @@ impl CreateAssistantRequest {
                 provider: self.provider,
                 model: self.model,
                 tools: self.tools,
+                skills: self.skills,
                 interrupt_on: self.interrupt_on,
                 auto_approve: self.auto_approve,
                 profile: self.profile,
@@ -663,6 +674,78 @@ impl CreateProfileRequest {
             },
         )
     }
+}
+
+/// A skill (the agent-framework folder format: `SKILL.md` with front matter `name` and
+/// `description`, then instructions, plus files beside it). The system prompt lists its name
+/// and description; the `load_skill` tool reads its instructions.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct SkillInfo {
+    pub name: String,
+    /// `tenant` (every user of the tenant sees it; tenant admins manage it) or `user`.
+    pub scope: String,
+    /// The owner's user id for a `user` skill; null for a tenant skill.
+    pub user_id: Option<String>,
+    pub description: String,
+    pub file_count: u32,
+    /// Bytes of every file, `SKILL.md` included.
+    pub total_bytes: u64,
+    pub created_by: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// One file of a skill.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct SkillFileEntry {
+    /// Relative to the skill's folder, `/`-separated.
+    pub path: String,
+    pub size: u64,
+}
+
+/// A skill with its instructions and its file listing.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct SkillDetail {
+    #[serde(flatten)]
+    pub info: SkillInfo,
+    /// The body of `SKILL.md` after its front matter.
+    pub instructions: String,
+    pub files: Vec<SkillFileEntry>,
+}
+
+/// How a file's `content` is written in a JSON upload.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "lowercase")]
+pub enum FileEncoding {
+    /// The content is the text itself.
+    #[default]
+    Text,
+    /// The content is base64 (standard alphabet, padded).
+    Base64,
+}
+
+/// One file of a JSON skill upload.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct SkillFileUpload {
+    /// Relative, `/`-separated (no `..`, no leading `/`).
+    pub path: String,
+    pub content: String,
+    #[serde(default)]
+    pub encoding: FileEncoding,
+}
+
+/// A skill uploaded as JSON: its files, `SKILL.md` among them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct SkillUpload {
+    pub files: Vec<SkillFileUpload>,
 }
 
 /// One run of the agent loop.

@@ -39,6 +39,7 @@ mod retention;
 mod revocation;
 mod sandbox;
 mod schemathesis;
+mod skills;
 mod streaming;
 mod traces;
 mod visibility;
@@ -157,6 +158,48 @@ async fn without_the_platform_model_an_assistant_needs_a_model_connection() {
 #[tokio::test]
 async fn an_unreachable_platform_model_does_not_tell_tenants_where_it_is() {
     models::an_unreachable_platform_model_does_not_say_where_it_is().await;
+}
+
+// ---- skills (issue 16, item 3; docs/agents.md "Skills") ----
+
+#[tokio::test]
+async fn skills_over_rest_per_tenant_and_user() {
+    skills::skills_flow(&Ctx::start().await).await;
+}
+
+#[tokio::test]
+async fn hostile_skill_archives_are_refused_and_store_nothing() {
+    skills::hostile_uploads_store_nothing(&Ctx::start().await).await;
+}
+
+#[tokio::test]
+async fn skills_are_listed_in_the_prompt_and_loaded_by_the_tools() {
+    let (fake, ctx) = durability::start(agentry_fake_model::DefaultReply::Auto, None, &[]).await;
+    skills::skills_reach_the_model(&ctx, &fake).await;
+}
+
+#[tokio::test]
+async fn skills_on_postgres() {
+    let Some(url) = postgres_db("skills").await else {
+        return;
+    };
+    let (fake, ctx) =
+        durability::start(agentry_fake_model::DefaultReply::Auto, Some(&url), &[]).await;
+    skills::skills_flow(&ctx).await;
+    skills::hostile_uploads_store_nothing(&ctx).await;
+    skills::skills_reach_the_model(&ctx, &fake).await;
+}
+
+#[tokio::test]
+async fn skills_on_mysql() {
+    let Some(url) = cluster::own_mysql("skills").await else {
+        return;
+    };
+    let (fake, ctx) =
+        durability::start(agentry_fake_model::DefaultReply::Auto, Some(&url), &[]).await;
+    skills::skills_flow(&ctx).await;
+    skills::hostile_uploads_store_nothing(&ctx).await;
+    skills::skills_reach_the_model(&ctx, &fake).await;
 }
 
 // ---- the cap on live sessions (docs/operations.md) ----
@@ -724,6 +767,8 @@ async fn openapi_documents_every_route_and_every_documented_status_is_real() {
     flows::tenant_admin_flow(&ctx).await;
     flows::agents_flow(&ctx).await;
     profiles::profiles_flow(&ctx).await;
+    skills::skills_flow(&ctx).await;
+    skills::hostile_uploads_store_nothing(&ctx).await;
     models::model_connections_rest(&ctx).await;
     policy::tenant_policy(&ctx).await;
     policy::auto_approve_rights(&ctx).await;

@@ -111,6 +111,18 @@ pub enum Route {
     GetModelConnection,
     ReplaceModelConnection,
     DeleteModelConnection,
+    ListSkills,
+    UploadSkill,
+    GetSkill,
+    PutSkill,
+    DeleteSkill,
+    GetSkillFile,
+    ListUserSkills,
+    UploadUserSkill,
+    GetUserSkill,
+    PutUserSkill,
+    DeleteUserSkill,
+    GetUserSkillFile,
 }
 
 use Route::*;
@@ -192,6 +204,18 @@ pub const ROUTES: &[Route] = &[
     GetModelConnection,
     ReplaceModelConnection,
     DeleteModelConnection,
+    ListSkills,
+    UploadSkill,
+    GetSkill,
+    PutSkill,
+    DeleteSkill,
+    GetSkillFile,
+    ListUserSkills,
+    UploadUserSkill,
+    GetUserSkill,
+    PutUserSkill,
+    DeleteUserSkill,
+    GetUserSkillFile,
 ];
 
 /// Expected status per caller, in the order of [`WHO`].
@@ -264,6 +288,17 @@ pub fn expected(route: Route) -> [u16; 7] {
         ReplaceAgentAutoApprove => ADMIN_ROW,
         // A has the `stdio_mcp` feature; the role right is still the admin's.
         AddStdioMcpServer => [401, 401, 401, 404, 403, 201, 403],
+        // Tenant skills: everyone in the tenant reads them, its admins write them; B's admin
+        // reads and writes B's (a PUT of the name creates it in B).
+        ListSkills => TENANT_LIST,
+        UploadSkill => ADMIN_CREATE,
+        GetSkill | GetSkillFile => OWN_ROW,
+        PutSkill => [401, 401, 401, 201, 403, 200, 403],
+        DeleteSkill => ADMIN_DELETE,
+        // A's member's own skills: the member and A's admin; B's admin finds no such user.
+        ListUserSkills | GetUserSkill | GetUserSkillFile | PutUserSkill => OWN_ROW,
+        UploadUserSkill => [401, 401, 401, 404, 201, 201, 403],
+        DeleteUserSkill => [401, 401, 401, 404, 204, 204, 403],
     }
 }
 
@@ -313,6 +348,30 @@ pub async fn fixture(ctx: &Ctx) -> MatrixFx {
         201,
     )
     .await;
+    ctx.ok(
+        Method::POST,
+        "/api/v1/skills",
+        &a.admin.key,
+        Some(skill_body("matrix-skill")),
+        201,
+    )
+    .await;
+    ctx.ok(
+        Method::POST,
+        "/api/v1/skills",
+        &a.admin.key,
+        Some(skill_body("matrix-put")),
+        201,
+    )
+    .await;
+    ctx.ok(
+        Method::POST,
+        &format!("/api/v1/users/{}/skills", a.member.user_id),
+        &a.member.key,
+        Some(skill_body("matrix-own")),
+        201,
+    )
+    .await;
     let seeded = ctx.seed_session(&a, &a.member.user_id, 4, 4).await;
     ctx.ok(
         Method::POST,
@@ -328,6 +387,14 @@ pub async fn fixture(ctx: &Ctx) -> MatrixFx {
         revoked_key: revoked.key,
         seeded,
     }
+}
+
+/// A skill uploaded as JSON files.
+fn skill_body(name: &str) -> Value {
+    json!({"files": [{
+        "path": "SKILL.md",
+        "content": format!("---\nname: {name}\ndescription: A skill of the matrix.\n---\nDo nothing.\n"),
+    }]})
 }
 
 fn key_of(who: Who, fx: &MatrixFx) -> Option<String> {
@@ -398,6 +465,7 @@ pub async fn build(ctx: &Ctx, fx: &MatrixFx, route: Route) -> Req {
     let m2 = &fx.a.member2.user_id;
     let adm = format!("/api/v1/admin/tenants/{a}");
     let mcp = format!("/api/v1/users/{}/mcp-servers", fx.a.member.user_id);
+    let own_skills = format!("/api/v1/users/{}/skills", fx.a.member.user_id);
     match route {
         Health => req(Method::GET, "/api/v1/health".into(), None),
         HealthLive => req(Method::GET, "/api/v1/health/live".into(), None),
@@ -495,6 +563,65 @@ pub async fn build(ctx: &Ctx, fx: &MatrixFx, route: Route) -> Req {
                 format!("/api/v1/model-connections/{id}"),
                 None,
             )
+        }
+        ListSkills => req(Method::GET, "/api/v1/skills".into(), None),
+        UploadSkill => req(
+            Method::POST,
+            "/api/v1/skills".into(),
+            Some(skill_body(&unique("skill"))),
+        ),
+        GetSkill => req(Method::GET, "/api/v1/skills/matrix-skill".into(), None),
+        GetSkillFile => req(
+            Method::GET,
+            "/api/v1/skills/matrix-skill/file?path=SKILL.md".into(),
+            None,
+        ),
+        // Its own name: B's admin creates B's `matrix-put`, which no other cell reads.
+        PutSkill => req(
+            Method::PUT,
+            "/api/v1/skills/matrix-put".into(),
+            Some(skill_body("matrix-put")),
+        ),
+        DeleteSkill => {
+            let id = unique("doomed");
+            ctx.ok(
+                Method::POST,
+                "/api/v1/skills",
+                &fx.a.admin.key,
+                Some(skill_body(&id)),
+                201,
+            )
+            .await;
+            req(Method::DELETE, format!("/api/v1/skills/{id}"), None)
+        }
+        ListUserSkills => req(Method::GET, own_skills.clone(), None),
+        UploadUserSkill => req(
+            Method::POST,
+            own_skills.clone(),
+            Some(skill_body(&unique("skill"))),
+        ),
+        GetUserSkill => req(Method::GET, format!("{own_skills}/matrix-own"), None),
+        GetUserSkillFile => req(
+            Method::GET,
+            format!("{own_skills}/matrix-own/file?path=SKILL.md"),
+            None,
+        ),
+        PutUserSkill => req(
+            Method::PUT,
+            format!("{own_skills}/matrix-own"),
+            Some(skill_body("matrix-own")),
+        ),
+        DeleteUserSkill => {
+            let id = unique("doomed");
+            ctx.ok(
+                Method::POST,
+                &own_skills,
+                &fx.a.member.key,
+                Some(skill_body(&id)),
+                201,
+            )
+            .await;
+            req(Method::DELETE, format!("{own_skills}/{id}"), None)
         }
         ListExecutions => req(Method::GET, "/api/v1/executions".into(), None),
         GetExecution => req(Method::GET, format!("/api/v1/executions/{r}"), None),

@@ -173,6 +173,7 @@ pub async fn run_agent(
         todos: Vec::new(),
         memories: Vec::new(),
         connection: None,
+        skills: Vec::new(),
         run_clock: run_clock.clone(),
         stored: StoredRun::default(),
         // run_agent runs in the run's span.
@@ -201,6 +202,9 @@ pub async fn run_agent(
     outcome
 }
 
+/// Skills listed in one system prompt, at most (by name; `load_skill` still loads the rest).
+const MAX_LISTED_SKILLS: usize = 100;
+
 /// Early exit from a step with the run's outcome.
 type Step<T> = Result<T, RunOutcome>;
 
@@ -226,6 +230,8 @@ struct Agent {
     todos: Vec<Todo>,
     /// The user's most recent long-term memories, for the system prompt.
     memories: Vec<String>,
+    /// The skills the run sees (name, description), for the system prompt.
+    skills: Vec<(String, String)>,
     /// The run timeout's clock: it stands still while the run waits for a person.
     run_clock: Arc<PauseClock>,
     /// On resume: what the store already holds of this run.
@@ -406,6 +412,9 @@ impl Agent {
                     .map(|m| format!("[{}] {}", m.kind, m.content))
                     .collect();
             }
+        }
+        if tools.offered().any(|s| s.name == "load_skill") {
+            self.skills = self.visible_skills().await;
         }
 
         let mut pending = match self.input.resume.take() {
@@ -930,6 +939,16 @@ impl Agent {
                 prompt.push_str(&format!("- {m}\n"));
             }
         }
+        if !self.skills.is_empty() {
+            prompt.push_str(
+                "\n\nSkills you can load: when a task matches one, call `load_skill` with its name \
+                 first and follow the instructions it returns (`read_skill_file` reads its other \
+                 files; run a skill's scripts only with `execute`).\n",
+            );
+            for (name, description) in &self.skills {
+                prompt.push_str(&format!("- {name}: {description}\n"));
+            }
+        }
         if !self.todos.is_empty() {
             prompt.push_str("\n\nCurrent todo list:\n");
             for t in &self.todos {
@@ -937,6 +956,30 @@ impl Agent {
             }
         }
         prompt
+    }
+
+    /// The skills this run lists in its prompt: the tenant's and the user's own, narrowed by
+    /// the assistant's `skills` (none: no query at all). Skills are context, not a
+    /// requirement: a failed read only leaves them out.
+    async fn visible_skills(&self) -> Vec<(String, String)> {
+        let selection = self.input.assistant.spec.skills.as_deref();
+        if selection.is_some_and(|s| s.is_empty()) {
+            return Vec::new();
+        }
+        match agentry_store::skills::list_visible(&self.deps.db, &self.scope, self.input.user_id)
+            .await
+        {
+            Ok(all) => all
+                .into_iter()
+                .filter(|s| agentry_builtin::skills::admits(selection, s.name.as_str()))
+                .take(MAX_LISTED_SKILLS)
+                .map(|s| (s.name.to_string(), s.description.replace('\n', " ")))
+                .collect(),
+            Err(e) => {
+                tracing::warn!(error = %e, "listing the skills for the prompt failed; none are listed");
+                Vec::new()
+            }
+        }
     }
 
     /// Run one tool call through the tool-call pipeline ([`pipeline::run_call`]: policy,

@@ -30,6 +30,8 @@ pub struct Model {
     pub max_retries: i32,
     /// One of the tenant's model connections; null = the platform's model.
     pub model_connection: Option<String>,
+    /// JSON array of the skill names the assistant sees; null = every skill, `[]` = none.
+    pub skills: Option<Json>,
     pub created_at: DateTimeUtc,
     pub updated_at: DateTimeUtc,
 }

@@ -16,6 +16,8 @@ pub mod profile;
 pub mod server_lease;
 pub mod session;
 pub mod session_event;
+pub mod skill;
+pub mod skill_file;
 pub mod tenant;
 pub mod tool_call_log;
 pub mod user;

@@ -14,6 +14,7 @@ mod m20261126_000300_profiles;
 mod m20261126_000400_audit_indexes;
 mod m20261126_000410_retention_indexes;
 mod m20261126_000500_model_connections;
+mod m20261126_000600_skills;
 
 pub struct Migrator;
 
@@ -31,6 +32,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261126_000400_audit_indexes::Migration),
             Box::new(m20261126_000410_retention_indexes::Migration),
             Box::new(m20261126_000500_model_connections::Migration),
+            Box::new(m20261126_000600_skills::Migration),
         ]
     }
 }
@@ -110,6 +112,17 @@ impl Cols {
 
     pub(crate) fn json_null(&self, name: impl IntoIden) -> ColumnDef {
         ColumnDef::new(name).json().null().take()
+    }
+
+    /// Bytes: `bytea` on PostgreSQL, `LONGBLOB` on MySQL (its `BLOB` stops at 64 KiB).
+    pub(crate) fn blob(&self, name: impl IntoIden) -> ColumnDef {
+        let mut c = ColumnDef::new(name);
+        if self.is_mysql() {
+            c.custom(Alias::new("LONGBLOB"));
+        } else {
+            c.blob();
+        }
+        c.not_null().take()
     }
 
     pub(crate) fn int(&self, name: impl IntoIden) -> ColumnDef {

@@ -1,7 +1,8 @@
 //! agentry-builtin: the built-in tool services (DESIGN §8), mounted in-process by the engine with
 //! [`builtin_registry`] and runnable as stdio MCP servers with `agentry tool-server <name>`, and
-//! the memory tools ([`memory`]), which need the store and are added to the registry at start
-//! when there is one (`agentry_actors::tools::PlatformTools::with_memory`).
+//! the memory tools ([`memory`]) and the skill tools ([`skills`]), which need the store and are
+//! added to the registry at start when there is one
+//! (`agentry_actors::tools::PlatformTools::with_memory` and `with_skills`).
 //!
 //! | service | tools |
 //! |---|---|
@@ -13,6 +14,7 @@
 //! | `todos` | write_todos |
 //! | `interaction` | ask_question, get_user_input, confirm_action, get_user_preference |
 //! | `memory` | remember, recall |
+//! | `skills` | load_skill, read_skill_file |
 //!
 //! Each tool only does its work; the tool-call pipeline (`agentry_tools::pipeline`) applies
 //! approval, RBAC, schema validation, timeouts, audit and event emission around it. The guards
@@ -28,6 +30,7 @@ pub mod memory;
 pub mod net_guard;
 pub mod services;
 pub mod shell;
+pub mod skills;
 pub mod system;
 #[cfg(test)]
 pub(crate) mod test_support;

@@ -47,7 +47,7 @@ fn unsupported_media_type(req: &HttpRequest) -> ApiError {
     )
 }
 
-fn too_large(limit: usize) -> ApiError {
+pub(crate) fn too_large(limit: usize) -> ApiError {
     ApiError::new(
         ErrorCode::PayloadTooLarge,
         format!("the body is larger than the limit of {limit} bytes (server.body_limit_bytes)"),
@@ -310,6 +310,8 @@ pub mod param {
         Profile = ("profile_id", ids::ProfileId),
         /// `{connection_id}` (a slug)
         ModelConnection = ("connection_id", ids::ModelConnectionId),
+        /// `{skill}`: a skill's name (a slug)
+        Skill = ("skill", ids::SkillName),
     );
 }
 

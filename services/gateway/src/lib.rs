@@ -17,6 +17,7 @@ pub mod request_id;
 pub mod retention;
 pub mod routes;
 pub mod settings;
+pub mod skill_bundle;
 pub mod startup;
 pub mod state;
 pub mod telemetry;

@@ -9,7 +9,7 @@ use utoipa_swagger_ui::{Config, SwaggerUi};
 use crate::routes::resource::endpoint;
 use crate::routes::{
     admin, agents, chat, executions, health, mcp_servers, me, model_connections, openai, profiles,
-    sessions, tenant,
+    sessions, skills, tenant,
 };
 
 #[derive(OpenApi)]
@@ -59,6 +59,18 @@ every response carries `X-Request-Id`. Authenticate with `Authorization: Bearer 
         model_connections::get_connection,
         model_connections::replace_connection,
         model_connections::delete_connection,
+        skills::list_tenant_skills,
+        skills::upload_tenant_skill,
+        skills::get_tenant_skill,
+        skills::put_tenant_skill,
+        skills::delete_tenant_skill,
+        skills::get_tenant_skill_file,
+        skills::list_user_skills,
+        skills::upload_user_skill,
+        skills::get_user_skill,
+        skills::put_user_skill,
+        skills::delete_user_skill,
+        skills::get_user_skill_file,
         executions::list_executions,
         executions::get_execution,
         executions::list_tool_calls,
@@ -112,6 +124,7 @@ every response carries `X-Request-Id`. Authenticate with `Authorization: Bearer 
         (name = "mcp", description = "Each user's MCP servers: secrets write-only, live status"),
         (name = "agents", description = "The tenant's assistants and their profiles; tenant admins change them"),
         (name = "models", description = "The tenant's own model connections (bring your own key): keys write-only; tenant admins change them"),
+        (name = "skills", description = "Skills (SKILL.md with front matter, plus files): the tenant's, which tenant admins manage, and each user's own; uploaded as a zip or JSON files"),
         (name = "executions", description = "Runs with their tool-call audit"),
         (name = "tenant", description = "Tenant admins: their tenant's users and API keys"),
         (name = "admin", description = "Platform admin key only: tenants, quotas, users, keys, usage"),
@@ -358,7 +371,7 @@ impl Modify for PathParameterRules {
                 .pattern(Some(pattern))
                 .build()
         };
-        // `agentry_schema::ids::AssistantId` (and `ProfileId`, the same slug) and `McpServerName`.
+        // `agentry_schema::ids::AssistantId` (and `ProfileId` and `SkillName`, the same slug) and `McpServerName`.
         let assistant = slug("^[a-z0-9][a-z0-9_-]*$");
         let mcp_name = slug("^(?!.*__)[A-Za-z0-9_-]+$");
         for (_, op) in all_operations(openapi) {
@@ -371,7 +384,7 @@ impl Modify for PathParameterRules {
                 }
                 let schema = match p.name.as_str() {
                     n if UUID_PATH_PARAMETERS.contains(&n) => uuid.clone(),
-                    "agent_id" | "profile_id" | "connection_id" => assistant.clone(),
+                    "agent_id" | "profile_id" | "connection_id" | "skill" => assistant.clone(),
                     "name" => mcp_name.clone(),
                     _ => continue,
                 };
@@ -482,7 +495,7 @@ mod tests {
                     let name = p["name"].as_str().unwrap();
                     let schema = &p["schema"];
                     match name {
-                        "agent_id" | "profile_id" | "connection_id" | "name" => {
+                        "agent_id" | "profile_id" | "connection_id" | "skill" | "name" => {
                             assert!(schema["pattern"].is_string(), "{method} {path} {name}")
                         }
                         _ => {

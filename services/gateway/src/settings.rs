@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Settings {
-    /// SQLite file, workspaces, skills.
+    /// SQLite file and workspaces (skills live in the database).
     pub data_dir: PathBuf,
     pub server: ServerSettings,
     pub database: DatabaseSettings,

@@ -111,6 +111,7 @@ pub fn assistant(a: Assistant, effective: &AgentConfig) -> AssistantInfo {
         provider: s.provider,
         model: s.model,
         tools: s.tools,
+        skills: s.skills,
         interrupt_on: s.interrupt_on,
         auto_approve: s.auto_approve,
         profile: s.profile.to_string(),

@@ -159,7 +159,11 @@ pub fn build(
     let http = reqwest::Client::builder()
         .build()
         .context("building the HTTP client for model providers")?;
-    let tools = Arc::new(PlatformTools::new(settings.tools.clone()).with_memory(db.clone()));
+    let tools = Arc::new(
+        PlatformTools::new(settings.tools.clone())
+            .with_memory(db.clone())
+            .with_skills(db.clone()),
+    );
     let deps = EngineDeps {
         db: db.clone(),
         models: Arc::new(

@@ -37,6 +37,9 @@ pub struct AssistantSpec {
     pub max_retries: u32,
     /// One of the tenant's model connections; `None` = the platform's model.
     pub model_connection: Option<ModelConnectionId>,
+    /// The skills the assistant sees: `None` = every skill the user sees, `Some([])` = none,
+    /// else these names.
+    pub skills: Option<Vec<String>>,
 }
 
 /// The profile every assistant has unless it names another.
@@ -60,6 +63,7 @@ impl Default for AssistantSpec {
             timeout_secs: None,
             max_retries: 3,
             model_connection: None,
+            skills: None,
         }
     }
 }
@@ -103,6 +107,12 @@ impl TryFrom<assistant::Model> for Assistant {
                     .map(ModelConnectionId::try_from)
                     .transpose()
                     .map_err(|e| corrupt("assistant.model_connection", e))?,
+                skills: m
+                    .skills
+                    .filter(|v| !v.is_null())
+                    .map(serde_json::from_value)
+                    .transpose()
+                    .map_err(|e| corrupt("assistant.skills", e))?,
             },
             created_at: m.created_at,
             updated_at: m.updated_at,
@@ -132,6 +142,7 @@ fn active(scope: &TenantScope, id: &AssistantId, s: AssistantSpec) -> assistant:
             .map_or(0, |n| i32::try_from(n).unwrap_or(i32::MAX))),
         max_retries: Set(i32::try_from(s.max_retries).unwrap_or(i32::MAX)),
         model_connection: Set(s.model_connection.map(|c| c.to_string())),
+        skills: Set(s.skills.map(|t| serde_json::json!(t))),
         created_at: Set(ts),
         updated_at: Set(ts),
     }

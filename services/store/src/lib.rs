@@ -35,6 +35,7 @@ pub mod profiles;
 pub mod retention;
 pub mod server_lease;
 pub mod sessions;
+pub mod skills;
 pub mod stats;
 pub mod tenants;
 #[cfg(feature = "testing")]

@@ -10,7 +10,8 @@ use serde_json::Value;
 
 use agentry_schema::entities::{
     api_key, approval, assistant, checkpoint, execution, mcp_server, membership, memory, message,
-    model_connection, profile, session, session_event, tenant, tool_call_log, user,
+    model_connection, profile, session, session_event, skill, skill_file, tenant, tool_call_log,
+    user,
 };
 use agentry_schema::ids::TenantId;
 pub use agentry_schema::policy::{SandboxPolicy, StdioMcpRole, TenantPolicy};
@@ -297,6 +298,8 @@ where
         assistant,
         model_connection,
         profile,
+        skill_file,
+        skill,
         api_key,
         membership,
         user

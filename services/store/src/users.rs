@@ -188,6 +188,7 @@ where
         .filter(api_key::Column::UserId.eq(id.0))
         .exec(&txn)
         .await?;
+    crate::skills::delete_owned_by(&txn, scope, id).await?;
     txn.commit().await?;
     Ok(gone)
 }

@@ -19,6 +19,7 @@ use agentry_store::messages::{self, MessageRole, NewMessage};
 use agentry_store::model_connections::{self, ConnectionSpec};
 use agentry_store::profiles::{self, ProfileSpec};
 use agentry_store::sessions::{self, NewSession, SessionState};
+use agentry_store::skills::{self, NewSkill, SkillOwner};
 use agentry_store::tenants::{self, NewTenant, Quotas, TenantUpdate};
 use agentry_store::testing::{Backend, TestDb};
 use agentry_store::tool_calls::{self, NewToolCallLog};
@@ -102,6 +103,7 @@ per_backend!(
     an_owner_whose_fencing_token_is_stale_writes_nothing,
     assistants_default_and_crud,
     profiles_crud_per_tenant,
+    skills_per_tenant_and_user,
     model_connections_crud_per_tenant,
     executions_lifecycle_and_listing,
     approvals_first_decision_wins,
@@ -902,6 +904,215 @@ async fn model_connections_crud_per_tenant(db: DatabaseConnection) {
         .await
         .unwrap();
     assert_eq!(model_connections::list(&db, &other).await.unwrap().len(), 0);
+}
+
+fn skill(name: &str, description: &str, extra: &[(&str, &[u8])]) -> NewSkill {
+    let mut files = vec![(
+        "SKILL.md".to_string(),
+        format!("---\nname: {name}\ndescription: {description}\n---\nDo it.\n").into_bytes(),
+    )];
+    files.extend(extra.iter().map(|(p, c)| (p.to_string(), c.to_vec())));
+    NewSkill {
+        name: agentry_schema::ids::SkillName::try_from(name).unwrap(),
+        description: description.into(),
+        instructions: "Do it.\n".into(),
+        files,
+    }
+}
+
+/// Skills (issue 16): tenant and user skills, files as bytes (a 200 KiB blob passes MySQL's
+/// 64 KiB `BLOB`), replace, a user's own shadowing the tenant's, another tenant seeing nothing,
+/// and deleting a user or a tenant taking their skills along.
+async fn skills_per_tenant_and_user(db: DatabaseConnection) {
+    let scope = new_tenant(&db).await;
+    let other = new_tenant(&db).await;
+    let alice = users::create(&db, &scope, "alice", Role::Member)
+        .await
+        .unwrap();
+    let bob = users::create(&db, &scope, "bob", Role::Member)
+        .await
+        .unwrap();
+    let big: Vec<u8> = (0..200 * 1024).map(|i| (i % 251) as u8).collect();
+    let name = agentry_schema::ids::SkillName::try_from("deploy").unwrap();
+    let t = skills::put(
+        &db,
+        &scope,
+        SkillOwner::Tenant,
+        skill(
+            "deploy",
+            "Tenant deploys",
+            &[("scripts/run.sh", b"echo hi"), ("data.bin", &big)],
+        ),
+        Some(alice.id),
+        false,
+    )
+    .await
+    .unwrap();
+    assert_eq!((t.file_count, t.owner), (3, SkillOwner::Tenant));
+    assert!(matches!(
+        skills::put(
+            &db,
+            &scope,
+            SkillOwner::Tenant,
+            skill("deploy", "again", &[]),
+            None,
+            false
+        )
+        .await,
+        Err(StoreError::Conflict(_))
+    ));
+    assert_eq!(
+        skills::file(&db, &scope, SkillOwner::Tenant, &name, "data.bin")
+            .await
+            .unwrap(),
+        Some(big.clone())
+    );
+    let listed: Vec<String> = skills::files(&db, &scope, SkillOwner::Tenant, &name)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|f| format!("{}:{}", f.path, f.size))
+        .collect();
+    assert_eq!(
+        listed,
+        ["SKILL.md:56", "data.bin:204800", "scripts/run.sh:7"]
+    );
+    // Alice's own `deploy` shadows the tenant's for her only.
+    skills::put(
+        &db,
+        &scope,
+        SkillOwner::User(alice.id),
+        skill("deploy", "Alice deploys", &[]),
+        Some(alice.id),
+        false,
+    )
+    .await
+    .unwrap();
+    skills::put(
+        &db,
+        &scope,
+        SkillOwner::User(alice.id),
+        skill("notes", "Alice notes", &[]),
+        Some(alice.id),
+        false,
+    )
+    .await
+    .unwrap();
+    let seen = |v: Vec<skills::SkillSummary>| -> Vec<String> {
+        v.into_iter()
+            .map(|s| format!("{}={}", s.name, s.description))
+            .collect()
+    };
+    assert_eq!(
+        seen(skills::list_visible(&db, &scope, alice.id).await.unwrap()),
+        ["deploy=Alice deploys", "notes=Alice notes"]
+    );
+    assert_eq!(
+        seen(skills::list_visible(&db, &scope, bob.id).await.unwrap()),
+        ["deploy=Tenant deploys"]
+    );
+    let found = skills::find_visible(&db, &scope, bob.id, &name)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(found.description, "Tenant deploys");
+    // Another tenant sees none of it, even knowing the user's id.
+    assert!(
+        skills::list_visible(&db, &other, alice.id)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        skills::find_visible(&db, &other, alice.id, &name)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        skills::file(&db, &other, SkillOwner::Tenant, &name, "SKILL.md")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    // Replace: the old files go.
+    skills::put(
+        &db,
+        &scope,
+        SkillOwner::Tenant,
+        skill("deploy", "Tenant deploys v2", &[]),
+        None,
+        true,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        skills::files(&db, &scope, SkillOwner::Tenant, &name)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    assert_eq!(
+        skills::get(&db, &scope, SkillOwner::Tenant, &name)
+            .await
+            .unwrap()
+            .unwrap()
+            .created_at,
+        t.created_at
+    );
+    // Deleting Alice deletes her skills; the tenant's stay.
+    assert!(users::delete(&db, &scope, alice.id).await.unwrap());
+    assert!(
+        skills::list(&db, &scope, SkillOwner::User(alice.id))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        skills::file(&db, &scope, SkillOwner::User(alice.id), &name, "SKILL.md")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        skills::delete(&db, &scope, SkillOwner::Tenant, &name)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !skills::delete(&db, &scope, SkillOwner::Tenant, &name)
+            .await
+            .unwrap()
+    );
+    assert!(
+        skills::file(&db, &scope, SkillOwner::Tenant, &name, "SKILL.md")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    // A tenant's deletion takes its skills along.
+    skills::put(
+        &db,
+        &other,
+        SkillOwner::Tenant,
+        skill("deploy", "x", &[]),
+        None,
+        false,
+    )
+    .await
+    .unwrap();
+    assert!(
+        tenants::delete(&db, &platform(), other.tenant_id())
+            .await
+            .unwrap()
+    );
+    assert!(
+        skills::list(&db, &other, SkillOwner::Tenant)
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }
 
 async fn executions_lifecycle_and_listing(db: DatabaseConnection) {

@@ -181,6 +181,7 @@ pub fn spec_from(id: &AssistantId, req: AssistantSpecRequest) -> ApiResult<Assis
         provider,
         model: optional("model", req.model, 200)?,
         tools: req.tools.map(|t| valid_tools("tools", t)).transpose()?,
+        skills: req.skills.map(valid_skills).transpose()?,
         interrupt_on: req
             .interrupt_on
             .map(|t| valid_tools("interrupt_on", t))
@@ -232,6 +233,28 @@ pub(crate) async fn check_connection(
         ));
     }
     Ok(())
+}
+
+/// An assistant's skill selection: skill names (slugs), at most 100, each once. A skill need
+/// not exist yet: users upload their own, and a name that matches nothing selects nothing.
+fn valid_skills(names: Vec<String>) -> ApiResult<Vec<String>> {
+    if names.len() > 100 {
+        return Err(ApiError::validation(
+            "skills",
+            "`skills` lists at most 100 names",
+        ));
+    }
+    let mut out: Vec<String> = Vec::with_capacity(names.len());
+    for (i, n) in names.into_iter().enumerate() {
+        let field = format!("skills[{i}]");
+        let name = agentry_schema::ids::SkillName::try_from(n.trim())
+            .map_err(|e| ApiError::validation(&field, format!("`{field}`: {e}")))?
+            .to_string();
+        if !out.contains(&name) {
+            out.push(name);
+        }
+    }
+    Ok(out)
 }
 
 /// The assistant's profile must exist: a built-in one or one of the tenant's.

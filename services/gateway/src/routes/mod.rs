@@ -25,6 +25,7 @@ pub mod page;
 pub mod profiles;
 pub mod resource;
 pub mod sessions;
+pub mod skills;
 pub mod tenant;
 
 /// Everything under `/api/v1`.
@@ -39,6 +40,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .configure(agents::configure)
             .configure(profiles::configure)
             .configure(model_connections::configure)
+            .configure(skills::configure)
             .configure(executions::configure)
             .configure(tenant::configure)
             .configure(admin::configure),
