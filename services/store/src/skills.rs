@@ -131,33 +131,32 @@ pub async fn put<C>(
 where
     C: ConnectionTrait + TransactionTrait,
 {
-    let txn = db.begin().await?;
     let key = owner.key();
     let name = skill.name.to_string();
-    let existing = skill::Entity::find_by_id((scope.uuid(), key.clone(), name.clone()))
-        .one(&txn)
-        .await?;
-    let created_at = match &existing {
-        Some(_) if !replace => {
-            return Err(StoreError::Conflict(format!(
-                "a {} skill named {name:?} already exists",
-                owner.scope_name()
-            )));
-        }
-        Some(e) => {
-            skill_file::Entity::delete_many()
-                .filter(skill_file::Column::TenantId.eq(scope.uuid()))
-                .filter(skill_file::Column::Owner.eq(key.as_str()))
-                .filter(skill_file::Column::Skill.eq(name.as_str()))
-                .exec(&txn)
-                .await?;
-            skill::Entity::delete_by_id((scope.uuid(), key.clone(), name.clone()))
-                .exec(&txn)
-                .await?;
-            e.created_at
-        }
-        None => now(),
+    // Read outside the transaction, so that its first statement is a write: on SQLite a
+    // transaction that reads and then writes fails at once ("database is locked") when another
+    // connection wrote in between, where a first write waits its turn (the busy timeout).
+    let created_at = if replace {
+        skill::Entity::find_by_id((scope.uuid(), key.clone(), name.clone()))
+            .one(db)
+            .await?
+            .map(|e| e.created_at)
+    } else {
+        None
     };
+    let txn = db.begin().await?;
+    if replace {
+        skill::Entity::delete_by_id((scope.uuid(), key.clone(), name.clone()))
+            .exec(&txn)
+            .await?;
+        skill_file::Entity::delete_many()
+            .filter(skill_file::Column::TenantId.eq(scope.uuid()))
+            .filter(skill_file::Column::Owner.eq(key.as_str()))
+            .filter(skill_file::Column::Skill.eq(name.as_str()))
+            .exec(&txn)
+            .await?;
+    }
+    let created_at = created_at.unwrap_or_else(now);
     let total: usize = skill.files.iter().map(|(_, c)| c.len()).sum();
     let row = skill::ActiveModel {
         tenant_id: Set(scope.uuid()),
