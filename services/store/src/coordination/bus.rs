@@ -96,6 +96,8 @@ struct Inner {
     next_request: AtomicU64,
     handler: Mutex<Option<Handler>>,
     connected: AtomicBool,
+    /// Connections made (see [`Bus::connections`]).
+    connections: AtomicU64,
     mirror: mpsc::UnboundedSender<Mirror>,
 }
 
@@ -135,6 +137,7 @@ impl Bus {
             next_request: AtomicU64::new(1),
             handler: Mutex::default(),
             connected: AtomicBool::new(false),
+            connections: AtomicU64::new(0),
             mirror,
         });
         runtime.spawn(listen(inner.clone(), control_rx));
@@ -150,6 +153,12 @@ impl Bus {
     /// Is the pub/sub connection up (tails live, forwarding possible)?
     pub fn connected(&self) -> bool {
         self.inner.connected.load(Ordering::SeqCst)
+    }
+
+    /// How many times the pub/sub connection was made since the bus started (1 while it has
+    /// never been lost).
+    pub fn connections(&self) -> u64 {
+        self.inner.connections.load(Ordering::SeqCst)
     }
 
     /// Listen to a session's events. `subscribed`: the subscription is confirmed, so every
@@ -395,6 +404,7 @@ async fn listen(inner: Arc<Inner>, mut control: mpsc::UnboundedReceiver<Control>
             }
         };
         inner.connected.store(true, Ordering::SeqCst);
+        inner.connections.fetch_add(1, Ordering::SeqCst);
         if !first {
             tracing::info!("the replicas' bus is connected again; session tails catch up");
             inner.resync_tails();
@@ -434,9 +444,12 @@ async fn listen(inner: Arc<Inner>, mut control: mpsc::UnboundedReceiver<Control>
                     None => return,
                 },
                 _ = ping.tick() => {
+                    // In subscribe mode the answer is the array ["pong", "bus"], not a string:
+                    // read as a String it failed every time, and the bus reconnected (and its
+                    // tails resynchronised) at every ping.
                     let pong = tokio::time::timeout(
                         PUBSUB_TIMEOUT,
-                        sink.ping_message::<String>("bus"),
+                        sink.ping_message::<redis::Value>("bus"),
                     )
                     .await;
                     if !matches!(pong, Ok(Ok(_))) {
@@ -509,5 +522,39 @@ async fn mirror_loop(coord: Coordination, mut rx: mpsc::UnboundedReceiver<Mirror
                 Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::coordination::CoordinationOptions;
+
+    /// The keepalive ping is answered in subscribe mode (an array, not a string): the bus keeps
+    /// its one connection across several pings instead of reconnecting at each.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_keepalive_ping_keeps_the_connection() {
+        let url = std::env::var("AGENTRY_TEST_REDIS_URL")
+            .unwrap_or_else(|_| "redis://127.0.0.1:6379/10".into());
+        let coord = Coordination::connect(&CoordinationOptions {
+            url: url.clone(),
+            key_prefix: format!("agentry-test:bus-ping:{}", uuid::Uuid::new_v4()),
+            replica_id: "r1".into(),
+            startup_timeout: Duration::from_secs(5),
+        })
+        .await
+        .unwrap_or_else(|e| {
+            panic!("Redis at {url} (start it, or set AGENTRY_TEST_REDIS_URL): {e}")
+        });
+        let bus = coord.start_bus(&tokio::runtime::Handle::current());
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !bus.connected() {
+            assert!(Instant::now() < deadline, "the bus never connected");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // Three pings' worth of time (each ping waits up to PUBSUB_TIMEOUT for its answer).
+        tokio::time::sleep(PUBSUB_PING * 3 + Duration::from_millis(500)).await;
+        assert!(bus.connected());
+        assert_eq!(bus.connections(), 1, "the bus reconnected at its pings");
     }
 }
