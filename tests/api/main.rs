@@ -968,6 +968,7 @@ async fn three_replicas_on_postgres_serve_any_session_anywhere() {
     let mut trio = replicas::Trio::start(&url).await;
     let t = trio.a().tenant().await;
     replicas::any_replica_serves_any_session(&trio, &t).await;
+    replicas::back_to_back_runs_keep_the_lease(&trio, &t).await;
     replicas::mcp_without_stickiness(&trio, &t).await;
     let took = replicas::failover_of_a_streaming_run(&mut trio, &t).await;
     eprintln!("a streaming run resumed {took:?} after kill -9 of its replica");

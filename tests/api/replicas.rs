@@ -856,6 +856,61 @@ async fn forget_redis(prefix: &str) {
     }
 }
 
+/// The session's lease in Redis (`<replica>|<token>`), if any.
+async fn lease_of(trio: &Trio, session: &str) -> Option<String> {
+    let client = redis::Client::open(crate::cluster::redis_url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    redis::cmd("GET")
+        .arg(format!("{}:session:{session}:owner", trio.prefix))
+        .query_async(&mut conn)
+        .await
+        .unwrap()
+}
+
+/// Runs back to back on one replica keep the session's lease. A run's end gives the lease back
+/// in the background, and a claim by the same replica gets the same `<replica>|<token>` value
+/// back: a give-back that landed after the next run's claim deleted that run's lease, so the
+/// run went on without one and another replica's watcher could count the session as free
+/// (found by `agentry-bench cluster-cancel`). The next claim now waits for the give-back.
+pub async fn back_to_back_runs_keep_the_lease(trio: &Trio, t: &TenantFx) {
+    let a = trio.a();
+    let key = &t.member.key;
+    let session = new_session(a, key).await;
+    let mut ws = watch(a, key, &session, None).await;
+    for round in 0..5 {
+        send(
+            &mut ws,
+            json!({"type": "chat", "payload": {"message": format!("/echo quick {round}")}}),
+        )
+        .await;
+        events_until(&mut ws, None, |e| e["event_type"] == "done").await;
+        // At once, as a client that chats again on `done`: this run waits for an approval.
+        let write = r#"/tool write_file {"file_path": "lease.txt", "content": "kept"}"#;
+        send(
+            &mut ws,
+            json!({"type": "chat", "payload": {"message": write}}),
+        )
+        .await;
+        let asked = events_until(&mut ws, None, |e| e["event_type"] == "hitl_request").await;
+        let run = asked.last().unwrap()["run_id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        // Past the moment a late give-back would have landed, the run still waiting.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let lease = lease_of(trio, &session).await;
+        assert!(
+            lease.as_deref().is_some_and(|l| l.starts_with("a|")),
+            "round {round}: run {run} on replica a holds no lease (owner key: {lease:?})"
+        );
+        send(&mut ws, json!({"type": "cancel", "payload": {}})).await;
+        let rest = events_until(&mut ws, None, |e| e["event_type"] == "done").await;
+        let done = rest.last().unwrap();
+        assert_eq!(done["run_id"], run.as_str());
+        assert_eq!(done["data"]["status"], "cancelled", "{done}");
+    }
+}
+
 /// Redis restarted (without its data) under load (issue 13, item 6): clients keep chatting on
 /// all three replicas while a long run streams. While Redis is away every replica's readiness
 /// is red and new runs get 503 `coordination_unavailable` with `Retry-After`; the run in

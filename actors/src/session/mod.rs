@@ -320,6 +320,10 @@ pub struct SessionActor {
     /// Cluster mode: this replica's lease on the session, held while it runs one of its runs
     /// (and renewed every third of its TTL); see [`claim`].
     lease: Option<Lease>,
+    /// Cluster mode: the background give-back of the last lease, still going. The next claim
+    /// waits for it: a claim by the same replica gets the same lease value back, and a give-back
+    /// that landed after it would delete the new lease of the run now going.
+    releasing: Option<tokio::task::JoinHandle<()>>,
     /// Cluster mode: the fencing token of the latest lease this actor held. Its writes carry
     /// it, so once another replica took the session over they are refused.
     fence: Option<i64>,
@@ -441,6 +445,7 @@ impl SessionActor {
             recovered: false,
             leaving: false,
             lease: None,
+            releasing: None,
             fence: None,
             lease_lost: false,
             tail: None,
@@ -599,7 +604,7 @@ impl SessionActor {
             self.log.reserved = self.log.reserved.min(last);
         }
         let (db, scope, sid) = (self.deps.db.clone(), self.scope, self.session.id);
-        self.deps.runtime.spawn(async move {
+        self.releasing = Some(self.deps.runtime.spawn(async move {
             if all_stored
                 && let Err(e) = sessions::release_seq(&db, &scope, sid, reserved, last).await
             {
@@ -611,7 +616,7 @@ impl SessionActor {
             {
                 tracing::warn!(error = %e, session_id = %sid, "releasing the session's lease failed; it expires by itself");
             }
-        });
+        }));
     }
 
     /// Renew the lease while a run holds it. Lost (it expired and another replica claimed the
@@ -898,8 +903,13 @@ impl SessionActor {
         let coordination = self.deps.coordination.clone();
         let scope = self.scope;
         let tail = self.tail_position();
+        let releasing = self.releasing.take();
         self.log.reserving = true;
         let fut = async move {
+            // The last lease's give-back lands before this claim, never after it.
+            if let Some(releasing) = releasing {
+                let _ = releasing.await;
+            }
             // Cluster mode: the run needs the session's lease first (before a quota slot).
             let claimed = match &coordination {
                 Some(c) => match claim(&deps, c, &scope, session.id, tail).await {
