@@ -30,6 +30,9 @@ export function mount(root, ctx) {
   const list = h("div", { id: "agents-list" });
   const form = h("div", { id: "agent-form" });
   let alive = true;
+  // Only the form of the latest click is drawn: a form still loading for an earlier click must
+  // not replace it, and the previous form goes at once so nothing is typed into a stale one.
+  let editing = 0;
   clear(
     root,
     h("div", { class: "row" }, h("h1", { class: "grow" }, "Agents"), admin ? h("button", { id: "agent-new", onclick: () => edit(null) }, "New agent") : null),
@@ -76,11 +79,14 @@ export function mount(root, ctx) {
   }
 
   async function edit(a) {
+    const mine = ++editing;
+    clear(form, h("p", { class: "muted" }, "Loading…"));
     const creating = !a;
     a = a || { profile: "general", max_retries: 3, effective: {} };
     const eff = a.effective || {};
     const profiles = await profileIds();
     const connections = await connectionIds();
+    if (!alive || mine !== editing) return;
     const ro = !admin;
     const f = {
       id: h("input", { id: "agent-id", value: a.id || "", disabled: !creating || ro, required: true, placeholder: "sre-oncall" }),
