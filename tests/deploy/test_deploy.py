@@ -249,6 +249,9 @@ def test_the_scale_profile_adds_a_second_replica_of_one_cluster():
     env1, env2 = dict(one["environment"]), dict(two["environment"])
     ids = (env1.pop("AGENTRY_CLUSTER__REPLICA_ID"), env2.pop("AGENTRY_CLUSTER__REPLICA_ID"))
     assert ids[0] != ids[1], ids
+    # Each replica is reached by its own name (a /mcp session it holds is proxied there).
+    urls = (env1.pop("AGENTRY_CLUSTER__ADVERTISE_URL"), env2.pop("AGENTRY_CLUSTER__ADVERTISE_URL"))
+    assert urls == ("http://agentry:8000", "http://agentry-2:8000"), urls
     assert env1 == env2, "both replicas run with the same settings"
     # Cluster mode needs a shared database that is not SQLite and a shared Redis.
     assert env1["AGENTRY_DATABASE__URL"].startswith("postgres://")
@@ -349,9 +352,12 @@ def check_pod(deploy: dict, config_keys: set[str]) -> dict:
     assert "/tmp" in mounts, "a writable /tmp under a read-only root"
     names = [e["name"] for e in container["env"]]
     assert len(names) == len(set(names)) or "AGENTRY_LOG__LEVEL" in names
-    unknown = sorted(set(n for n in names if n not in config_keys))
-    assert not unknown, f"not configuration keys (agentry config --keys): {unknown}"
+    # POD_IP comes from the downward API, only to build AGENTRY_CLUSTER__ADVERTISE_URL.
     env = {e["name"]: e for e in container["env"]}
+    assert env["POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
+    assert env["AGENTRY_CLUSTER__ADVERTISE_URL"]["value"] == "http://$(POD_IP):8000"
+    unknown = sorted(set(n for n in names if n not in config_keys and n != "POD_IP"))
+    assert not unknown, f"not configuration keys (agentry config --keys): {unknown}"
     assert env["AGENTRY_DATA_DIR"]["value"] == "/var/lib/agentry"
     assert env["AGENTRY_SERVER__HOST"]["value"] == "0.0.0.0"
     grace = pod["terminationGracePeriodSeconds"]
@@ -406,7 +412,7 @@ def test_chart_with_three_replicas_ingress_hpa_and_existing_secrets(config_keys)
     assert "replicas" not in deploy["spec"], "the autoscaler owns the replica count"
     assert deploy["spec"]["strategy"]["type"] == "RollingUpdate"
     env = check_pod(deploy, config_keys)
-    refs = {k: v["valueFrom"]["secretKeyRef"] for k, v in env.items() if "valueFrom" in v}
+    refs = {k: v["valueFrom"]["secretKeyRef"] for k, v in env.items() if "secretKeyRef" in v.get("valueFrom", {})}
     assert refs["AGENTRY_AUTH__ADMIN_KEY"] == {"name": "agentry-admin", "key": "admin-key"}
     assert refs["AGENTRY_DATABASE__URL"] == {"name": "agentry-db", "key": "url"}
     assert refs["AGENTRY_REDIS__URL"] == {"name": "agentry-redis", "key": "redis-url"}
