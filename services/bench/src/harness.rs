@@ -113,7 +113,13 @@ impl Server {
             .env("AGENTRY_SERVER__WORKERS", target.workers.to_string())
             .env("AGENTRY_SERVER__MAX_CONNECTIONS", "1000000")
             .env("AGENTRY_LOG__FORMAT", "json")
-            .env("AGENTRY_LOG__LEVEL", "info")
+            // AGENTRY_BENCH_SERVER_LOG (e.g. `info,agentry_store::sql=trace`) turns the servers'
+            // log up to diagnose a figure; every line is then shown, and the figures of that
+            // run are charged with the logging.
+            .env(
+                "AGENTRY_LOG__LEVEL",
+                server_log().unwrap_or_else(|| "info".into()),
+            )
             .env("AGENTRY_AUTH__ADMIN_KEY", admin_key)
             .env("AGENTRY_LLM__PROVIDER", "openai")
             .env("AGENTRY_LLM__BASE_URL", model_url)
@@ -432,7 +438,15 @@ fn str_field(v: &Value, name: &str) -> Result<String> {
 
 /// Read the server's JSON log until it says which port it listens on, then keep draining it
 /// (a full pipe would block the server).
+/// The servers' log level asked for with `AGENTRY_BENCH_SERVER_LOG`, if any.
+fn server_log() -> Option<String> {
+    std::env::var("AGENTRY_BENCH_SERVER_LOG")
+        .ok()
+        .filter(|v| !v.is_empty())
+}
+
 async fn listening_port(stderr: tokio::process::ChildStderr) -> Result<u16> {
+    let verbose = server_log().is_some();
     let mut lines = BufReader::new(stderr).lines();
     let mut last = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(120);
@@ -451,7 +465,10 @@ async fn listening_port(stderr: tokio::process::ChildStderr) -> Result<u16> {
             tokio::spawn(async move {
                 while let Ok(Some(line)) = lines.next_line().await {
                     // Warnings and errors during a benchmark are worth seeing.
-                    if line.contains("\"level\":\"ERROR\"") || line.contains("\"level\":\"WARN\"") {
+                    if verbose
+                        || line.contains("\"level\":\"ERROR\"")
+                        || line.contains("\"level\":\"WARN\"")
+                    {
                         eprintln!("agentry: {line}");
                     }
                 }
