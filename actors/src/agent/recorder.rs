@@ -112,7 +112,17 @@ impl RunRecorder {
     /// `reserve_seq`, in one transaction.
     pub async fn start(&self, rows: StartRows, reserve_seq: u64) -> Result<(), StoreError> {
         let txn = self.db.begin().await?;
-        self.check_fence(&txn).await?;
+        // First: the session's state and event numbers, with the fencing token's check in the
+        // same statement (cluster mode), which locks the session's row for this transaction.
+        sessions::touch_fenced(
+            &txn,
+            &self.scope,
+            self.session_id,
+            SessionState::Running,
+            Some(reserve_seq),
+            self.fence,
+        )
+        .await?;
         let message = match rows {
             StartRows::Fresh(new) => {
                 let input = new.input.clone();
@@ -134,14 +144,6 @@ impl RunRecorder {
             )
             .await?;
         }
-        sessions::touch_reserving(
-            &txn,
-            &self.scope,
-            self.session_id,
-            SessionState::Running,
-            reserve_seq,
-        )
-        .await?;
         txn.commit().await?;
         Ok(())
     }
@@ -184,7 +186,15 @@ impl RunRecorder {
     /// there is one. On failure nothing is written and the rows keep waiting (for the end).
     pub async fn commit_step(&mut self, cp: &RunCheckpoint) -> Result<(), StoreError> {
         let txn = self.db.begin().await?;
-        self.check_fence(&txn).await?;
+        // First: the fencing token's check (cluster mode), folded into the session's state
+        // change when the step has one.
+        match self.status {
+            Some((_, sess)) => {
+                sessions::touch_fenced(&txn, &self.scope, self.session_id, sess, None, self.fence)
+                    .await?
+            }
+            None => self.check_fence(&txn).await?,
+        }
         let rows = self.waiting.clone();
         for d in &rows.decisions {
             approvals::record(&txn, &self.scope, d).await?;
@@ -203,7 +213,7 @@ impl RunRecorder {
             },
         )
         .await?;
-        if let Some((exec, sess)) = self.status {
+        if let Some((exec, _)) = self.status {
             executions::update(
                 &txn,
                 &self.scope,
@@ -214,7 +224,6 @@ impl RunRecorder {
                 None,
             )
             .await?;
-            sessions::touch(&txn, &self.scope, self.session_id, sess).await?;
         }
         txn.commit().await?;
         self.waiting = StepRows::default();

@@ -286,12 +286,23 @@ where
     C: ConnectionTrait + TransactionTrait,
 {
     let txn = db.begin().await?;
-    if let Some(token) = end.fence {
-        match crate::sessions::fence(&txn, scope, end.session_id, token).await {
-            // A deleted session keeps its runs: the end is still the run's.
-            Ok(()) | Err(StoreError::NotFound(_)) => {}
-            Err(e) => return Err(e),
-        }
+    // First, and in one statement: the session goes idle with its event numbers raised past the
+    // run's last event, under the owner's fencing token in cluster mode (refused if a newer
+    // owner wrote; it locks the session's row like `sessions::fence`).
+    let last_seq = end.events.iter().map(|e| e.seq).max().unwrap_or(0);
+    match crate::sessions::touch_fenced(
+        &txn,
+        scope,
+        end.session_id,
+        crate::sessions::SessionState::Idle,
+        Some(last_seq),
+        end.fence,
+    )
+    .await
+    {
+        // A deleted session keeps its runs (the audit trail): the end is still the run's.
+        Ok(()) | Err(StoreError::NotFound(_)) => {}
+        Err(e) => return Err(e),
     }
     let ts = now();
     let ended = execution::Entity::update_many()
@@ -337,20 +348,6 @@ where
     }
     if end.cancel_approvals {
         crate::approvals::cancel_pending_of_run(&txn, scope, end.run_id).await?;
-    }
-    let last_seq = end.events.iter().map(|e| e.seq).max().unwrap_or(0);
-    match crate::sessions::touch_reserving(
-        &txn,
-        scope,
-        end.session_id,
-        crate::sessions::SessionState::Idle,
-        last_seq,
-    )
-    .await
-    {
-        // A deleted session keeps its runs (the audit trail); there is nothing to touch.
-        Ok(()) | Err(StoreError::NotFound(_)) => {}
-        Err(e) => return Err(e),
     }
     txn.commit().await?;
     Ok(())

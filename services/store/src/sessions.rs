@@ -160,7 +160,7 @@ pub async fn touch(
     id: SessionId,
     state: SessionState,
 ) -> Result<()> {
-    update_row(db, scope, id, Some(state), None).await
+    update_row(db, scope, id, Some(state), None, None).await
 }
 
 /// Like [`touch`], and raise the session's reserved `seq` to at least `reserve_upto` in the
@@ -173,7 +173,23 @@ pub async fn touch_reserving(
     state: SessionState,
     reserve_upto: u64,
 ) -> Result<()> {
-    update_row(db, scope, id, Some(state), Some(reserve_upto)).await
+    update_row(db, scope, id, Some(state), Some(reserve_upto), None).await
+}
+
+/// [`touch`] (with [`touch_reserving`]'s reservation when `reserve_upto` is set) under a
+/// fencing token: the check of [`fence`] folded into the same statement, so a transaction that
+/// touches the session anyway pays no statement for its fence. `fence: None` is a plain touch
+/// (single-node mode). Put it first in the transaction: like [`fence`], it locks the session's
+/// row until the transaction ends.
+pub async fn touch_fenced(
+    db: &impl ConnectionTrait,
+    scope: &TenantScope,
+    id: SessionId,
+    state: SessionState,
+    reserve_upto: Option<u64>,
+    fence: Option<i64>,
+) -> Result<()> {
+    update_row(db, scope, id, Some(state), reserve_upto, fence).await
 }
 
 /// Reserve event numbers: after this, no restart numbers an event of the session at or below
@@ -184,16 +200,18 @@ pub async fn reserve_seq(
     id: SessionId,
     upto: u64,
 ) -> Result<()> {
-    update_row(db, scope, id, None, Some(upto)).await
+    update_row(db, scope, id, None, Some(upto), None).await
 }
 
-/// One statement: the state (with `last_active`) and/or the reservation.
+/// One statement: the state (with `last_active`) and/or the reservation, and the fencing
+/// token's check when there is one.
 async fn update_row(
     db: &impl ConnectionTrait,
     scope: &TenantScope,
     id: SessionId,
     state: Option<SessionState>,
     reserve_upto: Option<u64>,
+    fence: Option<i64>,
 ) -> Result<()> {
     let mut q = session::Entity::update_many();
     if let Some(state) = state {
@@ -204,15 +222,23 @@ async fn update_row(
     if let Some(upto) = reserve_upto {
         q = q.col_expr(session::Column::SeqReserved, raised(upto));
     }
+    if let Some(token) = fence {
+        q = q
+            .col_expr(session::Column::Fence, Expr::value(token))
+            .filter(session::Column::Fence.lte(token));
+    }
     let res = q
         .filter(session::Column::Id.eq(id.0))
         .filter(session::Column::TenantId.eq(scope.uuid()))
         .exec(db)
         .await?;
-    if res.rows_affected == 0 {
-        return Err(StoreError::NotFound(format!("session {id}")));
+    if res.rows_affected > 0 {
+        return Ok(());
     }
-    Ok(())
+    match fence {
+        Some(token) => Err(refused(db, scope, id, token).await),
+        None => Err(StoreError::NotFound(format!("session {id}"))),
+    }
 }
 
 /// `seq_reserved` raised to `upto`, never lowered (two reservations may land in any order).
@@ -260,40 +286,32 @@ pub async fn fence(
     id: SessionId,
     token: i64,
 ) -> Result<()> {
-    let res = session::Entity::update_many()
-        .col_expr(session::Column::Fence, Expr::value(token))
-        .filter(session::Column::Id.eq(id.0))
-        .filter(session::Column::TenantId.eq(scope.uuid()))
-        .filter(session::Column::Fence.lte(token))
-        .exec(db)
-        .await?;
-    if res.rows_affected > 0 {
-        return Ok(());
-    }
-    let current: Option<i64> = session::Entity::find()
-        .select_only()
-        .column(session::Column::Fence)
-        .filter(session::Column::Id.eq(id.0))
-        .filter(session::Column::TenantId.eq(scope.uuid()))
-        .into_tuple()
-        .one(db)
-        .await?;
-    match current {
-        None => Err(StoreError::NotFound(format!("session {id}"))),
-        Some(current) => {
-            tracing::warn!(
-                session_id = %id,
-                tenant_id = %scope.tenant_id(),
-                token,
-                current,
-                "refused a write with a stale fencing token: another replica owns the session now"
-            );
-            Err(StoreError::Fenced {
-                session: id.to_string(),
-                token,
-                current,
-            })
-        }
+    update_row(db, scope, id, None, None, Some(token)).await
+}
+
+/// Why a fenced write of the session matched no row: the session is gone, or a newer owner
+/// wrote (logged: a replica that lost the lease still tried to write).
+async fn refused(
+    db: &impl ConnectionTrait,
+    scope: &TenantScope,
+    id: SessionId,
+    token: i64,
+) -> StoreError {
+    let current = match fence_of(db, scope, id).await {
+        Ok(current) => current,
+        Err(e) => return e,
+    };
+    tracing::warn!(
+        session_id = %id,
+        tenant_id = %scope.tenant_id(),
+        token,
+        current,
+        "refused a write with a stale fencing token: another replica owns the session now"
+    );
+    StoreError::Fenced {
+        session: id.to_string(),
+        token,
+        current,
     }
 }
 
@@ -321,16 +339,26 @@ pub async fn seq_floor(
     scope: &TenantScope,
     id: SessionId,
 ) -> Result<u64> {
-    let reserved: Option<i64> = session::Entity::find()
+    use sea_orm::sea_query::{ExprTrait, Query};
+    // One statement: the reservation and, as a subquery, the highest stored event.
+    let stored = Query::select()
+        .expr(Expr::col(session_event::Column::Seq).max())
+        .from(session_event::Entity)
+        .and_where(Expr::col(session_event::Column::TenantId).eq(scope.uuid()))
+        .and_where(Expr::col(session_event::Column::SessionId).eq(id.0))
+        .to_owned();
+    let row: Option<(i64, Option<i64>)> = session::Entity::find()
         .select_only()
         .column(session::Column::SeqReserved)
+        .column_as(Expr::SubQuery(None, Box::new(stored.into())), "max_seq")
         .filter(session::Column::Id.eq(id.0))
         .filter(session::Column::TenantId.eq(scope.uuid()))
         .into_tuple()
         .one(db)
         .await?;
-    let stored = crate::events::max_seq(db, scope, id).await?;
-    Ok(stored.max(reserved.and_then(|r| u64::try_from(r).ok()).unwrap_or(0)))
+    let (reserved, stored) = row.map_or((0, None), |(r, s)| (r, s));
+    let as_u64 = |v: i64| u64::try_from(v).unwrap_or(0);
+    Ok(std::cmp::max(as_u64(reserved), stored.map_or(0, as_u64)))
 }
 
 /// Delete a session with its messages, checkpoints and stored events, atomically. Executions,
