@@ -349,6 +349,8 @@ struct Lease {
 struct Claimed {
     token: i64,
     floor: Option<u64>,
+    /// With a fresh lease: the session's unfinished run, read with the floor.
+    active: Option<RunId>,
     drained: Vec<SessionEvent>,
 }
 
@@ -376,10 +378,12 @@ async fn claim(
         .await?
     {
         SessionClaim::Owned { token, fresh } => {
-            let floor = if fresh {
-                Some(sessions::seq_floor(&deps.db, scope, session_id).await?)
+            let (floor, active) = if fresh {
+                let (floor, active) =
+                    sessions::floor_and_active(&deps.db, scope, session_id, true).await?;
+                (Some(floor), active)
             } else {
-                None
+                (None, None)
             };
             let drained = match (fresh, tail) {
                 (true, Some(after)) => {
@@ -390,6 +394,7 @@ async fn claim(
             Ok(Claimed {
                 token,
                 floor,
+                active,
                 drained,
             })
         }
@@ -923,9 +928,7 @@ impl SessionActor {
             if let Some(c) = &claimed
                 && c.floor.is_some()
                 && !resuming
-                && executions::active_for_session(&deps.db, &scope, session.id)
-                    .await
-                    .is_ok_and(|a| a.is_some_and(|a| a.id != run_id))
+                && c.active.is_some_and(|a| a != run_id)
             {
                 return (Err(EngineError::RunResuming), claimed, 0);
             }

@@ -11,7 +11,7 @@ use sea_orm::{
 use serde_json::Value;
 
 use agentry_schema::entities::{checkpoint, message, session, session_event};
-use agentry_schema::ids::{AssistantId, SessionId, TenantId, UserId};
+use agentry_schema::ids::{AssistantId, RunId, SessionId, TenantId, UserId};
 
 use crate::{PageRequest, Result, StoreError, TenantScope, corrupt, now, sanitize_json};
 
@@ -339,26 +339,59 @@ pub async fn seq_floor(
     scope: &TenantScope,
     id: SessionId,
 ) -> Result<u64> {
-    use sea_orm::sea_query::{ExprTrait, Query};
-    // One statement: the reservation and, as a subquery, the highest stored event.
+    Ok(floor_and_active(db, scope, id, false).await?.0)
+}
+
+/// [`seq_floor`] and, when `with_active`, the session's unfinished run (running or waiting for
+/// approval, the latest started; what `executions::active_for_session` finds), in one
+/// statement: what a replica that just took a session's lease needs to know before it numbers
+/// anything or starts a run (cluster mode).
+pub async fn floor_and_active(
+    db: &impl ConnectionTrait,
+    scope: &TenantScope,
+    id: SessionId,
+    with_active: bool,
+) -> Result<(u64, Option<RunId>)> {
+    use agentry_schema::entities::execution;
+    use sea_orm::sea_query::{ExprTrait, Order, Query};
     let stored = Query::select()
         .expr(Expr::col(session_event::Column::Seq).max())
         .from(session_event::Entity)
         .and_where(Expr::col(session_event::Column::TenantId).eq(scope.uuid()))
         .and_where(Expr::col(session_event::Column::SessionId).eq(id.0))
         .to_owned();
-    let row: Option<(i64, Option<i64>)> = session::Entity::find()
+    let mut q = session::Entity::find()
         .select_only()
         .column(session::Column::SeqReserved)
-        .column_as(Expr::SubQuery(None, Box::new(stored.into())), "max_seq")
+        .column_as(Expr::SubQuery(None, Box::new(stored.into())), "max_seq");
+    if with_active {
+        let active = Query::select()
+            .column(execution::Column::Id)
+            .from(execution::Entity)
+            .and_where(Expr::col(execution::Column::TenantId).eq(scope.uuid()))
+            .and_where(Expr::col(execution::Column::SessionId).eq(id.0))
+            .and_where(Expr::col(execution::Column::Status).is_in(["running", "waiting_approval"]))
+            .order_by(execution::Column::StartedAt, Order::Desc)
+            .limit(1)
+            .to_owned();
+        q = q.column_as(Expr::SubQuery(None, Box::new(active.into())), "active");
+    } else {
+        q = q.column_as(Expr::value(Option::<uuid::Uuid>::None), "active");
+    }
+    let row: Option<(i64, Option<i64>, Option<uuid::Uuid>)> = q
         .filter(session::Column::Id.eq(id.0))
         .filter(session::Column::TenantId.eq(scope.uuid()))
         .into_tuple()
         .one(db)
         .await?;
-    let (reserved, stored) = row.map_or((0, None), |(r, s)| (r, s));
+    let Some((reserved, stored, active)) = row else {
+        return Ok((0, None));
+    };
     let as_u64 = |v: i64| u64::try_from(v).unwrap_or(0);
-    Ok(std::cmp::max(as_u64(reserved), stored.map_or(0, as_u64)))
+    Ok((
+        std::cmp::max(as_u64(reserved), stored.map_or(0, as_u64)),
+        active.map(RunId),
+    ))
 }
 
 /// Delete a session with its messages, checkpoints and stored events, atomically. Executions,

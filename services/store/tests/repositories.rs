@@ -1587,6 +1587,26 @@ async fn a_runs_end_is_one_idempotent_write_and_reservations_only_rise(db: Datab
         .await
         .unwrap()
         .id;
+    assert_eq!(
+        sessions::floor_and_active(&db, &scope, s.id, true)
+            .await
+            .unwrap(),
+        (500, Some(run)),
+        "one statement reads the floor and the unfinished run"
+    );
+    assert_eq!(
+        sessions::floor_and_active(&db, &scope, other.id, true)
+            .await
+            .unwrap(),
+        (0, None)
+    );
+    assert_eq!(
+        sessions::floor_and_active(&db, &new_tenant(&db).await, s.id, true)
+            .await
+            .unwrap(),
+        (0, None),
+        "another tenant reads nothing of the session"
+    );
     let approval = ApprovalId::new();
     approvals::create(
         &db,
@@ -1652,6 +1672,14 @@ async fn a_runs_end_is_one_idempotent_write_and_reservations_only_rise(db: Datab
     let messages_before = messages::count(&db, &scope, s.id).await.unwrap();
     assert_eq!(events::done_of_run(&db, &scope, run).await.unwrap(), None);
     executions::record_end(&db, &scope, &end).await.unwrap();
+    assert_eq!(
+        sessions::floor_and_active(&db, &scope, s.id, true)
+            .await
+            .unwrap()
+            .1,
+        None,
+        "an ended run is not the session's unfinished run"
+    );
     let stored = events::list_after(&db, &scope, s.id, 0, 100).await.unwrap();
     assert_eq!(stored, vec![t1, t2, t3, done.clone()]);
     assert_eq!(
