@@ -86,6 +86,17 @@ impl PlatformTools {
         self
     }
 
+    /// Add the data tools (`list_data_sources`, `describe_data_source`, `run_sql`,
+    /// `create_report`) over the tenants' data sources.
+    pub fn with_data(mut self, sources: Arc<agentry_builtin::data::DataSources>) -> Self {
+        for t in agentry_builtin::data::data_tools(sources) {
+            if let Err(e) = self.registry.register(t) {
+                tracing::error!(error = %e, "data tool not registered");
+            }
+        }
+        self
+    }
+
     /// The configuration the built-in tools were built from.
     pub fn config(&self) -> &BuiltinConfig {
         &self.config

@@ -958,3 +958,84 @@ impl CreateModelConnectionRequest {
         )
     }
 }
+
+/// A tenant's data source: a database the data tools (`run_sql`, `describe_data_source`,
+/// `create_report`) may query. The URL is shown with its password masked (`***`); the
+/// credentials are sealed at rest and never returned.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct DataSourceInfo {
+    pub id: String,
+    pub name: String,
+    /// `postgres`, `mysql` (MySQL or MariaDB) or `sqlite`, from the URL's scheme.
+    pub engine: String,
+    /// The URL with its password replaced by `***`.
+    pub url: String,
+    /// Whether a password is stored (it is never shown).
+    pub password_set: bool,
+    /// The roles whose callers may use the source through the data tools.
+    pub allowed_roles: Vec<String>,
+    /// When the cached catalog was read (null: not yet described).
+    pub catalog_cached_at: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// A data source's settings (a `PUT` replaces them all).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct DataSourceSpecRequest {
+    /// Default: the id. 1–200 characters.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// `postgres://user:password@host:port/database` (also `postgresql://`),
+    /// `mysql://…`, `mariadb://…`, or `sqlite:<path>` (a file inside the tenant's area,
+    /// relative to `{data_dir}/workspaces/{tenant}/`, e.g. `sqlite:<user id>/sales.db`).
+    /// A server's host must pass the platform's network rule; see docs/data.md.
+    pub url: String,
+    /// The password, if it is not in the URL (it wins over one in the URL). Left out on a
+    /// `PUT`: the stored password stays when the host, port and user are unchanged; `null`:
+    /// no password.
+    #[serde(
+        default,
+        deserialize_with = "double_option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
+    pub password: Option<Option<String>>,
+    /// The roles that may use the source (`admin`, `member`); default `["admin"]`.
+    #[serde(default)]
+    pub allowed_roles: Option<Vec<String>>,
+}
+
+/// `POST /data-sources`: an id (a slug) and the settings.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct CreateDataSourceRequest {
+    pub id: String,
+    #[serde(default)]
+    pub name: Option<String>,
+    pub url: String,
+    /// The password, sealed at rest and never shown again.
+    #[serde(default)]
+    pub password: Option<String>,
+    #[serde(default)]
+    pub allowed_roles: Option<Vec<String>>,
+}
+
+impl CreateDataSourceRequest {
+    /// The id and the settings.
+    pub fn split(self) -> (String, DataSourceSpecRequest) {
+        (
+            self.id,
+            DataSourceSpecRequest {
+                name: self.name,
+                url: self.url,
+                password: self.password.map(Some),
+                allowed_roles: self.allowed_roles,
+            },
+        )
+    }
+}

@@ -316,6 +316,11 @@ slug_id!(
     "model connection id"
 );
 slug_id!(
+    /// A tenant's data source (a database the data tools may query).
+    DataSourceId,
+    "data source id"
+);
+slug_id!(
     /// A skill's name, from its `SKILL.md` front matter.
     SkillName,
     "skill name"

@@ -16,7 +16,7 @@ type Seen = BTreeSet<(String, String, u16)>;
 /// itself (HTML), the web console's scripts and styles (`/assets/{name}`, docs/console.md), and `/mcp`, whose contract is the MCP Streamable HTTP transport (JSON-RPC;
 /// docs/mcp.md), tested by `mcp_server.rs`, the official conformance scenarios
 /// (`mcp_conformance.rs`) and the authorization matrix.
-const UI_ROUTES: [&str; 4] = ["/docs", "/docs/{_:.*}", "/assets/{name}", "/mcp"];
+const UI_ROUTES: [&str; 4] = ["/docs", "/docs/{_}", "/assets/{name}", "/mcp"];
 
 pub fn documented(doc: &Value) -> (BTreeSet<(String, String)>, Seen) {
     let mut ops = BTreeSet::new();

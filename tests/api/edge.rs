@@ -444,6 +444,11 @@ async fn bad_path_ids(ctx: &Ctx, tenant_admin_key: &str) {
             .filter_map(|seg| seg.strip_prefix('{')?.strip_suffix('}'))
             .collect();
         for bad in &params {
+            // `GET /files/{path}`: any name is a file name; its refusals (a path out of the
+            // workspace) are tested in `data.rs`.
+            if *bad == "path" {
+                continue;
+            }
             let path = template
                 .split('/')
                 .map(

@@ -13,6 +13,7 @@ mod cluster;
 mod completeness;
 mod concurrency;
 mod ctx;
+mod data;
 mod durability;
 mod edge;
 mod eviction;
@@ -770,6 +771,7 @@ async fn openapi_documents_every_route_and_every_documented_status_is_real() {
     skills::skills_flow(&ctx).await;
     skills::hostile_uploads_store_nothing(&ctx).await;
     models::model_connections_rest(&ctx).await;
+    data::data_sources_flow(&ctx).await;
     policy::tenant_policy(&ctx).await;
     policy::auto_approve_rights(&ctx).await;
     policy::stdio_rights(&ctx).await;
@@ -806,6 +808,7 @@ async fn openapi_documents_every_route_and_every_documented_status_is_real() {
     let nokey = Ctx::start_with(&[("AGENTRY_MCP__ENCRYPTION_KEY", "")], None).await;
     mcp::mcp_without_key(&nokey).await;
     models::model_connections_without_encryption_key(&nokey).await;
+    data::data_sources_without_encryption_key(&nokey).await;
     seen.extend(nokey.observed().await);
     // …one that holds a single WebSocket…
     let full = Ctx::start_with(&[("AGENTRY_SERVER__MAX_CONNECTIONS", "1")], None).await;
@@ -1000,4 +1003,26 @@ async fn three_replicas_on_mysql_serve_any_session_anywhere() {
         took < std::time::Duration::from_secs(30),
         "took over after {took:?}"
     );
+}
+
+// ---- data sources and the data tools (issue 17 item 2, docs/data.md) ----
+
+#[tokio::test]
+async fn data_sources_over_rest_are_checked_sealed_and_per_tenant() {
+    data::data_sources_flow(&Ctx::start().await).await;
+}
+
+/// Real PostgreSQL, MariaDB and SQLite sources: the catalog, SELECTs, both read-only layers,
+/// the timeout and the row cap, a report with charts, roles and tenants. The server allows
+/// loopback for data sources here (the test databases live there), as
+/// `tools.allowed_networks` would on a real network.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn data_tools_query_postgres_mariadb_and_sqlite_read_only_and_write_reports() {
+    use agentry_store::testing::Backend;
+    let networks = format!("127.0.0.1/32,{}", mcp::TEST_MCP_NETWORK);
+    let ctx = Ctx::start_with(&[("AGENTRY_TOOLS__ALLOWED_NETWORKS", &networks)], None).await;
+    let pg = postgres();
+    let mysql =
+        (!Backend::MySql.skipped()).then(|| Backend::MySql.url(std::path::Path::new(".")));
+    data::data_tools(&ctx, pg, mysql).await;
 }

@@ -111,6 +111,12 @@ pub enum Route {
     GetModelConnection,
     ReplaceModelConnection,
     DeleteModelConnection,
+    ListDataSources,
+    CreateDataSource,
+    GetDataSource,
+    ReplaceDataSource,
+    DeleteDataSource,
+    GetFile,
     ListSkills,
     UploadSkill,
     GetSkill,
@@ -204,6 +210,12 @@ pub const ROUTES: &[Route] = &[
     GetModelConnection,
     ReplaceModelConnection,
     DeleteModelConnection,
+    ListDataSources,
+    CreateDataSource,
+    GetDataSource,
+    ReplaceDataSource,
+    DeleteDataSource,
+    GetFile,
     ListSkills,
     UploadSkill,
     GetSkill,
@@ -299,6 +311,13 @@ pub fn expected(route: Route) -> [u16; 7] {
         ListUserSkills | GetUserSkill | GetUserSkillFile | PutUserSkill => OWN_ROW,
         UploadUserSkill => [401, 401, 401, 404, 201, 201, 403],
         DeleteUserSkill => [401, 401, 401, 404, 204, 204, 403],
+        // Data sources: tenant admins only; B's admin manages B's (an empty list, a create in B).
+        ListDataSources => ADMIN_LIST,
+        CreateDataSource => ADMIN_CREATE,
+        GetDataSource | ReplaceDataSource => ADMIN_ROW,
+        DeleteDataSource => ADMIN_DELETE,
+        // Each caller reads their own workspace: only A's member has the file.
+        GetFile => [401, 401, 401, 404, 200, 404, 403],
     }
 }
 
@@ -372,6 +391,23 @@ pub async fn fixture(ctx: &Ctx) -> MatrixFx {
         201,
     )
     .await;
+    ctx.ok(
+        Method::POST,
+        "/api/v1/data-sources",
+        &a.admin.key,
+        Some(json!({ "id": "matrix-source", "url": "postgres://reader:pw@127.0.0.2:5432/matrix" })),
+        201,
+    )
+    .await;
+    let own = ctx
+        .server
+        .data_dir
+        .path()
+        .join("workspaces")
+        .join(&a.id)
+        .join(&a.member.user_id);
+    std::fs::create_dir_all(&own).unwrap();
+    std::fs::write(own.join("matrix.txt"), "the member's own file").unwrap();
     let seeded = ctx.seed_session(&a, &a.member.user_id, 4, 4).await;
     ctx.ok(
         Method::POST,
@@ -564,6 +600,35 @@ pub async fn build(ctx: &Ctx, fx: &MatrixFx, route: Route) -> Req {
                 None,
             )
         }
+        ListDataSources => req(Method::GET, "/api/v1/data-sources".into(), None),
+        CreateDataSource => req(
+            Method::POST,
+            "/api/v1/data-sources".into(),
+            Some(json!({ "id": unique("source"), "url": "mysql://u@127.0.0.2:3306/shop" })),
+        ),
+        GetDataSource => req(
+            Method::GET,
+            "/api/v1/data-sources/matrix-source".into(),
+            None,
+        ),
+        ReplaceDataSource => req(
+            Method::PUT,
+            "/api/v1/data-sources/matrix-source".into(),
+            Some(json!({ "url": "postgres://reader@127.0.0.2:5432/matrix", "allowed_roles": ["admin", "member"] })),
+        ),
+        DeleteDataSource => {
+            let id = unique("doomed");
+            ctx.ok(
+                Method::POST,
+                "/api/v1/data-sources",
+                &fx.a.admin.key,
+                Some(json!({ "id": id, "url": "postgres://u@127.0.0.2/doomed" })),
+                201,
+            )
+            .await;
+            req(Method::DELETE, format!("/api/v1/data-sources/{id}"), None)
+        }
+        GetFile => req(Method::GET, "/api/v1/files/matrix.txt".into(), None),
         ListSkills => req(Method::GET, "/api/v1/skills".into(), None),
         UploadSkill => req(
             Method::POST,

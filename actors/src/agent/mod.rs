@@ -1179,6 +1179,7 @@ impl Agent {
         ToolContext {
             tenant_id: self.input.tenant.id,
             user_id: self.input.user_id,
+            role: self.input.role,
             session_id: self.input.session_id,
             run_id: self.input.run_id,
             tool_call_id: call.id.clone(),

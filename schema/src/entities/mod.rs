@@ -5,6 +5,7 @@ pub mod api_key;
 pub mod approval;
 pub mod assistant;
 pub mod checkpoint;
+pub mod data_source;
 pub mod execution;
 pub mod mcp_server;
 pub mod membership;

@@ -15,6 +15,7 @@ mod m20261126_000400_audit_indexes;
 mod m20261126_000410_retention_indexes;
 mod m20261126_000500_model_connections;
 mod m20261126_000600_skills;
+mod m20261126_000700_data_sources;
 
 pub struct Migrator;
 
@@ -33,6 +34,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261126_000410_retention_indexes::Migration),
             Box::new(m20261126_000500_model_connections::Migration),
             Box::new(m20261126_000600_skills::Migration),
+            Box::new(m20261126_000700_data_sources::Migration),
         ]
     }
 }

@@ -205,6 +205,53 @@ impl Jail {
     }
 }
 
+/// Read a whole regular file of the workspace (for `GET /files/{path}`): through the jail's
+/// layers, no directory, no file with other hard links (its other names may be outside), at
+/// most `max_bytes`. Returns the relative path and the bytes.
+pub fn read_whole(
+    workspace: &WorkspaceInfo,
+    input: &str,
+    max_bytes: u64,
+) -> Result<(PathBuf, Vec<u8>), ToolError> {
+    use cap_std::fs::MetadataExt;
+    use std::io::Read;
+    let jail = Jail::open(workspace)?;
+    let rel = jail.resolve(input)?;
+    if rel.as_os_str().is_empty() {
+        return Err(ToolError::invalid("the path names the workspace root, not a file"));
+    }
+    let mut file = jail.dir().open(&rel).map_err(|e| io_error(&rel, e))?;
+    let meta = file.metadata().map_err(|e| io_error(&rel, e))?;
+    if meta.is_dir() {
+        return Err(ToolError::NotFound(format!("{} is a directory", display(&rel))));
+    }
+    if !meta.is_file() {
+        return Err(ToolError::Refused(format!(
+            "{} is not a regular file",
+            display(&rel)
+        )));
+    }
+    if meta.nlink() > 1 {
+        return Err(ToolError::Refused(format!(
+            "{} has other hard links, which may lie outside the workspace",
+            display(&rel)
+        )));
+    }
+    if meta.len() > max_bytes {
+        return Err(ToolError::invalid(format!(
+            "{} is {} bytes, over the {max_bytes} bytes this route serves",
+            display(&rel),
+            meta.len()
+        )));
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+    file.by_ref()
+        .take(max_bytes + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| io_error(&rel, e))?;
+    Ok((rel, bytes))
+}
+
 /// How a workspace-relative path is shown to the model and in events: `a/b.txt`, or `.`.
 pub fn display(rel: &Path) -> String {
     let s = rel.to_string_lossy();

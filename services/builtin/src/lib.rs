@@ -15,6 +15,7 @@
 //! | `interaction` | ask_question, get_user_input, confirm_action, get_user_preference |
 //! | `memory` | remember, recall |
 //! | `skills` | load_skill, read_skill_file |
+//! | `data` | list_data_sources, describe_data_source, run_sql, create_report ([`data`]) |
 //!
 //! Each tool only does its work; the tool-call pipeline (`agentry_tools::pipeline`) applies
 //! approval, RBAC, schema validation, timeouts, audit and event emission around it. The guards
@@ -23,6 +24,7 @@
 
 pub mod command_guard;
 pub mod config;
+pub mod data;
 pub mod files;
 pub mod interaction;
 pub mod jail;

@@ -581,6 +581,7 @@ impl ToolSource for CallerToolSource {
         let mut context = ToolContext::standalone(workspace);
         context.tenant_id = tenant.id;
         context.user_id = user.user_id;
+        context.role = user.role;
         let presenter: Presenter = Arc::new(present);
         Ok(CallerTools {
             registry,

@@ -217,6 +217,7 @@ pub async fn track(
     let method = method_label(req.method());
     let route = req
         .match_pattern()
+        .map(|p| documented_form(&p))
         .unwrap_or_else(|| "unmatched".to_string());
     let start = Instant::now();
     let res = next
@@ -235,6 +236,35 @@ pub async fn track(
     metrics::counter!(HTTP_REQUESTS, &labels).increment(1);
     metrics::histogram!(HTTP_DURATION, &labels).record(start.elapsed().as_secs_f64());
     res
+}
+
+/// A route pattern as the OpenAPI document writes it: a parameter's regex dropped
+/// (`/files/{path:.*}` → `/files/{path}`), so the label matches the documented path.
+fn documented_form(pattern: &str) -> String {
+    let mut out = String::with_capacity(pattern.len());
+    let mut in_regex = false;
+    let mut depth = 0usize;
+    for c in pattern.chars() {
+        match c {
+            '{' => {
+                depth += 1;
+                if !in_regex {
+                    out.push(c);
+                }
+            }
+            '}' => {
+                depth = depth.saturating_sub(1);
+                if depth == 0 {
+                    in_regex = false;
+                    out.push(c);
+                }
+            }
+            ':' if depth == 1 => in_regex = true,
+            _ if !in_regex => out.push(c),
+            _ => {}
+        }
+    }
+    out
 }
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
@@ -344,4 +374,20 @@ fn sample_pool(db: &sea_orm::DatabaseConnection) {
     metrics::gauge!("agentry_db_pool_connections", "state" => "in_use")
         .set((f64::from(size) - idle).max(0.0));
     metrics::gauge!("agentry_db_pool_max_connections").set(f64::from(max));
+}
+
+#[cfg(test)]
+mod route_label_tests {
+    use super::documented_form;
+
+    #[test]
+    fn route_labels_drop_parameter_regexes() {
+        assert_eq!(documented_form("/api/v1/files/{path:.*}"), "/api/v1/files/{path}");
+        assert_eq!(documented_form("/docs/{_:.*}"), "/docs/{_}");
+        assert_eq!(
+            documented_form("/api/v1/sessions/{session_id}/events"),
+            "/api/v1/sessions/{session_id}/events"
+        );
+        assert_eq!(documented_form("/x/{n:[0-9]{2}}/y"), "/x/{n}/y");
+    }
 }

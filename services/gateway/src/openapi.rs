@@ -8,8 +8,8 @@ use utoipa_swagger_ui::{Config, SwaggerUi};
 
 use crate::routes::resource::endpoint;
 use crate::routes::{
-    admin, agents, chat, executions, health, mcp_servers, me, model_connections, openai, profiles,
-    sessions, skills, tenant,
+    admin, agents, chat, data_sources, executions, files, health, mcp_servers, me,
+    model_connections, openai, profiles, sessions, skills, tenant,
 };
 
 #[derive(OpenApi)]
@@ -59,6 +59,12 @@ every response carries `X-Request-Id`. Authenticate with `Authorization: Bearer 
         model_connections::get_connection,
         model_connections::replace_connection,
         model_connections::delete_connection,
+        data_sources::list_sources,
+        data_sources::create_source,
+        data_sources::get_source,
+        data_sources::replace_source,
+        data_sources::delete_source,
+        files::get_file,
         skills::list_tenant_skills,
         skills::upload_tenant_skill,
         skills::get_tenant_skill,
@@ -124,6 +130,8 @@ every response carries `X-Request-Id`. Authenticate with `Authorization: Bearer 
         (name = "mcp", description = "Each user's MCP servers: secrets write-only, live status"),
         (name = "agents", description = "The tenant's assistants and their profiles; tenant admins change them"),
         (name = "models", description = "The tenant's own model connections (bring your own key): keys write-only; tenant admins change them"),
+        (name = "data", description = "The tenant's data sources for the data tools (`run_sql`, `describe_data_source`, `create_report`): URLs sealed, passwords write-only; tenant admins only"),
+        (name = "files", description = "The caller's own workspace files (reports and their charts)"),
         (name = "skills", description = "Skills (SKILL.md with front matter, plus files): the tenant's, which tenant admins manage, and each user's own; uploaded as a zip or JSON files"),
         (name = "executions", description = "Runs with their tool-call audit"),
         (name = "tenant", description = "Tenant admins: their tenant's users and API keys"),
@@ -384,7 +392,9 @@ impl Modify for PathParameterRules {
                 }
                 let schema = match p.name.as_str() {
                     n if UUID_PATH_PARAMETERS.contains(&n) => uuid.clone(),
-                    "agent_id" | "profile_id" | "connection_id" | "skill" => assistant.clone(),
+                    "agent_id" | "profile_id" | "connection_id" | "source_id" | "skill" => {
+                        assistant.clone()
+                    }
                     "name" => mcp_name.clone(),
                     _ => continue,
                 };

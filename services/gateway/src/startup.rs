@@ -334,6 +334,7 @@ impl Application {
             shutdown: shutdown_token,
             engine: parts.engine,
             secrets: parts.secrets,
+            data: parts.data,
             mcp_file: parts.watcher,
             ws_connections: Default::default(),
             auth: KeyResolver::new(

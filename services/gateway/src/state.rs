@@ -26,6 +26,9 @@ pub struct AppState {
     pub engine: agentry_actors::Engine,
     /// Seals users' MCP secrets at rest (`mcp.encryption_key`); `None` when no key is set.
     pub secrets: Option<agentry_sealing::SecretBox>,
+    /// The tenants' data sources (the network rule their URLs follow), shared with the data
+    /// tools.
+    pub data: Arc<agentry_builtin::data::DataSources>,
     /// Open WebSocket connections (capped by `server.max_connections`).
     pub ws_connections: Arc<AtomicUsize>,
     /// Cancelled when the process starts stopping (SIGTERM/SIGINT): every WebSocket closes with

@@ -261,3 +261,17 @@ pub fn model_connection(c: ModelConnection) -> ModelConnectionInfo {
         updated_at: c.updated_at,
     }
 }
+
+pub fn data_source(s: agentry_store::data_sources::DataSource) -> agentry_schema::api::DataSourceInfo {
+    agentry_schema::api::DataSourceInfo {
+        id: s.id.to_string(),
+        name: s.spec.name,
+        engine: s.spec.engine,
+        url: s.spec.url_redacted,
+        password_set: s.spec.password_set,
+        allowed_roles: s.spec.allowed_roles,
+        catalog_cached_at: s.catalog.map(|(_, at)| at),
+        created_at: s.created_at,
+        updated_at: s.updated_at,
+    }
+}

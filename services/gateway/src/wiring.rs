@@ -11,6 +11,7 @@ use agentry_actors::tools::PlatformTools;
 use agentry_actors::{
     ConfiguredModels, Engine, EngineConfig, EngineDeps, EngineError, TenantConnections,
 };
+use agentry_builtin::data::DataSources;
 use agentry_builtin::net_guard::GuardedResolver;
 use agentry_mcp::config_file::{McpConfigWatcher, ServerPolicy};
 use agentry_mcp::stored::{StoredMcpServer, join_from_storage};
@@ -126,6 +127,37 @@ pub struct EngineParts {
     pub watcher: Option<Arc<McpConfigWatcher>>,
     /// The platform's tools, built once here: the engine's runs and `/mcp` share them.
     pub tools: Arc<PlatformTools>,
+    /// The tenants' data sources as the data tools and the REST routes reach them.
+    pub data: Arc<DataSources>,
+}
+
+/// The addresses of the platform's own database and Redis (resolved once, at start): no data
+/// source may point at them, whatever the network rule allows. A SQLite database has none.
+fn platform_endpoints(settings: &Settings) -> Vec<std::net::SocketAddr> {
+    use std::net::ToSocketAddrs;
+    let mut out = Vec::new();
+    for (raw, default_port) in [
+        (settings.database.url.expose().to_string(), None),
+        (settings.redis.url.expose().to_string(), Some(6379)),
+    ] {
+        let Ok(url) = reqwest::Url::parse(&raw) else {
+            continue;
+        };
+        let port = url.port().or(default_port).or(match url.scheme() {
+            "postgres" | "postgresql" => Some(5432),
+            "mysql" | "mariadb" => Some(3306),
+            _ => None,
+        });
+        let (Some(host), Some(port)) = (url.host_str(), port) else {
+            continue;
+        };
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        match (host, port).to_socket_addrs() {
+            Ok(addrs) => out.extend(addrs),
+            Err(e) => tracing::warn!(host, error = %e, "resolving a platform service for the data sources' rule failed"),
+        }
+    }
+    out
 }
 
 pub fn build(
@@ -159,10 +191,21 @@ pub fn build(
     let http = reqwest::Client::builder()
         .build()
         .context("building the HTTP client for model providers")?;
+    let data = Arc::new(DataSources::new(
+        db.clone(),
+        secrets.clone(),
+        agentry_builtin::data::net_policy(
+            &settings.tools,
+            platform_endpoints(settings),
+            settings.data_dir.join("workspaces"),
+        ),
+        agentry_data::Limits::default(),
+    ));
     let tools = Arc::new(
         PlatformTools::new(settings.tools.clone())
             .with_memory(db.clone())
-            .with_skills(db.clone()),
+            .with_skills(db.clone())
+            .with_data(data.clone()),
     );
     let deps = EngineDeps {
         db: db.clone(),
@@ -237,6 +280,7 @@ pub fn build(
         secrets,
         watcher,
         tools,
+        data,
     })
 }
 

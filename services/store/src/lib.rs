@@ -24,6 +24,7 @@ pub mod approvals;
 pub mod assistants;
 pub mod checkpoints;
 pub mod coordination;
+pub mod data_sources;
 pub mod events;
 pub mod executions;
 pub mod mcp_servers;

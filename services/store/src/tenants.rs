@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use agentry_schema::entities::{
-    api_key, approval, assistant, checkpoint, execution, mcp_server, membership, memory, message,
+    api_key, approval, assistant, checkpoint, data_source, execution, mcp_server, membership, memory, message,
     model_connection, profile, session, session_event, skill, skill_file, tenant, tool_call_log,
     user,
 };
@@ -297,6 +297,7 @@ where
         mcp_server,
         assistant,
         model_connection,
+        data_source,
         profile,
         skill_file,
         skill,

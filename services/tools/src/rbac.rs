@@ -1,8 +1,9 @@
 //! Role-based tool permissions (seed 003 §7): which role may call which `service:tool`.
 //!
-//! A permission is `service:tool`, `service:*` or `*:*`; a leading `!` makes it a denial, and a
-//! denial beats any grant. Each tenant may configure the lists per role as JSON
-//! (`{"member": [...], "admin": [...]}`); a role the configuration leaves out keeps its default.
+//! A permission is `service:tool`, `service:prefix*` (a prefix wildcard: `files:read_*`),
+//! `service:*` or `*:*`; a leading `!` makes it a denial, and a denial beats any grant. Each
+//! tenant may configure the lists per role as JSON (`{"member": [...], "admin": [...]}`); a role
+//! the configuration leaves out keeps its default.
 //!
 //! Defaults:
 //! - `admin`: `*:*` (everything).
@@ -29,11 +30,13 @@ use crate::tool::ToolError;
 #[error("invalid tool permissions: {0}")]
 pub struct RbacConfigError(pub String);
 
-/// One part of a permission: a name or `*`.
+/// One part of a permission: a name, a prefix wildcard (`read_*`) or `*`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 enum Part {
     Any,
     Name(String),
+    /// Every name that starts with this (`read_*`: `read_file`, `read_skill_file`, …).
+    Prefix(String),
 }
 
 impl Part {
@@ -41,11 +44,13 @@ impl Part {
         match self {
             Part::Any => true,
             Part::Name(n) => n == name,
+            Part::Prefix(p) => name.starts_with(p.as_str()),
         }
     }
 }
 
-/// `service:tool`, `service:*` or `*:*`, granted or (with a leading `!`) denied.
+/// `service:tool`, `service:*`, `*:*`, or with a prefix wildcard (`files:read_*`), granted or
+/// (with a leading `!`) denied.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Permission {
     deny: bool,
@@ -85,7 +90,7 @@ impl FromStr for Permission {
         };
         let Some((service, tool)) = body.split_once(':') else {
             return Err(RbacConfigError(format!(
-                "{s:?} is not a permission; write service:tool, service:* or *:*"
+                "{s:?} is not a permission; write service:tool, service:prefix_*, service:* or *:*"
             )));
         };
         let part = |p: &str, what: &str| -> Result<Part, RbacConfigError> {
@@ -93,9 +98,13 @@ impl FromStr for Permission {
                 Ok(Part::Any)
             } else if valid_name(p) {
                 Ok(Part::Name(p.to_string()))
+            } else if let Some(prefix) = p.strip_suffix('*')
+                && valid_name(prefix)
+            {
+                Ok(Part::Prefix(prefix.to_string()))
             } else {
                 Err(RbacConfigError(format!(
-                    "{s:?}: the {what} {p:?} must be * or a name of letters, digits, _ - ."
+                    "{s:?}: the {what} {p:?} must be *, a name of letters, digits, _ - ., or such a name ending in * (a prefix)"
                 )))
             }
         };
@@ -119,6 +128,7 @@ impl fmt::Display for Permission {
         let part = |p: &Part| match p {
             Part::Any => "*".to_string(),
             Part::Name(n) => n.clone(),
+            Part::Prefix(n) => format!("{n}*"),
         };
         write!(
             f,
@@ -297,6 +307,9 @@ mod tests {
             "*:*",
             "!shell:*",
             "my-server:do.it",
+            "files:read_*",
+            "!files:write*",
+            "git*:*",
         ] {
             let p: Permission = s.parse().unwrap();
             assert_eq!(p.to_string(), s);
@@ -304,6 +317,10 @@ mod tests {
         for bad in [
             "files",
             "*:read_file",
+            "*:read_*",
+            "files:*read",
+            "files:re*d",
+            "files:**",
             "files:",
             ":x",
             "a b:c",
@@ -353,6 +370,22 @@ mod tests {
             RolePermissions::from_json(&Value::Null).unwrap(),
             RolePermissions::default()
         );
+    }
+
+    /// Issue 17: `files:read_*` grants the reading tools and nothing else of the service.
+    #[test]
+    fn prefix_wildcards_cover_the_names_they_start() {
+        let p = Permissions::parse(&["files:read_*", "interaction:*", "!interaction:ask_*"]).unwrap();
+        assert!(p.allows("files", "read_file"));
+        assert!(p.allows("files", "read_"));
+        assert!(!p.allows("files", "write_file"));
+        assert!(!p.allows("files", "list_directory"));
+        assert!(!p.allows("filesx", "read_file"));
+        assert!(p.allows("interaction", "confirm_action"));
+        assert!(!p.allows("interaction", "ask_question"));
+        let rp = RolePermissions::from_json(&json!({"member": ["files:read_*"]})).unwrap();
+        assert!(rp.allows(Role::Member, "files", "read_file"));
+        assert!(!rp.allows(Role::Member, "files", "edit_file"));
     }
 
     #[test]
@@ -405,6 +438,14 @@ mod tests {
             let perms = Permissions::parse(&[format!("{service}:*")]).unwrap();
             prop_assert!(perms.allows(&service, &tool));
             prop_assert_eq!(perms.allows(&other, &tool), other == service);
+        }
+
+        /// `service:prefix*` covers exactly that service's tools whose names start with the prefix.
+        #[test]
+        fn a_prefix_covers_exactly_the_names_it_starts(service in name(), other in name(), prefix in "[a-z]{1,3}", tool in name()) {
+            let perms = Permissions::parse(&[format!("{service}:{prefix}*")]).unwrap();
+            prop_assert_eq!(perms.allows(&service, &tool), tool.starts_with(&prefix));
+            prop_assert_eq!(perms.allows(&other, &tool), other == service && tool.starts_with(&prefix));
         }
 
         /// A denial beats any grant.

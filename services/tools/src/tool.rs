@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use agentry_schema::error::ErrorCode;
 use agentry_schema::events::{EventPayload, Question};
 use agentry_schema::ids::{RunId, SessionId, TenantId, UserId};
+use agentry_schema::tenancy::Role;
 use async_trait::async_trait;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -103,6 +104,9 @@ pub trait EventSink: Send + Sync {
 pub struct ToolContext {
     pub tenant_id: TenantId,
     pub user_id: UserId,
+    /// The caller's role (the key's): what the tools that check it themselves see (the data
+    /// tools' per-source roles). The pipeline's RBAC check happens before any call.
+    pub role: Role,
     pub session_id: SessionId,
     pub run_id: RunId,
     pub tool_call_id: String,
@@ -118,6 +122,7 @@ impl std::fmt::Debug for ToolContext {
         f.debug_struct("ToolContext")
             .field("tenant_id", &self.tenant_id)
             .field("user_id", &self.user_id)
+            .field("role", &self.role)
             .field("session_id", &self.session_id)
             .field("run_id", &self.run_id)
             .field("tool_call_id", &self.tool_call_id)
@@ -127,12 +132,14 @@ impl std::fmt::Debug for ToolContext {
 }
 
 impl ToolContext {
-    /// A context outside any session: fresh ids, a cancellation token nobody fires, no user to
-    /// ask and no event consumer. For `agentry tool-server` and for tests.
+    /// A context outside any session: fresh ids, the `member` role, a cancellation token
+    /// nobody fires, no user to ask and no event consumer. For `agentry tool-server` and for
+    /// tests.
     pub fn standalone(workspace: WorkspaceInfo) -> Self {
         Self {
             tenant_id: TenantId::new(),
             user_id: UserId::new(),
+            role: Role::Member,
             session_id: SessionId::new(),
             run_id: RunId::new(),
             tool_call_id: String::new(),

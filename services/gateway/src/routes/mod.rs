@@ -15,7 +15,9 @@ use crate::error::{ApiError, ApiResult};
 pub mod admin;
 pub mod agents;
 pub mod chat;
+pub mod data_sources;
 pub mod executions;
+pub mod files;
 pub mod health;
 pub mod mcp_servers;
 pub mod me;
@@ -40,6 +42,8 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .configure(agents::configure)
             .configure(profiles::configure)
             .configure(model_connections::configure)
+            .configure(data_sources::configure)
+            .configure(files::configure)
             .configure(skills::configure)
             .configure(executions::configure)
             .configure(tenant::configure)

@@ -45,6 +45,7 @@ fn context(call: &str) -> ToolContext {
     ToolContext {
         tenant_id: TenantId::new(),
         user_id: UserId::new(),
+        role: agentry_schema::tenancy::Role::Member,
         session_id: SessionId::new(),
         run_id: RunId::new(),
         tool_call_id: call.to_string(),

@@ -132,6 +132,7 @@ pub fn ctx_with(
     ToolContext {
         tenant_id: TenantId::new(),
         user_id: UserId::new(),
+        role: agentry_schema::tenancy::Role::Member,
         session_id: SessionId::new(),
         run_id: RunId::new(),
         tool_call_id: tool_call_id.to_string(),
