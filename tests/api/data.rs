@@ -52,8 +52,10 @@ pub async fn data_sources_flow(ctx: &Ctx) {
             Method::POST,
             "/api/v1/data-sources",
             Some(key),
-            Some(&json!({"id": "sales", "url": format!("sqlite:{}/sales.db", t.admin.user_id),
-                         "allowed_roles": ["admin", "member", "member"]})),
+            Some(
+                &json!({"id": "sales", "url": format!("sqlite:{}/sales.db", t.admin.user_id),
+                         "allowed_roles": ["admin", "member", "member"]}),
+            ),
         )
         .await;
     assert_eq!(created.status, 201, "{}", created.body);
@@ -161,16 +163,17 @@ pub async fn data_sources_flow(ctx: &Ctx) {
             "password",
             "no password",
         ),
-        (
-            json!({"id": "Not A Slug", "url": "sqlite:x.db"}),
-            "id",
-            "",
-        ),
+        (json!({"id": "Not A Slug", "url": "sqlite:x.db"}), "id", ""),
     ] {
         let r = ctx
             .call(Method::POST, "/api/v1/data-sources", Some(key), Some(&body))
             .await;
-        assert_eq!((r.status, r.code()), (422, "validation_error"), "{body}: {}", r.body);
+        assert_eq!(
+            (r.status, r.code()),
+            (422, "validation_error"),
+            "{body}: {}",
+            r.body
+        );
         assert_eq!(r.details()["field"], field, "{body}: {}", r.body);
         assert!(r.message().contains(why), "{body}: {}", r.body);
     }
@@ -197,7 +200,10 @@ pub async fn data_sources_flow(ctx: &Ctx) {
         )
         .await;
     assert_eq!(wh["url"], "postgres://reader:***@127.0.0.2:5432/wh");
-    assert_eq!((&wh["password_set"], &wh["engine"]), (&json!(true), &json!("postgres")));
+    assert_eq!(
+        (&wh["password_set"], &wh["engine"]),
+        (&json!(true), &json!("postgres"))
+    );
     assert_eq!(wh["allowed_roles"], json!(["admin"]), "the default");
     let row = ctx
         .db
@@ -210,7 +216,10 @@ pub async fn data_sources_flow(ctx: &Ctx) {
         .unwrap();
     let sealed: String = row.try_get("", "url_sealed").unwrap();
     let shown: String = row.try_get("", "url_redacted").unwrap();
-    assert!(sealed.starts_with("v1:") && !sealed.contains("hunter2"), "{sealed}");
+    assert!(
+        sealed.starts_with("v1:") && !sealed.contains("hunter2"),
+        "{sealed}"
+    );
     assert!(!shown.contains("hunter2"));
     let kept = ctx
         .ok(
@@ -221,7 +230,10 @@ pub async fn data_sources_flow(ctx: &Ctx) {
             200,
         )
         .await;
-    assert_eq!((&kept["password_set"], &kept["name"]), (&json!(true), &json!("Warehouse")));
+    assert_eq!(
+        (&kept["password_set"], &kept["name"]),
+        (&json!(true), &json!("Warehouse"))
+    );
     assert_eq!(kept["url"], "postgres://reader:***@127.0.0.2:5432/wh");
     let moved = ctx
         .ok(
@@ -232,7 +244,10 @@ pub async fn data_sources_flow(ctx: &Ctx) {
             200,
         )
         .await;
-    assert_eq!(moved["password_set"], false, "not handed to another server: {moved}");
+    assert_eq!(
+        moved["password_set"], false,
+        "not handed to another server: {moved}"
+    );
     let set = ctx
         .ok(
             Method::PUT,
@@ -279,7 +294,9 @@ pub async fn data_sources_flow(ctx: &Ctx) {
         (Method::DELETE, "/api/v1/data-sources/warehouse", None, 204),
         (Method::DELETE, "/api/v1/data-sources/warehouse", None, 404),
     ] {
-        let r = ctx.call(method.clone(), path, Some(key), body.as_ref()).await;
+        let r = ctx
+            .call(method.clone(), path, Some(key), body.as_ref())
+            .await;
         assert_eq!(r.status, status, "{method} {path}: {}", r.body);
     }
     for (method, path) in [
@@ -312,11 +329,18 @@ pub async fn data_sources_flow(ctx: &Ctx) {
         (Method::GET, "/api/v1/data-sources/sales"),
         (Method::DELETE, "/api/v1/data-sources/sales"),
     ] {
-        let r = ctx.call(method.clone(), path, Some(&b.admin.key), None).await;
+        let r = ctx
+            .call(method.clone(), path, Some(&b.admin.key), None)
+            .await;
         assert_eq!(r.status, 404, "{method} {path}: {}", r.body);
     }
     let r = ctx
-        .call(Method::GET, "/api/v1/data-sources", Some(&t.member.key), None)
+        .call(
+            Method::GET,
+            "/api/v1/data-sources",
+            Some(&t.member.key),
+            None,
+        )
         .await;
     assert_eq!(r.status, 403);
     // The sources are still A's.
@@ -337,7 +361,12 @@ async fn files_of_the_caller(ctx: &Ctx, t: &TenantFx) {
     std::os::unix::fs::symlink(&theirs, mine.join("peek")).unwrap();
     std::fs::hard_link(theirs.join("diary.txt"), mine.join("hard.txt")).unwrap();
     let r = ctx
-        .call(Method::GET, "/api/v1/files/notes/today.md", Some(&t.member.key), None)
+        .call(
+            Method::GET,
+            "/api/v1/files/notes/today.md",
+            Some(&t.member.key),
+            None,
+        )
         .await;
     assert_eq!((r.status, r.body.as_str()), (200, Some("# Today\n")));
     assert_eq!(r.headers["x-content-type-options"], "nosniff");
@@ -347,12 +376,24 @@ async fn files_of_the_caller(ctx: &Ctx, t: &TenantFx) {
         format!("/api/v1/files/{}", theirs.join("diary.txt").display()),
         "/api/v1/files/notes/../../x".to_string(),
     ] {
-        let r = ctx.call(Method::GET, &path, Some(&t.member.key), None).await;
-        assert!(matches!(r.status, 400 | 404), "{path}: {} {}", r.status, r.body);
+        let r = ctx
+            .call(Method::GET, &path, Some(&t.member.key), None)
+            .await;
+        assert!(
+            matches!(r.status, 400 | 404),
+            "{path}: {} {}",
+            r.status,
+            r.body
+        );
         assert!(!r.body.to_string().contains("private"), "{path}");
     }
     let r = ctx
-        .call(Method::GET, "/api/v1/files/peek/diary.txt", Some(&t.member.key), None)
+        .call(
+            Method::GET,
+            "/api/v1/files/peek/diary.txt",
+            Some(&t.member.key),
+            None,
+        )
         .await;
     assert_eq!((r.status, r.code()), (400, "bad_request"), "{}", r.body);
     for (key, status) in [(&t.member2.key, 404), (&t.admin.key, 404)] {
@@ -362,7 +403,12 @@ async fn files_of_the_caller(ctx: &Ctx, t: &TenantFx) {
         assert_eq!(r.status, status, "{}", r.body);
     }
     let r = ctx
-        .call(Method::GET, "/api/v1/files/notes/today.md", Some(ADMIN_KEY), None)
+        .call(
+            Method::GET,
+            "/api/v1/files/notes/today.md",
+            Some(ADMIN_KEY),
+            None,
+        )
         .await;
     assert_eq!(r.status, 403);
 }
@@ -380,7 +426,12 @@ pub async fn data_sources_without_encryption_key(ctx: &Ctx) {
             Some(&json!({"id": "s", "url": format!("sqlite:{}/s.db", t.admin.user_id)})),
         )
         .await;
-    assert_eq!((r.status, r.code()), (503, "service_unavailable"), "{}", r.body);
+    assert_eq!(
+        (r.status, r.code()),
+        (503, "service_unavailable"),
+        "{}",
+        r.body
+    );
     assert!(r.message().contains("encryption key"), "{}", r.body);
     let listed = ctx
         .ok(Method::GET, "/api/v1/data-sources", &t.admin.key, None, 200)
@@ -458,7 +509,9 @@ async fn fresh_database(base: &str, setup: &[&str]) -> (String, sea_orm::Databas
     let name = format!("{}_tools", name.split('?').next().unwrap());
     let pg = base.starts_with("postgres");
     let admin_url = format!("{server}/{}", if pg { "postgres" } else { "mysql" });
-    let admin = sea_orm::Database::connect(&admin_url).await.expect(&admin_url);
+    let admin = sea_orm::Database::connect(&admin_url)
+        .await
+        .expect(&admin_url);
     let ddl = if pg {
         [
             format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"),
@@ -537,7 +590,9 @@ async fn sums(ctx: &Ctx, key: &str, source: &str) -> Vec<(String, f64)> {
 /// Everything a data source's user does, on PostgreSQL, MariaDB and SQLite.
 pub async fn data_tools(ctx: &Ctx, pg_base: Option<String>, mysql_base: Option<String>) {
     // Every call below is a run in a session of its own.
-    let t = ctx.tenant_with(json!({"max_sessions_per_user": 1000})).await;
+    let t = ctx
+        .tenant_with(json!({"max_sessions_per_user": 1000}))
+        .await;
     let b = ctx.tenant().await;
     let admin = &t.admin.key;
     let member = &t.member.key;
@@ -601,7 +656,13 @@ pub async fn data_tools(ctx: &Ctx, pg_base: Option<String>, mysql_base: Option<S
 
     // describe: tables, columns, types, keys, estimates; cached, then refreshed.
     for source in servers.iter().copied().chain(["shop"]) {
-        let cat = ok_tool(ctx, member, "describe_data_source", json!({"source": source})).await;
+        let cat = ok_tool(
+            ctx,
+            member,
+            "describe_data_source",
+            json!({"source": source}),
+        )
+        .await;
         assert_eq!(cat["cached"], false, "{source}: {cat}");
         let sales = table(&cat, "sales");
         let cols: Vec<&str> = sales["columns"]
@@ -610,7 +671,11 @@ pub async fn data_tools(ctx: &Ctx, pg_base: Option<String>, mysql_base: Option<S
             .iter()
             .map(|c| c["name"].as_str().unwrap())
             .collect();
-        assert_eq!(&cols[..3], ["id", "region_id", "amount"], "{source}: {sales}");
+        assert_eq!(
+            &cols[..3],
+            ["id", "region_id", "amount"],
+            "{source}: {sales}"
+        );
         assert_eq!(sales["primary_key"], json!(["id"]), "{source}");
         assert_eq!(sales["columns"][2]["nullable"], false, "{source}");
         let amount = sales["columns"][2]["type"].as_str().unwrap().to_lowercase();
@@ -620,12 +685,24 @@ pub async fn data_tools(ctx: &Ctx, pg_base: Option<String>, mysql_base: Option<S
         );
         let fk = &sales["foreign_keys"][0];
         assert_eq!(fk["columns"], json!(["region_id"]), "{source}: {sales}");
-        assert!(fk["references"].as_str().unwrap().ends_with("regions"), "{fk}");
+        assert!(
+            fk["references"].as_str().unwrap().ends_with("regions"),
+            "{fk}"
+        );
         assert_eq!(fk["referenced_columns"], json!(["id"]));
         let estimate = sales["row_estimate"].as_i64().unwrap_or(0);
-        assert!((1000..=2000).contains(&estimate), "{source}: estimate {estimate}");
+        assert!(
+            (1000..=2000).contains(&estimate),
+            "{source}: estimate {estimate}"
+        );
         assert_eq!(table(&cat, "regions")["primary_key"], json!(["id"]));
-        let again = ok_tool(ctx, member, "describe_data_source", json!({"source": source})).await;
+        let again = ok_tool(
+            ctx,
+            member,
+            "describe_data_source",
+            json!({"source": source}),
+        )
+        .await;
         assert_eq!(again["cached"], true, "{source}");
         assert_eq!(again["tables"], cat["tables"]);
         let fresh = ok_tool(
@@ -645,21 +722,45 @@ pub async fn data_tools(ctx: &Ctx, pg_base: Option<String>, mysql_base: Option<S
 
     // SELECT works, the same answer on every engine.
     let expected = vec![
-        ("east".to_string(), (1..=1500).filter(|n| n % 3 == 2).sum::<i64>() as f64),
-        ("north".to_string(), (1..=1500).filter(|n| n % 3 == 0).sum::<i64>() as f64),
-        ("south".to_string(), (1..=1500).filter(|n| n % 3 == 1).sum::<i64>() as f64),
+        (
+            "east".to_string(),
+            (1..=1500).filter(|n| n % 3 == 2).sum::<i64>() as f64,
+        ),
+        (
+            "north".to_string(),
+            (1..=1500).filter(|n| n % 3 == 0).sum::<i64>() as f64,
+        ),
+        (
+            "south".to_string(),
+            (1..=1500).filter(|n| n % 3 == 1).sum::<i64>() as f64,
+        ),
     ];
     for source in servers.iter().copied().chain(["shop"]) {
         assert_eq!(sums(ctx, member, source).await, expected, "{source}");
         // The row cap: the default (1000) and a lower one asked for.
-        let all = ok_tool(ctx, member, "run_sql", json!({"source": source, "sql": "SELECT id FROM sales ORDER BY id"})).await;
+        let all = ok_tool(
+            ctx,
+            member,
+            "run_sql",
+            json!({"source": source, "sql": "SELECT id FROM sales ORDER BY id"}),
+        )
+        .await;
         assert_eq!(
             (&all["row_count"], &all["truncated"], &all["truncated_by"]),
             (&json!(1000), &json!(true), &json!("rows")),
             "{source}"
         );
-        let ten = ok_tool(ctx, member, "run_sql", json!({"source": source, "sql": "SELECT id FROM sales ORDER BY id", "max_rows": 10})).await;
-        assert_eq!((&ten["row_count"], &ten["truncated"]), (&json!(10), &json!(true)));
+        let ten = ok_tool(
+            ctx,
+            member,
+            "run_sql",
+            json!({"source": source, "sql": "SELECT id FROM sales ORDER BY id", "max_rows": 10}),
+        )
+        .await;
+        assert_eq!(
+            (&ten["row_count"], &ten["truncated"]),
+            (&json!(10), &json!(true))
+        );
         assert_eq!(ten["rows"][9][0], json!(10));
         // Layer one, the parser: writes, DDL, several statements, row locks.
         let mut refused = vec![
@@ -673,14 +774,29 @@ pub async fn data_tools(ctx: &Ctx, pg_base: Option<String>, mysql_base: Option<S
             refused.push("SELECT * FROM sales FOR UPDATE");
         }
         for sql in refused {
-            let (code, message) =
-                failed_tool(ctx, member, "run_sql", json!({"source": source, "sql": sql})).await;
+            let (code, message) = failed_tool(
+                ctx,
+                member,
+                "run_sql",
+                json!({"source": source, "sql": sql}),
+            )
+            .await;
             assert_eq!(code, "refused", "{source} {sql}: {message}");
             assert!(message.contains("read-only"), "{source} {sql}: {message}");
         }
     }
-    let shop_rows = ok_tool(ctx, member, "run_sql", json!({"source": "shop", "sql": "SELECT count(*) FROM sales"})).await;
-    assert_eq!(shop_rows["rows"][0][0], json!(1500), "the SQLite file is untouched");
+    let shop_rows = ok_tool(
+        ctx,
+        member,
+        "run_sql",
+        json!({"source": "shop", "sql": "SELECT count(*) FROM sales"}),
+    )
+    .await;
+    assert_eq!(
+        shop_rows["rows"][0][0],
+        json!(1500),
+        "the SQLite file is untouched"
+    );
 
     // Layer two, the read-only transaction: a function with side effects passes the parser
     // and is refused by the database; nothing changed.
@@ -689,11 +805,18 @@ pub async fn data_tools(ctx: &Ctx, pg_base: Option<String>, mysql_base: Option<S
             let (code, message) =
                 failed_tool(ctx, member, "run_sql", json!({"source": "pg", "sql": sql})).await;
             assert_eq!(code, "tool_error", "{sql}: {message}");
-            assert!(message.contains("read-only transaction"), "{sql}: {message}");
+            assert!(
+                message.contains("read-only transaction"),
+                "{sql}: {message}"
+            );
         }
         assert_eq!(count(db, "SELECT count(*) FROM audit").await, 0);
         assert_eq!(count(db, "SELECT count(*)::bigint FROM sales").await, 1500);
-        assert_eq!(count(db, "SELECT nextval('ticket')").await, 1, "the sequence never moved");
+        assert_eq!(
+            count(db, "SELECT nextval('ticket')").await,
+            1,
+            "the sequence never moved"
+        );
         // Layer three, the statement timeout.
         let started = std::time::Instant::now();
         let (_, message) = failed_tool(
@@ -707,8 +830,13 @@ pub async fn data_tools(ctx: &Ctx, pg_base: Option<String>, mysql_base: Option<S
         assert!(started.elapsed() < std::time::Duration::from_secs(15));
     }
     if let Some(db) = &my_db {
-        let (code, message) =
-            failed_tool(ctx, member, "run_sql", json!({"source": "maria", "sql": "SELECT touch()"})).await;
+        let (code, message) = failed_tool(
+            ctx,
+            member,
+            "run_sql",
+            json!({"source": "maria", "sql": "SELECT touch()"}),
+        )
+        .await;
         assert_eq!(code, "tool_error", "{message}");
         assert!(message.to_lowercase().contains("read only"), "{message}");
         assert_eq!(count(db, "SELECT count(*) FROM audit").await, 0);
@@ -753,7 +881,13 @@ pub async fn data_tools(ctx: &Ctx, pg_base: Option<String>, mysql_base: Option<S
         )
         .await;
         assert_eq!(code, "not_found");
-        let mine = ok_tool(ctx, admin, "run_sql", json!({"source": "pg-secret", "sql": "SELECT 1 AS one"})).await;
+        let mine = ok_tool(
+            ctx,
+            admin,
+            "run_sql",
+            json!({"source": "pg-secret", "sql": "SELECT 1 AS one"}),
+        )
+        .await;
         assert_eq!(mine["rows"], json!([[1]]));
     }
     let theirs = ok_tool(ctx, &b.admin.key, "list_data_sources", json!({})).await;
@@ -814,7 +948,10 @@ async fn report_with_charts(ctx: &Ctx, t: &TenantFx) {
     let (result, events) = tool(ctx, member, "create_report", args.clone()).await;
     assert_eq!(result["status"], "success", "{result}");
     let out = &result["result"];
-    assert_eq!(out["document"], "reports/sales-by-region/report.md", "{out}");
+    assert_eq!(
+        out["document"], "reports/sales-by-region/report.md",
+        "{out}"
+    );
     assert_eq!(out["charts"], 2);
     let written: Vec<&str> = events
         .iter()
@@ -838,11 +975,24 @@ async fn report_with_charts(ctx: &Ctx, t: &TenantFx) {
         ))
         .await;
     assert_eq!(doc.status, 200);
-    assert!(doc.headers["content-type"].to_str().unwrap().starts_with("text/markdown"));
-    assert!(doc.headers["content-security-policy"].to_str().unwrap().contains("sandbox"));
+    assert!(
+        doc.headers["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/markdown")
+    );
+    assert!(
+        doc.headers["content-security-policy"]
+            .to_str()
+            .unwrap()
+            .contains("sandbox")
+    );
     let text = doc.body.as_str().unwrap();
     assert!(text.starts_with("# Sales by region"), "{text}");
-    assert!(text.contains("| east |") && text.contains("![Totals](chart-1.png)"), "{text}");
+    assert!(
+        text.contains("| east |") && text.contains("![Totals](chart-1.png)"),
+        "{text}"
+    );
     // The PNG is a real image: the signature, and it decodes to its size.
     let png = ctx
         .request(

@@ -1022,7 +1022,6 @@ async fn data_tools_query_postgres_mariadb_and_sqlite_read_only_and_write_report
     let networks = format!("127.0.0.1/32,{}", mcp::TEST_MCP_NETWORK);
     let ctx = Ctx::start_with(&[("AGENTRY_TOOLS__ALLOWED_NETWORKS", &networks)], None).await;
     let pg = postgres();
-    let mysql =
-        (!Backend::MySql.skipped()).then(|| Backend::MySql.url(std::path::Path::new(".")));
+    let mysql = (!Backend::MySql.skipped()).then(|| Backend::MySql.url(std::path::Path::new(".")));
     data::data_tools(&ctx, pg, mysql).await;
 }

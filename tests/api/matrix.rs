@@ -614,7 +614,9 @@ pub async fn build(ctx: &Ctx, fx: &MatrixFx, route: Route) -> Req {
         ReplaceDataSource => req(
             Method::PUT,
             "/api/v1/data-sources/matrix-source".into(),
-            Some(json!({ "url": "postgres://reader@127.0.0.2:5432/matrix", "allowed_roles": ["admin", "member"] })),
+            Some(
+                json!({ "url": "postgres://reader@127.0.0.2:5432/matrix", "allowed_roles": ["admin", "member"] }),
+            ),
         ),
         DeleteDataSource => {
             let id = unique("doomed");

@@ -41,7 +41,12 @@ impl MigrationTrait for Migration {
 
     async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
         manager
-            .drop_table(Table::drop().table(a("data_sources")).if_exists().to_owned())
+            .drop_table(
+                Table::drop()
+                    .table(a("data_sources"))
+                    .if_exists()
+                    .to_owned(),
+            )
             .await
     }
 }

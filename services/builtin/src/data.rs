@@ -20,12 +20,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use agentry_data::DataError;
 use agentry_data::catalog;
 use agentry_data::exec::{self, Limits, QueryOutput};
 use agentry_data::report::{self, ChartKind, Data, Format, ImageFormat};
 use agentry_data::source::{NetPolicy, SourceUrl, SystemResolve, Target};
-use agentry_data::DataError;
-use agentry_schema::events::{EventPayload, FileMetrics, FileOperationData, FileOperationKind, ToolStatus};
+use agentry_schema::events::{
+    EventPayload, FileMetrics, FileOperationData, FileOperationKind, ToolStatus,
+};
 use agentry_schema::ids::{DataSourceId, TenantId};
 use agentry_sealing::SecretBox;
 use agentry_store::data_sources::{self as stored, DataSource};
@@ -419,8 +421,9 @@ impl Tool for Describe {
                     out = read => out?,
                     () = ctx.cancel.cancelled() => return Err(ToolError::Cancelled),
                 };
-                let value = serde_json::to_value(&described)
-                    .map_err(|e| ToolError::failed(format!("the catalog could not be kept: {e}")))?;
+                let value = serde_json::to_value(&described).map_err(|e| {
+                    ToolError::failed(format!("the catalog could not be kept: {e}"))
+                })?;
                 let at = match stored::set_catalog(
                     &sources.db,
                     &scope(ctx.tenant_id),
@@ -726,23 +729,27 @@ impl Tool for CreateReport {
             let mut written = Vec::new();
             for (name, bytes) in &files {
                 let path = rel.join(name);
-                jail.dir().write(&path, bytes).map_err(|e| io_error(&path, e))?;
+                jail.dir()
+                    .write(&path, bytes)
+                    .map_err(|e| io_error(&path, e))?;
                 let shown = display(&path);
                 let lines = if name.ends_with(".md") || name.ends_with(".html") {
                     bytes.iter().filter(|b| **b == b'\n').count() as u64
                 } else {
                     0
                 };
-                output.events.push(EventPayload::FileOperation(FileOperationData {
-                    operation: FileOperationKind::Write,
-                    file_path: shown.clone(),
-                    metrics: FileMetrics {
-                        lines_written: lines,
-                        ..FileMetrics::default()
-                    },
-                    diff: None,
-                    status: ToolStatus::Success,
-                }));
+                output
+                    .events
+                    .push(EventPayload::FileOperation(FileOperationData {
+                        operation: FileOperationKind::Write,
+                        file_path: shown.clone(),
+                        metrics: FileMetrics {
+                            lines_written: lines,
+                            ..FileMetrics::default()
+                        },
+                        diff: None,
+                        status: ToolStatus::Success,
+                    }));
                 written.push(json!({"path": shown, "bytes": bytes.len()}));
             }
             output.content = json!({

@@ -218,12 +218,17 @@ pub fn read_whole(
     let jail = Jail::open(workspace)?;
     let rel = jail.resolve(input)?;
     if rel.as_os_str().is_empty() {
-        return Err(ToolError::invalid("the path names the workspace root, not a file"));
+        return Err(ToolError::invalid(
+            "the path names the workspace root, not a file",
+        ));
     }
     let mut file = jail.dir().open(&rel).map_err(|e| io_error(&rel, e))?;
     let meta = file.metadata().map_err(|e| io_error(&rel, e))?;
     if meta.is_dir() {
-        return Err(ToolError::NotFound(format!("{} is a directory", display(&rel))));
+        return Err(ToolError::NotFound(format!(
+            "{} is a directory",
+            display(&rel)
+        )));
     }
     if !meta.is_file() {
         return Err(ToolError::Refused(format!(

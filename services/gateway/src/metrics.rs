@@ -382,7 +382,10 @@ mod route_label_tests {
 
     #[test]
     fn route_labels_drop_parameter_regexes() {
-        assert_eq!(documented_form("/api/v1/files/{path:.*}"), "/api/v1/files/{path}");
+        assert_eq!(
+            documented_form("/api/v1/files/{path:.*}"),
+            "/api/v1/files/{path}"
+        );
         assert_eq!(documented_form("/docs/{_:.*}"), "/docs/{_}");
         assert_eq!(
             documented_form("/api/v1/sessions/{session_id}/events"),

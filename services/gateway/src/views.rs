@@ -262,7 +262,9 @@ pub fn model_connection(c: ModelConnection) -> ModelConnectionInfo {
     }
 }
 
-pub fn data_source(s: agentry_store::data_sources::DataSource) -> agentry_schema::api::DataSourceInfo {
+pub fn data_source(
+    s: agentry_store::data_sources::DataSource,
+) -> agentry_schema::api::DataSourceInfo {
     agentry_schema::api::DataSourceInfo {
         id: s.id.to_string(),
         name: s.spec.name,

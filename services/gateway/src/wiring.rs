@@ -154,7 +154,9 @@ fn platform_endpoints(settings: &Settings) -> Vec<std::net::SocketAddr> {
         let host = host.trim_start_matches('[').trim_end_matches(']');
         match (host, port).to_socket_addrs() {
             Ok(addrs) => out.extend(addrs),
-            Err(e) => tracing::warn!(host, error = %e, "resolving a platform service for the data sources' rule failed"),
+            Err(e) => {
+                tracing::warn!(host, error = %e, "resolving a platform service for the data sources' rule failed")
+            }
         }
     }
     out

@@ -9,9 +9,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use agentry_schema::entities::{
-    api_key, approval, assistant, checkpoint, data_source, execution, mcp_server, membership, memory, message,
-    model_connection, profile, session, session_event, skill, skill_file, tenant, tool_call_log,
-    user,
+    api_key, approval, assistant, checkpoint, data_source, execution, mcp_server, membership,
+    memory, message, model_connection, profile, session, session_event, skill, skill_file, tenant,
+    tool_call_log, user,
 };
 use agentry_schema::ids::TenantId;
 pub use agentry_schema::policy::{SandboxPolicy, StdioMcpRole, TenantPolicy};

@@ -375,7 +375,8 @@ mod tests {
     /// Issue 17: `files:read_*` grants the reading tools and nothing else of the service.
     #[test]
     fn prefix_wildcards_cover_the_names_they_start() {
-        let p = Permissions::parse(&["files:read_*", "interaction:*", "!interaction:ask_*"]).unwrap();
+        let p =
+            Permissions::parse(&["files:read_*", "interaction:*", "!interaction:ask_*"]).unwrap();
         assert!(p.allows("files", "read_file"));
         assert!(p.allows("files", "read_"));
         assert!(!p.allows("files", "write_file"));

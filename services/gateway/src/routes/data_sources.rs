@@ -96,7 +96,11 @@ fn seal(state: &AppState, url: &str) -> ApiResult<String> {
 
 /// The stored URL of `current`, opened (for a `PUT` that keeps its password).
 fn stored_url(state: &AppState, current: &DataSource) -> Option<SourceUrl> {
-    let raw = state.secrets.as_ref()?.open(&current.spec.url_sealed).ok()?;
+    let raw = state
+        .secrets
+        .as_ref()?
+        .open(&current.spec.url_sealed)
+        .ok()?;
     SourceUrl::parse(&raw).ok()
 }
 
@@ -247,8 +251,8 @@ pub async fn create_source(
     body: ApiJson<CreateDataSourceRequest>,
 ) -> ApiResult<HttpResponse> {
     let (id, spec) = body.into_inner().split();
-    let id =
-        DataSourceId::try_from(id.as_str()).map_err(|e| ApiError::validation("id", e.to_string()))?;
+    let id = DataSourceId::try_from(id.as_str())
+        .map_err(|e| ApiError::validation("id", e.to_string()))?;
     let scope = admin.scope();
     let (spec, _) = spec_from(&state, &admin, &id, spec, None).await?;
     if stored::count(&state.db, &scope).await? >= MAX_SOURCES {

@@ -67,10 +67,7 @@ pub async fn get_file(
 ) -> ApiResult<HttpResponse> {
     let tenant = caller.tenant();
     let workspace = WorkspaceInfo {
-        root: state
-            .engine
-            .deps()
-            .workspace_root(tenant, caller.user_id()),
+        root: state.engine.deps().workspace_root(tenant, caller.user_id()),
         quota_bytes: tenant.quotas.workspace_quota_bytes,
         sandbox: (&tenant.policy().sandbox).into(),
     };
