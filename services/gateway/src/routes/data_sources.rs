@@ -135,7 +135,8 @@ async fn spec_from(
             ));
         }
         (SourceUrl::Server { url, .. }, Some(password)) => {
-            if url.set_password(password.as_deref()).is_err() {
+            let set = url.set_password(password.as_deref());
+            if set.is_err() {
                 return Err(ApiError::validation(
                     "password",
                     "this URL cannot carry a password",
