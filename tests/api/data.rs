@@ -319,6 +319,15 @@ pub async fn data_sources_flow(ctx: &Ctx) {
             )
             .await;
         assert_eq!(r.status, 415, "{method} {path}: {}", r.body);
+        let big =
+            json!({"id": "big", "url": "sqlite:x.db", "name": "n".repeat(crate::ctx::BODY_LIMIT)});
+        let r = ctx.call(method.clone(), path, Some(key), Some(&big)).await;
+        assert_eq!(
+            (r.status, r.code()),
+            (413, "payload_too_large"),
+            "{method} {path}: {}",
+            r.body
+        );
     }
     // Another tenant's admin sees none of it; a member may not manage sources.
     let theirs = ctx
