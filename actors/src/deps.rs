@@ -60,6 +60,8 @@ pub struct EngineConfig {
     /// of the prompt's estimate (a request's own `max_tokens` wins).
     pub reserve_output_tokens: u64,
     pub mcp_pool: crate::mcp_pool::McpPoolConfig,
+    /// Delegation with `task`: depth, fan-out and parallelism (see [`crate::agent::task`]).
+    pub tasks: crate::agent::task::TaskLimits,
 }
 
 impl Default for EngineConfig {
@@ -80,6 +82,7 @@ impl Default for EngineConfig {
             forward_timeout: Duration::from_secs(5),
             reserve_output_tokens: 1024,
             mcp_pool: crate::mcp_pool::McpPoolConfig::default(),
+            tasks: crate::agent::task::TaskLimits::default(),
         }
     }
 }

@@ -474,8 +474,10 @@ impl Engine {
         let (to, rx) = channel_subscriber();
         cmd.subscriber = Some(to);
         let started = self.chat(tenant, user, cmd).await?;
+        let run = started.accepted.run_id.to_string();
         Ok(RunStream {
-            run: started.accepted.run_id.to_string(),
+            tree: std::collections::HashSet::from([run.clone()]),
+            run,
             handle: started.handle,
             accepted: started.accepted,
             rx,
@@ -818,7 +820,7 @@ impl Engine {
             missing
                 .entry((exec.tenant_id, exec.session_id))
                 .or_default()
-                .push(exec.id);
+                .push((exec.id, exec.parent_execution_id));
         }
         let mut seen = std::collections::HashSet::new();
         for exec in unfinished.iter().chain(without_done.iter()) {
@@ -885,13 +887,17 @@ pub fn channel_subscriber() -> (Subscriber, mpsc::UnboundedReceiver<SessionEvent
     (Subscriber::Channel(tx), rx)
 }
 
-/// One run being watched, from the facade's [`Engine::stream_run`]: the run's own events in
-/// order (other runs of the session are skipped), ending after its `done`. Every adapter that
-/// waits for a run's end reads it through this — the one "read until `done`" in the code.
+/// One run being watched, from the facade's [`Engine::stream_run`]: the run's own events and
+/// those of its `task` child runs (nested to any depth, each with its `parent_run_id`) in
+/// order (other runs of the session are skipped), ending after the run's own `done`. Every
+/// adapter that waits for a run's end reads it through this — the one "read until `done`" in
+/// the code.
 pub struct RunStream {
     pub handle: SessionHandle,
     pub accepted: ChatAccepted,
     run: String,
+    /// The run and its child runs seen so far.
+    tree: std::collections::HashSet<String>,
     rx: mpsc::UnboundedReceiver<SessionEvent>,
     finished: bool,
 }
@@ -925,9 +931,18 @@ impl futures::Stream for RunStream {
                 return Poll::Ready(None);
             }
             match this.rx.poll_recv(cx) {
-                Poll::Ready(Some(ev)) if ev.event.run_id != this.run => continue,
                 Poll::Ready(Some(ev)) => {
-                    this.finished = ev.event.is_done();
+                    let e = &ev.event;
+                    if e.run_id != this.run {
+                        // A child of the run (or of one of its children) joins the tree.
+                        match &e.parent_run_id {
+                            Some(p) if this.tree.contains(p) => {
+                                this.tree.insert(e.run_id.clone());
+                            }
+                            _ => continue,
+                        }
+                    }
+                    this.finished = e.is_done() && e.run_id == this.run;
                     return Poll::Ready(Some(ev));
                 }
                 // The session stopped without the run's `done` (deleted meanwhile).

@@ -768,6 +768,13 @@ pub struct ExecutionInfo {
     pub started_at: DateTime<Utc>,
     pub completed_at: Option<DateTime<Utc>>,
     pub updated_at: DateTime<Utc>,
+    /// For a `task` child run: the run whose `task` call started it (`null` for a run a person
+    /// started). `GET /executions?parent_execution_id=` lists a run's children.
+    #[serde(default)]
+    pub parent_execution_id: Option<String>,
+    /// For a `task` child run: the parent's tool call that started it.
+    #[serde(default)]
+    pub parent_tool_call_id: Option<String>,
 }
 
 /// One row of the tool-call audit.

@@ -1,7 +1,7 @@
 //! The execution event stream: the only output of a run (DESIGN §5).
 //!
-//! Every event travels in one envelope, `{event_type, seq, session_id, run_id, timestamp, data}`,
-//! and round-trips through JSON unchanged. REST, WebSocket, SSE and the CLI are all views of a
+//! Every event travels in one envelope, `{event_type, seq, session_id, run_id, parent_run_id?,
+//! timestamp, data}`, and round-trips through JSON unchanged. REST, WebSocket, SSE and the CLI are all views of a
 //! stream of these.
 
 use serde::{Deserialize, Serialize};
@@ -22,6 +22,10 @@ pub struct ExecutionEvent {
     pub session_id: String,
     /// The run that produced the event. Events outside a run (a frame error, say) carry "".
     pub run_id: String,
+    /// For a child run (started by another run's `task` call): the run that started it. Absent
+    /// for a run a person started, so older clients read every event as before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_run_id: Option<String>,
     /// Seconds since the Unix epoch, with sub-second precision.
     pub timestamp: f64,
     #[serde(flatten)]
@@ -39,9 +43,22 @@ impl ExecutionEvent {
             seq,
             session_id: session_id.into(),
             run_id: run_id.into(),
+            parent_run_id: None,
             timestamp: now_timestamp(),
             payload,
         }
+    }
+
+    /// The event of a child run: `parent` is the run whose `task` call started it.
+    pub fn with_parent(mut self, parent: Option<String>) -> Self {
+        self.parent_run_id = parent;
+        self
+    }
+
+    /// Whether this is the `done` of a run a person started (not of a `task` child run): what
+    /// a client reading a session's stream waits for.
+    pub fn is_top_level_done(&self) -> bool {
+        self.is_done() && self.parent_run_id.is_none()
     }
 
     pub fn event_type(&self) -> &'static str {
@@ -376,6 +393,7 @@ mod tests {
             seq: 17,
             session_id: "s".into(),
             run_id: "r".into(),
+            parent_run_id: None,
             timestamp: 1732240000.123,
             payload: EventPayload::text("Hel", false),
         };

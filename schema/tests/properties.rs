@@ -298,6 +298,8 @@ fn event() -> impl Strategy<Value = ExecutionEvent> {
             |(seq, session_id, run_id, timestamp, payload)| ExecutionEvent {
                 seq,
                 session_id,
+                // Every other event of a random stream belongs to a child run.
+                parent_run_id: (seq % 2 == 1).then(|| format!("{run_id}-parent")),
                 run_id,
                 timestamp,
                 payload,
@@ -429,6 +431,7 @@ fn explicit_null_and_absent_optional_values_stay_apart() {
         seq: 1,
         session_id: "s".into(),
         run_id: "r".into(),
+        parent_run_id: None,
         timestamp: 1.5,
         payload: EventPayload::Error(ErrorData {
             error: "e".into(),

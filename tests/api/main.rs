@@ -42,6 +42,7 @@ mod sandbox;
 mod schemathesis;
 mod skills;
 mod streaming;
+mod tasks;
 mod traces;
 mod visibility;
 mod wsproto;
@@ -122,6 +123,41 @@ async fn an_assistants_own_prompt_tools_and_approvals_override_its_profile() {
 #[tokio::test]
 async fn profiles_over_rest_are_per_tenant_and_admin_managed() {
     profiles::profiles_flow(&Ctx::start().await).await;
+}
+
+// ---- delegation with `task` (issue 16, item 2) ----
+
+#[tokio::test]
+async fn task_delegates_to_a_child_run_whose_approval_the_client_decides() {
+    let (fake, ctx) = durability::start(agentry_fake_model::DefaultReply::Auto, None, &[]).await;
+    tasks::a_parent_delegates_and_the_client_approves_the_childs_tool(&ctx, &fake).await;
+}
+
+#[tokio::test]
+async fn task_cancelling_the_parent_cancels_the_child() {
+    let (_fake, ctx) = durability::start(agentry_fake_model::DefaultReply::Auto, None, &[]).await;
+    tasks::cancelling_the_parent_cancels_the_child(&ctx).await;
+}
+
+#[tokio::test]
+async fn task_depth_and_fan_out_limits_refuse_and_parallel_children_overlap() {
+    let (_fake, ctx) = durability::start(
+        agentry_fake_model::DefaultReply::Auto,
+        None,
+        &[
+            ("AGENTRY_TASKS__MAX_DEPTH", "1"),
+            ("AGENTRY_TASKS__MAX_PER_STEP", "2"),
+        ],
+    )
+    .await;
+    tasks::depth_and_fan_out_limits_and_parallel_children(&ctx).await;
+}
+
+#[tokio::test]
+async fn task_kill9_mid_child_ends_it_once_and_the_parent_resumes() {
+    let (fake, mut ctx) =
+        durability::start(agentry_fake_model::DefaultReply::Auto, None, &[]).await;
+    tasks::a_crash_mid_child_ends_it_once_and_the_parent_resumes(&mut ctx, &fake).await;
 }
 
 // ---- models per tenant: bring your own key (issue 16 item 4, docs/models.md) ----

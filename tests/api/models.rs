@@ -674,12 +674,29 @@ pub async fn max_retries_governs_model_calls(ctx: &Ctx, platform: &FakeModelServ
         json!({"id": "two", "model_connection": "c", "max_retries": 2}),
     )
     .await;
-    agent(
+    let capped = agent(
         ctx,
         &t,
         json!({"id": "five-capped", "model_connection": "capped", "max_retries": 5}),
     )
     .await;
+    // What the assistant asked for stays its own; `effective` shows what its calls get: the
+    // connection's cap (issue 16).
+    assert_eq!(capped["max_retries"], 5, "{capped}");
+    assert_eq!(capped["effective"]["max_retries"], 1, "{capped}");
+    let read = ok(
+        ctx,
+        Method::GET,
+        "/api/v1/agents/two",
+        &t.admin.key,
+        None,
+        200,
+    )
+    .await;
+    assert_eq!(
+        read["effective"]["max_retries"], 2,
+        "under the cap of 10: {read}"
+    );
     agent(ctx, &t, json!({"id": "platform-zero", "max_retries": 0})).await;
 
     for (id, attempts) in [("zero", 1), ("two", 3), ("five-capped", 2)] {

@@ -14,6 +14,7 @@ pub mod history;
 pub mod recorder;
 pub mod sink;
 pub mod state;
+pub mod task;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -78,6 +79,8 @@ pub struct RunInput {
     pub fence: Option<i64>,
     /// The tenant's quotas: each model call reserves its tokens here first.
     pub quota: crate::quota::QuotaHandle,
+    /// A `task` child run: the run that started it (`None`: a person did).
+    pub parent: Option<task::ParentRun>,
 }
 
 /// How a run ended; the session turns it into the `done` event and the execution row.
@@ -178,6 +181,8 @@ pub async fn run_agent(
         stored: StoredRun::default(),
         // run_agent runs in the run's span.
         trace_parent: agentry_schema::trace_context::traceparent(&tracing::Span::current()),
+        delegation: None,
+        stop_children: None,
     };
     let sink = agent.sink.clone();
     let result = tokio::select! {
@@ -195,6 +200,10 @@ pub async fn run_agent(
         }
     };
     let (Ok(mut outcome) | Err(mut outcome)) = result;
+    if let Some(d) = &agent.delegation {
+        // Children it started ahead of calls it never reached stop; the session ends them.
+        d.stop();
+    }
     agent.stop(&outcome);
     outcome.rows = Box::new(agent.recorder.take_waiting());
     outcome.checkpoints = agent.recorder.checkpoints_written();
@@ -240,6 +249,10 @@ struct Agent {
     trace_parent: Option<String>,
     /// The tenant's model connection the run talks to; `None`: the platform's model.
     connection: Option<agentry_schema::ids::ModelConnectionId>,
+    /// Its `task` tool's state, when its tools include `task`.
+    delegation: Option<Arc<task::Delegation>>,
+    /// Stops its children when the loop is dropped (aborted after a cancel, or panicked).
+    stop_children: Option<tokio_util::sync::DropGuard>,
 }
 
 /// What a resumed run finds stored of itself, so nothing that happened before the crash
@@ -377,7 +390,7 @@ impl Agent {
             }
             Err(refusal) => return Err(self.fail(refusal.code, refusal.message)),
         };
-        let tools = self
+        let mut tools = self
             .deps
             .tools
             .tools_for(&ToolRequest {
@@ -397,6 +410,7 @@ impl Agent {
                 true,
             ));
         }
+        self.add_task_tool(&mut tools);
         if tools.offered().any(|s| s.name == "recall") {
             // Memories are context, not a requirement: a failed read only leaves them out.
             if let Ok((recent, _)) = agentry_store::memories::list(
@@ -509,6 +523,7 @@ impl Agent {
                     if answer.calls.is_empty() {
                         return self.respond(answer.text);
                     }
+                    self.plan_tasks(&answer.calls, &tools);
                     // The answer is written with the first checkpoint of acting on it (just
                     // before its first call runs, or before it waits for a person).
                     self.go(RunEvent::ToolsCalled)?;
@@ -539,6 +554,58 @@ impl Agent {
         }
     }
 
+    /// The `task` tool, bound to this run, when its assistant's tools admit it (its use is
+    /// still subject to the role's permissions, like every tool's).
+    fn add_task_tool(&mut self, tools: &mut ToolSet) {
+        let spec = task::task_spec();
+        if !crate::tools::assistant_allows(self.input.agent.tools.as_deref(), &spec)
+            || tools.registry.contains(task::TASK_TOOL)
+        {
+            return;
+        }
+        let delegation = Arc::new(task::Delegation::new(
+            self.deps.clone(),
+            &self.input,
+            self.sink.clone(),
+            self.progress.clone(),
+            &self.cancel,
+        ));
+        let Some(tool) = task::task_tool(delegation.clone()) else {
+            return;
+        };
+        if let Err(e) = tools.registry.register_compiled(tool) {
+            tracing::error!(error = %e, "the task tool was not registered");
+            return;
+        }
+        self.stop_children = Some(delegation.cancel_token().drop_guard());
+        self.delegation = Some(delegation);
+    }
+
+    /// A step's `task` calls: several start together now (see [`task::Delegation::plan`]), if
+    /// each would pass the pipeline's checks without a person's approval.
+    fn plan_tasks(&self, calls: &[ToolCall], tools: &ToolSet) {
+        let Some(d) = &self.delegation else { return };
+        let Some(tool) = tools.registry.get(task::TASK_TOOL) else {
+            return;
+        };
+        let allowed = tools.policy.check(tool.spec()).is_ok();
+        d.plan(calls, |call| {
+            allowed
+                && tools
+                    .registry
+                    .validate(task::TASK_TOOL, &call.arguments)
+                    .is_ok()
+                && !(!self.input.auto_approve
+                    && (tool.needs_approval(&call.arguments)
+                        || self
+                            .input
+                            .agent
+                            .interrupt_on
+                            .iter()
+                            .any(|n| n == task::TASK_TOOL)))
+        });
+    }
+
     /// `reason -> respond -> end`: the model's final answer. Its message goes into the run's
     /// end with the `done`.
     fn respond(&mut self, text: String) -> Step<RunOutcome> {
@@ -554,6 +621,15 @@ impl Agent {
 
     async fn load_conversation(&mut self, from_id: Option<i64>) -> Step<()> {
         let msgs = match from_id {
+            // A `task` child's context is its own messages only (its task description first).
+            _ if self.input.parent.is_some() => messages::of_run(
+                &self.deps.db,
+                &self.scope,
+                self.input.session_id,
+                self.input.run_id,
+            )
+            .await
+            .map_err(|e| self.store_failed("loading the sub-task's conversation", e))?,
             Some(_) => {
                 // Resume: everything from the window start (a run's own messages are bounded by
                 // its recursion limit, so this stays small).

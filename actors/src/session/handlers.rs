@@ -212,13 +212,35 @@ impl Handler<Emit> for SessionActor {
     fn handle(&mut self, msg: Emit, _: &mut Self::Context) {
         // Events of a run that already ended (aborted after a cancel) are dropped: `done` was
         // its last word.
-        if self
-            .run
-            .as_ref()
-            .is_some_and(|r| r.run_id == msg.run_id && r.phase == super::Phase::Running)
-        {
-            self.publish(Some(msg.run_id), msg.payload);
+        if self.emitting(msg.run_id, msg.child) {
+            match msg.child {
+                Some(c) => self.publish_as(Some(c.run), Some(c.parent), msg.payload),
+                None => self.publish(Some(msg.run_id), msg.payload),
+            }
         }
+    }
+}
+
+impl Handler<StartChild> for SessionActor {
+    type Result = bool;
+    fn handle(&mut self, msg: StartChild, _: &mut Self::Context) -> bool {
+        self.start_child(msg.root, msg.child, msg.depth, msg.progress)
+    }
+}
+
+impl Handler<ForgetChild> for SessionActor {
+    type Result = ();
+    fn handle(&mut self, msg: ForgetChild, _: &mut Self::Context) {
+        if let Some(run) = self.run.as_mut().filter(|r| r.run_id == msg.root) {
+            run.children.remove(&msg.child.run);
+        }
+    }
+}
+
+impl Handler<EndChild> for SessionActor {
+    type Result = ();
+    fn handle(&mut self, msg: EndChild, ctx: &mut Self::Context) {
+        self.end_child(ctx, msg.root, msg.child, msg.outcome, msg.reply);
     }
 }
 
@@ -228,19 +250,20 @@ impl Handler<OpenApproval> for SessionActor {
         if let Some(run) = self.run.as_mut().filter(|r| r.run_id == msg.run_id) {
             run.asked_human = true;
         }
-        let live = self.run.as_ref().is_some_and(|r| {
-            r.run_id == msg.run_id && r.phase == super::Phase::Running && !r.cancel.is_cancelled()
-        });
+        let live = self.emitting(msg.run_id, msg.child)
+            && self.run.as_ref().is_some_and(|r| !r.cancel.is_cancelled());
         let id = msg.request.id;
         if !live {
             self.desk.close(id, HumanOutcome::Cancelled);
             return;
         }
+        // Filed under the top-level run: its end (or cancel) closes its children's requests too.
         self.approvals.insert(id, msg.run_id);
-        self.publish(
-            Some(msg.run_id),
-            EventPayload::HitlRequest(msg.request.data),
-        );
+        let payload = EventPayload::HitlRequest(msg.request.data);
+        match msg.child {
+            Some(c) => self.publish_as(Some(c.run), Some(c.parent), payload),
+            None => self.publish(Some(msg.run_id), payload),
+        }
     }
 }
 
@@ -269,8 +292,11 @@ impl Handler<SeqReserved> for SessionActor {
 impl Handler<AddMissingDone> for SessionActor {
     type Result = ();
     fn handle(&mut self, msg: AddMissingDone, ctx: &mut Self::Context) {
-        for run_id in msg.0 {
-            self.interrupt(ctx, run_id, |_, _| {});
+        for (run_id, parent) in msg.0 {
+            match parent {
+                Some(parent) => self.interrupt_child(ctx, run_id, parent),
+                None => self.interrupt(ctx, run_id, |_, _| {}),
+            }
         }
     }
 }

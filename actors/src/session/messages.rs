@@ -13,8 +13,10 @@ use agentry_store::UserScope;
 use agentry_store::tenants::Tenant;
 use tokio::sync::mpsc;
 
-use crate::agent::RunOutcome;
-use crate::agent::sink::HumanRequest;
+use agentry_schema::events::DoneStatus;
+
+use crate::agent::sink::{ChildTag, HumanRequest};
+use crate::agent::{RunOutcome, SharedProgress};
 use crate::error::EngineError;
 
 // ---- output ----
@@ -157,12 +159,44 @@ pub struct Evict;
 
 // ---- internal ----
 
-/// An event from the session's run task.
+/// An event from the session's run task. `run_id` is the session's active (top-level) run;
+/// `child`, when the event comes from one of its `task` child runs.
 #[derive(Message)]
 #[rtype(result = "()")]
 pub(crate) struct Emit {
     pub run_id: RunId,
+    pub child: Option<ChildTag>,
     pub payload: EventPayload,
+}
+
+/// A `task` call of the active run `root` (or of one of its children) starts a child run:
+/// see [`crate::agent::sink::RunSink::start_child`].
+#[derive(Message)]
+#[rtype(result = "bool")]
+pub(crate) struct StartChild {
+    pub root: RunId,
+    pub child: ChildTag,
+    pub depth: u32,
+    pub progress: SharedProgress,
+}
+
+/// A registered child run that never started: forgotten without a `done`.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct ForgetChild {
+    pub root: RunId,
+    pub child: ChildTag,
+}
+
+/// A child run's loop is over: its end is recorded and its `done` published, then `reply`
+/// gets the status the clients were told (`None`: it was ended already).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct EndChild {
+    pub root: RunId,
+    pub child: ChildTag,
+    pub outcome: RunOutcome,
+    pub reply: tokio::sync::oneshot::Sender<Option<DoneStatus>>,
 }
 
 /// The run task needs a human. The request is already open on the approval desk (a decision
@@ -172,6 +206,7 @@ pub(crate) struct Emit {
 #[rtype(result = "()")]
 pub(crate) struct OpenApproval {
     pub run_id: RunId,
+    pub child: Option<ChildTag>,
     pub request: HumanRequest,
 }
 
@@ -193,7 +228,8 @@ pub(crate) struct SeqReserved {
 
 /// Start-up recovery found runs of this session with a final status but no `done` in the
 /// stream (a crash between the two writes, before they were one transaction): each gets a
-/// `done{interrupted}`; their status stays.
+/// `done{interrupted}`; their status stays. Each run comes with its parent, for a `task`
+/// child run (its `done` carries `parent_run_id`).
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct AddMissingDone(pub Vec<RunId>);
+pub struct AddMissingDone(pub Vec<(RunId, Option<RunId>)>);

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use agentry_schema::error::ErrorCode;
-use agentry_schema::events::{DoneData, DoneStatus, EventPayload, ExecutionEvent};
+use agentry_schema::events::{DoneData, DoneStatus, EventPayload, ExecutionEvent, TokenUsage};
 use agentry_schema::ids::{ApprovalId, AssistantId, RunId, SessionId, UserId};
 use agentry_schema::tenancy::Role;
 use agentry_store::assistants::{self, Assistant, AssistantSpec};
@@ -32,7 +32,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::agent::recorder::StartRows;
-use crate::agent::sink::{HumanOutcome, HumanRequest, RunSink};
+use crate::agent::sink::{ChildTag, HumanOutcome, HumanRequest, RunSink};
 use crate::agent::{
     Progress, RunCheckpoint, RunInput, RunOutcome, RunRecorder, SharedProgress, run_agent,
 };
@@ -97,8 +97,12 @@ struct EventLog {
     reserving: bool,
     /// Every `seq <= journaled_upto` is in the local journal of unrecorded runs.
     journaled_upto: u64,
-    /// Numbered, not sent yet: waiting for a reservation.
+    /// Numbered, not sent yet: waiting for a reservation (or behind one of `barriers`).
     held: VecDeque<SessionEvent>,
+    /// The `seq`s of child runs' `done`s whose ends are being written: each, and everything
+    /// after it, stays held until its write lands, so the stream stays in `seq` order (siblings
+    /// and the parent go on emitting meanwhile) and a `done` is never sent without its status.
+    barriers: std::collections::BTreeSet<u64>,
 }
 
 impl EventLog {
@@ -117,12 +121,21 @@ impl EventLog {
             reserving: false,
             journaled_upto: floor,
             held: VecDeque::new(),
+            barriers: Default::default(),
         }
     }
 
-    /// Give the event the next `seq` (it is not sent yet: see [`EventLog::accept`]).
-    fn number(&mut self, session_id: &str, run_id: &str, payload: EventPayload) -> SessionEvent {
-        let event = ExecutionEvent::new(self.next_seq, session_id, run_id, payload);
+    /// Give the event the next `seq` (it is not sent yet: see [`EventLog::accept`]); `parent`:
+    /// the run that started the event's run, for a `task` child run's.
+    fn number_tagged(
+        &mut self,
+        session_id: &str,
+        run_id: &str,
+        parent: Option<RunId>,
+        payload: EventPayload,
+    ) -> SessionEvent {
+        let event = ExecutionEvent::new(self.next_seq, session_id, run_id, payload)
+            .with_parent(parent.map(|p| p.to_string()));
         self.next_seq += 1;
         let json: Arc<str> = event.to_json().into();
         SessionEvent {
@@ -153,7 +166,8 @@ impl EventLog {
     fn release(&mut self) -> Vec<SessionEvent> {
         let mut out = Vec::new();
         while let Some(ev) = self.held.front() {
-            if !self.sendable(ev.event.seq) {
+            let behind_barrier = self.barriers.first().is_some_and(|b| ev.event.seq >= *b);
+            if !self.sendable(ev.event.seq) || behind_barrier {
                 break;
             }
             if let Some(ev) = self.held.pop_front() {
@@ -254,6 +268,16 @@ struct ActiveRun {
     asked_human: bool,
     /// The run's span (`agent.run`): its loop, model and tool calls are its children.
     span: tracing::Span,
+    /// Its `task` child runs (and theirs) still going, by id: their events are published while
+    /// they are here, and the run's end ends those left.
+    children: HashMap<RunId, LiveChild>,
+}
+
+/// A `task` child run still going (see [`ActiveRun::children`]).
+struct LiveChild {
+    parent: RunId,
+    depth: u32,
+    progress: SharedProgress,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -677,8 +701,15 @@ impl SessionActor {
     /// Assign the next `seq` and send the event once its `seq` is safe to send (see
     /// [`EventLog`]); it is kept for replay and persistence.
     fn publish(&mut self, run_id: Option<RunId>, payload: EventPayload) {
+        self.publish_as(run_id, None, payload);
+    }
+
+    /// [`SessionActor::publish`] for an event that may be a child run's.
+    fn publish_as(&mut self, run_id: Option<RunId>, parent: Option<RunId>, payload: EventPayload) {
         let run = run_id.map(|r| r.to_string()).unwrap_or_default();
-        let ev = self.log.number(&self.session_key, &run, payload);
+        let ev = self
+            .log
+            .number_tagged(&self.session_key, &run, parent, payload);
         self.last_activity = Instant::now();
         if let Some(ev) = self.log.accept(ev) {
             self.fan_out(std::iter::once(ev));
@@ -830,6 +861,7 @@ impl SessionActor {
         Arc::new(ActorSink {
             addr: ctx.address(),
             run_id,
+            child: None,
             desk: self.desk.clone(),
             tenant: self.tenant.id,
             session: self.session.id,
@@ -891,6 +923,7 @@ impl SessionActor {
             // A resumed run may have left a request pending (asked again, or closed at its end).
             asked_human: matches!(start, RunStart::Resume(_)),
             span: span.clone(),
+            children: HashMap::new(),
         });
         self.last_activity = Instant::now();
         let deps = self.deps.clone();
@@ -1040,7 +1073,7 @@ impl SessionActor {
                                 &Progress::default(),
                             );
                             outcome.error = Some(e.to_string());
-                            act.end_run(ctx, run_id, outcome, |act, ctx, _, _| act.start_next(ctx));
+                            act.end_run(ctx, run_id, None, outcome, |act, ctx, _, _| act.start_next(ctx));
                             return;
                         }
                     }
@@ -1077,8 +1110,105 @@ impl SessionActor {
         run.abort = Some(handle.abort_handle());
     }
 
+    /// Whether events of the active run `root` (of its child `child`, if given) are published:
+    /// the run is going and the child has not ended (a `done` is a run's last word).
+    fn emitting(&self, root: RunId, child: Option<ChildTag>) -> bool {
+        self.run.as_ref().is_some_and(|r| {
+            r.run_id == root
+                && r.phase == Phase::Running
+                && child.is_none_or(|c| r.children.contains_key(&c.run))
+        })
+    }
+
+    /// Register a `task` child run of the active run `root` (see [`RunSink::start_child`]).
+    fn start_child(
+        &mut self,
+        root: RunId,
+        child: ChildTag,
+        depth: u32,
+        progress: SharedProgress,
+    ) -> bool {
+        if !self.emitting(root, None) || self.run.as_ref().is_some_and(|r| r.cancel.is_cancelled())
+        {
+            return false;
+        }
+        if child.parent != root
+            && !self.emitting(
+                root,
+                Some(ChildTag {
+                    run: child.parent,
+                    parent: root,
+                }),
+            )
+        {
+            // Its parent (a child itself) has ended already.
+            return false;
+        }
+        if let Some(run) = self.run.as_mut() {
+            run.children.insert(
+                child.run,
+                LiveChild {
+                    parent: child.parent,
+                    depth,
+                    progress,
+                },
+            );
+        }
+        true
+    }
+
+    /// A child run's loop is over: record its end and publish its `done` (in one transaction,
+    /// in its place in the stream), then tell the `task` call.
+    fn end_child(
+        &mut self,
+        ctx: &mut Context<Self>,
+        root: RunId,
+        child: ChildTag,
+        outcome: RunOutcome,
+        reply: oneshot::Sender<Option<DoneStatus>>,
+    ) {
+        let live = self
+            .run
+            .as_mut()
+            .filter(|r| r.run_id == root)
+            .and_then(|r| r.children.remove(&child.run));
+        if live.is_none() {
+            // Ended already, with its top-level run.
+            let _ = reply.send(None);
+            return;
+        }
+        self.end_run(
+            ctx,
+            child.run,
+            Some(child.parent),
+            outcome,
+            move |_, _, status, _| {
+                let _ = reply.send(Some(status));
+            },
+        );
+    }
+
+    /// End the `task` children the active run leaves going, deepest first (each `done` before
+    /// its parent's): `done{cancelled}` with `reason`. Returns their usage so far: it rolls up
+    /// into the run's.
+    fn end_children(&mut self, ctx: &mut Context<Self>, reason: &str) -> TokenUsage {
+        let Some(run) = self.run.as_mut() else {
+            return TokenUsage::default();
+        };
+        let mut left: Vec<(RunId, LiveChild)> = run.children.drain().collect();
+        left.sort_by(|a, b| b.1.depth.cmp(&a.1.depth));
+        let mut usage = TokenUsage::default();
+        for (id, child) in left {
+            let p = child.progress.lock().map(|p| *p).unwrap_or_default();
+            usage.add(p.usage);
+            let outcome = RunOutcome::new(DoneStatus::Cancelled, Some(reason), &p);
+            self.end_run(ctx, id, Some(child.parent), outcome, |_, _, _, _| {});
+        }
+        usage
+    }
+
     /// The loop is over: record the outcome, then emit the run's one `done`.
-    fn finish_run(&mut self, ctx: &mut Context<Self>, run_id: RunId, outcome: RunOutcome) {
+    fn finish_run(&mut self, ctx: &mut Context<Self>, run_id: RunId, mut outcome: RunOutcome) {
         let Some(run) = self.run.as_mut().filter(|r| r.run_id == run_id) else {
             return;
         };
@@ -1094,35 +1224,48 @@ impl SessionActor {
         // Its tokens were counted call by call, as each model call settled its reservation.
         drop(run.slot.take());
         self.close_approvals(Some(run_id));
+        let reason = if outcome.status == DoneStatus::Cancelled {
+            "user_cancelled"
+        } else {
+            "parent_ended"
+        };
+        let children = self.end_children(ctx, reason);
+        outcome.usage.add(children);
         let tenant = self.tenant.id.to_string();
         let mut logged = outcome.clone();
-        self.end_run(ctx, run_id, outcome, move |act, ctx, status, usage| {
-            crate::metrics::record_run_done(status, &tenant, usage.total);
-            // The status the clients were told (a run whose end could not be written is failed).
-            logged.status = status;
-            let request_id = act.run_requests.remove(&run_id);
-            let trace_id = act
-                .run
-                .as_ref()
-                .filter(|r| r.run_id == run_id)
-                .and_then(|r| agentry_schema::trace_context::trace_id(&r.span));
-            crate::metrics::log_run_end(
-                &act.session,
-                run_id,
-                &logged,
-                request_id.as_deref(),
-                trace_id.as_deref(),
-            );
-            if act.run.as_ref().is_some_and(|r| r.run_id == run_id) {
-                act.run = None;
-            }
-            if act.shutting_down {
-                act.release_lease();
-                act.stop_on_purpose(ctx);
-            } else {
-                act.start_next(ctx);
-            }
-        });
+        self.end_run(
+            ctx,
+            run_id,
+            None,
+            outcome,
+            move |act, ctx, status, usage| {
+                crate::metrics::record_run_done(status, &tenant, usage.total);
+                // The status the clients were told (a run whose end could not be written is failed).
+                logged.status = status;
+                let request_id = act.run_requests.remove(&run_id);
+                let trace_id = act
+                    .run
+                    .as_ref()
+                    .filter(|r| r.run_id == run_id)
+                    .and_then(|r| agentry_schema::trace_context::trace_id(&r.span));
+                crate::metrics::log_run_end(
+                    &act.session,
+                    run_id,
+                    &logged,
+                    request_id.as_deref(),
+                    trace_id.as_deref(),
+                );
+                if act.run.as_ref().is_some_and(|r| r.run_id == run_id) {
+                    act.run = None;
+                }
+                if act.shutting_down {
+                    act.release_lease();
+                    act.stop_on_purpose(ctx);
+                } else {
+                    act.start_next(ctx);
+                }
+            },
+        );
     }
 
     /// Record the end of a run (its final status, its events not stored yet and its `done`, in
@@ -1135,6 +1278,7 @@ impl SessionActor {
         &mut self,
         ctx: &mut Context<Self>,
         run_id: RunId,
+        parent: Option<RunId>,
         outcome: RunOutcome,
         then: impl FnOnce(&mut Self, &mut Context<Self>, DoneStatus, agentry_schema::events::TokenUsage)
         + 'static,
@@ -1145,9 +1289,10 @@ impl SessionActor {
             .as_ref()
             .filter(|r| r.run_id == run_id)
             .and_then(|r| agentry_schema::trace_context::trace_id(&r.span));
-        let done = self.log.number(
+        let done = self.log.number_tagged(
             &self.session_key,
             &run,
+            parent,
             EventPayload::Done(
                 DoneData::new(outcome.status, outcome.reason.clone(), outcome.usage)
                     .with_trace_id(trace_id.clone()),
@@ -1156,6 +1301,12 @@ impl SessionActor {
         let done_seq = done.event.seq;
         let mut events = self.log.not_stored();
         events.push((*done.event).clone());
+        if parent.is_some() {
+            // A child's `done` keeps its place in the stream: it waits in `held`, with what
+            // follows it, until its end is written (see `EventLog::barriers`).
+            self.log.held.push_back(done.clone());
+            self.log.barriers.insert(done_seq);
+        }
         let status = execution_status(outcome.status);
         let error = outcome.error.clone().or_else(|| {
             outcome
@@ -1182,6 +1333,7 @@ impl SessionActor {
             decisions: outcome.rows.decisions.clone(),
             cancel_approvals: asked,
             fence: self.fence,
+            child: parent.is_some(),
         };
         // Checkpoints are pruned only past what a run keeps (a short run never gets there); a
         // resumed run's count is unknown, so it prunes.
@@ -1199,7 +1351,9 @@ impl SessionActor {
                 // Before the `done` goes out: whoever sees it sees the run's metrics and the
                 // session free for the next run.
                 then(act, ctx, outcome.status, outcome.usage);
-                if let Some(ev) = act.log.accept(done) {
+                if parent.is_some() {
+                    act.log.barriers.remove(&done_seq);
+                } else if let Some(ev) = act.log.accept(done) {
                     act.fan_out(std::iter::once(ev));
                 }
                 act.release_held();
@@ -1229,6 +1383,7 @@ impl SessionActor {
                     act.stored_upto(last.seq);
                 }
                 act.log.held.clear();
+                act.log.barriers.clear();
                 then(act, ctx, DoneStatus::Interrupted, outcome.usage);
             }
             Err(e) => {
@@ -1237,14 +1392,21 @@ impl SessionActor {
                     "the run's end could not be recorded ({}); it ended as failed and will be recorded when the database is back",
                     e.code().as_str()
                 );
-                let error = act.log.number(
+                if parent.is_some() {
+                    // Its `done` is replaced by the `failed` one below.
+                    act.log.held.retain(|e| e.event.seq != done_seq);
+                    act.log.barriers.remove(&done_seq);
+                }
+                let error = act.log.number_tagged(
                     &act.session_key,
                     &run,
+                    parent,
                     EventPayload::error(ErrorCode::InternalError.as_str(), message.clone(), false),
                 );
-                let failed = act.log.number(
+                let failed = act.log.number_tagged(
                     &act.session_key,
                     &run,
+                    parent,
                     EventPayload::Done(
                         DoneData::new(
                             DoneStatus::Failed,
@@ -1270,6 +1432,7 @@ impl SessionActor {
                     decisions: outcome.rows.decisions,
                     cancel_approvals: true,
                     fence: act.fence,
+                    child: parent.is_some(),
                 };
                 // Journaled, the events are safe to send: the next start stores them with the
                 // same numbers before anything else is numbered.
@@ -1413,6 +1576,10 @@ impl SessionActor {
                 let crashed = run.span.clone();
                 tracing::error!(%run_id, restarts, "the agent loop panicked: {panic}");
                 if restarts < self.deps.config.max_restarts && !run.cancel.is_cancelled() {
+                    // The restarted loop settles its interrupted `task` call itself; the
+                    // children it leaves end now, each with its `done`.
+                    // (Their usage since the last checkpoint is lost, as the parent's is.)
+                    let _ = self.end_children(ctx, "parent_crashed");
                     self.publish(
                         Some(run_id),
                         EventPayload::error(
@@ -1491,6 +1658,18 @@ impl SessionActor {
             for (run_id, user) in rec.queued {
                 act.queue.push_back(QueuedRun { run_id, user });
             }
+            for (child, parent) in rec.children {
+                act.publish_as(
+                    Some(child),
+                    Some(parent),
+                    EventPayload::error(
+                        ErrorCode::InternalError.as_str(),
+                        "the server restarted during this sub-task; it was interrupted (its parent run resumes and reads its task call as interrupted)",
+                        false,
+                    ),
+                );
+                act.interrupt_child(ctx, child, parent);
+            }
             match rec.active {
                 Some((run_id, user, restart @ (Restart::From(_) | Restart::Fresh))) => {
                     let (note, cp) = match restart {
@@ -1534,7 +1713,19 @@ impl SessionActor {
             Some("server_restarted"),
             &Progress::default(),
         );
-        self.end_run(ctx, run_id, outcome, move |act, ctx, _, _| then(act, ctx));
+        self.end_run(ctx, run_id, None, outcome, move |act, ctx, _, _| {
+            then(act, ctx)
+        });
+    }
+
+    /// [`SessionActor::interrupt`] for a `task` child run: its `done` names its parent.
+    fn interrupt_child(&mut self, ctx: &mut Context<Self>, run_id: RunId, parent: RunId) {
+        let outcome = RunOutcome::new(
+            DoneStatus::Interrupted,
+            Some("server_restarted"),
+            &Progress::default(),
+        );
+        self.end_run(ctx, run_id, Some(parent), outcome, |_, _, _, _| {});
     }
 }
 
@@ -1560,6 +1751,11 @@ struct Recovery {
     lease: Option<Claimed>,
     /// Cluster mode: the run was another replica's, which stopped.
     took_over: bool,
+    /// `task` child runs left unfinished (child, parent), deepest first: each ends
+    /// `interrupted`. A child is not resumed: its parent resumes, and its `task` call, which
+    /// the crash interrupted, reads as interrupted to its model (or, for a call that had not
+    /// started yet, the call finds the child's end).
+    children: Vec<(RunId, RunId)>,
 }
 
 async fn user_scope(deps: &EngineDeps, scope: &TenantScope, user_id: UserId) -> UserScope {
@@ -1612,6 +1808,7 @@ async fn load_recovery(
                     queued: Vec::new(),
                     lease: None,
                     took_over: false,
+                    children: Vec::new(),
                 });
             }
         }
@@ -1619,34 +1816,19 @@ async fn load_recovery(
     let fence = lease.as_ref().map(|l| l.token);
     // Read after the claim: the floor includes whatever the previous owner numbered.
     let seq_floor = sessions::seq_floor(&deps.db, scope, session.id).await?;
+    let mut children = Vec::new();
+    for child in executions::unfinished_children(&deps.db, scope, session.id).await? {
+        let Some(parent) = child.parent_execution_id else {
+            continue;
+        };
+        if !end_if_done(deps, scope, session, &child, fence).await? {
+            children.push((child.id, parent));
+        }
+    }
     let mut active = None;
     if let Some(exec) = unfinished {
-        if let Some(done) = store_events::done_of_run(&deps.db, scope, exec.id).await? {
-            // Its stream already ended it: record the status that `done` told, never run it
-            // again.
-            let status = match &done.payload {
-                EventPayload::Done(d) => execution_status(d.status),
-                _ => ExecutionStatus::Interrupted,
-            };
-            executions::record_end(
-                &deps.db,
-                scope,
-                &RunEnd {
-                    run_id: exec.id,
-                    session_id: session.id,
-                    status,
-                    steps: exec.steps,
-                    usage: exec.token_usage,
-                    error: exec.error.clone(),
-                    events: Vec::new(),
-                    messages: Vec::new(),
-                    tool_calls: Vec::new(),
-                    decisions: Vec::new(),
-                    cancel_approvals: true,
-                    fence,
-                },
-            )
-            .await?;
+        if end_if_done(deps, scope, session, &exec, fence).await? {
+            // Its stream already ended it: its status is recorded, it never runs again.
         } else {
             // A request the interrupted run left pending stays pending: the resumed run asks
             // it again under the same id, so a decision sent for it still counts.
@@ -1675,7 +1857,47 @@ async fn load_recovery(
         queued,
         lease,
         took_over,
+        children,
     })
+}
+
+/// An unfinished run whose stream already holds its `done`: record the status that `done`
+/// told (`true`), so it is never run again. `false`: it has no `done`.
+async fn end_if_done(
+    deps: &EngineDeps,
+    scope: &TenantScope,
+    session: &Session,
+    exec: &executions::Execution,
+    fence: Option<i64>,
+) -> Result<bool, EngineError> {
+    let Some(done) = store_events::done_of_run(&deps.db, scope, exec.id).await? else {
+        return Ok(false);
+    };
+    let status = match &done.payload {
+        EventPayload::Done(d) => execution_status(d.status),
+        _ => ExecutionStatus::Interrupted,
+    };
+    executions::record_end(
+        &deps.db,
+        scope,
+        &RunEnd {
+            run_id: exec.id,
+            session_id: session.id,
+            status,
+            steps: exec.steps,
+            usage: exec.token_usage,
+            error: exec.error.clone(),
+            events: Vec::new(),
+            messages: Vec::new(),
+            tool_calls: Vec::new(),
+            decisions: Vec::new(),
+            cancel_approvals: true,
+            fence,
+            child: exec.parent_execution_id.is_some(),
+        },
+    )
+    .await?;
+    Ok(true)
 }
 
 /// An assistant as a session keeps it between runs: its row and its effective settings.
@@ -1780,6 +2002,7 @@ async fn prepare_run(
             mcp,
             fence,
             quota,
+            parent: None,
         },
         assistant_loaded,
     })
@@ -1795,10 +2018,12 @@ fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
     }
 }
 
-/// The run task's handle on its session.
+/// The run task's handle on its session (a `task` child run's, with `child` set).
 struct ActorSink {
     addr: Addr<SessionActor>,
+    /// The session's active (top-level) run.
     run_id: RunId,
+    child: Option<ChildTag>,
     desk: Arc<ApprovalDesk>,
     tenant: agentry_schema::ids::TenantId,
     session: agentry_schema::ids::SessionId,
@@ -1823,8 +2048,51 @@ impl RunSink for ActorSink {
     fn emit(&self, payload: EventPayload) {
         self.addr.do_send(Emit {
             run_id: self.run_id,
+            child: self.child,
             payload,
         });
+    }
+
+    fn child(&self, tag: ChildTag) -> Arc<dyn RunSink> {
+        Arc::new(ActorSink {
+            addr: self.addr.clone(),
+            run_id: self.run_id,
+            child: Some(tag),
+            desk: self.desk.clone(),
+            tenant: self.tenant,
+            session: self.session,
+            owner: self.owner,
+        })
+    }
+
+    async fn start_child(&self, tag: ChildTag, depth: u32, progress: SharedProgress) -> bool {
+        self.addr
+            .send(StartChild {
+                root: self.run_id,
+                child: tag,
+                depth,
+                progress,
+            })
+            .await
+            .unwrap_or(false)
+    }
+
+    fn forget_child(&self, tag: ChildTag) {
+        self.addr.do_send(ForgetChild {
+            root: self.run_id,
+            child: tag,
+        });
+    }
+
+    async fn end_child(&self, tag: ChildTag, outcome: RunOutcome) -> Option<DoneStatus> {
+        let (reply, rx) = oneshot::channel();
+        self.addr.do_send(EndChild {
+            root: self.run_id,
+            child: tag,
+            outcome,
+            reply,
+        });
+        rx.await.ok().flatten()
     }
 
     /// The request is opened on the desk here, before the session publishes it, so a decision
@@ -1837,7 +2105,7 @@ impl RunSink for ActorSink {
             tenant: self.tenant,
             session: self.session,
             owner: self.owner,
-            run: self.run_id,
+            run: self.child.map_or(self.run_id, |c| c.run),
             kind: request.data.kind,
         };
         let mut rx = self.desk.open(id, waiter, self.addr.clone().recipient());
@@ -1847,6 +2115,7 @@ impl RunSink for ActorSink {
         };
         self.addr.do_send(OpenApproval {
             run_id: self.run_id,
+            child: self.child,
             request,
         });
         match tokio::time::timeout(timeout, &mut rx).await {

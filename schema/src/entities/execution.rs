@@ -24,6 +24,10 @@ pub struct Model {
     pub started_at: DateTimeUtc,
     pub completed_at: Option<DateTimeUtc>,
     pub updated_at: DateTimeUtc,
+    /// The run whose `task` call started this one; `None` for a run a person started.
+    pub parent_execution_id: Option<Uuid>,
+    /// The parent's tool call that started this run.
+    pub parent_tool_call_id: Option<String>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

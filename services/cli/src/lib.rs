@@ -333,6 +333,8 @@ struct Chat {
     quit_when_idle: bool,
     interrupted_at_prompt: bool,
     last_rx: Instant,
+    /// How deep each `task` child run seen so far nests (a run a person started is 0).
+    depths: render::Nesting,
 }
 
 enum Step {
@@ -377,6 +379,7 @@ pub async fn chat(args: ChatArgs) -> anyhow::Result<i32> {
         quit_when_idle: false,
         interrupted_at_prompt: false,
         last_rx: Instant::now(),
+        depths: render::Nesting::default(),
     };
     let result = chat.run().await;
     if chat.screen.prompt_active {
@@ -548,10 +551,12 @@ impl Chat {
         self.last_seq = self.last_seq.max(ev.seq);
         if self.args.json {
             self.screen.show(Out::Stdout(format!("{text}\n")));
-        } else if let Some(o) = render::event(&ev) {
+        } else if let Some(o) = self.depths.render(&ev) {
             self.screen.show(o);
         }
         match &ev.payload {
+            // A `task` child run's end: its parent goes on.
+            EventPayload::Done(_) if ev.parent_run_id.is_some() => {}
             EventPayload::Done(d) => {
                 self.running = None;
                 self.pending = None;

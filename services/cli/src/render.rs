@@ -173,6 +173,73 @@ pub fn event(ev: &ExecutionEvent) -> Option<Out> {
     })
 }
 
+/// The nesting of `task` child runs: each child's events are shown indented under its parent,
+/// one step per level (`│ ` in the margin).
+#[derive(Debug, Default)]
+pub struct Nesting {
+    depth: std::collections::HashMap<String, usize>,
+    /// Child runs whose heading line was shown.
+    headed: std::collections::HashSet<String>,
+}
+
+impl Nesting {
+    /// How deep the event's run is, learning it from its `parent_run_id` (a child whose parent
+    /// was not seen, joined mid-way, counts as one level down).
+    fn depth_of(&mut self, ev: &ExecutionEvent) -> usize {
+        let Some(parent) = &ev.parent_run_id else {
+            return 0;
+        };
+        let d = self.depth.get(parent).copied().unwrap_or(0) + 1;
+        self.depth.insert(ev.run_id.clone(), d);
+        d
+    }
+
+    /// The event as terminal output, indented by its run's depth. A child's text is shown once,
+    /// whole, when its answer is final (its deltas would interleave with its siblings'); its
+    /// first event is headed by the sub-task's run id.
+    pub fn render(&mut self, ev: &ExecutionEvent) -> Option<Out> {
+        let depth = self.depth_of(ev);
+        if depth == 0 {
+            return event(ev);
+        }
+        let out = match &ev.payload {
+            EventPayload::Text(t) if !t.is_final => return None,
+            EventPayload::Text(t) => Out::Stdout(format!("{}\n", t.content)),
+            EventPayload::Done(d) => Out::Stderr(format!(
+                "[sub-task done: {}{} · tokens {} in / {} out]\n",
+                d.status.as_str(),
+                d.reason
+                    .as_deref()
+                    .map(|r| format!(" ({r})"))
+                    .unwrap_or_default(),
+                d.token_usage.input,
+                d.token_usage.output
+            )),
+            _ => event(ev)?,
+        };
+        let new = self.headed.insert(ev.run_id.clone());
+        let margin = "  ".repeat(depth - 1) + "│ ";
+        let indent = |text: &str| -> String {
+            let mut s: String = text
+                .trim_start_matches('\n')
+                .lines()
+                .map(|l| format!("{margin}{l}\n"))
+                .collect();
+            if new {
+                s.insert_str(
+                    0,
+                    &format!("{}┌ sub-task {}\n", "  ".repeat(depth - 1), ev.run_id),
+                );
+            }
+            s
+        };
+        Some(match out {
+            Out::Stdout(t) => Out::Stdout(indent(&t)),
+            Out::Stderr(t) => Out::Stderr(indent(&t)),
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -214,6 +281,41 @@ mod tests {
         assert!(text.contains("    -hello\n    +bye\n"), "{text}");
         // No escaped JSON inside JSON.
         assert!(!text.contains("\\\""), "{text}");
+    }
+
+    #[test]
+    fn child_runs_are_indented_under_their_parent() {
+        let mut n = Nesting::default();
+        let ev = |run: &str, parent: Option<&str>, payload| {
+            ExecutionEvent::new(1, "s", run, payload).with_parent(parent.map(str::to_string))
+        };
+        let top = n.render(&ev("p", None, EventPayload::text("hi", false)));
+        assert_eq!(top, Some(Out::Stdout("hi".into())));
+        // A child's deltas wait for its final answer, shown whole and indented.
+        assert_eq!(
+            n.render(&ev("c", Some("p"), EventPayload::text("par", false))),
+            None
+        );
+        let Some(Out::Stdout(first)) = n.render(&ev(
+            "c",
+            Some("p"),
+            EventPayload::ToolCall(agentry_schema::events::ToolCallData {
+                tool_name: "read_file".into(),
+                tool_args: json!({"file_path": "a"}),
+                tool_call_id: "t1".into(),
+            }),
+        )) else {
+            panic!("a child's tool call is shown");
+        };
+        assert!(first.starts_with("┌ sub-task c\n│ → read_file"), "{first}");
+        let Some(Out::Stdout(grandchild)) = n.render(&ev(
+            "g",
+            Some("c"),
+            EventPayload::text("deep answer\nline 2", true),
+        )) else {
+            panic!("a grandchild's answer is shown");
+        };
+        assert_eq!(grandchild, "  ┌ sub-task g\n  │ deep answer\n  │ line 2\n");
     }
 
     #[test]

@@ -978,7 +978,11 @@ impl Tool for AskAssistant {
                 }
             };
             let Some(ev) = ev else { break };
+            // A `task` child run's events: its questions and approvals are the caller's to
+            // decide like the run's own; its text, errors and `done` are its parent's business.
+            let child = ev.event.parent_run_id.is_some();
             match &ev.event.payload {
+                _ if child && !matches!(ev.event.payload, EventPayload::HitlRequest(_)) => {}
                 EventPayload::Text(t) if t.is_final => text = t.content.clone(),
                 EventPayload::Error(e) => errors.push(e.error.clone()),
                 EventPayload::HitlRequest(req) => {

@@ -51,6 +51,31 @@ pub struct Settings {
     /// The background sweep that removes old data (`[retention]`, `AGENTRY_RETENTION__*`; the
     /// session period is `session.retention_days`); see docs/operations.md, "Retention".
     pub retention: RetentionSettings,
+    /// Delegation with the `task` tool (`[tasks]`, `AGENTRY_TASKS__*`); see docs/agents.md.
+    pub tasks: TaskSettings,
+}
+
+/// How far delegation with `task` goes.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TaskSettings {
+    /// How deep child runs nest: a run a person started is at depth 0, its children at 1. A
+    /// run at this depth gets a tool error from `task`.
+    pub max_depth: u32,
+    /// `task` calls one model step may make; the calls past it get a tool error.
+    pub max_per_step: u32,
+    /// Child runs of one run going at once; the others wait for a place.
+    pub max_parallel: u32,
+}
+
+impl Default for TaskSettings {
+    fn default() -> Self {
+        TaskSettings {
+            max_depth: 3,
+            max_per_step: 5,
+            max_parallel: 3,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -160,6 +185,7 @@ impl Default for Settings {
             session: SessionSettings::default(),
             quota: QuotaSettings::default(),
             retention: RetentionSettings::default(),
+            tasks: TaskSettings::default(),
             log: LogSettings::default(),
             llm: ModelConfig::default(),
             tools: BuiltinConfig::default(),
@@ -751,6 +777,15 @@ impl Settings {
         let bad = |key: &str, why: &str| Err(ConfigError(format!("{key}: {why}")));
         if self.server.host.trim().is_empty() {
             return bad("server.host", "must not be empty");
+        }
+        if self.tasks.max_per_step == 0 {
+            return bad(
+                "tasks.max_per_step",
+                "must be at least 1 (to turn delegation off, leave `task` out of the role's tool permissions)",
+            );
+        }
+        if self.tasks.max_parallel == 0 {
+            return bad("tasks.max_parallel", "must be at least 1");
         }
         if self.server.max_connections == 0 {
             return bad("server.max_connections", "must be at least 1");

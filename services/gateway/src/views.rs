@@ -127,7 +127,12 @@ pub fn assistant(a: Assistant, effective: &AgentConfig) -> AssistantInfo {
             auto_approve: effective.auto_approve,
             recursion_limit: effective.recursion_limit,
             timeout_secs: effective.timeout_secs,
-            max_retries: effective.max_retries,
+            // What its model calls get: a model connection's own `max_retries` caps the
+            // assistant's.
+            max_retries: match &effective.model {
+                ModelChoice::Connection(c) => effective.max_retries.min(c.spec.max_retries),
+                _ => effective.max_retries,
+            },
             model_connection: match &effective.model {
                 ModelChoice::Platform => None,
                 ModelChoice::Connection(c) => Some(c.id.to_string()),
@@ -180,6 +185,8 @@ pub fn execution(e: Execution) -> ExecutionInfo {
         started_at: e.started_at,
         completed_at: e.completed_at,
         updated_at: e.updated_at,
+        parent_execution_id: e.parent_execution_id.map(|p| p.to_string()),
+        parent_tool_call_id: e.parent_tool_call_id,
     }
 }
 

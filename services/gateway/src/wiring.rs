@@ -230,6 +230,11 @@ pub fn build(
             max_live_sessions: settings.session.max_live,
             data_dir: settings.data_dir.clone(),
             reserve_output_tokens: settings.quota.reserve_output_tokens,
+            tasks: agentry_actors::agent::task::TaskLimits {
+                max_depth: settings.tasks.max_depth,
+                max_per_step: settings.tasks.max_per_step,
+                max_parallel: settings.tasks.max_parallel,
+            },
             mcp_pool: McpPoolConfig {
                 health_interval: Duration::from_secs(settings.mcp.health_interval_secs),
                 idle_timeout: Duration::from_secs(settings.mcp.idle_timeout_secs),

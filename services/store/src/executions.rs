@@ -86,6 +86,10 @@ pub struct Execution {
     pub started_at: DateTime<Utc>,
     pub completed_at: Option<DateTime<Utc>>,
     pub updated_at: DateTime<Utc>,
+    /// The run whose `task` call started this one (a child run); `None` for a top-level run.
+    pub parent_execution_id: Option<RunId>,
+    /// The parent's tool call that started this run.
+    pub parent_tool_call_id: Option<String>,
 }
 
 impl TryFrom<execution::Model> for Execution {
@@ -112,6 +116,8 @@ impl TryFrom<execution::Model> for Execution {
             started_at: m.started_at,
             completed_at: m.completed_at,
             updated_at: m.updated_at,
+            parent_execution_id: m.parent_execution_id.map(RunId::from),
+            parent_tool_call_id: m.parent_tool_call_id,
         })
     }
 }
@@ -149,6 +155,64 @@ pub async fn insert(
     Ok(())
 }
 
+/// Store the execution of a child run: one started by the `task` call `tool_call_id` of the
+/// run `parent`.
+pub async fn insert_child(
+    db: &impl ConnectionTrait,
+    scope: &TenantScope,
+    new: NewExecution,
+    parent: RunId,
+    tool_call_id: &str,
+) -> Result<()> {
+    let mut row = row(scope, new);
+    row.parent_execution_id = Set(Some(parent.0));
+    row.parent_tool_call_id = Set(Some(tool_call_id.to_string()));
+    execution::Entity::insert(row)
+        .exec_without_returning(db)
+        .await?;
+    Ok(())
+}
+
+/// The child run the `task` call `tool_call_id` of `parent` started, if it did.
+pub async fn child_of_call(
+    db: &impl ConnectionTrait,
+    scope: &TenantScope,
+    parent: RunId,
+    tool_call_id: &str,
+) -> Result<Option<Execution>> {
+    execution::Entity::find()
+        .filter(execution::Column::TenantId.eq(scope.uuid()))
+        .filter(execution::Column::ParentExecutionId.eq(parent.0))
+        .filter(execution::Column::ParentToolCallId.eq(tool_call_id))
+        .one(db)
+        .await?
+        .map(Execution::try_from)
+        .transpose()
+}
+
+/// The session's child runs left unfinished (a crash mid-child), deepest first: start-up
+/// recovery ends each with one `done`.
+pub async fn unfinished_children(
+    db: &impl ConnectionTrait,
+    scope: &TenantScope,
+    session_id: SessionId,
+) -> Result<Vec<Execution>> {
+    execution::Entity::find()
+        .filter(execution::Column::TenantId.eq(scope.uuid()))
+        .filter(execution::Column::SessionId.eq(session_id.0))
+        .filter(execution::Column::ParentExecutionId.is_not_null())
+        .filter(execution::Column::Status.is_in([
+            ExecutionStatus::Running.as_str(),
+            ExecutionStatus::WaitingApproval.as_str(),
+        ]))
+        .order_by_desc(execution::Column::StartedAt)
+        .all(db)
+        .await?
+        .into_iter()
+        .map(Execution::try_from)
+        .collect()
+}
+
 fn row(scope: &TenantScope, new: NewExecution) -> execution::ActiveModel {
     let ts = now();
     execution::ActiveModel {
@@ -168,6 +232,8 @@ fn row(scope: &TenantScope, new: NewExecution) -> execution::ActiveModel {
         started_at: Set(ts),
         completed_at: Set(None),
         updated_at: Set(ts),
+        parent_execution_id: Set(None),
+        parent_tool_call_id: Set(None),
     }
 }
 
@@ -273,6 +339,10 @@ pub struct RunEnd {
     /// single-node server, which holds the whole database.
     #[serde(default)]
     pub fence: Option<i64>,
+    /// A `task` child run's end: the session's state is its parent's business (it is not set
+    /// idle).
+    #[serde(default)]
+    pub child: bool,
 }
 
 fn yes() -> bool {
@@ -290,16 +360,22 @@ where
     // run's last event, under the owner's fencing token in cluster mode (refused if a newer
     // owner wrote; it locks the session's row like `sessions::fence`).
     let last_seq = end.events.iter().map(|e| e.seq).max().unwrap_or(0);
-    match crate::sessions::touch_fenced(
-        &txn,
-        scope,
-        end.session_id,
-        crate::sessions::SessionState::Idle,
-        Some(last_seq),
-        end.fence,
-    )
-    .await
-    {
+    // A `task` child's end leaves the session's state to its parent's run (which goes on, or
+    // ends with its own end): it only raises the reservation, under the same fence.
+    let touched = if end.child {
+        crate::sessions::reserve_fenced(&txn, scope, end.session_id, last_seq, end.fence).await
+    } else {
+        crate::sessions::touch_fenced(
+            &txn,
+            scope,
+            end.session_id,
+            crate::sessions::SessionState::Idle,
+            Some(last_seq),
+            end.fence,
+        )
+        .await
+    };
+    match touched {
         // A deleted session keeps its runs (the audit trail): the end is still the run's.
         Ok(()) | Err(StoreError::NotFound(_)) => {}
         Err(e) => return Err(e),
@@ -397,6 +473,10 @@ pub struct ExecutionFilter {
     pub from: Option<DateTime<Utc>>,
     /// Runs started before this instant.
     pub to: Option<DateTime<Utc>>,
+    /// Only the child runs this run's `task` calls started.
+    pub parent_execution_id: Option<RunId>,
+    /// Only runs a person started (`true`) or only `task` child runs (`false`).
+    pub top_level: Option<bool>,
 }
 
 /// Newest first, with the total.
@@ -424,6 +504,14 @@ pub async fn list(
     }
     if let Some(to) = filter.to {
         q = q.filter(execution::Column::StartedAt.lt(to));
+    }
+    if let Some(p) = filter.parent_execution_id {
+        q = q.filter(execution::Column::ParentExecutionId.eq(p.0));
+    }
+    match filter.top_level {
+        Some(true) => q = q.filter(execution::Column::ParentExecutionId.is_null()),
+        Some(false) => q = q.filter(execution::Column::ParentExecutionId.is_not_null()),
+        None => {}
     }
     if let Some(tool) = &filter.tool_name {
         use agentry_schema::entities::tool_call_log;
@@ -543,7 +631,8 @@ pub async fn start_queued(db: &impl ConnectionTrait, scope: &TenantScope, id: Ru
     Ok(())
 }
 
-/// The unfinished run of a session, if any.
+/// The unfinished top-level run of a session, if any (its unfinished `task` children are
+/// [`unfinished_children`]).
 pub async fn active_for_session(
     db: &impl ConnectionTrait,
     scope: &TenantScope,
@@ -552,6 +641,7 @@ pub async fn active_for_session(
     execution::Entity::find()
         .filter(execution::Column::TenantId.eq(scope.uuid()))
         .filter(execution::Column::SessionId.eq(session_id.0))
+        .filter(execution::Column::ParentExecutionId.is_null())
         .filter(execution::Column::Status.is_in([
             ExecutionStatus::Running.as_str(),
             ExecutionStatus::WaitingApproval.as_str(),
@@ -573,6 +663,8 @@ pub async fn tokens_since(
         .select_only()
         .column(execution::Column::TotalTokens)
         .filter(execution::Column::TenantId.eq(scope.uuid()))
+        // A `task` child's tokens are in its parent's row already (they roll up).
+        .filter(execution::Column::ParentExecutionId.is_null())
         .filter(execution::Column::StartedAt.gte(since))
         .into_tuple()
         .all(db)

@@ -143,7 +143,46 @@ pub async fn save_many(
     Ok(())
 }
 
-/// A page of the conversation, oldest first.
+/// The session's own conversation: no message of a `task` child run. A child run talks to the
+/// model in a context of its own (its messages are stored with its run id); its parent's
+/// history, and the next run's, must not hold them — the parent's `task` call and its result
+/// stand for the whole sub-task.
+fn not_of_child_runs(session_id: SessionId) -> sea_orm::Condition {
+    use agentry_schema::entities::execution;
+    use sea_orm::sea_query::{Expr, ExprTrait, Query};
+    let children = Query::select()
+        .column(execution::Column::Id)
+        .from(execution::Entity)
+        .and_where(Expr::col((execution::Entity, execution::Column::SessionId)).eq(session_id.0))
+        .and_where(
+            Expr::col((execution::Entity, execution::Column::ParentExecutionId)).is_not_null(),
+        )
+        .to_owned();
+    sea_orm::Condition::any()
+        .add(message::Column::RunId.is_null())
+        .add(message::Column::RunId.not_in_subquery(children))
+}
+
+/// The messages of one run, oldest first: a `task` child run's whole context.
+pub async fn of_run(
+    db: &impl ConnectionTrait,
+    scope: &TenantScope,
+    session_id: SessionId,
+    run_id: RunId,
+) -> Result<Vec<Message>> {
+    message::Entity::find()
+        .filter(message::Column::TenantId.eq(scope.uuid()))
+        .filter(message::Column::SessionId.eq(session_id.0))
+        .filter(message::Column::RunId.eq(run_id.0))
+        .order_by_asc(message::Column::Id)
+        .all(db)
+        .await?
+        .into_iter()
+        .map(Message::try_from)
+        .collect()
+}
+
+/// A page of the conversation, oldest first (without the messages of `task` child runs).
 pub async fn list(
     db: &impl ConnectionTrait,
     scope: &TenantScope,
@@ -153,6 +192,7 @@ pub async fn list(
     message::Entity::find()
         .filter(message::Column::TenantId.eq(scope.uuid()))
         .filter(message::Column::SessionId.eq(session_id.0))
+        .filter(not_of_child_runs(session_id))
         .order_by_asc(message::Column::Id)
         .limit(page.limit)
         .offset(page.offset)
@@ -163,7 +203,8 @@ pub async fn list(
         .collect()
 }
 
-/// The last `n` messages, oldest first (the model's history window).
+/// The last `n` messages, oldest first (the model's history window; without the messages of
+/// `task` child runs).
 pub async fn last_n(
     db: &impl ConnectionTrait,
     scope: &TenantScope,
@@ -173,6 +214,7 @@ pub async fn last_n(
     let mut rows: Vec<Message> = message::Entity::find()
         .filter(message::Column::TenantId.eq(scope.uuid()))
         .filter(message::Column::SessionId.eq(session_id.0))
+        .filter(not_of_child_runs(session_id))
         .order_by_desc(message::Column::Id)
         .limit(n)
         .all(db)
@@ -192,6 +234,7 @@ pub async fn count(
     Ok(message::Entity::find()
         .filter(message::Column::TenantId.eq(scope.uuid()))
         .filter(message::Column::SessionId.eq(session_id.0))
+        .filter(not_of_child_runs(session_id))
         .count(db)
         .await?)
 }

@@ -192,6 +192,17 @@ pub async fn touch_fenced(
     update_row(db, scope, id, Some(state), reserve_upto, fence).await
 }
 
+/// [`reserve_seq`] under a fencing token (see [`touch_fenced`]): the state is left as it is.
+pub async fn reserve_fenced(
+    db: &impl ConnectionTrait,
+    scope: &TenantScope,
+    id: SessionId,
+    upto: u64,
+    fence: Option<i64>,
+) -> Result<()> {
+    update_row(db, scope, id, None, Some(upto), fence).await
+}
+
 /// Reserve event numbers: after this, no restart numbers an event of the session at or below
 /// `upto`, so the session may send events up to it before they are stored.
 pub async fn reserve_seq(

@@ -28,12 +28,13 @@ pub async fn by_day(
     from: DateTime<Utc>,
     to: DateTime<Utc>,
 ) -> Result<Vec<DailyUsage>> {
-    let runs: Vec<(DateTime<Utc>, i64, i64, i64)> = execution::Entity::find()
+    let runs: Vec<(DateTime<Utc>, i64, i64, i64, Option<uuid::Uuid>)> = execution::Entity::find()
         .select_only()
         .column(execution::Column::StartedAt)
         .column(execution::Column::InputTokens)
         .column(execution::Column::OutputTokens)
         .column(execution::Column::TotalTokens)
+        .column(execution::Column::ParentExecutionId)
         .filter(execution::Column::TenantId.eq(scope.uuid()))
         .filter(execution::Column::StartedAt.gte(from))
         .filter(execution::Column::StartedAt.lt(to))
@@ -51,12 +52,16 @@ pub async fn by_day(
         .await?;
     let mut days: BTreeMap<NaiveDate, DailyUsage> = BTreeMap::new();
     let u = |v: i64| u64::try_from(v).unwrap_or(0);
-    for (at, i, o, t) in runs {
+    for (at, i, o, t, parent) in runs {
         let d = days.entry(at.date_naive()).or_insert_with(|| DailyUsage {
             day: at.date_naive(),
             ..Default::default()
         });
         d.runs += 1;
+        // A `task` child's tokens are in its parent's usage already (they roll up).
+        if parent.is_some() {
+            continue;
+        }
         d.input_tokens += u(i);
         d.output_tokens += u(o);
         d.total_tokens += u(t);

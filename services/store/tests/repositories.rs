@@ -1668,6 +1668,7 @@ async fn a_runs_end_is_one_idempotent_write_and_reservations_only_rise(db: Datab
             approved_by: None,
         }],
         cancel_approvals: true,
+        child: false,
     };
     let messages_before = messages::count(&db, &scope, s.id).await.unwrap();
     assert_eq!(events::done_of_run(&db, &scope, run).await.unwrap(), None);
@@ -2536,6 +2537,7 @@ async fn an_owner_whose_fencing_token_is_stale_writes_nothing(db: DatabaseConnec
         decisions: Vec::new(),
         cancel_approvals: true,
         fence: Some(1),
+        child: false,
     };
     let refused = executions::record_end(&db, &scope, &end).await;
     assert!(

@@ -50,6 +50,10 @@ pub struct ExecutionsQuery {
     pub from: Option<String>,
     /// Runs started before this instant (RFC 3339).
     pub to: Option<String>,
+    /// Only the `task` child runs this run started (the audit's tree, one level at a time).
+    pub parent_execution_id: Option<String>,
+    /// `true`: only runs a person started; `false`: only `task` child runs.
+    pub top_level: Option<bool>,
 }
 
 /// `GET /tool-calls` query.
@@ -215,6 +219,7 @@ pub async fn list_executions(
         q.from.as_deref(),
         q.to.as_deref(),
     )?;
+    let parent_execution_id = parse_id("parent_execution_id", q.parent_execution_id.as_deref())?;
     let filter = ExecutionFilter {
         user_id: who.user_id,
         session_id,
@@ -223,6 +228,8 @@ pub async fn list_executions(
         tool_name: who.tool_name,
         from: who.from,
         to: who.to,
+        parent_execution_id,
+        top_level: q.top_level,
     };
     let (items, total) = executions::list(&state.db, &caller.scope(), &filter, page).await?;
     Ok(Json(page_of(items, total, page, views::execution)))

@@ -470,6 +470,13 @@ async fn start(
     }
 }
 
+/// An event of a `task` child run that this API does not show: an OpenAI client sees the
+/// run's own answer only. A child's approval requests still count (they are refused like the
+/// run's own, and named in the error).
+fn is_child_noise(ev: &agentry_schema::events::ExecutionEvent) -> bool {
+    ev.parent_run_id.is_some() && !matches!(ev.payload, EventPayload::HitlRequest(_))
+}
+
 /// What the run's events say, folded as they arrive.
 #[derive(Default)]
 struct Outcome {
@@ -624,6 +631,9 @@ pub async fn chat_completions(
     if !c.stream {
         let mut outcome = Outcome::default();
         while let Some(ev) = run.next().await {
+            if is_child_noise(&ev.event) {
+                continue;
+            }
             outcome
                 .take(&state, &caller, session, &ev.event.payload)
                 .await;
@@ -670,6 +680,9 @@ pub async fn chat_completions(
         // is sent whole.
         let mut streamed = false;
         while let Some(ev) = run.next().await {
+            if is_child_noise(&ev.event) {
+                continue;
+            }
             match &ev.event.payload {
                 EventPayload::Text(t) if !t.is_final && !t.content.is_empty() => {
                     streamed = true;

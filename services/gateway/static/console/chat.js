@@ -167,6 +167,8 @@ async function openSession(id) {
     awaitingRun: false,
     tools: new Map(), // tool_call_id → card
     hitl: new Map(), // request_id → {card, run}
+    subtasks: new Map(), // run_id of a `task` child run → the box its events go in
+    target: null, // where the event being handled goes (a sub-task's box, or the log)
     retries: 0,
   });
   const log = h("div", { id: "log", "aria-live": "polite" });
@@ -360,9 +362,24 @@ function setWorking(on) {
 function addMsg(el) {
   const log = state.view.log;
   const stick = log.scrollHeight - log.scrollTop - log.clientHeight < 80;
-  log.append(el);
+  (state.view.target || log).append(el);
   if (stick) log.scrollTop = log.scrollHeight;
   return el;
+}
+
+/** The box a `task` child run's events go in, nested in its parent's (a run a person started
+ * writes to the log itself): each sub-task shows indented under the run that delegated it. */
+function subtaskBox(ev) {
+  const s = state.view;
+  if (!ev.parent_run_id) return s.log;
+  let box = s.subtasks.get(ev.run_id);
+  if (!box) {
+    const parent = s.subtasks.get(ev.parent_run_id) || s.log;
+    box = h("div", { class: "subtask", dataset: { run: ev.run_id, parentRun: ev.parent_run_id } }, h("div", { class: "subtask-head small muted" }, "↳ sub-task ", h("code", {}, ev.run_id)));
+    parent.append(box);
+    s.subtasks.set(ev.run_id, box);
+  }
+  return box;
 }
 
 // ---- events ----
@@ -374,6 +391,17 @@ function handle(ev, replay) {
     s.lastSeq = ev.seq;
   }
   const d = ev.data || {};
+  s.target = subtaskBox(ev);
+  try {
+    handleIn(ev, d, replay);
+  } finally {
+    s.target = null;
+  }
+}
+
+function handleIn(ev, d, replay) {
+  const s = state.view;
+  if (ev.parent_run_id) return childEvent(ev, d, replay);
   if (ev.run_id && !s.runsShown.has(ev.run_id)) {
     s.runsShown.add(ev.run_id);
     if (!replay && s.awaitingRun) s.awaitingRun = false;
@@ -426,6 +454,40 @@ function handle(ev, replay) {
           `${d.status}${d.reason ? " (" + d.reason + ")" : ""} · ${(d.token_usage && d.token_usage.total) || 0} tokens`,
         ),
       );
+  }
+}
+
+/** An event of a `task` child run, in its box: its answer shows whole once final (deltas of
+ * parallel sub-tasks would interleave), and its `done` ends only the sub-task. */
+function childEvent(ev, d, replay) {
+  const s = state.view;
+  if (!replay) setWorking(true);
+  switch (ev.event_type) {
+    case "text":
+      if (d.is_final && d.content) addMsg(h("div", { class: "msg assistant" }, markdown(d.content)));
+      return;
+    case "done": {
+      const open = [...s.hitl.values()].filter((c) => c.run === ev.run_id && !c.decided);
+      if (!replay && open.length) settleCards(open);
+      return addMsg(h("div", { class: "done-line", dataset: { status: d.status } }, `sub-task ${d.status}${d.reason ? " (" + d.reason + ")" : ""} · ${(d.token_usage && d.token_usage.total) || 0} tokens`));
+    }
+    case "tool_call":
+      return toolCall(d);
+    case "tool_result":
+      return toolResult(d);
+    case "file_operation":
+      return fileOp(d);
+    case "hitl_request":
+      return hitlCard(ev, d, replay);
+    case "error":
+      return addMsg(h("div", { class: "msg event-error" }, `${d.error}`, h("span", { class: "small muted" }, ` (${d.error_code}${d.recoverable ? ", recoverable" : ""})`)));
+    case "progress": {
+      const card = s.tools.get(d.tool_call_id);
+      if (card) card.progress.textContent = `${d.progress}${d.total ? "/" + d.total : ""} ${d.message || ""}`;
+      return;
+    }
+    default:
+      return;
   }
 }
 
