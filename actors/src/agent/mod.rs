@@ -589,20 +589,23 @@ impl Agent {
             return;
         };
         let allowed = tools.policy.check(tool.spec()).is_ok();
+        // Whether the pipeline would ask a person before this call (then it starts in turn).
+        let asks = |args: &Value| {
+            tool.needs_approval(args)
+                || self
+                    .input
+                    .agent
+                    .interrupt_on
+                    .iter()
+                    .any(|n| n == task::TASK_TOOL)
+        };
         d.plan(calls, |call| {
             allowed
                 && tools
                     .registry
                     .validate(task::TASK_TOOL, &call.arguments)
                     .is_ok()
-                && !(!self.input.auto_approve
-                    && (tool.needs_approval(&call.arguments)
-                        || self
-                            .input
-                            .agent
-                            .interrupt_on
-                            .iter()
-                            .any(|n| n == task::TASK_TOOL)))
+                && (self.input.auto_approve || !asks(&call.arguments))
         });
     }
 
