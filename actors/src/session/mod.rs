@@ -1196,7 +1196,7 @@ impl SessionActor {
             return TokenUsage::default();
         };
         let mut left: Vec<(RunId, LiveChild)> = run.children.drain().collect();
-        left.sort_by(|a, b| b.1.depth.cmp(&a.1.depth));
+        left.sort_by_key(|(_, c)| std::cmp::Reverse(c.depth));
         let mut usage = TokenUsage::default();
         for (id, child) in left {
             let p = child.progress.lock().map(|p| *p).unwrap_or_default();

@@ -22,13 +22,17 @@ pub struct DailyUsage {
 
 /// Usage of the tenant between `from` (inclusive) and `to` (exclusive), one entry per UTC day
 /// that had any activity, oldest first.
+/// A run as the daily usage reads it: start, input, output and total tokens, and its parent
+/// (a `task` child's tokens are counted in its parent's).
+type RunRow = (DateTime<Utc>, i64, i64, i64, Option<uuid::Uuid>);
+
 pub async fn by_day(
     db: &impl ConnectionTrait,
     scope: &TenantScope,
     from: DateTime<Utc>,
     to: DateTime<Utc>,
 ) -> Result<Vec<DailyUsage>> {
-    let runs: Vec<(DateTime<Utc>, i64, i64, i64, Option<uuid::Uuid>)> = execution::Entity::find()
+    let runs: Vec<RunRow> = execution::Entity::find()
         .select_only()
         .column(execution::Column::StartedAt)
         .column(execution::Column::InputTokens)
