@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agentry_llm::{
-    AnthropicModel, ChatModel, LlmError, ModelConfig, OpenAiModel, Provider, RetryPolicy,
-    build_model,
+    AnthropicModel, ChatModel, Embedder, LlmError, ModelConfig, OpenAiEmbeddings, OpenAiModel,
+    Provider, RetryPolicy, build_model,
 };
 use agentry_schema::error::ErrorCode;
 use agentry_schema::ids::ModelConnectionId;
@@ -176,6 +176,74 @@ impl TenantConnections {
             secrets,
         })
     }
+
+    /// Where `c` is reached: its provider (never `scripted`), base URL (checked against the
+    /// network policy when it is an IP literal; host names are checked by the client's
+    /// resolver on every connection) and opened key. `Err` says why it cannot be used.
+    fn endpoint(&self, c: &ModelConnection) -> Result<(Provider, String, Option<Secret>), String> {
+        let provider: Provider = c
+            .spec
+            .provider
+            .parse()
+            .ok()
+            .filter(|p| *p != Provider::Scripted)
+            .ok_or_else(|| format!("unknown provider {:?}", c.spec.provider))?;
+        let base_url = c
+            .spec
+            .base_url
+            .clone()
+            .or_else(|| provider.default_base_url().map(str::to_string))
+            .unwrap_or_default();
+        let url = reqwest::Url::parse(&base_url)
+            .map_err(|e| format!("the base URL is not valid ({e})"))?;
+        let literal = match url.host() {
+            Some(url::Host::Ipv4(ip)) => Some(std::net::IpAddr::V4(ip)),
+            Some(url::Host::Ipv6(ip)) => Some(std::net::IpAddr::V6(ip)),
+            _ => None,
+        };
+        if let Some(ip) = literal
+            && let Some(reason) = agentry_builtin::net_guard::refusal(&self.net, ip)
+        {
+            return Err(format!(
+                "its base URL points at a {reason} address, which the platform does not let tenants reach"
+            ));
+        }
+        let api_key = match &c.spec.api_key_sealed {
+            None => None,
+            Some(sealed) => {
+                let Some(secrets) = &self.secrets else {
+                    return Err("this server has no encryption key to open the stored API key; ask the platform operator".into());
+                };
+                match secrets.open(sealed) {
+                    Ok(k) => Some(Secret::new(k)),
+                    Err(e) => {
+                        tracing::error!(connection = %c.id, tenant = %c.tenant_id, error = %e, "a model connection's key does not open");
+                        return Err("its stored API key cannot be opened (the server's encryption key changed?); set the key again".into());
+                    }
+                }
+            }
+        };
+        Ok((provider, base_url, api_key))
+    }
+
+    /// The embeddings endpoint of `c` (its `embedding_model`), if it has one and is usable.
+    pub fn embedder(&self, c: &ModelConnection) -> Result<Option<OpenAiEmbeddings>, String> {
+        let Some(model) = c.spec.embedding_model.as_deref() else {
+            return Ok(None);
+        };
+        let (provider, base_url, api_key) = self.endpoint(c)?;
+        if provider != Provider::OpenAi {
+            return Err("only OpenAI-compatible connections serve embeddings".into());
+        }
+        Ok(Some(
+            OpenAiEmbeddings::new(self.client.clone(), &base_url, api_key, model)
+                .with_timeout(Duration::from_secs(u64::from(c.spec.timeout_secs.max(1))))
+                .with_retry(RetryPolicy {
+                    max_retries: c.spec.max_retries,
+                    ..RetryPolicy::default()
+                }),
+        ))
+    }
 }
 
 /// Model clients: the platform's, built from the server's `[llm]` config with each assistant's
@@ -256,54 +324,7 @@ impl ConfiguredModels {
                 "this server does not take tenants' model connections".into(),
             ));
         };
-        let provider: Provider = c
-            .spec
-            .provider
-            .parse()
-            .ok()
-            .filter(|p| *p != Provider::Scripted)
-            .ok_or_else(|| unusable(format!("unknown provider {:?}", c.spec.provider)))?;
-        let base_url = c
-            .spec
-            .base_url
-            .clone()
-            .or_else(|| provider.default_base_url().map(str::to_string))
-            .unwrap_or_default();
-        let url = reqwest::Url::parse(&base_url)
-            .map_err(|e| unusable(format!("the base URL is not valid ({e})")))?;
-        // Host names are checked by the client's resolver on every connection; IP literals
-        // never reach it, so they are checked here.
-        let literal = match url.host() {
-            Some(url::Host::Ipv4(ip)) => Some(std::net::IpAddr::V4(ip)),
-            Some(url::Host::Ipv6(ip)) => Some(std::net::IpAddr::V6(ip)),
-            _ => None,
-        };
-        if let Some(ip) = literal
-            && let Some(reason) = agentry_builtin::net_guard::refusal(&tenants.net, ip)
-        {
-            return Err(unusable(format!(
-                "its base URL points at a {reason} address, which the platform does not let tenants reach"
-            )));
-        }
-        let api_key = match &c.spec.api_key_sealed {
-            None => None,
-            Some(sealed) => {
-                let Some(secrets) = &tenants.secrets else {
-                    return Err(unusable(
-                        "this server has no encryption key to open the stored API key; ask the platform operator".into(),
-                    ));
-                };
-                match secrets.open(sealed) {
-                    Ok(k) => Some(Secret::new(k)),
-                    Err(e) => {
-                        tracing::error!(connection = %c.id, tenant = %c.tenant_id, error = %e, "a model connection's key does not open");
-                        return Err(unusable(
-                            "its stored API key cannot be opened (the server's encryption key changed?); set the key again".into(),
-                        ));
-                    }
-                }
-            }
-        };
+        let (provider, base_url, api_key) = tenants.endpoint(c).map_err(unusable)?;
         let model = assistant
             .spec
             .model
@@ -385,6 +406,43 @@ impl ModelProvider for ConfiguredModels {
     }
 }
 
+/// Where each tenant's memories are embedded: the first of its model connections (by id) that
+/// names an `embedding_model`, else the platform's `[embeddings]` endpoint, else none. A
+/// connection that cannot be used (a refused address, a key that does not open) is logged and
+/// skipped, so the tenant falls back to the platform's endpoint rather than to nothing.
+pub struct TenantEmbedders {
+    pub db: DatabaseConnection,
+    pub platform: Option<Arc<dyn Embedder>>,
+    pub tenants: TenantConnections,
+}
+
+#[async_trait]
+impl agentry_builtin::memory::EmbedderSource for TenantEmbedders {
+    async fn embedder_for(&self, tenant: &agentry_store::TenantScope) -> Option<Arc<dyn Embedder>> {
+        match agentry_store::model_connections::list(&self.db, tenant).await {
+            Ok(connections) => {
+                for c in connections
+                    .iter()
+                    .filter(|c| c.spec.embedding_model.is_some())
+                {
+                    match self.tenants.embedder(c) {
+                        Ok(Some(e)) => return Some(Arc::new(e)),
+                        Ok(None) => {}
+                        Err(why) => tracing::warn!(
+                            connection = %c.id, tenant = %c.tenant_id,
+                            "a model connection's embeddings cannot be used ({why}); trying the next"
+                        ),
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "listing the tenant's model connections failed; using the platform's embeddings")
+            }
+        }
+        self.platform.clone()
+    }
+}
+
 /// Who a tool set is for.
 #[derive(Clone)]
 pub struct ToolRequest {
@@ -439,6 +497,9 @@ pub struct EngineDeps {
     /// Cluster mode: the replicas' shared Redis (session leases, quotas, cache invalidation),
     /// with this replica's id. `None` in single-node mode.
     pub coordination: Option<agentry_store::coordination::Coordination>,
+    /// Long-term memory: each run's prompt gets the memories relevant to its message, and
+    /// `memory.auto_extract` stores facts after it. `None`: no memory.
+    pub memory: Option<Arc<agentry_builtin::memory::MemoryBank>>,
 }
 
 impl EngineDeps {

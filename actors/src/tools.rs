@@ -66,9 +66,9 @@ impl PlatformTools {
         }
     }
 
-    /// Add the memory tools, which read and write the store.
-    pub fn with_memory(mut self, db: sea_orm::DatabaseConnection) -> Self {
-        for t in agentry_builtin::memory::memory_tools(db) {
+    /// Add the memory tools (`remember`, `recall`, `forget`) over `bank`.
+    pub fn with_memory(mut self, bank: Arc<agentry_builtin::memory::MemoryBank>) -> Self {
+        for t in agentry_builtin::memory::memory_tools(bank) {
             if let Err(e) = self.registry.register(t) {
                 tracing::error!(error = %e, "memory tool not registered");
             }

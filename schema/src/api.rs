@@ -145,7 +145,7 @@ pub struct ReadinessResponse {
 
 /// Absent → `None`, `null` → `Some(None)`, a value → `Some(Some(v))`: lets a PATCH tell "leave
 /// it" from "clear it".
-fn double_option<'de, D, T>(d: D) -> Result<Option<Option<T>>, D::Error>
+pub(crate) fn double_option<'de, D, T>(d: D) -> Result<Option<Option<T>>, D::Error>
 where
     D: serde::Deserializer<'de>,
     T: Deserialize<'de>,
@@ -885,6 +885,9 @@ pub struct ModelConnectionInfo {
     /// Most retries of a model call through this connection (429, 5xx, timeouts, connection
     /// failures, before the answer starts); an assistant's own `max_retries` may only lower it.
     pub max_retries: u32,
+    /// The endpoint's embeddings model: the tenant's memories are embedded with it
+    /// (docs/memory.md); null: the platform's embeddings endpoint, if any.
+    pub embedding_model: Option<String>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }
@@ -924,6 +927,10 @@ pub struct ModelConnectionSpecRequest {
     /// 0–10; default 3.
     #[serde(default)]
     pub max_retries: Option<u32>,
+    /// The endpoint's embeddings model (≤ 200 characters; `openai` connections only): the
+    /// tenant's memories are embedded with it (docs/memory.md).
+    #[serde(default)]
+    pub embedding_model: Option<String>,
 }
 
 /// `POST /model-connections`: an id (a slug) and the settings.
@@ -946,6 +953,8 @@ pub struct CreateModelConnectionRequest {
     pub timeout_secs: Option<u32>,
     #[serde(default)]
     pub max_retries: Option<u32>,
+    #[serde(default)]
+    pub embedding_model: Option<String>,
 }
 
 impl CreateModelConnectionRequest {
@@ -961,6 +970,7 @@ impl CreateModelConnectionRequest {
                 api_key: Some(self.api_key),
                 timeout_secs: self.timeout_secs,
                 max_retries: self.max_retries,
+                embedding_model: self.embedding_model,
             },
         )
     }

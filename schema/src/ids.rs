@@ -103,6 +103,11 @@ uuid_id!(
     "approval id"
 );
 uuid_id!(
+    /// A long-term memory.
+    MemoryId,
+    "memory id"
+);
+uuid_id!(
     /// An API key's row id (not the key itself).
     ApiKeyId,
     "api key id"

@@ -5,6 +5,7 @@
 //! - [`api`]: REST request and response bodies.
 //! - [`error`]: the one table of error codes and the error body.
 //! - [`ids`]: identifier newtypes.
+//! - [`memory`]: long-term memory's scopes and REST bodies.
 //! - [`policy`]: a tenant's policy (role rights, sandbox limits).
 //! - [`tenancy`]: a caller's [`Role`](tenancy::Role) and a tenant's
 //!   [`TenantStatus`](tenancy::TenantStatus).
@@ -16,6 +17,7 @@ pub mod error;
 pub mod events;
 pub mod frames;
 pub mod ids;
+pub mod memory;
 pub mod policy;
 pub mod secret;
 pub mod tenancy;

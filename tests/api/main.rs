@@ -23,6 +23,7 @@ mod matrix;
 mod mcp;
 mod mcp_conformance;
 mod mcp_server;
+mod memory;
 mod misc;
 mod models;
 mod observability;
@@ -237,6 +238,71 @@ async fn skills_on_mysql() {
     skills::skills_flow(&ctx).await;
     skills::hostile_uploads_store_nothing(&ctx).await;
     skills::skills_reach_the_model(&ctx, &fake).await;
+}
+
+// ---- long-term memory (issue 17, item 1; docs/memory.md) ----
+
+#[tokio::test]
+async fn memories_over_rest_per_scope_and_expiry() {
+    let ctx = Ctx::start().await;
+    memory::memory_rest_flow(&ctx).await;
+    memory::expiry(&ctx).await;
+}
+
+#[tokio::test]
+async fn semantic_recall_finds_meaning_with_the_fake_embeddings() {
+    let (fake, ctx) = memory::start_semantic(None, &[]).await;
+    memory::semantic_recall(&ctx, &fake).await;
+    memory::failing_embeddings(&ctx, &fake).await;
+}
+
+#[tokio::test]
+async fn each_run_gets_the_top_k_memories_relevant_to_its_message() {
+    let (fake, ctx) = memory::start_semantic(None, &[("AGENTRY_MEMORY__TOP_K", "2")]).await;
+    memory::top_k_injection(&ctx, &fake).await;
+}
+
+#[tokio::test]
+async fn memory_tools_keep_scopes_forget_and_fall_back_to_words() {
+    let (fake, ctx) = durability::start(agentry_fake_model::DefaultReply::Auto, None, &[]).await;
+    memory::tools_scopes_and_forget(&ctx, &fake).await;
+    memory::keyword_fallback(&ctx, &fake).await;
+}
+
+#[tokio::test]
+async fn a_tenants_model_connection_embeds_its_memories() {
+    memory::tenant_connection_embeddings(&Ctx::start().await).await;
+}
+
+#[tokio::test]
+async fn auto_extract_stores_facts_and_merges_duplicates() {
+    let (fake, ctx) =
+        memory::start_semantic(None, &[("AGENTRY_MEMORY__AUTO_EXTRACT", "true")]).await;
+    memory::auto_extract(&ctx, &fake).await;
+}
+
+#[tokio::test]
+async fn memory_on_postgres() {
+    let Some(url) = postgres_db("memory").await else {
+        return;
+    };
+    let (fake, ctx) = memory::start_semantic(Some(&url), &[]).await;
+    memory::semantic_recall(&ctx, &fake).await;
+    memory::top_k_injection(&ctx, &fake).await;
+    memory::tools_scopes_and_forget(&ctx, &fake).await;
+    memory::expiry(&ctx).await;
+}
+
+#[tokio::test]
+async fn memory_on_mysql() {
+    let Some(url) = cluster::own_mysql("memory").await else {
+        return;
+    };
+    let (fake, ctx) = memory::start_semantic(Some(&url), &[]).await;
+    memory::semantic_recall(&ctx, &fake).await;
+    memory::top_k_injection(&ctx, &fake).await;
+    memory::tools_scopes_and_forget(&ctx, &fake).await;
+    memory::expiry(&ctx).await;
 }
 
 // ---- the cap on live sessions (docs/operations.md) ----
@@ -806,6 +872,7 @@ async fn openapi_documents_every_route_and_every_documented_status_is_real() {
     profiles::profiles_flow(&ctx).await;
     skills::skills_flow(&ctx).await;
     skills::hostile_uploads_store_nothing(&ctx).await;
+    memory::memory_rest_flow(&ctx).await;
     models::model_connections_rest(&ctx).await;
     data::data_sources_flow(&ctx).await;
     policy::tenant_policy(&ctx).await;

@@ -129,6 +129,16 @@ pub enum Route {
     PutUserSkill,
     DeleteUserSkill,
     GetUserSkillFile,
+    ListMemories,
+    SearchMemories,
+    CreateMemory,
+    CreateTenantMemory,
+    GetMemory,
+    GetTenantMemory,
+    UpdateMemory,
+    UpdateTenantMemory,
+    DeleteMemory,
+    DeleteTenantMemory,
 }
 
 use Route::*;
@@ -228,6 +238,16 @@ pub const ROUTES: &[Route] = &[
     PutUserSkill,
     DeleteUserSkill,
     GetUserSkillFile,
+    ListMemories,
+    SearchMemories,
+    CreateMemory,
+    CreateTenantMemory,
+    GetMemory,
+    GetTenantMemory,
+    UpdateMemory,
+    UpdateTenantMemory,
+    DeleteMemory,
+    DeleteTenantMemory,
 ];
 
 /// Expected status per caller, in the order of [`WHO`].
@@ -318,6 +338,17 @@ pub fn expected(route: Route) -> [u16; 7] {
         DeleteDataSource => ADMIN_DELETE,
         // Each caller reads their own workspace: only A's member has the file.
         GetFile => [401, 401, 401, 404, 200, 404, 403],
+        // Memories: everyone lists and searches what they see (the outsider, B's); a `user`
+        // memory is its owner's alone, A's admin included (404, as if absent); the tenant's
+        // are read by all of A and written by A's admins.
+        ListMemories | SearchMemories => TENANT_LIST,
+        CreateMemory => [401, 401, 401, 201, 201, 201, 403],
+        CreateTenantMemory => ADMIN_CREATE,
+        GetMemory | UpdateMemory => [401, 401, 401, 404, 200, 404, 403],
+        GetTenantMemory => OWN_ROW,
+        UpdateTenantMemory => ADMIN_ROW,
+        DeleteMemory => [401, 401, 401, 404, 204, 404, 403],
+        DeleteTenantMemory => ADMIN_DELETE,
     }
 }
 
@@ -326,6 +357,9 @@ pub struct MatrixFx {
     pub b: TenantFx,
     pub revoked_key: String,
     pub seeded: Seeded,
+    /// A's member's own memory, and a tenant memory of A.
+    pub own_memory: String,
+    pub tenant_memory: String,
 }
 
 pub async fn fixture(ctx: &Ctx) -> MatrixFx {
@@ -417,12 +451,30 @@ pub async fn fixture(ctx: &Ctx) -> MatrixFx {
         201,
     )
     .await;
+    let own_memory = create_memory(ctx, &a.member.key, "user").await;
+    let tenant_memory = create_memory(ctx, &a.admin.key, "tenant").await;
     MatrixFx {
         a,
         b,
         revoked_key: revoked.key,
         seeded,
+        own_memory,
+        tenant_memory,
     }
+}
+
+/// A new memory of `scope` (unique content, so it never merges into another), by `key`.
+async fn create_memory(ctx: &Ctx, key: &str, scope: &str) -> String {
+    let m = ctx
+        .ok(
+            Method::POST,
+            "/api/v1/memories",
+            key,
+            Some(json!({ "content": unique("matrix memory"), "scope": scope })),
+            201,
+        )
+        .await;
+    m["id"].as_str().unwrap().to_string()
 }
 
 /// A skill uploaded as JSON files.
@@ -689,6 +741,46 @@ pub async fn build(ctx: &Ctx, fx: &MatrixFx, route: Route) -> Req {
             )
             .await;
             req(Method::DELETE, format!("{own_skills}/{id}"), None)
+        }
+        ListMemories => req(Method::GET, "/api/v1/memories".into(), None),
+        SearchMemories => req(Method::GET, "/api/v1/memories/search?q=matrix".into(), None),
+        CreateMemory => req(
+            Method::POST,
+            "/api/v1/memories".into(),
+            Some(json!({ "content": unique("created in the matrix") })),
+        ),
+        CreateTenantMemory => req(
+            Method::POST,
+            "/api/v1/memories".into(),
+            Some(json!({ "content": unique("tenant knowledge"), "scope": "tenant" })),
+        ),
+        GetMemory => req(
+            Method::GET,
+            format!("/api/v1/memories/{}", fx.own_memory),
+            None,
+        ),
+        GetTenantMemory => req(
+            Method::GET,
+            format!("/api/v1/memories/{}", fx.tenant_memory),
+            None,
+        ),
+        UpdateMemory => req(
+            Method::PATCH,
+            format!("/api/v1/memories/{}", fx.own_memory),
+            Some(json!({ "kind": "preference" })),
+        ),
+        UpdateTenantMemory => req(
+            Method::PATCH,
+            format!("/api/v1/memories/{}", fx.tenant_memory),
+            Some(json!({ "kind": "decision" })),
+        ),
+        DeleteMemory => {
+            let id = create_memory(ctx, &fx.a.member.key, "user").await;
+            req(Method::DELETE, format!("/api/v1/memories/{id}"), None)
+        }
+        DeleteTenantMemory => {
+            let id = create_memory(ctx, &fx.a.admin.key, "tenant").await;
+            req(Method::DELETE, format!("/api/v1/memories/{id}"), None)
         }
         ListExecutions => req(Method::GET, "/api/v1/executions".into(), None),
         GetExecution => req(Method::GET, format!("/api/v1/executions/{r}"), None),

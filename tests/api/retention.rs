@@ -332,12 +332,8 @@ pub async fn one_sweep_removes_old_rows_and_keeps_active_ones(ctx: &Ctx) {
             &txn,
             &sa,
             memories::NewMemory {
-                user_id: member,
-                assistant_id: None,
-                kind: "fact".into(),
-                content: format!("expires in {expires:?} hours"),
-                metadata: json!({}),
                 expires_at: expires.map(|h| agentry_store::now() + chrono::Duration::hours(h)),
+                ..memories::NewMemory::of_user(member, format!("expires in {expires:?} hours"))
             },
         )
         .await
@@ -430,7 +426,7 @@ pub async fn one_sweep_removes_old_rows_and_keeps_active_ones(ctx: &Ctx) {
         .map(|m| m.id)
         .collect();
     assert_eq!(user_memories.len(), 2);
-    assert!(!user_memories.contains(&memory_ids[0]));
+    assert!(!user_memories.contains(&memory_ids[0].0));
     // Events: the old run of the reused session keeps only its `done`; the recent run all.
     let reused_events: Vec<(Option<uuid::Uuid>, String)> = session_event::Entity::find()
         .select_only()

@@ -175,6 +175,9 @@ pub async fn run_agent(
         window_start: 0,
         todos: Vec::new(),
         memories: Vec::new(),
+        memory_on: false,
+        model: None,
+        answer: None,
         connection: None,
         skills: Vec::new(),
         run_clock: run_clock.clone(),
@@ -205,6 +208,9 @@ pub async fn run_agent(
         d.stop();
     }
     agent.stop(&outcome);
+    if outcome.status == DoneStatus::Completed {
+        agent.extract_memories();
+    }
     outcome.rows = Box::new(agent.recorder.take_waiting());
     outcome.checkpoints = agent.recorder.checkpoints_written();
     outcome.may_have_approvals = agent.asked_human.load(Ordering::Relaxed);
@@ -237,8 +243,15 @@ struct Agent {
     conversation: Vec<ChatMessage>,
     window_start: i64,
     todos: Vec<Todo>,
-    /// The user's most recent long-term memories, for the system prompt.
+    /// The long-term memories most relevant to the run's message, for the system prompt.
     memories: Vec<String>,
+    /// The run offers the memory tools: memories go into its prompt, and facts may be
+    /// extracted after it.
+    memory_on: bool,
+    /// The run's model, for the extraction after it.
+    model: Option<Arc<dyn agentry_llm::ChatModel>>,
+    /// The final answer of a completed run.
+    answer: Option<String>,
     /// The skills the run sees (name, description), for the system prompt.
     skills: Vec<(String, String)>,
     /// The run timeout's clock: it stands still while the run waits for a person.
@@ -411,22 +424,8 @@ impl Agent {
             ));
         }
         self.add_task_tool(&mut tools);
-        if tools.offered().any(|s| s.name == "recall") {
-            // Memories are context, not a requirement: a failed read only leaves them out.
-            if let Ok((recent, _)) = agentry_store::memories::list(
-                &self.deps.db,
-                &self.scope,
-                self.input.user_id,
-                agentry_store::PageRequest::new(10, 0),
-            )
-            .await
-            {
-                self.memories = recent
-                    .into_iter()
-                    .map(|m| format!("[{}] {}", m.kind, m.content))
-                    .collect();
-            }
-        }
+        self.memory_on = tools.offered().any(|s| s.name == "recall");
+        self.model = Some(model.clone());
         if tools.offered().any(|s| s.name == "load_skill") {
             self.skills = self.visible_skills().await;
         }
@@ -480,6 +479,9 @@ impl Agent {
                 Vec::new()
             }
         };
+        if self.memory_on {
+            self.memories = self.relevant_memories().await;
+        }
 
         // A step (one model call and the tool calls it asked for) is a span of the run's trace.
         let mut step_span = tracing::Span::none();
@@ -613,6 +615,7 @@ impl Agent {
     /// end with the `done`.
     fn respond(&mut self, text: String) -> Step<RunOutcome> {
         self.go(RunEvent::Answered)?;
+        self.answer = Some(text.clone());
         self.sink.emit(EventPayload::text(text, true));
         self.go(RunEvent::Responded)?;
         Ok(RunOutcome::new(
@@ -1013,7 +1016,9 @@ impl Agent {
             },
         );
         if !self.memories.is_empty() {
-            prompt.push_str("\n\nWhat you remember about this user (use `recall` for more):\n");
+            prompt.push_str(
+                "\n\nWhat you remember that bears on this message (use `recall` for more):\n",
+            );
             for m in &self.memories {
                 prompt.push_str(&format!("- {m}\n"));
             }
@@ -1035,6 +1040,97 @@ impl Agent {
             }
         }
         prompt
+    }
+
+    /// Who the run is, for long-term memory.
+    fn memory_who(&self) -> agentry_builtin::memory::Who {
+        agentry_builtin::memory::Who {
+            tenant: self.scope,
+            user_id: self.input.user_id,
+            assistant_id: Some(self.input.assistant.id.to_string()),
+            admin: self.input.role == agentry_schema::tenancy::Role::Admin,
+        }
+    }
+
+    /// The message the run answers: the last user message of its conversation.
+    fn current_message(&self) -> Option<&str> {
+        self.conversation.iter().rev().find_map(|m| match m {
+            ChatMessage::User { content } => Some(content.as_str()),
+            _ => None,
+        })
+    }
+
+    /// The `memory.top_k` memories the run sees that are most relevant to its message (not the
+    /// most recent), as prompt lines.
+    async fn relevant_memories(&self) -> Vec<String> {
+        let (Some(bank), Some(message)) = (&self.deps.memory, self.current_message()) else {
+            return Vec::new();
+        };
+        bank.relevant(&self.memory_who(), message, bank.config().top_k)
+            .await
+            .into_iter()
+            .map(|m| match m.scope {
+                agentry_schema::memory::MemoryScope::User => {
+                    format!("[{}] {}", m.kind, m.content.replace('\n', " "))
+                }
+                shared => format!(
+                    "[{}, {} knowledge] {}",
+                    m.kind,
+                    shared,
+                    m.content.replace('\n', " ")
+                ),
+            })
+            .collect()
+    }
+
+    /// `memory.auto_extract`: after a completed run, the model proposes facts from the
+    /// exchange and the bank stores them (merging what it already knows). In the background:
+    /// the run's answer does not wait for it, and a failure only logs.
+    fn extract_memories(&self) {
+        let Some(bank) = self.deps.memory.clone() else {
+            return;
+        };
+        if !bank.config().auto_extract || !self.memory_on {
+            return;
+        }
+        let (Some(model), Some(answer), Some(message)) = (
+            self.model.clone(),
+            self.answer.clone(),
+            self.current_message(),
+        ) else {
+            return;
+        };
+        let message = message.to_string();
+        let who = self.memory_who();
+        let source = agentry_builtin::memory::Fact {
+            source_session_id: Some(self.input.session_id),
+            source_run_id: Some(self.input.run_id),
+            ..agentry_builtin::memory::Fact::new("")
+        };
+        let quota = self.input.quota.clone();
+        let span = tracing::info_span!("memory.extract", run_id = %self.input.run_id);
+        self.deps.runtime.spawn(tracing::Instrument::instrument(
+            async move {
+                match agentry_builtin::memory::extract::extract_and_remember(
+                    &bank, &*model, &who, source, &message, &answer,
+                )
+                .await
+                {
+                    Ok(done) => {
+                        let merged = done.stored.iter().filter(|r| r.merged).count();
+                        tracing::info!(
+                            stored = done.stored.len() - merged,
+                            merged,
+                            "memories extracted from the run"
+                        );
+                        // Counted against the tenant's daily tokens (not the run's usage).
+                        quota.count_tokens(done.usage.input + done.usage.output);
+                    }
+                    Err(e) => tracing::warn!(error = %e, "extracting memories from the run failed"),
+                }
+            },
+            span,
+        ));
     }
 
     /// The skills this run lists in its prompt: the tenant's and the user's own, narrowed by
@@ -1262,6 +1358,8 @@ impl Agent {
             session_id: self.input.session_id,
             run_id: self.input.run_id,
             tool_call_id: call.id.clone(),
+            assistant_id: Some(self.input.assistant.id.to_string()),
+            tenant_admin: self.input.role == agentry_schema::tenancy::Role::Admin,
             workspace: WorkspaceInfo {
                 root: self
                     .deps

@@ -132,13 +132,18 @@ impl Harness {
             _ => ModelConfig::default(),
         };
         let data_dir = tempfile::tempdir().unwrap();
+        let memory = Arc::new(agentry_builtin::memory::MemoryBank::new(
+            db.db.clone(),
+            None,
+            agentry_builtin::memory::MemoryConfig::default(),
+        ));
         let deps = EngineDeps {
             db: db.db.clone(),
             models: Arc::new(ConfiguredModels::new(model_cfg, reqwest::Client::new())),
             tools: if opts.platform_tools {
                 Arc::new(
                     agentry_actors::tools::PlatformTools::new(BuiltinConfig::default())
-                        .with_memory(db.db.clone()),
+                        .with_memory(memory.clone()),
                 )
             } else {
                 Arc::new(TestTools {
@@ -158,6 +163,7 @@ impl Harness {
             },
             runtime: tokio::runtime::Handle::current(),
             coordination: None,
+            memory: Some(memory),
         };
         let engine = Engine::start(deps, 0, opts.tenant_idle_after);
         let tenant = tenants::create(

@@ -19,6 +19,9 @@ pub struct Model {
     pub api_key_sealed: Option<String>,
     pub timeout_secs: i32,
     pub max_retries: i32,
+    /// The embeddings model of this endpoint (OpenAI-compatible only): the tenant's memories
+    /// are embedded with it (docs/memory.md). Null: none.
+    pub embedding_model: Option<String>,
     pub created_at: DateTimeUtc,
     pub updated_at: DateTimeUtc,
 }

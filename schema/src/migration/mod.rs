@@ -17,6 +17,7 @@ mod m20261126_000500_model_connections;
 mod m20261126_000600_skills;
 mod m20261126_000700_data_sources;
 mod m20261126_000800_task_runs;
+mod m20261126_000900_memory_scopes;
 
 pub struct Migrator;
 
@@ -37,6 +38,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261126_000600_skills::Migration),
             Box::new(m20261126_000700_data_sources::Migration),
             Box::new(m20261126_000800_task_runs::Migration),
+            Box::new(m20261126_000900_memory_scopes::Migration),
         ]
     }
 }

@@ -17,6 +17,10 @@ pub const AUTO_ASSISTANT: &str = "bench-auto";
 /// The assistant whose `write_todos` calls wait for a human's decision.
 pub const HITL_ASSISTANT: &str = "bench-hitl";
 
+/// The embeddings model name the fake model server answers as (any name works; memories are
+/// stored with it).
+pub const EMBEDDING_MODEL: &str = "fake-embedding";
+
 /// Where the server keeps its data.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Database {
@@ -93,7 +97,7 @@ pub struct Server {
     child: Child,
     pub pid: u32,
     pub port: u16,
-    _data_dir: tempfile::TempDir,
+    data_dir: tempfile::TempDir,
 }
 
 impl Server {
@@ -145,7 +149,7 @@ impl Server {
             child,
             pid,
             port,
-            _data_dir: data_dir,
+            data_dir,
         })
     }
 
@@ -316,9 +320,33 @@ impl Harness {
         profile: ModelProfile,
         env: &[(&str, String)],
     ) -> Result<Self> {
+        Self::start_inner(target, profile, env, false).await
+    }
+
+    /// [`Harness::start`], with the fake model server as the embeddings endpoint too (model
+    /// [`EMBEDDING_MODEL`]): memory search by meaning.
+    pub async fn start_with_embeddings(
+        target: &Target,
+        profile: ModelProfile,
+        env: &[(&str, String)],
+    ) -> Result<Self> {
+        Self::start_inner(target, profile, env, true).await
+    }
+
+    async fn start_inner(
+        target: &Target,
+        profile: ModelProfile,
+        env: &[(&str, String)],
+        embeddings: bool,
+    ) -> Result<Self> {
         let model = start_model(profile)?;
         let admin_key = admin_key();
-        let server = Server::spawn(target, &model.base_url_openai(), &admin_key, env).await?;
+        let mut env = env.to_vec();
+        if embeddings {
+            env.push(("AGENTRY_EMBEDDINGS__BASE_URL", model.base_url_openai()));
+            env.push(("AGENTRY_EMBEDDINGS__MODEL", EMBEDDING_MODEL.to_string()));
+        }
+        let server = Server::spawn(target, &model.base_url_openai(), &admin_key, &env).await?;
         let http = http_client()?;
         let base = format!("http://127.0.0.1:{}", server.port);
         let key = create_tenant(&http, &base, &admin_key).await?;
@@ -331,6 +359,17 @@ impl Harness {
             http,
             key,
         })
+    }
+
+    /// The server's database, for a scenario that seeds rows directly.
+    pub fn database_url(&self, target: &Target) -> String {
+        match &target.database {
+            Database::Sqlite => format!(
+                "sqlite://{}?mode=rwc",
+                self.server.data_dir.path().join("agentry.db").display()
+            ),
+            Database::Url(url) => url.clone(),
+        }
     }
 
     /// How clients reach this server.

@@ -10,6 +10,7 @@
 pub mod cluster;
 pub mod harness;
 pub mod machine;
+pub mod memory;
 pub mod report;
 pub mod scenarios;
 pub mod stats;

@@ -121,6 +121,16 @@ enum Command {
         #[arg(long)]
         max_live: Option<usize>,
     },
+    /// Semantic memory search (`GET /api/v1/memories/search`) as one user's scope grows: the
+    /// memories are seeded straight into the database with their fake vectors, then searched.
+    MemorySearch {
+        /// Memories in the scope at each measurement (comma-separated, ascending).
+        #[arg(long, value_delimiter = ',', default_value = "1000,10000,100000")]
+        sizes: Vec<u64>,
+        /// Searches timed at each size.
+        #[arg(long, default_value_t = 30)]
+        queries: u64,
+    },
     /// Every cluster-mode scenario below (issue 13) at the sizes of docs/benchmarks.md; needs
     /// --database postgres://… (or mysql://…) and Redis (`--redis`).
     Cluster {
@@ -312,6 +322,15 @@ async fn run(cli: Cli) -> Result<()> {
             },
         )
         .await?)?,
+        Command::MemorySearch { sizes, queries } => {
+            let mut sizes = sizes;
+            sizes.sort_unstable();
+            one(agentry_bench::memory::memory_search(
+                &target,
+                &agentry_bench::memory::MemoryParams { sizes, queries },
+            )
+            .await?)?
+        }
         Command::Soak {
             clients,
             duration_secs,

@@ -78,6 +78,7 @@ fn variant_order(variant: &str) -> (usize, String) {
         "openai",
         "openai-stream",
         "soak",
+        "memory-search",
         "cluster-cpu",
         "cluster-runs-1r",
         "cluster-runs-3r",

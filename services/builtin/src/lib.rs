@@ -13,7 +13,7 @@
 //! | `services` | get_service_status, start_service, stop_service, restart_service |
 //! | `todos` | write_todos |
 //! | `interaction` | ask_question, get_user_input, confirm_action, get_user_preference |
-//! | `memory` | remember, recall |
+//! | `memory` | remember, recall, forget |
 //! | `skills` | load_skill, read_skill_file |
 //! | `data` | list_data_sources, describe_data_source, run_sql, create_report ([`data`]) |
 //!

@@ -14,6 +14,12 @@
 //! Every request is recorded ([`FakeModelServer::requests`]) so tests can assert what the client
 //! sent.
 //!
+//! `POST /v1/embeddings` (also `/embeddings`) answers with deterministic vectors
+//! ([`fake_embedding`]: a concept lexicon plus hashed words, so "relational datastore" is close
+//! to "We run PostgreSQL 16"), or with the vector a test registered for the exact text
+//! ([`FakeModelServer::set_embedding`]). Its requests are recorded apart
+//! ([`FakeModelServer::embedding_requests`]), so chat requests keep their positions.
+//!
 //! ```no_run
 //! # async fn demo() {
 //! use agentry_fake_model::{FakeConfig, FakeModelServer, FakeReply};
@@ -24,6 +30,7 @@
 //! # }
 //! ```
 
+mod embed;
 mod server;
 mod wire;
 
@@ -34,6 +41,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+pub use embed::{
+    CONCEPTS as FAKE_EMBEDDING_CONCEPTS, DIMENSIONS as FAKE_EMBEDDING_DIMENSIONS, fake_embedding,
+};
 pub use wire::{parse_anthropic_request, parse_openai_request};
 
 /// Which wire format a request used.
@@ -366,6 +376,12 @@ pub(crate) struct State {
     pub served: u64,
     pub timings: VecDeque<ModelTiming>,
     pub timing_limit: usize,
+    /// Vectors tests registered, by exact input text.
+    pub embeddings: std::collections::HashMap<String, Vec<f32>>,
+    /// Embedding requests, apart from the chat ones (same record limit).
+    pub embedding_requests: VecDeque<RecordedRequest>,
+    /// When set, every embeddings request fails with this status.
+    pub embeddings_failing: Option<u16>,
 }
 
 #[derive(Debug)]
@@ -411,6 +427,9 @@ impl FakeModelServer {
                 served: 0,
                 timings: VecDeque::new(),
                 timing_limit: config.timing_limit,
+                embeddings: std::collections::HashMap::new(),
+                embedding_requests: VecDeque::new(),
+                embeddings_failing: None,
             }),
         });
         let (addr, server) = server::run(
@@ -499,6 +518,29 @@ impl FakeModelServer {
     /// end is not counted.
     pub fn take_timings(&self) -> Vec<ModelTiming> {
         self.shared.lock().timings.drain(..).collect()
+    }
+
+    /// `POST /v1/embeddings` answers `vector` for exactly `text` from now on.
+    pub fn set_embedding(&self, text: &str, vector: Vec<f32>) {
+        self.shared
+            .lock()
+            .embeddings
+            .insert(text.to_string(), vector);
+    }
+
+    /// `Some(status)`: every embeddings request fails with it (an outage); `None`: they work.
+    pub fn fail_embeddings(&self, status: Option<u16>) {
+        self.shared.lock().embeddings_failing = status;
+    }
+
+    /// The embeddings requests received so far (up to the record limit), oldest first.
+    pub fn embedding_requests(&self) -> Vec<RecordedRequest> {
+        self.shared
+            .lock()
+            .embedding_requests
+            .iter()
+            .cloned()
+            .collect()
     }
 
     /// Stop accepting and close connections; waits for the workers to stop.

@@ -40,6 +40,8 @@ pub(crate) fn run(
             .route("/v1/chat/completions", web::post().to(openai))
             .route("/chat/completions", web::post().to(openai))
             .route("/v1/messages", web::post().to(anthropic))
+            .route("/v1/embeddings", web::post().to(embeddings))
+            .route("/embeddings", web::post().to(embeddings))
     })
     .workers(workers)
     // Streamed frames must leave at once, as from a real provider, not wait for an ACK.
@@ -61,6 +63,108 @@ async fn openai(request: HttpRequest, body: Bytes, shared: web::Data<Shared>) ->
 
 async fn anthropic(request: HttpRequest, body: Bytes, shared: web::Data<Shared>) -> HttpResponse {
     handle(Endpoint::AnthropicMessages, request, body, shared).await
+}
+
+/// `POST /v1/embeddings`: OpenAI's wire (`input` a string or an array of strings), vectors
+/// from [`crate::embed::fake_embedding`] unless a test registered one for the text. Recorded
+/// apart from the chat requests; uses no reply of the queue.
+async fn embeddings(request: HttpRequest, body: Bytes, shared: web::Data<Shared>) -> HttpResponse {
+    let json: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let (key_ok, failing, latency) = {
+        let mut state = shared.lock();
+        state.served += 1;
+        if state.record_limit > 0 {
+            while state.embedding_requests.len() >= state.record_limit {
+                state.embedding_requests.pop_front();
+            }
+            let headers = request
+                .headers()
+                .iter()
+                .map(|(n, v)| {
+                    (
+                        n.as_str().to_ascii_lowercase(),
+                        String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                    )
+                })
+                .collect();
+            state.embedding_requests.push_back(RecordedRequest {
+                endpoint: Endpoint::OpenAiChat,
+                path: request.path().to_string(),
+                headers,
+                body: json.clone(),
+                raw_body: String::from_utf8_lossy(&body).into_owned(),
+            });
+        }
+        (
+            check_key(&state, Endpoint::OpenAiChat, &request),
+            state.embeddings_failing,
+            state.latency,
+        )
+    };
+    if !key_ok {
+        return error_response(
+            Endpoint::OpenAiChat,
+            401,
+            "Incorrect API key provided.",
+            None,
+            None,
+        );
+    }
+    if let Some(status) = failing {
+        return error_response(
+            Endpoint::OpenAiChat,
+            status,
+            "The embeddings service is unavailable.",
+            None,
+            None,
+        );
+    }
+    let Some(model) = json.get("model").and_then(Value::as_str) else {
+        return error_response(
+            Endpoint::OpenAiChat,
+            400,
+            "you must provide a model parameter",
+            None,
+            None,
+        );
+    };
+    let inputs: Option<Vec<String>> = match json.get("input") {
+        Some(Value::String(s)) => Some(vec![s.clone()]),
+        Some(Value::Array(items)) if !items.is_empty() => items
+            .iter()
+            .map(|i| i.as_str().map(str::to_string))
+            .collect(),
+        _ => None,
+    };
+    let Some(inputs) = inputs else {
+        return error_response(
+            Endpoint::OpenAiChat,
+            400,
+            "'input' must be a string or a non-empty array of strings",
+            None,
+            None,
+        );
+    };
+    let registered = shared.lock().embeddings.clone();
+    let data: Vec<Value> = inputs
+        .iter()
+        .enumerate()
+        .map(|(i, text)| {
+            let vector = registered
+                .get(text)
+                .cloned()
+                .unwrap_or_else(|| crate::embed::fake_embedding(text));
+            serde_json::json!({"object": "embedding", "index": i, "embedding": vector})
+        })
+        .collect();
+    let tokens: u64 = inputs.iter().map(|t| estimate_tokens(t)).sum();
+    sleep(latency).await;
+    HttpResponse::Ok().json(serde_json::json!({
+        "object": "list",
+        "data": data,
+        "model": model,
+        "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+    }))
 }
 
 /// Timing and shape settings in force for one request.

@@ -314,6 +314,8 @@ pub mod param {
         DataSource = ("source_id", ids::DataSourceId),
         /// `{skill}`: a skill's name (a slug)
         Skill = ("skill", ids::SkillName),
+        /// `{memory_id}`
+        Memory = ("memory_id", ids::MemoryId),
     );
 }
 

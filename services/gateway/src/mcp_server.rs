@@ -582,6 +582,8 @@ impl ToolSource for CallerToolSource {
         context.tenant_id = tenant.id;
         context.user_id = user.user_id;
         context.role = user.role;
+        // `/mcp` has no assistant: the memory tools see the user's and the tenant's memories.
+        context.tenant_admin = user.role == agentry_schema::tenancy::Role::Admin;
         let presenter: Presenter = Arc::new(present);
         Ok(CallerTools {
             registry,

@@ -8,7 +8,7 @@ use utoipa_swagger_ui::{Config, SwaggerUi};
 
 use crate::routes::resource::endpoint;
 use crate::routes::{
-    admin, agents, chat, data_sources, executions, files, health, mcp_servers, me,
+    admin, agents, chat, data_sources, executions, files, health, mcp_servers, me, memories,
     model_connections, openai, profiles, sessions, skills, tenant,
 };
 
@@ -77,6 +77,12 @@ every response carries `X-Request-Id`. Authenticate with `Authorization: Bearer 
         skills::put_user_skill,
         skills::delete_user_skill,
         skills::get_user_skill_file,
+        memories::list_memories,
+        memories::create_memory,
+        memories::search_memories,
+        memories::get_memory,
+        memories::update_memory,
+        memories::delete_memory,
         executions::list_executions,
         executions::get_execution,
         executions::list_tool_calls,
@@ -132,6 +138,7 @@ every response carries `X-Request-Id`. Authenticate with `Authorization: Bearer 
         (name = "models", description = "The tenant's own model connections (bring your own key): keys write-only; tenant admins change them"),
         (name = "data", description = "The tenant's data sources for the data tools (`run_sql`, `describe_data_source`, `create_report`): URLs sealed, passwords write-only; tenant admins only"),
         (name = "files", description = "The caller's own workspace files (reports and their charts)"),
+        (name = "memory", description = "Long-term memory: the user's own, each assistant's shared knowledge and the tenant's, searched by meaning (docs/memory.md)"),
         (name = "skills", description = "Skills (SKILL.md with front matter, plus files): the tenant's, which tenant admins manage, and each user's own; uploaded as a zip or JSON files"),
         (name = "executions", description = "Runs with their tool-call audit"),
         (name = "tenant", description = "Tenant admins: their tenant's users and API keys"),

@@ -51,6 +51,12 @@ pub struct Settings {
     /// The background sweep that removes old data (`[retention]`, `AGENTRY_RETENTION__*`; the
     /// session period is `session.retention_days`); see docs/operations.md, "Retention".
     pub retention: RetentionSettings,
+    /// Long-term memory: how many memories a run's prompt gets, the similarity thresholds,
+    /// automatic extraction (`[memory]`, `AGENTRY_MEMORY__*`); see docs/memory.md.
+    pub memory: agentry_builtin::memory::MemoryConfig,
+    /// The platform's embeddings endpoint for semantic memory search (`[embeddings]`,
+    /// `AGENTRY_EMBEDDINGS__*`); none: memories are searched by words. See docs/memory.md.
+    pub embeddings: agentry_llm::EmbeddingsConfig,
     /// Delegation with the `task` tool (`[tasks]`, `AGENTRY_TASKS__*`); see docs/agents.md.
     pub tasks: TaskSettings,
 }
@@ -186,6 +192,8 @@ impl Default for Settings {
             quota: QuotaSettings::default(),
             retention: RetentionSettings::default(),
             tasks: TaskSettings::default(),
+            memory: agentry_builtin::memory::MemoryConfig::default(),
+            embeddings: agentry_llm::EmbeddingsConfig::default(),
             log: LogSettings::default(),
             llm: ModelConfig::default(),
             tools: BuiltinConfig::default(),
@@ -500,6 +508,7 @@ pub const SECRET_KEYS: &[&str] = &[
     "tools.search_api_key",
     "metrics.token",
     "otel.headers",
+    "embeddings.api_key",
 ];
 
 /// The env variable that sets `key` (`auth.admin_key` → `AGENTRY_AUTH__ADMIN_KEY`).
@@ -823,6 +832,30 @@ impl Settings {
         }
         if self.retention.interval_secs == 0 {
             return bad("retention.interval_secs", "must be at least 1");
+        }
+        if self.memory.top_k > 50 {
+            return bad("memory.top_k", "must be at most 50");
+        }
+        if !(-1.0..=1.0).contains(&self.memory.min_similarity) {
+            return bad("memory.min_similarity", "must be between -1 and 1");
+        }
+        if !(self.memory.merge_similarity > 0.0 && self.memory.merge_similarity <= 1.0) {
+            return bad("memory.merge_similarity", "must be above 0 and at most 1");
+        }
+        if self.memory.max_candidates == 0 {
+            return bad("memory.max_candidates", "must be at least 1");
+        }
+        if let Some(url) = self
+            .embeddings
+            .base_url
+            .as_deref()
+            .filter(|u| !u.trim().is_empty())
+            && !(url.starts_with("http://") || url.starts_with("https://"))
+        {
+            return bad(
+                "embeddings.base_url",
+                "must be an http:// or https:// URL (the API root, e.g. https://api.openai.com/v1)",
+            );
         }
         let redis = self.redis.url.expose();
         if redis.starts_with("rediss://") {

@@ -335,6 +335,7 @@ impl Application {
             engine: parts.engine,
             secrets: parts.secrets,
             data: parts.data,
+            memory: parts.memory,
             mcp_file: parts.watcher,
             ws_connections: Default::default(),
             auth: KeyResolver::new(

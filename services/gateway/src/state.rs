@@ -36,4 +36,6 @@ pub struct AppState {
     pub shutdown: tokio_util::sync::CancellationToken,
     /// The MCP config file watcher, kept alive while the server runs.
     pub mcp_file: Option<Arc<agentry_mcp::config_file::McpConfigWatcher>>,
+    /// Long-term memory (`/api/v1/memories`), shared with the engine's runs and tools.
+    pub memory: Arc<agentry_builtin::memory::MemoryBank>,
 }

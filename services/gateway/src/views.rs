@@ -264,6 +264,7 @@ pub fn model_connection(c: ModelConnection) -> ModelConnectionInfo {
         api_key_set: c.spec.api_key_sealed.is_some(),
         timeout_secs: c.spec.timeout_secs,
         max_retries: c.spec.max_retries,
+        embedding_model: c.spec.embedding_model,
         created_at: c.created_at,
         updated_at: c.updated_at,
     }

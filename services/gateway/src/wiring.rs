@@ -129,6 +129,8 @@ pub struct EngineParts {
     pub tools: Arc<PlatformTools>,
     /// The tenants' data sources as the data tools and the REST routes reach them.
     pub data: Arc<DataSources>,
+    /// Long-term memory: the runs, the memory tools and the REST API share it.
+    pub memory: Arc<agentry_builtin::memory::MemoryBank>,
 }
 
 /// The addresses of the platform's own database and Redis (resolved once, at start): no data
@@ -203,11 +205,28 @@ pub fn build(
         ),
         agentry_data::Limits::default(),
     ));
+    // Long-term memory: a tenant's own connection's embeddings model, else the platform's
+    // embeddings endpoint, else search by words (docs/memory.md).
+    let platform_embedder: Option<Arc<dyn agentry_llm::Embedder>> = settings
+        .embeddings
+        .build(http.clone())
+        .map(|e| Arc::new(e) as Arc<dyn agentry_llm::Embedder>);
+    let memory = Arc::new(agentry_builtin::memory::MemoryBank::with_source(
+        db.clone(),
+        Arc::new(agentry_actors::deps::TenantEmbedders {
+            db: db.clone(),
+            platform: platform_embedder,
+            tenants: TenantConnections::new(&settings.tools, secrets.clone())
+                .context("building the HTTP client for tenants' embeddings")?,
+        }),
+        settings.memory.clone(),
+    ));
     let tools = Arc::new(
         PlatformTools::new(settings.tools.clone())
-            .with_memory(db.clone())
+            .with_memory(memory.clone())
             .with_skills(db.clone())
             .with_data(data.clone()),
+
     );
     let deps = EngineDeps {
         db: db.clone(),
@@ -251,6 +270,7 @@ pub fn build(
         },
         runtime: engine_runtime()?,
         coordination: cluster.coordination.clone(),
+        memory: Some(memory.clone()),
     };
     let arbiters = std::thread::available_parallelism()
         .map(|n| n.get())
@@ -288,6 +308,7 @@ pub fn build(
         watcher,
         tools,
         data,
+        memory,
     })
 }
 

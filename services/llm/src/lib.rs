@@ -11,11 +11,15 @@
 //! - [`ScriptedModel`]: a deterministic stand-in that needs no key and no network (see
 //!   [`scripted_reply`] and `docs/models.md`).
 //!
+//! [`Embedder`] / [`OpenAiEmbeddings`]: text embeddings over the OpenAI-compatible
+//! `/embeddings` wire, for long-term memory.
+//!
 //! [`build_model`] turns a [`ModelConfig`] into one of them. HTTP providers retry 429, 5xx,
 //! timeouts and connection failures with the jittered [`RetryPolicy`] before the stream starts.
 
 mod anthropic;
 mod config;
+mod embeddings;
 mod http;
 mod openai;
 mod retry;
@@ -24,6 +28,10 @@ pub mod sse;
 
 pub use anthropic::{ANTHROPIC_VERSION, AnthropicModel, DEFAULT_ANTHROPIC_MAX_TOKENS};
 pub use config::{ModelConfig, Provider, ProviderEndpoint, build_model};
+pub use embeddings::{
+    Embedder, EmbeddingsConfig, MAX_BATCH as MAX_EMBEDDING_BATCH, OpenAiEmbeddings,
+    decode_embeddings,
+};
 pub use openai::OpenAiModel;
 pub use retry::{MAX_DELAY, MAX_RETRY_AFTER, RetryPolicy, parse_retry_after, retry_delay};
 pub use scripted::{

@@ -26,6 +26,8 @@ pub struct ConnectionSpec {
     pub api_key_sealed: Option<String>,
     pub timeout_secs: u32,
     pub max_retries: u32,
+    /// The endpoint's embeddings model, for the tenant's memories; `None`: none.
+    pub embedding_model: Option<String>,
 }
 
 impl std::fmt::Debug for ConnectionSpec {
@@ -38,6 +40,7 @@ impl std::fmt::Debug for ConnectionSpec {
             .field("api_key_set", &self.api_key_sealed.is_some())
             .field("timeout_secs", &self.timeout_secs)
             .field("max_retries", &self.max_retries)
+            .field("embedding_model", &self.embedding_model)
             .finish()
     }
 }
@@ -65,6 +68,7 @@ impl TryFrom<model_connection::Model> for ModelConnection {
                 api_key_sealed: m.api_key_sealed,
                 timeout_secs: u32::try_from(m.timeout_secs).unwrap_or(1),
                 max_retries: u32::try_from(m.max_retries).unwrap_or(0),
+                embedding_model: m.embedding_model,
             },
             created_at: m.created_at,
             updated_at: m.updated_at,
@@ -88,6 +92,7 @@ fn active(
         api_key_sealed: Set(s.api_key_sealed),
         timeout_secs: Set(i32::try_from(s.timeout_secs).unwrap_or(i32::MAX)),
         max_retries: Set(i32::try_from(s.max_retries).unwrap_or(i32::MAX)),
+        embedding_model: Set(s.embedding_model),
         created_at: Set(ts),
         updated_at: Set(ts),
     }

@@ -821,6 +821,7 @@ async fn model_connections_crud_per_tenant(db: DatabaseConnection) {
         api_key_sealed: Some(format!("v1:0badc0de:{}", "s".repeat(6000))),
         timeout_secs: 60,
         max_retries: 2,
+        embedding_model: Some("text-embedding-3-small".into()),
     };
     assert!(
         !format!("{spec:?}").contains("sssss"),
@@ -1844,23 +1845,30 @@ async fn mcp_servers_unique_per_user(db: DatabaseConnection) {
 }
 
 async fn memories_search_and_isolation(db: DatabaseConnection) {
+    use agentry_schema::memory::MemoryScope::{Assistant, Tenant, User};
+    use memories::{Embedding, MemoryChange, Reader};
     let scope = new_tenant(&db).await;
     let (a, b) = (UserId::new(), UserId::new());
-    let mk = |user, content: &str| NewMemory {
+    let mk = |user, content: &str| NewMemory::of_user(user, content);
+    let reader = |user, assistant: Option<&str>| Reader {
         user_id: user,
-        assistant_id: None,
-        kind: "fact".into(),
-        content: content.into(),
-        metadata: json!({}),
-        expires_at: None,
+        assistant_id: assistant.map(str::to_string),
     };
+    let all = [User, Assistant, Tenant];
     memories::create(&db, &scope, mk(a, "Prefers Rust over Go"))
         .await
         .unwrap();
-    memories::create(
+    let k8s = memories::create(
         &db,
         &scope,
-        mk(a, "Deploys on Kubernetes with Rust services"),
+        NewMemory {
+            embedding: Some(Embedding {
+                model: "m".into(),
+                vector: vec![0.5, -1.25, 3.0],
+            }),
+            source_run_id: Some(RunId::new()),
+            ..mk(a, "Deploys on Kubernetes with Rust services")
+        },
     )
     .await
     .unwrap();
@@ -1880,37 +1888,144 @@ async fn memories_search_and_isolation(db: DatabaseConnection) {
     )
     .await
     .unwrap();
-    let hits = memories::search(&db, &scope, a, "rust kubernetes", 10)
-        .await
-        .unwrap();
+    // Shared knowledge: the tenant's, and the `support` assistant's.
+    memories::create(
+        &db,
+        &scope,
+        NewMemory {
+            scope: Tenant,
+            ..mk(b, "The tenant standard is Rust 1.85")
+        },
+    )
+    .await
+    .unwrap();
+    memories::create(
+        &db,
+        &scope,
+        NewMemory {
+            scope: Assistant,
+            assistant_id: Some("support".into()),
+            ..mk(b, "Support answers mention the Rust SLA")
+        },
+    )
+    .await
+    .unwrap();
+
+    // The vector comes back as stored, bit for bit.
+    let got = memories::get(&db, &scope, k8s.id).await.unwrap().unwrap();
+    assert_eq!(got.embedding, k8s.embedding);
+    assert_eq!(got.embedding.unwrap().vector, vec![0.5, -1.25, 3.0]);
+    assert_eq!(got.source_run_id, k8s.source_run_id);
+
+    let words = |hits: Vec<(usize, memories::Memory)>| {
+        hits.into_iter().map(|(_, m)| m.content).collect::<Vec<_>>()
+    };
+    let hits = memories::keyword_search(
+        &db,
+        &scope,
+        &reader(a, None),
+        &[User],
+        "rust kubernetes",
+        10,
+    )
+    .await
+    .unwrap();
     assert_eq!(
-        hits.iter().map(|m| m.content.as_str()).collect::<Vec<_>>(),
+        words(hits),
         vec![
             "Deploys on Kubernetes with Rust services",
             "Prefers Rust over Go"
         ]
     );
-    assert_eq!(
-        memories::list(&db, &scope, a, PageRequest::default())
-            .await
-            .unwrap()
-            .1,
-        3
-    );
-    assert_eq!(
-        memories::search(&db, &scope, b, "rust", 10)
-            .await
-            .unwrap()
-            .len(),
-        1
-    );
+    // A's own three (the expired one is gone), plus the tenant's, plus `support`'s when A talks
+    // to `support` — but not when A talks to another assistant.
+    let count = |r: Reader, scopes: Vec<agentry_schema::memory::MemoryScope>| {
+        let db = db.clone();
+        let scope = scope;
+        async move {
+            memories::list(&db, &scope, &r, &scopes, PageRequest::default())
+                .await
+                .unwrap()
+                .1
+        }
+    };
+    assert_eq!(count(reader(a, None), vec![User]).await, 3);
+    assert_eq!(count(reader(a, Some("support")), all.to_vec()).await, 5);
+    assert_eq!(count(reader(a, Some("other")), all.to_vec()).await, 4);
+    assert_eq!(count(reader(b, Some("support")), vec![User]).await, 1);
+    assert_eq!(count(reader(a, None), vec![]).await, 0);
+    let hits = memories::keyword_search(&db, &scope, &reader(b, Some("support")), &all, "rust", 10)
+        .await
+        .unwrap();
+    assert_eq!(hits.len(), 3, "{hits:?}");
     let other = new_tenant(&db).await;
     assert!(
-        memories::search(&db, &other, a, "rust", 10)
+        memories::keyword_search(&db, &other, &reader(a, Some("support")), &all, "rust", 10)
             .await
             .unwrap()
             .is_empty()
     );
+    assert!(memories::get(&db, &other, k8s.id).await.unwrap().is_none());
+    assert!(!memories::delete(&db, &other, k8s.id).await.unwrap());
+    assert!(
+        memories::update(&db, &other, k8s.id, MemoryChange::default())
+            .await
+            .unwrap()
+            .is_none()
+    );
+
+    // Update: new content drops the old vector when told; expiry set in the past hides it.
+    let changed = memories::update(
+        &db,
+        &scope,
+        k8s.id,
+        MemoryChange {
+            content: Some("Deploys on Nomad".into()),
+            embedding: Some(None),
+            ..MemoryChange::default()
+        },
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(
+        (changed.content.as_str(), changed.embedding),
+        ("Deploys on Nomad", None)
+    );
+    memories::set_embedding(
+        &db,
+        &scope,
+        k8s.id,
+        &Embedding {
+            model: "m2".into(),
+            vector: vec![1.0],
+        },
+    )
+    .await
+    .unwrap();
+    let got = memories::get(&db, &scope, k8s.id).await.unwrap().unwrap();
+    assert_eq!(got.embedding.unwrap().model, "m2");
+    memories::update(
+        &db,
+        &scope,
+        k8s.id,
+        MemoryChange {
+            expires_at: Some(Some(agentry_store::now() - chrono::Duration::seconds(1))),
+            ..MemoryChange::default()
+        },
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert!(memories::get(&db, &scope, k8s.id).await.unwrap().is_none());
+    assert_eq!(count(reader(a, None), vec![User]).await, 2);
+    let c = memories::candidates(&db, &scope, &reader(a, None), &all, 100)
+        .await
+        .unwrap();
+    // No assistant named: every assistant's knowledge is in view (as over REST).
+    assert_eq!(c.len(), 4, "two own, the tenant's, support's: {c:?}");
+    assert!(memories::delete(&db, &scope, c[0].id).await.unwrap());
+    assert!(!memories::delete(&db, &scope, c[0].id).await.unwrap());
 }
 
 async fn usage_by_day_counts_runs_tokens_and_calls(db: DatabaseConnection) {

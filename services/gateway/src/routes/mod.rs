@@ -21,6 +21,7 @@ pub mod files;
 pub mod health;
 pub mod mcp_servers;
 pub mod me;
+pub mod memories;
 pub mod model_connections;
 pub mod openai;
 pub mod page;
@@ -45,6 +46,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .configure(data_sources::configure)
             .configure(files::configure)
             .configure(skills::configure)
+            .configure(memories::configure)
             .configure(executions::configure)
             .configure(tenant::configure)
             .configure(admin::configure),

@@ -189,6 +189,18 @@ async fn spec_from(
         0,
         MAX_CONNECTION_RETRIES,
     )?;
+    let embedding_model = match req.embedding_model.as_deref().map(str::trim) {
+        None | Some("") => None,
+        Some(m) => {
+            if provider != Provider::OpenAi {
+                return Err(ApiError::validation(
+                    "embedding_model",
+                    "`embedding_model` needs an `openai` (OpenAI-compatible) connection: the embeddings wire is `/v1/embeddings`",
+                ));
+            }
+            Some(valid_name("embedding_model", m, 200)?)
+        }
+    };
     let key = match req.api_key {
         None => None,
         Some(None) => Some(None),
@@ -212,6 +224,7 @@ async fn spec_from(
         api_key_sealed,
         timeout_secs,
         max_retries,
+        embedding_model,
     })
 }
 

@@ -49,6 +49,8 @@ fn context(call: &str) -> ToolContext {
         session_id: SessionId::new(),
         run_id: RunId::new(),
         tool_call_id: call.to_string(),
+        assistant_id: None,
+        tenant_admin: false,
         workspace: WorkspaceInfo {
             root: std::env::temp_dir(),
             quota_bytes: 0,
