@@ -245,6 +245,25 @@ pub async fn memory_rest_flow(ctx: &Ctx) {
         )
         .await;
     assert_eq!(r.status, 400, "{}", r.body);
+    // Not JSON by its type (415) and over the body limit (413), on both writes.
+    let huge = json!({"content": "x".repeat(crate::ctx::BODY_LIMIT + 1)});
+    for (method, path) in [
+        (Method::POST, "/api/v1/memories".to_string()),
+        (Method::PATCH, format!("/api/v1/memories/{mine}")),
+    ] {
+        let r = ctx
+            .send(
+                ctx.request(method.clone(), &path, Some(member))
+                    .header("content-type", "text/plain")
+                    .body("content"),
+            )
+            .await;
+        assert_eq!(r.status, 415, "{method} {path}: {}", r.body);
+        let r = ctx
+            .call(method.clone(), &path, Some(member), Some(&huge))
+            .await;
+        assert_eq!(r.status, 413, "{method} {path}: {}", r.body);
+    }
 
     // List per scope: the member's own, the tenant's, the assistant's.
     let own = ctx

@@ -67,7 +67,7 @@ impl MigrationTrait for Migration {
                 .alter_table(
                     Table::alter()
                         .table(a("model_connections"))
-                        .add_column(&mut c.string_null("embedding_model", 200))
+                        .add_column(c.string_null("embedding_model", 200))
                         .take(),
                 )
                 .await?;

@@ -361,13 +361,14 @@ impl Modify for OpenAiShapedErrors {
 struct PathParameterRules;
 
 /// Path parameters that are UUIDs.
-pub const UUID_PATH_PARAMETERS: [&str; 6] = [
+pub const UUID_PATH_PARAMETERS: [&str; 7] = [
     "session_id",
     "execution_id",
     "tenant_id",
     "user_id",
     "key_id",
     "request_id",
+    "memory_id",
 ];
 
 impl Modify for PathParameterRules {

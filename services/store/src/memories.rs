@@ -33,7 +33,7 @@ impl Embedding {
     }
 
     fn from_bytes(model: String, bytes: &[u8]) -> Option<Self> {
-        if bytes.is_empty() || bytes.len() % 4 != 0 {
+        if bytes.is_empty() || !bytes.len().is_multiple_of(4) {
             return None;
         }
         let vector = bytes
