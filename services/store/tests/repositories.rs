@@ -1941,7 +1941,6 @@ async fn memories_search_and_isolation(db: DatabaseConnection) {
     // to `support` — but not when A talks to another assistant.
     let count = |r: Reader, scopes: Vec<agentry_schema::memory::MemoryScope>| {
         let db = db.clone();
-        let scope = scope;
         async move {
             memories::list(&db, &scope, &r, &scopes, PageRequest::default())
                 .await
