@@ -1359,7 +1359,6 @@ impl Agent {
             run_id: self.input.run_id,
             tool_call_id: call.id.clone(),
             assistant_id: Some(self.input.assistant.id.to_string()),
-            tenant_admin: self.input.role == agentry_schema::tenancy::Role::Admin,
             workspace: WorkspaceInfo {
                 root: self
                     .deps

@@ -583,7 +583,6 @@ impl ToolSource for CallerToolSource {
         context.user_id = user.user_id;
         context.role = user.role;
         // `/mcp` has no assistant: the memory tools see the user's and the tenant's memories.
-        context.tenant_admin = user.role == agentry_schema::tenancy::Role::Admin;
         let presenter: Presenter = Arc::new(present);
         Ok(CallerTools {
             registry,

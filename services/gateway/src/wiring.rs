@@ -226,7 +226,6 @@ pub fn build(
             .with_memory(memory.clone())
             .with_skills(db.clone())
             .with_data(data.clone()),
-
     );
     let deps = EngineDeps {
         db: db.clone(),

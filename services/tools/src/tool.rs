@@ -113,9 +113,6 @@ pub struct ToolContext {
     /// The assistant of the run (`None` outside a run: `/mcp`, `agentry tool-server`): the
     /// memory tools read and write its shared knowledge.
     pub assistant_id: Option<String>,
-    /// Whether the caller is a tenant admin: the memory tools let only admins write the
-    /// tenant's and the assistants' shared memories.
-    pub tenant_admin: bool,
     pub workspace: WorkspaceInfo,
     /// Fires when the run is cancelled; long calls must stop promptly.
     pub cancel: CancellationToken,
@@ -150,7 +147,6 @@ impl ToolContext {
             run_id: RunId::new(),
             tool_call_id: String::new(),
             assistant_id: None,
-            tenant_admin: false,
             workspace,
             cancel: CancellationToken::new(),
             interaction: Arc::new(NoUserInteraction::new("no interactive user is attached")),

@@ -86,7 +86,8 @@ fn who(ctx: &ToolContext) -> Who {
         tenant: PlatformScope::new().tenant(ctx.tenant_id),
         user_id: ctx.user_id,
         assistant_id: ctx.assistant_id.clone(),
-        admin: ctx.tenant_admin,
+        // Tenant admins write the shared scopes.
+        admin: ctx.role == agentry_schema::tenancy::Role::Admin,
     }
 }
 

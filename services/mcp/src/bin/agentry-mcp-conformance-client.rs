@@ -50,7 +50,6 @@ fn context(call: &str) -> ToolContext {
         run_id: RunId::new(),
         tool_call_id: call.to_string(),
         assistant_id: None,
-        tenant_admin: false,
         workspace: WorkspaceInfo {
             root: std::env::temp_dir(),
             quota_bytes: 0,

@@ -137,7 +137,6 @@ pub fn ctx_with(
         run_id: RunId::new(),
         tool_call_id: tool_call_id.to_string(),
         assistant_id: None,
-        tenant_admin: false,
         workspace: WorkspaceInfo {
             root: std::env::temp_dir(),
             quota_bytes: 1 << 20,
