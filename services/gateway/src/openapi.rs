@@ -513,9 +513,12 @@ mod tests {
                     let name = p["name"].as_str().unwrap();
                     let schema = &p["schema"];
                     match name {
-                        "agent_id" | "profile_id" | "connection_id" | "skill" | "name" => {
+                        "agent_id" | "profile_id" | "connection_id" | "source_id" | "skill"
+                        | "name" => {
                             assert!(schema["pattern"].is_string(), "{method} {path} {name}")
                         }
+                        // `GET /files/{path}`: a workspace-relative file path, slashes allowed.
+                        "path" => assert_eq!(schema["type"], "string", "{method} {path} {name}"),
                         _ => {
                             assert!(
                                 UUID_PATH_PARAMETERS.contains(&name),
