@@ -392,6 +392,11 @@ async fn claim(
     if !coordination.reachable() {
         return Err(EngineError::CoordinationUnavailable);
     }
+    // The previous run's events still queued for the session's stream go in first: the claim
+    // raises the token, which would refuse them as stale.
+    if let Some(bus) = coordination.bus() {
+        bus.mirrored().await;
+    }
     let stored = sessions::fence_of(&deps.db, scope, session_id).await?;
     match coordination
         .claim_session(

@@ -80,6 +80,8 @@ struct Mirror {
     session: String,
     token: Option<i64>,
     events: Vec<StreamEvent>,
+    /// A barrier ([`Bus::mirrored`]): answered once every batch queued before it is done.
+    barrier: Option<oneshot::Sender<()>>,
 }
 
 type TailSenders = Vec<(u64, mpsc::UnboundedSender<TailItem>)>;
@@ -263,7 +265,27 @@ impl Bus {
             session: session.to_string(),
             token,
             events,
+            barrier: None,
         });
+    }
+
+    /// Wait until every batch [`Bus::mirror`] took before this call is appended (or given up
+    /// on). A session's next lease claim waits for it: the claim raises the session's token, so
+    /// a batch of the previous run still queued behind it would be refused as stale and its
+    /// events (its `done` among them) would reach other replicas' tails only from the database.
+    pub async fn mirrored(&self) {
+        let (tx, rx) = oneshot::channel();
+        let barrier = Mirror {
+            session: String::new(),
+            token: None,
+            events: Vec::new(),
+            barrier: Some(tx),
+        };
+        if self.inner.mirror.send(barrier).is_ok() {
+            // Each queued batch is tried for at most MIRROR_PATIENCE; past that much the loop is
+            // stuck on Redis, and the claim that follows fails on its own.
+            let _ = tokio::time::timeout(MIRROR_PATIENCE * 2, rx).await;
+        }
     }
 }
 
@@ -483,10 +505,13 @@ async fn mirror_loop(coord: Coordination, mut rx: mpsc::UnboundedReceiver<Mirror
         let Some(mut batch) = backlog.pop_front() else {
             continue;
         };
-        while backlog
-            .front()
-            .is_some_and(|n| n.session == batch.session && n.token == batch.token)
-        {
+        if let Some(done) = batch.barrier.take() {
+            let _ = done.send(());
+            continue;
+        }
+        while backlog.front().is_some_and(|n| {
+            n.barrier.is_none() && n.session == batch.session && n.token == batch.token
+        }) {
             if let Some(next) = backlog.pop_front() {
                 batch.events.extend(next.events);
             }
@@ -556,5 +581,40 @@ mod tests {
         tokio::time::sleep(PUBSUB_PING * 3 + Duration::from_millis(500)).await;
         assert!(bus.connected());
         assert_eq!(bus.connections(), 1, "the bus reconnected at its pings");
+    }
+
+    /// `mirrored` returns only once every batch queued before it is in Redis: what a session's
+    /// next lease claim waits for, so the previous run's last events (its `done`) are not
+    /// refused as stale by the token the claim raises.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn mirrored_waits_for_every_batch_queued_before_it() {
+        let url = std::env::var("AGENTRY_TEST_REDIS_URL")
+            .unwrap_or_else(|_| "redis://127.0.0.1:6379/10".into());
+        let coord = Coordination::connect(&CoordinationOptions {
+            url: url.clone(),
+            key_prefix: format!("agentry-test:bus-mirrored:{}", uuid::Uuid::new_v4()),
+            replica_id: "r1".into(),
+            startup_timeout: Duration::from_secs(5),
+        })
+        .await
+        .unwrap_or_else(|e| {
+            panic!("Redis at {url} (start it, or set AGENTRY_TEST_REDIS_URL): {e}")
+        });
+        let bus = coord.start_bus(&tokio::runtime::Handle::current());
+        // Batches of different sessions are not merged: each is its own script call, so the
+        // queue is still busy when `mirrored` is called.
+        let sessions: Vec<String> = (0..200).map(|i| format!("s{i}")).collect();
+        for s in &sessions {
+            bus.mirror(
+                s,
+                Some(1),
+                vec![(1, Arc::from(format!("{{\"s\":\"{s}\"}}")))],
+            );
+        }
+        bus.mirrored().await;
+        for s in &sessions {
+            let got = coord.events_after(s, 0, None, 10).await.unwrap();
+            assert_eq!(got.len(), 1, "session {s}'s batch was not in Redis yet");
+        }
     }
 }
