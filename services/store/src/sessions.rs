@@ -353,8 +353,9 @@ pub async fn seq_floor(
     Ok(floor_and_active(db, scope, id, false).await?.0)
 }
 
-/// [`seq_floor`] and, when `with_active`, the session's unfinished run (running or waiting for
-/// approval, the latest started; what `executions::active_for_session` finds), in one
+/// [`seq_floor`] and, when `with_active`, the session's unfinished top-level run (running or
+/// waiting for approval, the latest started, not a `task` child: what
+/// `executions::active_for_session` finds), in one
 /// statement: what a replica that just took a session's lease needs to know before it numbers
 /// anything or starts a run (cluster mode).
 pub async fn floor_and_active(
@@ -381,6 +382,7 @@ pub async fn floor_and_active(
             .from(execution::Entity)
             .and_where(Expr::col(execution::Column::TenantId).eq(scope.uuid()))
             .and_where(Expr::col(execution::Column::SessionId).eq(id.0))
+            .and_where(Expr::col(execution::Column::ParentExecutionId).is_null())
             .and_where(Expr::col(execution::Column::Status).is_in(["running", "waiting_approval"]))
             .order_by(execution::Column::StartedAt, Order::Desc)
             .limit(1)

@@ -1588,12 +1588,17 @@ async fn a_runs_end_is_one_idempotent_write_and_reservations_only_rise(db: Datab
         .await
         .unwrap()
         .id;
+    // A `task` child of the run, started later and still running, is not the session's
+    // unfinished run: the top-level one is.
+    executions::insert_child(&db, &scope, mk_run(ExecutionStatus::Running), run, "call-1")
+        .await
+        .unwrap();
     assert_eq!(
         sessions::floor_and_active(&db, &scope, s.id, true)
             .await
             .unwrap(),
         (500, Some(run)),
-        "one statement reads the floor and the unfinished run"
+        "one statement reads the floor and the unfinished top-level run"
     );
     assert_eq!(
         sessions::floor_and_active(&db, &scope, other.id, true)
