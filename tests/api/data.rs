@@ -40,7 +40,9 @@ const SQLITE_SALES: &[&str] = &[
 ];
 
 /// The REST side on the suite's shared server (only 127.0.0.2 allowed, as for users' MCP
-/// servers): every documented answer, the checks on URLs, sealing, and another tenant.
+/// servers): every documented answer, the checks on URLs, sealing, and another tenant. The
+/// sources it registers use port 6432: every loopback address is this host, and on the
+/// PostgreSQL flavour of the suite 5432 there is the platform's own database, which is refused.
 pub async fn data_sources_flow(ctx: &Ctx) {
     let t = ctx.tenant().await;
     let b = ctx.tenant().await;
@@ -79,7 +81,7 @@ pub async fn data_sources_flow(ctx: &Ctx) {
             Method::POST,
             "/api/v1/data-sources",
             Some(key),
-            Some(&json!({"id": "sales", "url": "postgres://u@127.0.0.2/x"})),
+            Some(&json!({"id": "sales", "url": "postgres://u@127.0.0.2:6432/x"})),
         )
         .await;
     assert_eq!((r.status, r.code()), (409, "conflict"), "{}", r.body);
@@ -109,7 +111,7 @@ pub async fn data_sources_flow(ctx: &Ctx) {
             "loopback",
         ),
         (
-            json!({"id": "sock", "url": "postgres://u@127.0.0.2/db?host=/var/run/postgresql"}),
+            json!({"id": "sock", "url": "postgres://u@127.0.0.2:6432/db?host=/var/run/postgresql"}),
             "url",
             "not accepted",
         ),
@@ -195,11 +197,11 @@ pub async fn data_sources_flow(ctx: &Ctx) {
             Method::POST,
             "/api/v1/data-sources",
             key,
-            Some(json!({"id": "warehouse", "url": "postgres://reader:hunter2@127.0.0.2:5432/wh"})),
+            Some(json!({"id": "warehouse", "url": "postgres://reader:hunter2@127.0.0.2:6432/wh"})),
             201,
         )
         .await;
-    assert_eq!(wh["url"], "postgres://reader:***@127.0.0.2:5432/wh");
+    assert_eq!(wh["url"], "postgres://reader:***@127.0.0.2:6432/wh");
     assert_eq!(
         (&wh["password_set"], &wh["engine"]),
         (&json!(true), &json!("postgres"))
@@ -226,7 +228,7 @@ pub async fn data_sources_flow(ctx: &Ctx) {
             Method::PUT,
             "/api/v1/data-sources/warehouse",
             key,
-            Some(json!({"url": "postgres://reader@127.0.0.2:5432/wh", "name": "Warehouse"})),
+            Some(json!({"url": "postgres://reader@127.0.0.2:6432/wh", "name": "Warehouse"})),
             200,
         )
         .await;
@@ -234,7 +236,7 @@ pub async fn data_sources_flow(ctx: &Ctx) {
         (&kept["password_set"], &kept["name"]),
         (&json!(true), &json!("Warehouse"))
     );
-    assert_eq!(kept["url"], "postgres://reader:***@127.0.0.2:5432/wh");
+    assert_eq!(kept["url"], "postgres://reader:***@127.0.0.2:6432/wh");
     let moved = ctx
         .ok(
             Method::PUT,
