@@ -429,7 +429,7 @@ pub async fn fixture(ctx: &Ctx) -> MatrixFx {
         Method::POST,
         "/api/v1/data-sources",
         &a.admin.key,
-        Some(json!({ "id": "matrix-source", "url": "postgres://reader:pw@127.0.0.2:5432/matrix" })),
+        Some(json!({ "id": "matrix-source", "url": "postgres://reader:pw@127.0.0.2:6432/matrix" })),
         201,
     )
     .await;
@@ -656,7 +656,7 @@ pub async fn build(ctx: &Ctx, fx: &MatrixFx, route: Route) -> Req {
         CreateDataSource => req(
             Method::POST,
             "/api/v1/data-sources".into(),
-            Some(json!({ "id": unique("source"), "url": "mysql://u@127.0.0.2:3306/shop" })),
+            Some(json!({ "id": unique("source"), "url": "mysql://u@127.0.0.2:6306/shop" })),
         ),
         GetDataSource => req(
             Method::GET,
@@ -667,7 +667,7 @@ pub async fn build(ctx: &Ctx, fx: &MatrixFx, route: Route) -> Req {
             Method::PUT,
             "/api/v1/data-sources/matrix-source".into(),
             Some(
-                json!({ "url": "postgres://reader@127.0.0.2:5432/matrix", "allowed_roles": ["admin", "member"] }),
+                json!({ "url": "postgres://reader@127.0.0.2:6432/matrix", "allowed_roles": ["admin", "member"] }),
             ),
         ),
         DeleteDataSource => {
