@@ -676,7 +676,7 @@ pub async fn build(ctx: &Ctx, fx: &MatrixFx, route: Route) -> Req {
                 Method::POST,
                 "/api/v1/data-sources",
                 &fx.a.admin.key,
-                Some(json!({ "id": id, "url": "postgres://u@127.0.0.2/doomed" })),
+                Some(json!({ "id": id, "url": "postgres://u@127.0.0.2:6432/doomed" })),
                 201,
             )
             .await;
