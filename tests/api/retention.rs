@@ -301,9 +301,16 @@ pub async fn one_sweep_removes_old_rows_and_keeps_active_ones(ctx: &Ctx) {
     )
     .await
     .unwrap();
-    sessions::touch(&txn, &sa, waiting, sessions::SessionState::WaitingApproval)
-        .await
-        .unwrap();
+    sessions::touch_fenced(
+        &txn,
+        &sa,
+        waiting,
+        sessions::SessionState::WaitingApproval,
+        None,
+        None,
+    )
+    .await
+    .unwrap();
     sessions::set_last_active(&txn, &sa, waiting, days_ago(60))
         .await
         .unwrap();

@@ -153,34 +153,12 @@ pub async fn update(db: &impl ConnectionTrait, scope: &TenantScope, s: &Session)
     Ok(())
 }
 
-/// Record activity: set the state and bump `last_active`.
-pub async fn touch(
-    db: &impl ConnectionTrait,
-    scope: &TenantScope,
-    id: SessionId,
-    state: SessionState,
-) -> Result<()> {
-    update_row(db, scope, id, Some(state), None, None).await
-}
-
-/// Like [`touch`], and raise the session's reserved `seq` to at least `reserve_upto` in the
-/// same statement (see [`reserve_seq`]): a run's start reserves its first block of event
-/// numbers for free.
-pub async fn touch_reserving(
-    db: &impl ConnectionTrait,
-    scope: &TenantScope,
-    id: SessionId,
-    state: SessionState,
-    reserve_upto: u64,
-) -> Result<()> {
-    update_row(db, scope, id, Some(state), Some(reserve_upto), None).await
-}
-
-/// [`touch`] (with [`touch_reserving`]'s reservation when `reserve_upto` is set) under a
-/// fencing token: the check of [`fence`] folded into the same statement, so a transaction that
-/// touches the session anyway pays no statement for its fence. `fence: None` is a plain touch
-/// (single-node mode). Put it first in the transaction: like [`fence`], it locks the session's
-/// row until the transaction ends.
+/// Record activity: set the state and bump `last_active`; with `reserve_upto`, also raise the
+/// session's reserved `seq` to at least it (see [`reserve_seq`]: a run's start reserves its first
+/// block of event numbers for free); with `fence`, check and raise the fencing token in the
+/// same statement (see [`fence`]: a transaction that touches the session anyway pays no
+/// statement for its fence). `fence: None` is a plain touch (single-node mode). Put it first in
+/// the transaction: like [`fence`], it locks the session's row until the transaction ends.
 pub async fn touch_fenced(
     db: &impl ConnectionTrait,
     scope: &TenantScope,

@@ -147,7 +147,7 @@ async fn session_crud_round_trips(db: DatabaseConnection) {
         sessions::get(&db, &scope, s.id).await.unwrap(),
         Some(s.clone())
     );
-    sessions::touch(&db, &scope, s.id, SessionState::Running)
+    sessions::touch_fenced(&db, &scope, s.id, SessionState::Running, None, None)
         .await
         .unwrap();
     let got = sessions::get(&db, &scope, s.id).await.unwrap().unwrap();
@@ -357,7 +357,7 @@ async fn list_by_user_and_assistant(db: DatabaseConnection) {
     )
     .await
     .unwrap();
-    sessions::touch(&db, &scope, a1.id, SessionState::Idle)
+    sessions::touch_fenced(&db, &scope, a1.id, SessionState::Idle, None, None)
         .await
         .unwrap(); // a1 is now the most recent
     let alice_s: Vec<SessionId> =
@@ -1562,7 +1562,7 @@ async fn a_runs_end_is_one_idempotent_write_and_reservations_only_rise(db: Datab
     sessions::reserve_seq(&db, &scope, s.id, 300).await.unwrap();
     sessions::reserve_seq(&db, &scope, s.id, 100).await.unwrap();
     assert_eq!(sessions::seq_floor(&db, &scope, s.id).await.unwrap(), 300);
-    sessions::touch_reserving(&db, &scope, s.id, SessionState::Running, 500)
+    sessions::touch_fenced(&db, &scope, s.id, SessionState::Running, Some(500), None)
         .await
         .unwrap();
     assert_eq!(sessions::seq_floor(&db, &scope, s.id).await.unwrap(), 500);
@@ -2271,7 +2271,7 @@ async fn prop_cleanup_expired_removes_exactly_the_expired(db: DatabaseConnection
                 let s = sessions::create(&db, &scope, new_session(UserId::new()))
                     .await
                     .map_err(|e| e.to_string())?;
-                sessions::touch(&db, &scope, s.id, *st)
+                sessions::touch_fenced(&db, &scope, s.id, *st, None, None)
                     .await
                     .map_err(|e| e.to_string())?;
                 // Ages sit a whole minute away from the cutoff so clock skew cannot matter.
