@@ -237,7 +237,11 @@ pub async fn ctrl_c_cancels_the_run_on_the_server(ctx: &Ctx) {
 pub async fn a_gone_server_is_retried_visibly_then_given_up(ctx: &mut Ctx) {
     let t = ctx.tenant().await;
     let term = Term::start(ctx, &t.member.key, &["--give-up-after", "3"]);
-    term.wait_for("/help lists the commands").await;
+    // One full exchange first: the prompt is drawn before the WebSocket is
+    // up, and a server killed before the handshake finishes is "cannot
+    // reach", not "connection lost" (CI hit that race).
+    term.type_at_prompt(1, "hello").await;
+    term.wait_for("[done: completed").await;
     ctx.server.child.kill().await.unwrap();
     let screen = term.wait_for("[exit 1]").await;
     assert!(
