@@ -449,6 +449,8 @@ pub struct ToolRequest {
     pub tenant: Arc<Tenant>,
     pub user_id: UserId,
     pub role: Role,
+    /// The caller's custom role: its patterns replace the role's tool permissions.
+    pub custom_role: Option<agentry_schema::roles::RoleName>,
     pub session_id: SessionId,
     pub assistant: Assistant,
     /// The assistant's effective settings: its `tools` narrow the set.

@@ -4,9 +4,10 @@
 use std::sync::Arc;
 
 use agentry_builtin::{BuiltinConfig, BuiltinService, builtin_registry};
+use agentry_schema::roles::RoleName;
 use agentry_schema::tenancy::Role;
 use agentry_store::tenants::Tenant;
-use agentry_tools::rbac::RolePermissions;
+use agentry_tools::rbac::{Permissions, RolePermissions};
 use agentry_tools::tool::{ToolRegistry, ToolSpec};
 use async_trait::async_trait;
 
@@ -33,16 +34,17 @@ pub fn assistant_allows(patterns: Option<&[String]>, spec: &ToolSpec) -> bool {
     })
 }
 
-/// Role permissions as the loop's policy.
+/// One role's permissions as the loop's policy.
 pub struct RbacPolicy {
-    pub permissions: RolePermissions,
-    pub role: Role,
+    pub permissions: Permissions,
+    /// The role's name, for the denial: `admin`, `member` or a custom role's.
+    pub role: String,
 }
 
 impl ToolPolicy for RbacPolicy {
     fn check(&self, spec: &ToolSpec) -> Result<(), String> {
         self.permissions
-            .check(self.role, &spec.service, &spec.service_tool)
+            .check(&self.role, &spec.service, &spec.service_tool)
             .map_err(|d| d.to_string())
     }
 }
@@ -109,9 +111,26 @@ impl PlatformTools {
     }
 }
 
-/// The tenant's tool permissions (`tool_permissions`, or the defaults when unset or invalid)
-/// for a role.
-pub fn role_policy(tenant: &Tenant, role: Role) -> RbacPolicy {
+/// The tenant's tool permissions for a caller: a custom role's own patterns, or the built-in
+/// role's (`tool_permissions`, or the defaults when unset or invalid). A custom role the tenant
+/// no longer defines, or whose patterns do not parse, grants no tool (it fails closed).
+pub fn role_policy(tenant: &Tenant, role: Role, custom: Option<RoleName>) -> RbacPolicy {
+    if let Some(name) = custom {
+        let permissions = match tenant.custom_role(name) {
+            Some(def) => Permissions::parse(&def.tools).unwrap_or_else(|e| {
+                tracing::warn!(tenant = %tenant.id, role = %name, error = %e, "the custom role's tool permissions are invalid; it may use no tool");
+                Permissions::default()
+            }),
+            None => {
+                tracing::warn!(tenant = %tenant.id, role = %name, "the caller's custom role is not defined; it may use no tool");
+                Permissions::default()
+            }
+        };
+        return RbacPolicy {
+            permissions,
+            role: name.to_string(),
+        };
+    }
     let permissions = match tenant.tool_permissions.as_ref() {
         None => RolePermissions::default(),
         Some(v) => RolePermissions::from_json(v).unwrap_or_else(|e| {
@@ -119,7 +138,10 @@ pub fn role_policy(tenant: &Tenant, role: Role) -> RbacPolicy {
             RolePermissions::default()
         }),
     };
-    RbacPolicy { permissions, role }
+    RbacPolicy {
+        permissions: permissions.for_role(role).clone(),
+        role: role.as_str().to_string(),
+    }
 }
 
 #[async_trait]
@@ -156,7 +178,7 @@ impl ToolProvider for PlatformTools {
         }
         ToolSet {
             registry,
-            policy: Arc::new(role_policy(&req.tenant, req.role)),
+            policy: Arc::new(role_policy(&req.tenant, req.role, req.custom_role)),
             warnings,
         }
     }
@@ -200,6 +222,7 @@ mod tests {
             features_enabled: Vec::new(),
             tool_permissions: None,
             policy: Default::default(),
+            custom_roles: Default::default(),
             created_at: now,
             updated_at: now,
         };
@@ -207,6 +230,7 @@ mod tests {
             tenant: Arc::new(tenant.clone()),
             user_id: UserId::new(),
             role: Role::Member,
+            custom_role: None,
             session_id: SessionId::new(),
             assistant: Assistant {
                 tenant_id: tenant.id,

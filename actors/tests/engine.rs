@@ -978,11 +978,13 @@ async fn members_cannot_reach_other_users_sessions() {
         tenant: h.tenant.scope(),
         user_id: bob.id,
         role: Role::Member,
+        custom_role: None,
     };
     let r = h.engine.open_session(&h.tenant, &bob, s.session.id).await;
     assert!(matches!(r, Err(EngineError::NotFound(_))));
     let admin = agentry_store::UserScope {
         role: Role::Admin,
+        custom_role: None,
         ..bob
     };
     assert!(
@@ -1181,6 +1183,7 @@ async fn memories_are_remembered_recalled_and_private_to_their_user() {
         tenant: h.tenant.scope(),
         user_id: bob.id,
         role: Role::Member,
+        custom_role: None,
     };
     let bs = h
         .engine
@@ -1651,6 +1654,7 @@ async fn only_the_owner_or_an_admin_decides_and_refusals_change_nothing() {
         tenant: other.scope(),
         user_id: mallory.id,
         role: Role::Admin,
+        custom_role: None,
     };
     let r = h
         .engine
@@ -1673,6 +1677,7 @@ async fn only_the_owner_or_an_admin_decides_and_refusals_change_nothing() {
         tenant: h.tenant.scope(),
         user_id: bob.id,
         role: Role::Member,
+        custom_role: None,
     };
     let r = h
         .engine
@@ -1713,6 +1718,7 @@ async fn only_the_owner_or_an_admin_decides_and_refusals_change_nothing() {
     // An admin of the tenant may decide on a member's session.
     let admin = agentry_store::UserScope {
         role: Role::Admin,
+        custom_role: None,
         ..bob
     };
     h.engine

@@ -168,6 +168,9 @@ pub struct WhoAmI {
     /// The effective role: admin only when both the user and the key are admin.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub role: Option<Role>,
+    /// The caller's custom role (then `role` is `member`): its tool patterns and REST areas.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub custom_role: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key_id: Option<String>,
 }
@@ -336,6 +339,8 @@ pub struct UserInfo {
     pub tenant_id: String,
     pub name: String,
     pub role: Role,
+    /// The user's custom role, if any (then `role` is `member`).
+    pub custom_role: Option<String>,
     pub disabled: bool,
     pub created_at: DateTime<Utc>,
 }
@@ -348,14 +353,27 @@ pub struct CreateUserRequest {
     /// Default `member`.
     #[serde(default)]
     pub role: Option<Role>,
+    /// A custom role of the tenant (`GET /api/v1/tenant/roles`); `role` must then be absent or
+    /// `member`.
+    #[serde(default)]
+    pub custom_role: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct UpdateUserRequest {
+    /// Setting `admin` or `member` clears the custom role.
     #[serde(default)]
     pub role: Option<Role>,
+    /// A custom role of the tenant, or `null` to go back to plain `member`.
+    #[serde(
+        default,
+        deserialize_with = "double_option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
+    pub custom_role: Option<Option<String>>,
     /// A disabled user's keys answer 401 until enabled again.
     #[serde(default)]
     pub disabled: Option<bool>,
@@ -372,6 +390,8 @@ pub struct ApiKeyInfo {
     /// The visible start of the key (`agk_XXXXXXXX`).
     pub prefix: String,
     pub role: Role,
+    /// The key's custom role, if any (then `role` is `member`).
+    pub custom_role: Option<String>,
     pub expires_at: Option<DateTime<Utc>>,
     pub revoked_at: Option<DateTime<Utc>>,
     pub last_used_at: Option<DateTime<Utc>>,
@@ -387,9 +407,45 @@ pub struct CreateApiKeyRequest {
     /// Default: the user's role. May not exceed it.
     #[serde(default)]
     pub role: Option<Role>,
+    /// A custom role for the key: the user's own, or any when the user is a tenant admin.
+    #[serde(default)]
+    pub custom_role: Option<String>,
     /// RFC 3339; must be in the future.
     #[serde(default)]
     pub expires_at: Option<DateTime<Utc>>,
+}
+
+/// A role of the tenant (`/api/v1/tenant/roles`): a built-in one (`admin`, `member`) or a
+/// custom one.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct RoleInfo {
+    pub name: String,
+    /// `admin` and `member`; they cannot be changed here (the built-ins' tool permissions are
+    /// the tenant's `tool_permissions`, set by the platform admin).
+    pub builtin: bool,
+    pub description: String,
+    /// Tool permission patterns.
+    pub tools: Vec<String>,
+    /// The REST areas the role may use (every area for the built-ins).
+    pub areas: Vec<crate::roles::RestArea>,
+}
+
+/// A custom role's definition (`POST` and `PUT /api/v1/tenant/roles…`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct RoleRequest {
+    /// Required on `POST`; on `PUT` it must be absent or equal the path's.
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub description: Option<String>,
+    /// Tool permission patterns: `service:tool`, `service:prefix*`, `service:*`, `*:*`, and
+    /// denials with a leading `!`. At most 100.
+    pub tools: Vec<String>,
+    /// The REST areas the role may use.
+    pub areas: Vec<crate::roles::RestArea>,
 }
 
 /// A new key: the only time the key itself is shown.

@@ -19,6 +19,7 @@ pub mod frames;
 pub mod ids;
 pub mod memory;
 pub mod policy;
+pub mod roles;
 pub mod secret;
 pub mod tenancy;
 

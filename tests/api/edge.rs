@@ -59,6 +59,18 @@ pub async fn malformed_requests(ctx: &Ctx) {
         ),
         br(
             Method::POST,
+            "/api/v1/tenant/roles".into(),
+            &adm,
+            Some("tools"),
+        ),
+        br(
+            Method::PUT,
+            "/api/v1/tenant/roles/anything".into(),
+            &adm,
+            Some("tools"),
+        ),
+        br(
+            Method::POST,
             "/api/v1/admin/tenants".into(),
             ADMIN_KEY,
             Some("name"),

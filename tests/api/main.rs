@@ -39,6 +39,7 @@ mod races;
 mod replicas;
 mod retention;
 mod revocation;
+mod roles;
 mod sandbox;
 mod schemathesis;
 mod skills;
@@ -238,6 +239,34 @@ async fn skills_on_mysql() {
     skills::skills_flow(&ctx).await;
     skills::hostile_uploads_store_nothing(&ctx).await;
     skills::skills_reach_the_model(&ctx, &fake).await;
+}
+
+// ---- custom roles (issue 17, item 5; docs/admin.md "Roles") ----
+
+#[tokio::test]
+async fn custom_roles_narrow_tools_and_rest_areas_and_never_cross_tenants() {
+    let (fake, ctx) = fake_model::start(fake_model::Wire::OpenAi, &[]).await;
+    roles::custom_roles(&ctx, Some(&fake)).await;
+}
+
+#[tokio::test]
+async fn custom_roles_on_postgres() {
+    let Some(url) = postgres_db("roles").await else {
+        return;
+    };
+    let (fake, ctx) =
+        durability::start(agentry_fake_model::DefaultReply::Auto, Some(&url), &[]).await;
+    roles::custom_roles(&ctx, Some(&fake)).await;
+}
+
+#[tokio::test]
+async fn custom_roles_on_mysql() {
+    let Some(url) = cluster::own_mysql("roles").await else {
+        return;
+    };
+    let (fake, ctx) =
+        durability::start(agentry_fake_model::DefaultReply::Auto, Some(&url), &[]).await;
+    roles::custom_roles(&ctx, Some(&fake)).await;
 }
 
 // ---- long-term memory (issue 17, item 1; docs/memory.md) ----
@@ -875,6 +904,7 @@ async fn openapi_documents_every_route_and_every_documented_status_is_real() {
     memory::memory_rest_flow(&ctx).await;
     models::model_connections_rest(&ctx).await;
     data::data_sources_flow(&ctx).await;
+    roles::custom_roles(&ctx, None).await;
     policy::tenant_policy(&ctx).await;
     policy::auto_approve_rights(&ctx).await;
     policy::stdio_rights(&ctx).await;

@@ -1,5 +1,7 @@
 //! The authorization matrix (CONVENTIONS §12): every route × {no key, bad key, revoked key,
-//! another tenant's key, member, tenant admin, platform admin} with the expected status.
+//! another tenant's key, member, tenant admin, platform admin, a custom role} with the expected
+//! status. The custom role (`matrix-auditor`) is member-level and lists only the `audit` and
+//! `agents` REST areas: everything else answers it 403 before any handler runs.
 //!
 //! "Another tenant" is tenant B's *admin* (the strongest outsider): B's key reading A's rows
 //! gets 404; on routes that create, it creates in B (and A is checked to be untouched).
@@ -18,9 +20,11 @@ pub enum Who {
     Member,
     TenantAdmin,
     PlatformAdmin,
+    /// A user of A holding the custom role `matrix-auditor` (areas `audit`, `agents`).
+    Custom,
 }
 
-pub const WHO: [Who; 7] = [
+pub const WHO: [Who; 8] = [
     Who::NoKey,
     Who::BadKey,
     Who::Revoked,
@@ -28,6 +32,7 @@ pub const WHO: [Who; 7] = [
     Who::Member,
     Who::TenantAdmin,
     Who::PlatformAdmin,
+    Who::Custom,
 ];
 
 /// Every route the gateway serves in this phase.
@@ -66,6 +71,11 @@ pub enum Route {
     TenantCreateKey,
     TenantGetKey,
     TenantRevokeKey,
+    TenantListRoles,
+    TenantCreateRole,
+    TenantGetRole,
+    TenantReplaceRole,
+    TenantDeleteRole,
     AdminListTenants,
     AdminCreateTenant,
     AdminGetTenant,
@@ -176,6 +186,11 @@ pub const ROUTES: &[Route] = &[
     TenantCreateKey,
     TenantGetKey,
     TenantRevokeKey,
+    TenantListRoles,
+    TenantCreateRole,
+    TenantGetRole,
+    TenantReplaceRole,
+    TenantDeleteRole,
     AdminListTenants,
     AdminCreateTenant,
     AdminGetTenant,
@@ -251,7 +266,37 @@ pub const ROUTES: &[Route] = &[
 ];
 
 /// Expected status per caller, in the order of [`WHO`].
-pub fn expected(route: Route) -> [u16; 7] {
+/// What the custom role `matrix-auditor` gets: a member's answer where its areas (`audit`,
+/// `agents`) or no area apply, else 403.
+fn expected_custom(route: Route) -> u16 {
+    match route {
+        Health | HealthLive | HealthReady | Metrics | OpenApi | Me => 200,
+        // audit
+        ListExecutions | ListToolCalls => 200,
+        ListExecutionsOfAnother | ListToolCallsOfAnother => 403,
+        // The seeded run is the member's, not the auditor's.
+        GetExecution => 404,
+        // agents: tenant-wide reads; writes are the admin's
+        ListAgents | GetAgent | ListProfiles | GetProfile => 200,
+        CreateAgent
+        | CreateAgentAt
+        | ReplaceAgent
+        | DeleteAgent
+        | ReplaceAgentAutoApprove
+        | CreateProfile
+        | ReplaceProfile
+        | DeleteProfile => 403,
+        // Everything else: another area, or an admin's route.
+        _ => 403,
+    }
+}
+
+pub fn expected(route: Route) -> [u16; 8] {
+    let [a, b, c, d, e, f, g] = expected_builtin(route);
+    [a, b, c, d, e, f, g, expected_custom(route)]
+}
+
+fn expected_builtin(route: Route) -> [u16; 7] {
     //                 none bad  rev  other member admin platform
     const OPEN: [u16; 7] = [200, 200, 200, 200, 200, 200, 200];
     const ANY_CALLER: [u16; 7] = [401, 401, 401, 200, 200, 200, 200];
@@ -288,7 +333,10 @@ pub fn expected(route: Route) -> [u16; 7] {
         | ReplaceModelConnection => ADMIN_ROW,
         DeleteAgent | TenantDeleteUser | DeleteProfile | DeleteModelConnection => ADMIN_DELETE,
         // The outsider reads its own tenant (B), never A.
-        TenantGet | TenantUsage | TenantListUsers | TenantListKeys => ADMIN_LIST,
+        TenantGet | TenantUsage | TenantListUsers | TenantListKeys | TenantListRoles => ADMIN_LIST,
+        TenantCreateRole => ADMIN_CREATE,
+        TenantGetRole | TenantReplaceRole => ADMIN_ROW,
+        TenantDeleteRole => ADMIN_DELETE,
         // B's admin names a user of A: no such user in B.
         TenantCreateKey => [401, 401, 401, 422, 403, 201, 403],
         AdminCreateTenant | AdminCreateUser | AdminCreateKey => PLATFORM_CREATE,
@@ -353,6 +401,8 @@ pub fn expected(route: Route) -> [u16; 7] {
 }
 
 pub struct MatrixFx {
+    /// The key of A's user holding `matrix-auditor`.
+    pub custom_key: String,
     pub a: TenantFx,
     pub b: TenantFx,
     pub revoked_key: String,
@@ -453,7 +503,37 @@ pub async fn fixture(ctx: &Ctx) -> MatrixFx {
     .await;
     let own_memory = create_memory(ctx, &a.member.key, "user").await;
     let tenant_memory = create_memory(ctx, &a.admin.key, "tenant").await;
+    ctx.ok(
+        Method::POST,
+        "/api/v1/tenant/roles",
+        &a.admin.key,
+        Some(json!({ "name": "matrix-auditor", "tools": [], "areas": ["audit", "agents"] })),
+        201,
+    )
+    .await;
+    let auditor = ctx
+        .ok(
+            Method::POST,
+            "/api/v1/tenant/users",
+            &a.admin.key,
+            Some(json!({ "name": unique("auditor"), "custom_role": "matrix-auditor" })),
+            201,
+        )
+        .await;
+    let custom_key = ctx
+        .ok(
+            Method::POST,
+            "/api/v1/tenant/api-keys",
+            &a.admin.key,
+            Some(json!({ "user_id": auditor["id"], "name": "auditor" })),
+            201,
+        )
+        .await["key"]
+        .as_str()
+        .unwrap()
+        .to_string();
     MatrixFx {
+        custom_key,
         a,
         b,
         revoked_key: revoked.key,
@@ -494,6 +574,7 @@ fn key_of(who: Who, fx: &MatrixFx) -> Option<String> {
         Who::Member => Some(fx.a.member.key.clone()),
         Who::TenantAdmin => Some(fx.a.admin.key.clone()),
         Who::PlatformAdmin => Some(ADMIN_KEY.into()),
+        Who::Custom => Some(fx.custom_key.clone()),
     }
 }
 
@@ -831,6 +912,35 @@ pub async fn build(ctx: &Ctx, fx: &MatrixFx, route: Route) -> Req {
         TenantRevokeKey => {
             let k = fresh_key(ctx, fx).await;
             req(Method::DELETE, format!("/api/v1/tenant/api-keys/{k}"), None)
+        }
+        TenantListRoles => req(Method::GET, "/api/v1/tenant/roles".into(), None),
+        TenantCreateRole => req(
+            Method::POST,
+            "/api/v1/tenant/roles".into(),
+            Some(json!({ "name": unique("role"), "tools": ["files:read_*"], "areas": ["files"] })),
+        ),
+        TenantGetRole => req(
+            Method::GET,
+            "/api/v1/tenant/roles/matrix-auditor".into(),
+            None,
+        ),
+        // The same definition again: the auditor's column stays what it is.
+        TenantReplaceRole => req(
+            Method::PUT,
+            "/api/v1/tenant/roles/matrix-auditor".into(),
+            Some(json!({ "tools": [], "areas": ["agents", "audit"] })),
+        ),
+        TenantDeleteRole => {
+            let name = unique("doomed");
+            ctx.ok(
+                Method::POST,
+                "/api/v1/tenant/roles",
+                &fx.a.admin.key,
+                Some(json!({ "name": name, "tools": [], "areas": [] })),
+                201,
+            )
+            .await;
+            req(Method::DELETE, format!("/api/v1/tenant/roles/{name}"), None)
         }
         AdminListTenants => req(Method::GET, "/api/v1/admin/tenants".into(), None),
         AdminCreateTenant => req(

@@ -340,7 +340,7 @@ fn offered(req: &RecordedRequest) -> BTreeSet<String> {
 }
 
 /// One REST chat in a new session; the tools the model was offered for it.
-async fn offered_to(
+pub async fn offered_to(
     ctx: &Ctx,
     fake: &FakeModelServer,
     key: &str,

@@ -63,6 +63,8 @@ pub struct RunInput {
     pub user_id: UserId,
     /// The role of whoever started the run: it decides the tool permissions.
     pub role: Role,
+    /// The custom role of whoever started the run (then `role` is `Member`).
+    pub custom_role: Option<agentry_schema::roles::RoleName>,
     pub session_id: SessionId,
     pub run_id: RunId,
     pub assistant: Assistant,
@@ -410,6 +412,7 @@ impl Agent {
                 tenant: self.input.tenant.clone(),
                 user_id: self.input.user_id,
                 role: self.input.role,
+                custom_role: self.input.custom_role,
                 session_id: self.input.session_id,
                 assistant: self.input.assistant.clone(),
                 agent: self.input.agent.clone(),
@@ -1355,6 +1358,7 @@ impl Agent {
             tenant_id: self.input.tenant.id,
             user_id: self.input.user_id,
             role: self.input.role,
+            custom_role: self.input.custom_role,
             session_id: self.input.session_id,
             run_id: self.input.run_id,
             tool_call_id: call.id.clone(),

@@ -403,6 +403,7 @@ impl ChildJob {
             user_id: self.parent.user_id,
             // The child acts for the same person: never with more rights.
             role: self.parent.role,
+            custom_role: self.parent.custom_role,
             session_id: self.parent.session_id,
             run_id: child_id,
             auto_approve: agent.auto_approve || session_auto,

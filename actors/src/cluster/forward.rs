@@ -36,6 +36,8 @@ pub(crate) struct Caller {
     tenant: TenantId,
     user: UserId,
     role: Role,
+    #[serde(default)]
+    custom_role: Option<agentry_schema::roles::RoleName>,
 }
 
 impl Caller {
@@ -44,6 +46,7 @@ impl Caller {
             tenant: user.tenant.tenant_id(),
             user: user.user_id,
             role: user.role,
+            custom_role: user.custom_role,
         }
     }
 }
@@ -314,6 +317,7 @@ impl Engine {
             tenant: tenant.scope(),
             user_id: caller.user,
             role: caller.role,
+            custom_role: caller.custom_role,
         };
         match cmd {
             Command::Chat {
@@ -400,7 +404,8 @@ mod tests {
             caller: Caller {
                 tenant: TenantId::new(),
                 user: UserId::new(),
-                role: Role::Admin,
+                role: Role::Member,
+                custom_role: Some(agentry_schema::roles::RoleName::parse("analyst").unwrap()),
             },
             session: SessionId::new(),
             request: ApprovalId::new(),

@@ -1576,6 +1576,7 @@ impl SessionActor {
                     tenant: self.scope,
                     user_id: i.user_id,
                     role: i.role,
+                    custom_role: i.custom_role,
                 });
                 // The restarted loop stays in the crashed one's trace, as its child.
                 let crashed = run.span.clone();
@@ -1597,6 +1598,7 @@ impl SessionActor {
                         tenant: self.scope,
                         user_id: self.session.user_id,
                         role: Role::Member,
+                        custom_role: None,
                     });
                     let deps = self.deps.clone();
                     let scope = self.scope;
@@ -1764,16 +1766,16 @@ struct Recovery {
 }
 
 async fn user_scope(deps: &EngineDeps, scope: &TenantScope, user_id: UserId) -> UserScope {
-    let role = users::get(&deps.db, scope, user_id)
+    let (role, custom_role) = users::get(&deps.db, scope, user_id)
         .await
         .ok()
         .flatten()
-        .map(|u| u.role)
-        .unwrap_or(Role::Member);
+        .map_or((Role::Member, None), |u| (u.role, u.custom_role));
     UserScope {
         tenant: *scope,
         user_id,
         role,
+        custom_role,
     }
 }
 
@@ -1998,6 +2000,7 @@ async fn prepare_run(
             tenant,
             user_id: session.user_id,
             role: user.role,
+            custom_role: user.custom_role,
             session_id: session.id,
             run_id,
             assistant,

@@ -190,6 +190,7 @@ impl Harness {
             tenant: tenant.scope(),
             user_id: u.id,
             role: Role::Member,
+            custom_role: None,
         };
         Some(Harness {
             engine,

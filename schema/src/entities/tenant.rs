@@ -23,6 +23,8 @@ pub struct Model {
     pub tool_permissions: Option<Json>,
     /// The tenant's policy (`agentry_schema::policy::TenantPolicy`); null = defaults.
     pub policy: Option<Json>,
+    /// The tenant's custom roles (`agentry_schema::roles::CustomRoles`); null = none.
+    pub custom_roles: Option<Json>,
     pub created_at: DateTimeUtc,
     pub updated_at: DateTimeUtc,
 }

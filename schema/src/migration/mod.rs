@@ -18,6 +18,7 @@ mod m20261126_000600_skills;
 mod m20261126_000700_data_sources;
 mod m20261126_000800_task_runs;
 mod m20261126_000900_memory_scopes;
+mod m20261126_001000_custom_roles;
 
 pub struct Migrator;
 
@@ -39,6 +40,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261126_000700_data_sources::Migration),
             Box::new(m20261126_000800_task_runs::Migration),
             Box::new(m20261126_000900_memory_scopes::Migration),
+            Box::new(m20261126_001000_custom_roles::Migration),
         ]
     }
 }

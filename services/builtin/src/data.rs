@@ -147,7 +147,7 @@ impl DataSources {
             .await
             .map_err(store_error)?
             .ok_or_else(not_found)?;
-        if !source.spec.allows(ctx.role.as_str()) {
+        if !source.spec.allows(ctx.role_name()) {
             return Err(not_found());
         }
         Ok(source)
@@ -372,7 +372,7 @@ impl Tool for ListSources {
             .map_err(store_error)?;
         let items: Vec<Value> = all
             .iter()
-            .filter(|s| s.spec.allows(ctx.role.as_str()))
+            .filter(|s| s.spec.allows(ctx.role_name()))
             .map(|s| {
                 json!({
                     "id": s.id.to_string(),

@@ -879,6 +879,7 @@ async fn run(api: &Api, command: AdminCommand) -> Outcome<Printed> {
                 let uid = api.user_id(tid, &user).await?;
                 let req = UpdateUserRequest {
                     role: role.map(RoleArg::wire),
+                    custom_role: None,
                     disabled,
                 };
                 let v = match api {

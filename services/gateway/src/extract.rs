@@ -316,6 +316,8 @@ pub mod param {
         Skill = ("skill", ids::SkillName),
         /// `{memory_id}`
         Memory = ("memory_id", ids::MemoryId),
+        /// `{role}`: `admin`, `member` or a custom role's name
+        Role = ("role", agentry_schema::roles::Grant),
     );
 }
 

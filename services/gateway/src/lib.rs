@@ -15,6 +15,7 @@ pub mod openapi;
 pub mod readiness;
 pub mod request_id;
 pub mod retention;
+pub mod roles;
 pub mod routes;
 pub mod settings;
 pub mod skill_bundle;

@@ -533,7 +533,7 @@ impl ToolSource for CallerToolSource {
             .map(str::to_string);
         let tenant = caller.tenant_arc();
         let user = caller.user();
-        let policy = role_policy(&tenant, user.role);
+        let policy = role_policy(&tenant, user.role, user.custom_role);
         let mut registry = self.tools.builtin_tools().clone();
         registry.retain(|spec| policy.check(spec).is_ok());
         let assistants = assistants::list(&self.db, &caller.scope())
@@ -582,6 +582,7 @@ impl ToolSource for CallerToolSource {
         context.tenant_id = tenant.id;
         context.user_id = user.user_id;
         context.role = user.role;
+        context.custom_role = user.custom_role;
         // `/mcp` has no assistant: the memory tools see the user's and the tenant's memories.
         let presenter: Presenter = Arc::new(present);
         Ok(CallerTools {

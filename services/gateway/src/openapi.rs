@@ -97,6 +97,11 @@ every response carries `X-Request-Id`. Authenticate with `Authorization: Bearer 
         tenant::create_key,
         tenant::get_key,
         tenant::revoke_key,
+        tenant::list_roles,
+        tenant::create_role,
+        tenant::get_role,
+        tenant::replace_role,
+        tenant::delete_role,
         admin::list_tenants,
         admin::create_tenant,
         admin::get_tenant,
@@ -390,6 +395,13 @@ impl Modify for PathParameterRules {
         // `agentry_schema::ids::AssistantId` (and `ProfileId` and `SkillName`, the same slug) and `McpServerName`.
         let assistant = slug("^[a-z0-9][a-z0-9_-]*$");
         let mcp_name = slug("^(?!.*__)[A-Za-z0-9_-]+$");
+        // `agentry_schema::roles::Grant`: admin, member or a custom role's name.
+        let role = ObjectBuilder::new()
+            .schema_type(Type::String)
+            .min_length(Some(1))
+            .max_length(Some(32))
+            .pattern(Some("^[a-z][a-z0-9_-]*$"))
+            .build();
         for (_, op) in all_operations(openapi) {
             for p in op.parameters.iter_mut().flatten() {
                 let utoipa::openapi::RefOr::T(p) = p else {
@@ -404,6 +416,7 @@ impl Modify for PathParameterRules {
                         assistant.clone()
                     }
                     "name" => mcp_name.clone(),
+                    "role" => role.clone(),
                     _ => continue,
                 };
                 p.schema = Some(schema.into());
@@ -514,7 +527,7 @@ mod tests {
                     let schema = &p["schema"];
                     match name {
                         "agent_id" | "profile_id" | "connection_id" | "source_id" | "skill"
-                        | "name" => {
+                        | "name" | "role" => {
                             assert!(schema["pattern"].is_string(), "{method} {path} {name}")
                         }
                         // `GET /files/{path}`: a workspace-relative file path, slashes allowed.

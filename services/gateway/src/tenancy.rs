@@ -8,6 +8,7 @@ use agentry_schema::api::{
 };
 use agentry_schema::ids::{ApiKeyId, TenantId, UserId};
 use agentry_schema::policy::merge_patch;
+use agentry_schema::roles::Grant;
 use agentry_schema::tenancy::{Role, TenantStatus};
 use agentry_store::api_keys::{self, ApiKey, CreatedKey};
 use agentry_store::assistants::{self, AssistantSpec};
@@ -358,7 +359,7 @@ pub async fn create_user(
     req: CreateUserRequest,
 ) -> ApiResult<User> {
     let name = valid_name("name", &req.name, 128)?;
-    let role = req.role.unwrap_or(Role::Member);
+    let role = crate::roles::grant_of(tenant, req.role, req.custom_role.as_deref())?;
     let scope = tenant.scope();
     let limit = tenant.quotas.max_users;
     let over = || {
@@ -442,14 +443,23 @@ pub async fn update_user_stored(
     id: UserId,
     req: UpdateUserRequest,
 ) -> ApiResult<User> {
-    if req.role == Some(Role::Member) {
+    let grant = match (req.role, req.custom_role) {
+        (None, None) => None,
+        (role, Some(Some(custom))) => {
+            let tenant = tenants::get_own(db, scope).await?;
+            Some(crate::roles::grant_of(&tenant, role, Some(&custom))?)
+        }
+        (Some(role), _) => Some(role.into()),
+        (None, Some(None)) => Some(Role::Member.into()),
+    };
+    if grant.is_some_and(|g| !g.is_admin()) {
         refuse_self_lockout(actor, id, "demote")?;
     }
     if req.disabled == Some(true) {
         refuse_self_lockout(actor, id, "disable")?;
     }
     user(db, scope, id).await?;
-    Ok(users::update(db, scope, id, req.role, req.disabled).await?)
+    Ok(users::update(db, scope, id, grant, req.disabled).await?)
 }
 
 /// Delete a user with their keys and their workspace (their sessions stay until deleted).
@@ -505,11 +515,29 @@ pub async fn create_key(
             format!("user {user_id} is disabled; enable them first"),
         ));
     }
-    let role = req.role.unwrap_or(owner.role);
-    if role == Role::Admin && owner.role != Role::Admin {
+    let owner_grant = Grant {
+        role: owner.role,
+        custom: owner.custom_role,
+    };
+    let role = match (req.role, req.custom_role.as_deref()) {
+        (None, None) => owner_grant,
+        (role, Some(custom)) => {
+            let tenant = tenants::get_own(db, scope).await?;
+            crate::roles::grant_of(&tenant, role, Some(custom))?
+        }
+        (Some(role), None) => role.into(),
+    };
+    // A tenant admin's key may have any role of the tenant; anyone else's only the user's own.
+    if !owner_grant.is_admin() && role != owner_grant {
         return Err(ApiError::validation(
-            "role",
-            "a key cannot have more power than its user: this user is a member, so the key's role must be member",
+            if req.custom_role.is_some() {
+                "custom_role"
+            } else {
+                "role"
+            },
+            format!(
+                "a key cannot have more power than its user: this user is a {owner_grant}, so the key's role must be {owner_grant}"
+            ),
         ));
     }
     if let Some(at) = req.expires_at

@@ -80,6 +80,7 @@ pub fn user(u: User) -> UserInfo {
         tenant_id: u.tenant_id.to_string(),
         name: u.name,
         role: u.role,
+        custom_role: u.custom_role.map(|n| n.to_string()),
         disabled: u.disabled,
         created_at: u.created_at,
     }
@@ -93,6 +94,7 @@ pub fn api_key(k: ApiKey) -> ApiKeyInfo {
         name: k.name,
         prefix: k.prefix,
         role: k.role,
+        custom_role: k.custom_role.map(|n| n.to_string()),
         expires_at: k.expires_at,
         revoked_at: k.revoked_at,
         last_used_at: k.last_used_at,

@@ -15,6 +15,7 @@ use subtle::ConstantTimeEq;
 
 use agentry_schema::entities::api_key;
 use agentry_schema::ids::{ApiKeyId, TenantId, UserId};
+use agentry_schema::roles::{Grant, RoleName};
 use agentry_schema::tenancy::Role;
 
 use crate::{PlatformScope, Result, StoreError, TenantScope, now, parse_role};
@@ -30,6 +31,8 @@ pub struct ApiKey {
     pub name: String,
     pub prefix: String,
     pub role: Role,
+    /// The key's custom role (then `role` is `Member`).
+    pub custom_role: Option<RoleName>,
     pub expires_at: Option<DateTime<Utc>>,
     pub revoked_at: Option<DateTime<Utc>>,
     pub last_used_at: Option<DateTime<Utc>>,
@@ -39,13 +42,15 @@ pub struct ApiKey {
 impl TryFrom<api_key::Model> for ApiKey {
     type Error = StoreError;
     fn try_from(m: api_key::Model) -> Result<Self> {
+        let grant = parse_role(&m.role)?;
         Ok(ApiKey {
             id: m.id.into(),
             tenant_id: m.tenant_id.into(),
             user_id: m.user_id.into(),
             name: m.name,
             prefix: m.prefix,
-            role: parse_role(&m.role)?,
+            role: grant.role,
+            custom_role: grant.custom,
             expires_at: m.expires_at,
             revoked_at: m.revoked_at,
             last_used_at: m.last_used_at,
@@ -70,9 +75,10 @@ pub async fn create(
     scope: &TenantScope,
     user_id: UserId,
     name: &str,
-    role: Role,
+    role: impl Into<Grant>,
     expires_at: Option<DateTime<Utc>>,
 ) -> Result<CreatedKey> {
+    let role: Grant = role.into();
     let mut rng = rand::rng();
     let prefix = format!("{KEY_PREFIX}{}", Alphanumeric.sample_string(&mut rng, 8));
     let secret = format!("{prefix}_{}", Alphanumeric.sample_string(&mut rng, 40));

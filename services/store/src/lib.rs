@@ -17,6 +17,7 @@ use sea_orm_migration::MigratorTrait;
 use agentry_schema::error::ErrorCode;
 use agentry_schema::ids::{TenantId, UserId};
 use agentry_schema::migration::Migrator;
+use agentry_schema::roles::{Grant, RoleName};
 use agentry_schema::tenancy::Role;
 
 pub mod api_keys;
@@ -94,10 +95,14 @@ impl Default for PlatformScope {
     }
 }
 
-/// The role stored as `text` (`memberships.role`, `api_keys.role`); anything else is a bad row.
-pub(crate) fn parse_role(text: &str) -> Result<Role> {
-    Role::parse(text)
-        .ok_or_else(|| StoreError::Invalid(format!("role {text:?} is not one of admin, member")))
+/// The role stored as `text` (`memberships.role`, `api_keys.role`): `admin`, `member` or a
+/// custom role's name; anything else is a bad row.
+pub(crate) fn parse_role(text: &str) -> Result<Grant> {
+    Grant::parse(text).ok_or_else(|| {
+        StoreError::Invalid(format!(
+            "role {text:?} is neither admin, member nor a custom role's name"
+        ))
+    })
 }
 
 /// A user acting inside a tenant with a role; narrows visibility for members.
@@ -106,6 +111,9 @@ pub struct UserScope {
     pub tenant: TenantScope,
     pub user_id: UserId,
     pub role: Role,
+    /// The caller's custom role (then `role` is `Member`): its tool permissions and REST areas
+    /// replace the member role's.
+    pub custom_role: Option<RoleName>,
 }
 
 impl UserScope {

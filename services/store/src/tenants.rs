@@ -1,6 +1,7 @@
 //! Tenants and their quotas. Creating, listing and changing tenants is platform-level.
 
 use chrono::{DateTime, Utc};
+use sea_orm::sea_query::Expr;
 use sea_orm::{
     ActiveModelTrait, ColumnTrait, ConnectionTrait, EntityTrait, PaginatorTrait, QueryFilter,
     QueryOrder, QuerySelect, Set, TransactionSession, TransactionTrait,
@@ -15,6 +16,7 @@ use agentry_schema::entities::{
 };
 use agentry_schema::ids::TenantId;
 pub use agentry_schema::policy::{SandboxPolicy, StdioMcpRole, TenantPolicy};
+use agentry_schema::roles::{CustomRole, CustomRoles, RoleName};
 use agentry_schema::tenancy::TenantStatus;
 
 use crate::{PageRequest, PlatformScope, Result, StoreError, TenantScope, corrupt, now};
@@ -56,11 +58,18 @@ pub struct Tenant {
     pub tool_permissions: Option<Value>,
     /// Role rights and sandbox limits; the defaults when never set.
     pub policy: TenantPolicy,
+    /// The tenant's own roles beside `admin` and `member`.
+    pub custom_roles: CustomRoles,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }
 
 impl Tenant {
+    /// A custom role's definition; `None` for a role the tenant does not (or no longer) define.
+    pub fn custom_role(&self, name: RoleName) -> Option<&CustomRole> {
+        self.custom_roles.get(&name)
+    }
+
     /// The tenant's policy: who may add stdio MCP servers or switch approvals off, and the
     /// sandbox limits its processes get (`tenant.policy().sandbox`).
     pub fn policy(&self) -> &TenantPolicy {
@@ -116,6 +125,12 @@ impl TryFrom<tenant::Model> for Tenant {
                 None | Some(Value::Null) => TenantPolicy::default(),
                 Some(v) => serde_json::from_value(v).map_err(|e| corrupt("tenant.policy", e))?,
             },
+            custom_roles: match m.custom_roles {
+                None | Some(Value::Null) => CustomRoles::new(),
+                Some(v) => {
+                    serde_json::from_value(v).map_err(|e| corrupt("tenant.custom_roles", e))?
+                }
+            },
             created_at: m.created_at,
             updated_at: m.updated_at,
         })
@@ -164,6 +179,7 @@ pub async fn create(
         features_enabled: Set(serde_json::json!(new.features_enabled)),
         tool_permissions: Set(new.tool_permissions),
         policy: Set(Some(new.policy.to_json())),
+        custom_roles: Set(None),
         created_at: Set(ts),
         updated_at: Set(ts),
     }
@@ -271,6 +287,31 @@ pub async fn update(
             StoreError::conflict_on_unique(e, || format!("a tenant named {name:?} already exists"))
         })?
         .try_into()
+}
+
+/// Replace the tenant's custom roles if the tenant was not changed since `seen` (its
+/// `updated_at` when the caller read it): two admins editing roles at once cannot lose each
+/// other's change. `Ok(None)`: it was changed meanwhile; read it again and retry.
+pub async fn set_custom_roles(
+    db: &impl ConnectionTrait,
+    scope: &TenantScope,
+    seen: DateTime<Utc>,
+    roles: &CustomRoles,
+) -> Result<Option<Tenant>> {
+    let value = serde_json::to_value(roles).map_err(|e| StoreError::Invalid(e.to_string()))?;
+    let done = tenant::Entity::update_many()
+        .col_expr(tenant::Column::CustomRoles, Expr::value(value))
+        .col_expr(tenant::Column::UpdatedAt, Expr::value(now()))
+        .filter(tenant::Column::Id.eq(scope.uuid()))
+        .filter(tenant::Column::UpdatedAt.eq(seen))
+        .exec(db)
+        .await?
+        .rows_affected
+        > 0;
+    if !done {
+        return Ok(None);
+    }
+    get_own(db, scope).await.map(Some)
 }
 
 /// Delete a tenant and every row it owns, atomically.

@@ -9,6 +9,7 @@ use sea_orm::{
 
 use agentry_schema::entities::{api_key, membership, user};
 use agentry_schema::ids::{TenantId, UserId};
+use agentry_schema::roles::{Grant, RoleName};
 use agentry_schema::tenancy::Role;
 
 use crate::{PageRequest, Result, StoreError, TenantScope, now, parse_role};
@@ -19,29 +20,38 @@ pub struct User {
     pub tenant_id: TenantId,
     pub name: String,
     pub role: Role,
+    /// The user's custom role (then `role` is `Member`).
+    pub custom_role: Option<RoleName>,
     pub disabled: bool,
     pub created_at: DateTime<Utc>,
 }
 
 fn join(u: user::Model, m: Option<membership::Model>) -> Result<User> {
-    let role = match m {
+    let grant = match m {
         Some(m) => parse_role(&m.role)?,
-        None => Role::Member,
+        None => Role::Member.into(),
     };
     Ok(User {
         id: u.id.into(),
         tenant_id: u.tenant_id.into(),
         name: u.name,
-        role,
+        role: grant.role,
+        custom_role: grant.custom,
         disabled: u.disabled,
         created_at: u.created_at,
     })
 }
 
-pub async fn create<C>(db: &C, scope: &TenantScope, name: &str, role: Role) -> Result<User>
+pub async fn create<C>(
+    db: &C,
+    scope: &TenantScope,
+    name: &str,
+    role: impl Into<Grant>,
+) -> Result<User>
 where
     C: ConnectionTrait + TransactionTrait,
 {
+    let role: Grant = role.into();
     let txn = db.begin().await?;
     let ts = now();
     let id = UserId::new();
@@ -125,6 +135,27 @@ pub async fn list(
     Ok((out, total))
 }
 
+/// How many users and unrevoked keys of the tenant hold a custom role (a role in use cannot be
+/// deleted).
+pub async fn holders_of(
+    db: &impl ConnectionTrait,
+    scope: &TenantScope,
+    role: RoleName,
+) -> Result<(u64, u64)> {
+    let users = membership::Entity::find()
+        .filter(membership::Column::TenantId.eq(scope.uuid()))
+        .filter(membership::Column::Role.eq(role.as_str()))
+        .count(db)
+        .await?;
+    let keys = api_key::Entity::find()
+        .filter(api_key::Column::TenantId.eq(scope.uuid()))
+        .filter(api_key::Column::Role.eq(role.as_str()))
+        .filter(api_key::Column::RevokedAt.is_null())
+        .count(db)
+        .await?;
+    Ok((users, keys))
+}
+
 pub async fn count(db: &impl ConnectionTrait, scope: &TenantScope) -> Result<u64> {
     Ok(user::Entity::find()
         .filter(user::Column::TenantId.eq(scope.uuid()))
@@ -137,7 +168,7 @@ pub async fn update(
     db: &impl ConnectionTrait,
     scope: &TenantScope,
     id: UserId,
-    role: Option<Role>,
+    role: Option<Grant>,
     disabled: Option<bool>,
 ) -> Result<User> {
     if get(db, scope, id).await?.is_none() {

@@ -527,7 +527,7 @@ async fn users_and_roles(db: DatabaseConnection) {
         list.iter().map(|u| u.name.as_str()).collect::<Vec<_>>(),
         vec!["alice", "bob"]
     );
-    let bob2 = users::update(&db, &scope, bob.id, Some(Role::Admin), Some(true))
+    let bob2 = users::update(&db, &scope, bob.id, Some(Role::Admin.into()), Some(true))
         .await
         .unwrap();
     assert_eq!((bob2.role, bob2.disabled), (Role::Admin, true));

@@ -188,6 +188,19 @@ impl Permissions {
     pub fn list(&self) -> &[Permission] {
         &self.0
     }
+
+    /// The check the loop runs before a call, for the role named `role`.
+    pub fn check(&self, role: &str, service: &str, tool: &str) -> Result<(), PermissionDenied> {
+        if self.allows(service, tool) {
+            Ok(())
+        } else {
+            Err(PermissionDenied {
+                role: role.to_string(),
+                service: service.to_string(),
+                tool: tool.to_string(),
+            })
+        }
+    }
 }
 
 /// The permissions of every role in one tenant.
@@ -253,15 +266,7 @@ impl RolePermissions {
 
     /// The check the loop runs before a call.
     pub fn check(&self, role: Role, service: &str, tool: &str) -> Result<(), PermissionDenied> {
-        if self.allows(role, service, tool) {
-            Ok(())
-        } else {
-            Err(PermissionDenied {
-                role,
-                service: service.to_string(),
-                tool: tool.to_string(),
-            })
-        }
+        self.for_role(role).check(role.as_str(), service, tool)
     }
 }
 
@@ -271,7 +276,8 @@ impl RolePermissions {
     "the {role} role may not use {service}:{tool}; ask a tenant admin to grant `{service}:{tool}` or `{service}:*`"
 )]
 pub struct PermissionDenied {
-    pub role: Role,
+    /// `admin`, `member` or a custom role's name.
+    pub role: String,
     pub service: String,
     pub tool: String,
 }
@@ -280,7 +286,7 @@ impl PermissionDenied {
     /// The structured details for the audit row and the model.
     pub fn details(&self) -> Value {
         json!({
-            "role": self.role.as_str(),
+            "role": self.role,
             "service": self.service,
             "tool": self.tool,
             "required": format!("{}:{}", self.service, self.tool),

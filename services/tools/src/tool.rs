@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use agentry_schema::error::ErrorCode;
 use agentry_schema::events::{EventPayload, Question};
 use agentry_schema::ids::{RunId, SessionId, TenantId, UserId};
+use agentry_schema::roles::RoleName;
 use agentry_schema::tenancy::Role;
 use async_trait::async_trait;
 use serde_json::{Value, json};
@@ -107,6 +108,8 @@ pub struct ToolContext {
     /// The caller's role (the key's): what the tools that check it themselves see (the data
     /// tools' per-source roles). The pipeline's RBAC check happens before any call.
     pub role: Role,
+    /// The caller's custom role, if any (then `role` is `Member`).
+    pub custom_role: Option<RoleName>,
     pub session_id: SessionId,
     pub run_id: RunId,
     pub tool_call_id: String,
@@ -126,6 +129,7 @@ impl std::fmt::Debug for ToolContext {
             .field("tenant_id", &self.tenant_id)
             .field("user_id", &self.user_id)
             .field("role", &self.role)
+            .field("custom_role", &self.custom_role)
             .field("session_id", &self.session_id)
             .field("run_id", &self.run_id)
             .field("tool_call_id", &self.tool_call_id)
@@ -135,6 +139,14 @@ impl std::fmt::Debug for ToolContext {
 }
 
 impl ToolContext {
+    /// The name of the caller's role: `admin`, `member` or the custom role's.
+    pub fn role_name(&self) -> &str {
+        match &self.custom_role {
+            Some(n) => n.as_str(),
+            None => self.role.as_str(),
+        }
+    }
+
     /// A context outside any session: fresh ids, the `member` role, a cancellation token
     /// nobody fires, no user to ask and no event consumer. For `agentry tool-server` and for
     /// tests.
@@ -143,6 +155,7 @@ impl ToolContext {
             tenant_id: TenantId::new(),
             user_id: UserId::new(),
             role: Role::Member,
+            custom_role: None,
             session_id: SessionId::new(),
             run_id: RunId::new(),
             tool_call_id: String::new(),

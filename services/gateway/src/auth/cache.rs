@@ -233,11 +233,13 @@ impl KeyResolver {
         if user.disabled {
             return Ok(INVALID);
         }
-        // A key never gives more than its user has: admin only when both are admin.
-        let role = if row.role == Role::Admin && user.role == Role::Admin {
-            Role::Admin
+        // A key never gives more than its user has: an admin's key has its own role (admin,
+        // member or a custom role); anyone else's key has the user's role, whatever the key
+        // says (a user demoted after the key was made).
+        let (role, custom_role) = if user.role == Role::Admin {
+            (row.role, row.custom_role)
         } else {
-            Role::Member
+            (user.role, user.custom_role)
         };
         // `last_used_at` is best effort and must not slow the request down; the store writes it
         // at most once a minute per key.
@@ -254,6 +256,7 @@ impl KeyResolver {
                 tenant: scope,
                 user_id: user.id,
                 role,
+                custom_role,
             },
             key_id: row.id,
         };

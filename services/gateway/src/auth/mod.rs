@@ -30,6 +30,7 @@ use actix_web::middleware::Next;
 use actix_web::{FromRequest, HttpMessage, HttpRequest, ResponseError, web};
 use agentry_schema::error::ErrorCode;
 use agentry_schema::ids::{ApiKeyId, TenantId, UserId};
+use agentry_schema::roles::{RestArea, RoleName};
 use agentry_schema::tenancy::{Role, TenantStatus};
 use agentry_store::tenants::Tenant;
 use agentry_store::{PlatformScope, TenantScope, UserScope};
@@ -116,6 +117,38 @@ impl TenantCaller {
         self.user.role
     }
 
+    /// The caller's custom role (then [`Self::role`] is `Member`).
+    pub fn custom_role(&self) -> Option<RoleName> {
+        self.user.custom_role
+    }
+
+    /// The name of the caller's role: `admin`, `member` or the custom role's.
+    pub fn role_name(&self) -> String {
+        match self.user.custom_role {
+            Some(n) => n.to_string(),
+            None => self.user.role.to_string(),
+        }
+    }
+
+    /// Refuse a REST area the caller's custom role does not list (built-in roles use every
+    /// area their rights allow). A custom role the tenant no longer defines lists none.
+    pub fn may_use(&self, area: RestArea) -> Result<(), ApiError> {
+        let Some(name) = self.user.custom_role else {
+            return Ok(());
+        };
+        if self
+            .tenant
+            .custom_role(name)
+            .is_some_and(|d| d.allows_area(area))
+        {
+            return Ok(());
+        }
+        Err(ApiError::forbidden(format!(
+            "the {name} role may not use the {area} part of the API; a tenant admin can add `{area}` to the role's areas"
+        ))
+        .with_details(serde_json::json!({ "role": name, "area": area })))
+    }
+
     pub fn is_admin(&self) -> bool {
         self.user.is_admin()
     }
@@ -189,7 +222,8 @@ async fn resolve(state: &AppState, headers: &actix_web::http::header::HeaderMap)
 /// whose user is disabled or gone, 403 `tenant_suspended`, 503 when the database cannot say.
 pub async fn recheck(state: &AppState, key: &WsKey) -> Result<TenantCaller, ApiError> {
     match resolve_key(state, &key.0).await.into_caller()? {
-        Caller::Tenant(t) => Ok(t),
+        // A role changed while the socket is open bites on its next message.
+        Caller::Tenant(t) => t.may_use(RestArea::Chat).map(|()| t),
         Caller::PlatformAdmin(_) => Err(tenant_only()),
     }
 }
@@ -269,6 +303,12 @@ pub async fn authenticate(
             let span = tracing::Span::current();
             span.record("tenant_id", tracing::field::display(t.tenant_id()));
             span.record("user_id", tracing::field::display(t.user_id()));
+            // A custom role's REST areas, before any handler (or WebSocket upgrade) runs.
+            if let Some(area) = RestArea::of_path(req.path())
+                && let Err(e) = t.may_use(area)
+            {
+                return Ok(req.into_response(e.error_response()));
+            }
             // The tenant's requests_per_minute, for every request its keys make (a request
             // another replica proxied here was counted there).
             if !state.cluster.from_peer(req.request())

@@ -19,8 +19,10 @@ use agentry_data::source::SourceUrl;
 use agentry_schema::api::{CreateDataSourceRequest, DataSourceInfo, DataSourceSpecRequest};
 use agentry_schema::error::ErrorCode;
 use agentry_schema::ids::DataSourceId;
+use agentry_schema::roles::RoleName;
 use agentry_schema::tenancy::Role;
 use agentry_store::data_sources::{self as stored, DataSource, DataSourceSpec};
+use agentry_store::tenants::Tenant;
 
 use crate::auth::TenantAdmin;
 use crate::error::{ApiError, ApiResult};
@@ -52,19 +54,25 @@ fn url_error(e: DataError) -> ApiError {
     ApiError::validation("url", format!("`url` is refused: {e}"))
 }
 
-/// The roles that may use a source: known role names, no repeats, at least one.
-fn valid_roles(raw: Option<Vec<String>>) -> ApiResult<Vec<String>> {
+/// The roles that may use a source: `admin`, `member` or the tenant's custom roles, no
+/// repeats, at least one.
+fn valid_roles(tenant: &Tenant, raw: Option<Vec<String>>) -> ApiResult<Vec<String>> {
     let Some(raw) = raw else {
         return Ok(vec![Role::Admin.as_str().to_string()]);
     };
     let mut out: Vec<String> = Vec::new();
     for r in raw {
         let r = r.trim().to_string();
-        if Role::parse(&r).is_none() {
+        let custom = || {
+            RoleName::parse(&r)
+                .ok()
+                .is_some_and(|n| tenant.custom_role(n).is_some())
+        };
+        if Role::parse(&r).is_none() && !custom() {
             return Err(ApiError::validation(
                 "allowed_roles",
                 format!(
-                    "unknown role {:?}; use admin or member",
+                    "unknown role {:?}; use admin, member or one of the tenant's custom roles",
                     r.chars().take(40).collect::<String>()
                 ),
             ));
@@ -116,7 +124,7 @@ async fn spec_from(
         Some(n) => valid_name("name", &n, 200)?,
         None => id.to_string(),
     };
-    let allowed_roles = valid_roles(req.allowed_roles)?;
+    let allowed_roles = valid_roles(admin.tenant(), req.allowed_roles)?;
     let mut url = SourceUrl::parse(&req.url).map_err(url_error)?;
     if let Some(Some(p)) = &req.password
         && (p.is_empty() || p.chars().count() > MAX_PASSWORD_CHARS)

@@ -29,6 +29,7 @@ pub async fn who_am_i(caller: Caller) -> Json<WhoAmI> {
             tenant_name: None,
             user_id: None,
             role: None,
+            custom_role: None,
             key_id: None,
         },
         Caller::Tenant(t) => WhoAmI {
@@ -37,6 +38,7 @@ pub async fn who_am_i(caller: Caller) -> Json<WhoAmI> {
             tenant_name: Some(t.tenant().name.clone()),
             user_id: Some(t.user_id().to_string()),
             role: Some(t.role()),
+            custom_role: t.custom_role().map(|n| n.to_string()),
             key_id: Some(t.key_id().to_string()),
         },
     })

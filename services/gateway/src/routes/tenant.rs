@@ -7,13 +7,14 @@
 use actix_web::HttpResponse;
 use actix_web::web::{self, Json};
 use agentry_schema::api::{
-    ApiKeyInfo, CreateApiKeyRequest, CreateUserRequest, CreatedApiKey, Page, TenantInfo,
-    UpdateUserRequest, UsageReport, UserInfo,
+    ApiKeyInfo, CreateApiKeyRequest, CreateUserRequest, CreatedApiKey, Page, RoleInfo, RoleRequest,
+    TenantInfo, UpdateUserRequest, UsageReport, UserInfo,
 };
 
 use crate::auth::TenantAdmin;
 use crate::error::ApiResult;
 use crate::extract::{ApiJson, ApiPath, ApiQuery, param};
+use crate::roles;
 use crate::routes::admin::{KeysQuery, UsageQuery, created_key, keys_page};
 use crate::routes::resource::endpoint;
 use crate::routes::{PageQuery, page_of};
@@ -36,7 +37,142 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             endpoint("/tenant/api-keys/{key_id}")
                 .get(get_key)
                 .delete(revoke_key),
+        )
+        .service(endpoint("/tenant/roles").get(list_roles).post(create_role))
+        .service(
+            endpoint("/tenant/roles/{role}")
+                .get(get_role)
+                .put(replace_role)
+                .delete(delete_role),
         );
+}
+
+/// The tenant's roles: `admin` and `member` (with the tool permissions in force), then the
+/// custom roles.
+#[utoipa::path(
+    get,
+    path = "/api/v1/tenant/roles",
+    operation_id = "tenant_list_roles",
+    tag = "tenant",
+    responses(
+        (status = 200, description = "Every role of the tenant", body = Vec<RoleInfo>),
+        (status = 401, description = "No usable API key", body = agentry_schema::ErrorResponse),
+        (status = 403, description = "Not a tenant admin", body = agentry_schema::ErrorResponse),
+    )
+)]
+pub async fn list_roles(
+    admin: TenantAdmin,
+    state: web::Data<AppState>,
+) -> ApiResult<Json<Vec<RoleInfo>>> {
+    let tenant = agentry_store::tenants::get_own(&state.db, &admin.scope()).await?;
+    Ok(Json(roles::list(&tenant)))
+}
+
+/// Define a custom role: its tool permission patterns and the REST areas it may use.
+#[utoipa::path(
+    post,
+    path = "/api/v1/tenant/roles",
+    operation_id = "tenant_create_role",
+    tag = "tenant",
+    request_body = RoleRequest,
+    responses(
+        (status = 201, description = "Created", body = RoleInfo),
+        (status = 400, description = "The body is not JSON", body = agentry_schema::ErrorResponse),
+        (status = 401, description = "No usable API key", body = agentry_schema::ErrorResponse),
+        (status = 403, description = "Not a tenant admin", body = agentry_schema::ErrorResponse),
+        (status = 409, description = "The tenant already has a role of that name", body = agentry_schema::ErrorResponse),
+        (status = 413, description = "The body is over the size limit", body = agentry_schema::ErrorResponse),
+        (status = 415, description = "The body is not `application/json`", body = agentry_schema::ErrorResponse),
+        (status = 422, description = "A field is invalid (a bad name, pattern or area; too many roles)", body = agentry_schema::ErrorResponse),
+    )
+)]
+pub async fn create_role(
+    admin: TenantAdmin,
+    state: web::Data<AppState>,
+    body: ApiJson<RoleRequest>,
+) -> ApiResult<HttpResponse> {
+    let role = roles::create(&state, &admin.scope(), body.into_inner()).await?;
+    Ok(HttpResponse::Created().json(role))
+}
+
+/// One role of the tenant, built-in or custom.
+#[utoipa::path(
+    get,
+    path = "/api/v1/tenant/roles/{role}",
+    operation_id = "tenant_get_role",
+    tag = "tenant",
+    params(("role" = String, Path, description = "The role's name")),
+    responses(
+        (status = 200, description = "The role", body = RoleInfo),
+        (status = 400, description = "`role` is not a role name", body = agentry_schema::ErrorResponse),
+        (status = 401, description = "No usable API key", body = agentry_schema::ErrorResponse),
+        (status = 403, description = "Not a tenant admin", body = agentry_schema::ErrorResponse),
+        (status = 404, description = "No such role in the tenant", body = agentry_schema::ErrorResponse),
+    )
+)]
+pub async fn get_role(
+    admin: TenantAdmin,
+    state: web::Data<AppState>,
+    name: ApiPath<param::Role>,
+) -> ApiResult<Json<RoleInfo>> {
+    let tenant = agentry_store::tenants::get_own(&state.db, &admin.scope()).await?;
+    Ok(Json(roles::get(&tenant, name.into_inner())?))
+}
+
+/// Replace a custom role's definition; its holders' next requests and runs use it.
+#[utoipa::path(
+    put,
+    path = "/api/v1/tenant/roles/{role}",
+    operation_id = "tenant_replace_role",
+    tag = "tenant",
+    params(("role" = String, Path, description = "The role's name")),
+    request_body = RoleRequest,
+    responses(
+        (status = 200, description = "Replaced", body = RoleInfo),
+        (status = 400, description = "A bad `role`, or the body is not JSON", body = agentry_schema::ErrorResponse),
+        (status = 401, description = "No usable API key", body = agentry_schema::ErrorResponse),
+        (status = 403, description = "Not a tenant admin", body = agentry_schema::ErrorResponse),
+        (status = 404, description = "No such custom role in the tenant", body = agentry_schema::ErrorResponse),
+        (status = 409, description = "A built-in role (admin, member) cannot be changed here", body = agentry_schema::ErrorResponse),
+        (status = 413, description = "The body is over the size limit", body = agentry_schema::ErrorResponse),
+        (status = 415, description = "The body is not `application/json`", body = agentry_schema::ErrorResponse),
+        (status = 422, description = "A field is invalid", body = agentry_schema::ErrorResponse),
+    )
+)]
+pub async fn replace_role(
+    admin: TenantAdmin,
+    state: web::Data<AppState>,
+    name: ApiPath<param::Role>,
+    body: ApiJson<RoleRequest>,
+) -> ApiResult<Json<RoleInfo>> {
+    Ok(Json(
+        roles::replace(&state, &admin.scope(), name.into_inner(), body.into_inner()).await?,
+    ))
+}
+
+/// Delete a custom role that no user and no unrevoked key holds.
+#[utoipa::path(
+    delete,
+    path = "/api/v1/tenant/roles/{role}",
+    operation_id = "tenant_delete_role",
+    tag = "tenant",
+    params(("role" = String, Path, description = "The role's name")),
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = 400, description = "`role` is not a role name", body = agentry_schema::ErrorResponse),
+        (status = 401, description = "No usable API key", body = agentry_schema::ErrorResponse),
+        (status = 403, description = "Not a tenant admin", body = agentry_schema::ErrorResponse),
+        (status = 404, description = "No such custom role in the tenant", body = agentry_schema::ErrorResponse),
+        (status = 409, description = "A built-in role, or users or keys still hold it", body = agentry_schema::ErrorResponse),
+    )
+)]
+pub async fn delete_role(
+    admin: TenantAdmin,
+    state: web::Data<AppState>,
+    name: ApiPath<param::Role>,
+) -> ApiResult<HttpResponse> {
+    roles::delete(&state, &admin.scope(), name.into_inner()).await?;
+    Ok(HttpResponse::NoContent().finish())
 }
 
 /// The caller's own tenant: status, quotas, features, tool permissions and policy, read-only

@@ -46,6 +46,7 @@ fn context(call: &str) -> ToolContext {
         tenant_id: TenantId::new(),
         user_id: UserId::new(),
         role: agentry_schema::tenancy::Role::Member,
+        custom_role: None,
         session_id: SessionId::new(),
         run_id: RunId::new(),
         tool_call_id: call.to_string(),

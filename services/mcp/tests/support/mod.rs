@@ -133,6 +133,7 @@ pub fn ctx_with(
         tenant_id: TenantId::new(),
         user_id: UserId::new(),
         role: agentry_schema::tenancy::Role::Member,
+        custom_role: None,
         session_id: SessionId::new(),
         run_id: RunId::new(),
         tool_call_id: tool_call_id.to_string(),
