@@ -130,6 +130,9 @@ enum Command {
         /// Searches timed at each size.
         #[arg(long, default_value_t = 30)]
         queries: u64,
+        /// Vector dimensions (the fake embeddings zero-padded: same rankings, real sizes).
+        #[arg(long, default_value_t = 1536)]
+        dims: usize,
     },
     /// Every cluster-mode scenario below (issue 13) at the sizes of docs/benchmarks.md; needs
     /// --database postgres://… (or mysql://…) and Redis (`--redis`).
@@ -322,12 +325,20 @@ async fn run(cli: Cli) -> Result<()> {
             },
         )
         .await?)?,
-        Command::MemorySearch { sizes, queries } => {
+        Command::MemorySearch {
+            sizes,
+            queries,
+            dims,
+        } => {
             let mut sizes = sizes;
             sizes.sort_unstable();
             one(agentry_bench::memory::memory_search(
                 &target,
-                &agentry_bench::memory::MemoryParams { sizes, queries },
+                &agentry_bench::memory::MemoryParams {
+                    sizes,
+                    queries,
+                    dims,
+                },
             )
             .await?)?
         }

@@ -26,6 +26,19 @@ pub struct MemoryParams {
     pub sizes: Vec<u64>,
     /// Searches timed at each size (after one untimed).
     pub queries: u64,
+    /// Dimensions of the stored and queried vectors: the fake embeddings (64) padded with
+    /// zeros, which keeps every cosine and so every ranking, while the server reads, decodes
+    /// and multiplies vectors as large as a real model's (1536: `text-embedding-3-small`).
+    pub dims: usize,
+}
+
+/// The fake embedding of `text`, zero-padded to `dims`.
+fn padded(text: &str, dims: usize) -> Vec<f32> {
+    let mut v = agentry_fake_model::fake_embedding(text);
+    if v.len() < dims {
+        v.resize(dims, 0.0);
+    }
+    v
 }
 
 /// Words the seeded memories are made of: concept words of the fake embeddings' lexicon and
@@ -77,6 +90,7 @@ async fn seed(
     user: UserId,
     from: u64,
     to: u64,
+    dims: usize,
 ) -> Result<()> {
     let scope = PlatformScope::new().tenant(tenant);
     let mut i = from;
@@ -85,7 +99,7 @@ async fn seed(
         let txn = db.begin().await?;
         for n in i..end {
             let text = content(n);
-            let vector = agentry_fake_model::fake_embedding(&text);
+            let vector = padded(&text, dims);
             memories::create(
                 &txn,
                 &scope,
@@ -115,6 +129,16 @@ pub async fn memory_search(target: &Target, p: &MemoryParams) -> Result<Record> 
         &[("AGENTRY_MEMORY__MAX_CANDIDATES", max.max(1).to_string())],
     )
     .await?;
+    if p.dims < agentry_fake_model::FAKE_EMBEDDING_DIMENSIONS {
+        bail!(
+            "--dims must be at least the fake embeddings' {}",
+            agentry_fake_model::FAKE_EMBEDDING_DIMENSIONS
+        );
+    }
+    // The queries' vectors, as large as the stored ones.
+    for q in QUERIES {
+        h.model.set_embedding(q, padded(q, p.dims));
+    }
     let errors = Errors::default();
     let me: Value = h
         .http
@@ -146,7 +170,7 @@ pub async fn memory_search(target: &Target, p: &MemoryParams) -> Result<Record> 
     let mut headline = Vec::new();
     for &size in &p.sizes {
         let t0 = Instant::now();
-        seed(&db, tenant, user, seeded, size).await?;
+        seed(&db, tenant, user, seeded, size, p.dims).await?;
         seeded = seeded.max(size);
         eprintln!(
             "    {size} memories seeded ({:.1} s)",
@@ -185,7 +209,7 @@ pub async fn memory_search(target: &Target, p: &MemoryParams) -> Result<Record> 
         rows.push(json!({"memories": size, "search_latency": latency}));
     }
     db.close().await.ok();
-    let figures = json!({"sizes": rows, "embedding_dimensions": agentry_fake_model::FAKE_EMBEDDING_DIMENSIONS});
+    let figures = json!({"sizes": rows, "embedding_dimensions": p.dims});
     let record = frame.record(
         target,
         p,
