@@ -467,6 +467,44 @@ async fn agentry_admin_bootstraps_on_the_database_then_manages_a_running_server(
         .as_str()
         .unwrap()
         .to_string();
+    // A custom role, defined by the tenant's admin over REST, given and shown by the CLI.
+    let res = reqwest::Client::new()
+        .post(format!("{}/api/v1/tenant/roles", s.base))
+        .bearer_auth(&carol_key)
+        .json(&serde_json::json!({"name": "auditor", "tools": [], "areas": ["audit"]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status().as_u16(), 201);
+    let bob = http_ok(&["users", "update", "beta", "bob", "--custom-role", "auditor"]);
+    assert_eq!(
+        (bob["role"].as_str(), bob["custom_role"].as_str()),
+        (Some("member"), Some("auditor")),
+        "{bob}"
+    );
+    let narrow = http_ok(&[
+        "keys",
+        "create",
+        "beta",
+        "--user",
+        "carol",
+        "--custom-role",
+        "auditor",
+    ]);
+    assert_eq!(narrow["custom_role"], "auditor", "{narrow}");
+    let (e, _) = http_fails(
+        &[
+            "keys",
+            "create",
+            "beta",
+            "--user",
+            "carol",
+            "--custom-role",
+            "nobody",
+        ],
+        1,
+    );
+    assert_eq!(e["details"]["field"], "custom_role", "{e}");
     let t = http_ok(&["tenants", "update", "beta", "--status", "suspended"]);
     assert_eq!(t["status"], "suspended");
     assert_eq!(s.me(&carol_key).await.0, 403);

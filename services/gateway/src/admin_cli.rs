@@ -184,12 +184,15 @@ pub enum UsersCommand {
     },
     /// One user.
     Get { tenant: String, user: String },
-    /// Add a user (role member unless --role admin).
+    /// Add a user (role member unless --role admin or --custom-role NAME).
     Create {
         tenant: String,
         name: String,
         #[arg(long, value_enum)]
         role: Option<RoleArg>,
+        /// One of the tenant's custom roles (docs/admin.md, "Roles").
+        #[arg(long, conflicts_with = "role")]
+        custom_role: Option<String>,
     },
     /// Change a user's role, or disable / enable them.
     Update {
@@ -197,6 +200,9 @@ pub enum UsersCommand {
         user: String,
         #[arg(long, value_enum)]
         role: Option<RoleArg>,
+        /// One of the tenant's custom roles; `--role member` takes it away.
+        #[arg(long, conflicts_with = "role")]
+        custom_role: Option<String>,
         #[arg(long)]
         disabled: Option<bool>,
     },
@@ -229,6 +235,9 @@ pub enum KeysCommand {
         /// Default: the user's role (may not exceed it).
         #[arg(long, value_enum)]
         role: Option<RoleArg>,
+        /// A custom role for the key: the user's own, or any when the user is a tenant admin.
+        #[arg(long, conflicts_with = "role")]
+        custom_role: Option<String>,
         /// RFC 3339, in the future.
         #[arg(long)]
         expires_at: Option<String>,
@@ -857,11 +866,19 @@ async fn run(api: &Api, command: AdminCommand) -> Outcome<Printed> {
                     json: v,
                 })
             }
-            UsersCommand::Create { tenant, name, role } => {
+            UsersCommand::Create {
+                tenant,
+                name,
+                role,
+                custom_role,
+            } => {
                 let tid = api.tenant_id(&tenant).await?;
                 let mut body = json!({"name": name});
                 if let Some(r) = role {
                     body["role"] = to_json(r.wire());
+                }
+                if let Some(c) = custom_role {
+                    body["custom_role"] = json!(c);
                 }
                 let v = api.create_user(tid, body).await?;
                 Ok(Printed {
@@ -873,13 +890,14 @@ async fn run(api: &Api, command: AdminCommand) -> Outcome<Printed> {
                 tenant,
                 user,
                 role,
+                custom_role,
                 disabled,
             } => {
                 let tid = api.tenant_id(&tenant).await?;
                 let uid = api.user_id(tid, &user).await?;
                 let req = UpdateUserRequest {
                     role: role.map(RoleArg::wire),
-                    custom_role: None,
+                    custom_role: custom_role.map(Some),
                     disabled,
                 };
                 let v = match api {
@@ -982,6 +1000,7 @@ async fn run(api: &Api, command: AdminCommand) -> Outcome<Printed> {
                 user,
                 name,
                 role,
+                custom_role,
                 expires_at,
                 key_out,
             } => {
@@ -990,6 +1009,9 @@ async fn run(api: &Api, command: AdminCommand) -> Outcome<Printed> {
                 let mut body = json!({"user_id": uid.to_string(), "name": name});
                 if let Some(r) = role {
                     body["role"] = to_json(r.wire());
+                }
+                if let Some(c) = custom_role {
+                    body["custom_role"] = json!(c);
                 }
                 if let Some(at) = expires_at {
                     body["expires_at"] = json!(at);
@@ -1108,12 +1130,20 @@ fn tenant_line(t: &Value) -> String {
     )
 }
 
+/// `member`, `admin`, or `member (analyst)` for a custom role.
+fn role_of(v: &Value) -> String {
+    match v["custom_role"].as_str() {
+        Some(c) => format!("{} ({c})", s(v, "role")),
+        None => s(v, "role").to_string(),
+    }
+}
+
 fn user_line(u: &Value) -> String {
     format!(
         "user {}  {}  {}{}",
         s(u, "id"),
         s(u, "name"),
-        s(u, "role"),
+        role_of(u),
         if u["disabled"] == true {
             "  disabled"
         } else {
@@ -1135,7 +1165,7 @@ fn key_line(k: &Value) -> String {
         s(k, "id"),
         s(k, "prefix"),
         s(k, "name"),
-        s(k, "role"),
+        role_of(k),
         s(k, "user_id"),
         state
     )
