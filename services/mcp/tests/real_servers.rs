@@ -1024,3 +1024,56 @@ async fn over_http_each_elicitation_reaches_the_user_of_its_own_call() {
     assert_eq!((ada.questions().len(), bob.questions().len()), (1, 1));
     conn.close().await;
 }
+
+/// Issue 18: an HTTP server killed under a call fails that call at once, in plain words. rmcp
+/// logged the broken stream and kept trying to resume it with backoff; the call waited for the
+/// pool's next health check (8–28 s) or its own timeout. Here nothing pings: without the fix the
+/// call waits for its 120 s timeout and the 20 s bound below fails the test.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_server_killed_under_a_call_fails_the_call_at_once() {
+    init_tracing();
+    let mut server = HttpEverything::start(free_port());
+    let mut cfg = McpServerConfig::http("remote", server.url());
+    cfg.timeout_secs = 120;
+    let conn = connect(&cfg).await;
+    let events = Arc::new(Events::default());
+    let c = ctx_with(
+        "long",
+        ScriptedUser::new(vec![]),
+        events.clone(),
+        CancellationToken::new(),
+    );
+    let call = {
+        let conn = conn.clone();
+        tokio::spawn(async move {
+            conn.call_tool(
+                "trigger-long-running-operation",
+                json!({"duration": 60, "steps": 60}),
+                &c,
+            )
+            .await
+        })
+    };
+    // The call is running on the server: its first progress arrived.
+    assert!(
+        eventually(Duration::from_secs(20), || events
+            .all()
+            .iter()
+            .any(|e| matches!(e, EventPayload::Progress(_))))
+        .await,
+        "no progress from the long-running call"
+    );
+    server.stop();
+    let err = tokio::time::timeout(Duration::from_secs(20), call)
+        .await
+        .expect("the call ends soon after its server died")
+        .unwrap()
+        .unwrap_err();
+    assert!(matches!(err, McpError::TransportClosed { .. }), "{err:?}");
+    let text = err.to_string();
+    assert!(text.contains("\"remote\""), "names the server: {text}");
+    assert!(text.contains("stopped answering"), "{text}");
+    assert!(!text.contains("::"), "no Rust type names: {text}");
+    assert!(matches!(conn.status(), ConnectionStatus::Error(_)));
+    conn.close().await;
+}

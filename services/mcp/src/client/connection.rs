@@ -29,7 +29,7 @@ use serde_json::{Map, Value, json};
 use super::config::{McpServerConfig, McpTransportConfig};
 use super::error::McpError;
 use super::handler::{AgentryClientHandler, ElicitFor, InFlightGuard, Shared, elicit};
-use super::http::{SessionAwareClient, transport_config};
+use super::http::{HttpSignals, SessionAwareClient, transport_config};
 use super::stdio::{self, ProcessGroup, StderrTail, StdioLaunch};
 use agentry_tools::tool::{PauseClock, ToolContext, ToolOutput};
 
@@ -41,6 +41,9 @@ const CANCEL_SEND_TIMEOUT: Duration = Duration::from_secs(2);
 const KILL_GRACE: Duration = Duration::from_secs(2);
 /// How long `close` waits for the server to shut down before killing it.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a new Streamable HTTP connection waits for its standalone event stream to open
+/// before it is handed out anyway (see `HttpSignals::standalone_stream_open`).
+const STANDALONE_STREAM_WAIT: Duration = Duration::from_secs(5);
 
 /// The protocol versions offered, newest first. 2026-07-28 is tried with `server/discover`;
 /// a server that does not know it gets the legacy `initialize` with 2025-11-25, and may answer
@@ -233,9 +236,8 @@ impl McpConnection {
         }
         let shared = Shared::new(&config.name, hooks);
         let dead = Arc::new(AtomicBool::new(false));
-        let (service, process_group) = match start(config, &shared, &dead, lifecycle(), launch)
-            .await
-        {
+        let connect_started = Instant::now();
+        let started = match start(config, &shared, &dead, lifecycle(), launch).await {
             Ok(started) => started,
             // A server that answered the `server/discover` probe with something that is
             // neither a discover result nor a JSON-RPC error (some minimal 2025 servers answer
@@ -257,7 +259,24 @@ impl McpConnection {
             }
             Err(e) => return Err(e),
         };
+        let Started {
+            service,
+            process_group,
+            http,
+        } = started;
         let server = config.name.clone();
+        if let Some(http) = &http {
+            let within = config
+                .connect_timeout()
+                .saturating_sub(connect_started.elapsed())
+                .min(STANDALONE_STREAM_WAIT);
+            if !http.standalone_stream_open(within).await {
+                tracing::info!(
+                    "the server did not answer the standalone event stream within {within:?}; \
+                     requests it sends outside a call may be lost"
+                );
+            }
+        }
 
         let peer = service.peer().clone();
         let Some(info) = peer.peer_info() else {
@@ -447,9 +466,9 @@ impl McpConnection {
     /// `timeout_secs` (not counting time spent waiting for the user to answer an elicitation)
     /// the request is cancelled the same way and [`McpError::Timeout`] returned.
     ///
-    /// The output's content is `{"text": <text blocks joined by newlines>, "content": [<other
-    /// blocks>], "structured_content": <structuredContent>}` (the last two only when present);
-    /// `isError: true` gives a [`ToolOutput`] with `is_error` set.
+    /// The output's content is `{"text": …, "attachments": […], "structured_content": …}`
+    /// (the last two only when present), made for a model: see [`to_output`]. `isError: true`
+    /// gives a [`ToolOutput`] with `is_error` set.
     #[tracing::instrument(skip_all, fields(otel.name = %format!("mcp tools/call {name}"), otel.kind = "client", rpc.system = "jsonrpc", rpc.method = "tools/call", server = %self.name(), tool = %name, tool_call_id = %ctx.tool_call_id))]
     pub async fn call_tool(
         &self,
@@ -512,6 +531,7 @@ impl McpConnection {
         timeout: Duration,
     ) -> Result<Round, McpError> {
         let server = self.name();
+        let mut breaks = self.inner.shared.watch_breaks();
         // The call's span as W3C trace context in `_meta` (SEP-414, the OpenTelemetry MCP
         // conventions); over HTTP it is sent as the `traceparent` header too (http.rs).
         let mut options = PeerRequestOptions::no_options();
@@ -546,6 +566,11 @@ impl McpConnection {
             r = handle.await_response() => {
                 pending.answered();
                 r
+            }
+            reason = transport_break(&mut breaks) => {
+                // The server is gone: there is nobody to send a cancel to.
+                pending.answered();
+                return Err(McpError::TransportClosed { server: server.to_string(), reason });
             }
             _ = ctx.cancel.cancelled() => {
                 pending.cancel("the run was cancelled");
@@ -654,6 +679,14 @@ impl McpConnection {
     }
 }
 
+/// A server reached and its handshake done.
+struct Started {
+    service: RunningService<RoleClient, AgentryClientHandler>,
+    process_group: Option<Arc<ProcessGroup>>,
+    /// Streamable HTTP only.
+    http: Option<Arc<HttpSignals>>,
+}
+
 /// One attempt: spawn or reach the server and run the handshake in `mode`.
 async fn start(
     config: &McpServerConfig,
@@ -661,18 +694,13 @@ async fn start(
     dead: &Arc<AtomicBool>,
     mode: ClientLifecycleMode,
     launch: &StdioLaunch,
-) -> Result<
-    (
-        RunningService<RoleClient, AgentryClientHandler>,
-        Option<Arc<ProcessGroup>>,
-    ),
-    McpError,
-> {
+) -> Result<Started, McpError> {
     let handler = AgentryClientHandler {
         shared: shared.clone(),
     };
     let server = config.name.clone();
     let connect_timeout = config.connect_timeout();
+    let mut http = None;
     let (started, process_group, stderr) = match &config.transport {
         McpTransportConfig::Stdio(s) => {
             let spawned = stdio::spawn(&config.name, s, launch)?;
@@ -693,11 +721,14 @@ async fn start(
         }
         McpTransportConfig::Http(h) => {
             let cfg = transport_config(&config.name, h)?;
-            let client = SessionAwareClient::new(connect_timeout, launch.http_guard.as_ref())
-                .map_err(|e| McpError::Protocol {
-                    server: server.clone(),
-                    reason: format!("could not build the HTTP client: {e}"),
-                })?;
+            let signals = HttpSignals::new(shared.clone());
+            http = Some(signals.clone());
+            let client =
+                SessionAwareClient::new(connect_timeout, launch.http_guard.as_ref(), signals)
+                    .map_err(|e| McpError::Protocol {
+                        server: server.clone(),
+                        reason: format!("could not build the HTTP client: {e}"),
+                    })?;
             let transport = Observed {
                 inner: StreamableHttpClientTransport::with_client(client, cfg),
                 shared: shared.clone(),
@@ -718,7 +749,11 @@ async fn start(
         _ => reason,
     };
     match started {
-        Ok(Ok(service)) => Ok((service, process_group)),
+        Ok(Ok(service)) => Ok(Started {
+            service,
+            process_group,
+            http,
+        }),
         Ok(Err(e)) => {
             if let Some(pg) = &process_group {
                 pg.terminate(KILL_GRACE).await;
@@ -730,7 +765,7 @@ async fn start(
                 ClientInitializeError::TransportError { .. }
                     | ClientInitializeError::ConnectionClosed(_)
             );
-            let reason = with_stderr(e.to_string());
+            let reason = with_stderr(plain_initialize_error(&e));
             if transport_failure {
                 Err(McpError::TransportClosed { server, reason })
             } else {
@@ -796,34 +831,185 @@ impl Drop for PendingRequest<'_> {
     }
 }
 
+/// The reason of the next transport break ([`Shared::transport_broken`]); pending forever when
+/// the connection goes away without one.
+async fn transport_break(rx: &mut tokio::sync::watch::Receiver<(u64, String)>) -> String {
+    match rx.changed().await {
+        Ok(()) => rx.borrow_and_update().1.clone(),
+        Err(_) => std::future::pending().await,
+    }
+}
+
+/// An rmcp handshake error in plain words: no Rust type names (rmcp's transport errors show the
+/// transport's type), the cause first.
+fn plain_initialize_error(e: &ClientInitializeError) -> String {
+    match e {
+        ClientInitializeError::TransportError { error, context } => {
+            let cause = plain_error_chain(error.error.as_ref());
+            format!("{cause} (while the client was {})", plain_context(context))
+        }
+        other => super::error::plain_words(&other.to_string()),
+    }
+}
+
+/// rmcp's contexts ("send initialize request") as a phrase.
+fn plain_context(context: &str) -> String {
+    let c = context.trim();
+    if c.is_empty() {
+        return "starting".into();
+    }
+    format!(
+        "trying to {}",
+        c.strip_prefix("send ")
+            .map(|r| format!("send the {r}"))
+            .unwrap_or_else(|| c.to_string())
+    )
+}
+
+/// An error and its causes in words, for people and models.
+pub(crate) fn plain_error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    if let Some(r) = e.downcast_ref::<reqwest::Error>() {
+        return super::http::plain_reqwest(r);
+    }
+    if let Some(rmcp::transport::streamable_http_client::StreamableHttpError::Client(r)) = e
+        .downcast_ref::<rmcp::transport::streamable_http_client::StreamableHttpError<reqwest::Error>>(
+        ) {
+        return super::http::plain_reqwest(r);
+    }
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let more = c.to_string();
+        if !text.contains(&more) {
+            text = format!("{text}: {more}");
+        }
+        cause = c.source();
+    }
+    super::error::plain_words(&text)
+}
+
 enum Round {
     Done(CallToolResult),
     InputRequired(InputRequiredResult),
 }
 
+/// Most characters of text a result gives the model (its text, inlined resources and
+/// structured content together); the rest is cut with a note saying so.
+pub const MAX_RESULT_CHARS: usize = 100_000;
+
 /// The model-facing content of a result. See [`McpConnection::call_tool`].
+///
+/// - text blocks are the text, joined by newlines;
+/// - a resource with text (`resource` blocks) is inlined as text under a line naming its URI;
+/// - images, audio and binary resources are not sent as base64 text (a 20×20 PNG cost about
+///   1.4k input tokens that way): each becomes a line such as `[image: image/png, 1.2 kB]` in
+///   the text, and an entry of `attachments` (`{type, mime_type, bytes, uri?}`);
+/// - a resource link is a line with its URI and name;
+/// - `structured_content` is kept as is;
+/// - past [`MAX_RESULT_CHARS`] the text is cut, with a note of how much was left out, and a
+///   structured content that would not fit is replaced by the same kind of note.
 pub fn to_output(r: CallToolResult) -> ToolOutput {
-    let mut text = Vec::new();
-    let mut other = Vec::new();
+    let mut parts: Vec<String> = Vec::new();
+    let mut attachments = Vec::new();
     for block in &r.content {
         let v = serde_json::to_value(block).unwrap_or(Value::Null);
-        match (v.get("type").and_then(Value::as_str), v.get("text")) {
-            (Some("text"), Some(Value::String(t))) => text.push(t.clone()),
-            _ => other.push(v),
+        let kind = v.get("type").and_then(Value::as_str).unwrap_or_default();
+        let mime = |v: &Value| {
+            v.get("mimeType")
+                .and_then(Value::as_str)
+                .unwrap_or("unknown type")
+                .to_string()
+        };
+        let base64_bytes = |data: Option<&Value>| {
+            let len = data.and_then(Value::as_str).map(str::len).unwrap_or(0);
+            len / 4 * 3
+        };
+        match kind {
+            "text" => parts.push(v["text"].as_str().unwrap_or_default().to_string()),
+            "image" | "audio" => {
+                let mime_type = mime(&v);
+                let bytes = base64_bytes(v.get("data"));
+                parts.push(format!(
+                    "[{kind}: {mime_type}, {}; not shown as text]",
+                    human_bytes(bytes)
+                ));
+                attachments.push(json!({"type": kind, "mime_type": mime_type, "bytes": bytes}));
+            }
+            "resource" => {
+                let res = &v["resource"];
+                let uri = res["uri"].as_str().unwrap_or_default();
+                if let Some(text) = res.get("text").and_then(Value::as_str) {
+                    parts.push(format!("[resource {uri}]\n{text}"));
+                } else {
+                    let mime_type = mime(res);
+                    let bytes = base64_bytes(res.get("blob"));
+                    parts.push(format!(
+                        "[resource {uri}: {mime_type}, {}; binary, not shown as text]",
+                        human_bytes(bytes)
+                    ));
+                    attachments.push(json!({"type": "resource", "uri": uri, "mime_type": mime_type, "bytes": bytes}));
+                }
+            }
+            "resource_link" => {
+                let uri = v["uri"].as_str().unwrap_or_default();
+                let name = v["name"].as_str().unwrap_or_default();
+                let description = v["description"]
+                    .as_str()
+                    .map(|d| format!(": {d}"))
+                    .unwrap_or_default();
+                parts.push(format!("[resource link {uri} ({name}){description}]"));
+            }
+            other => parts.push(format!("[{other} content, not shown]")),
         }
     }
+    let (text, budget) = capped(parts.join("\n"), MAX_RESULT_CHARS);
     let mut out = Map::new();
-    out.insert("text".into(), json!(text.join("\n")));
-    if !other.is_empty() {
-        out.insert("content".into(), Value::Array(other));
+    out.insert("text".into(), json!(text));
+    if !attachments.is_empty() {
+        out.insert("attachments".into(), Value::Array(attachments));
     }
     if let Some(sc) = r.structured_content {
-        out.insert("structured_content".into(), sc);
+        let size = sc.to_string().chars().count();
+        if size <= budget {
+            out.insert("structured_content".into(), sc);
+        } else {
+            out.insert(
+                "structured_content".into(),
+                json!(format!(
+                    "[structured content of {size} characters left out: the result is limited to {MAX_RESULT_CHARS} characters]"
+                )),
+            );
+        }
     }
     if r.is_error == Some(true) {
         ToolOutput::failed(Value::Object(out))
     } else {
         ToolOutput::ok(Value::Object(out))
+    }
+}
+
+/// `text` cut to `max` characters with a note of what was left out, and the budget left.
+fn capped(text: String, max: usize) -> (String, usize) {
+    let total = text.chars().count();
+    if total <= max {
+        return (text, max - total);
+    }
+    let kept: String = text.chars().take(max).collect();
+    (
+        format!(
+            "{kept}\n[truncated: the result has {total} characters; only the first {max} are shown]"
+        ),
+        0,
+    )
+}
+
+fn human_bytes(n: usize) -> String {
+    if n < 1024 {
+        format!("{n} bytes")
+    } else if n < 1024 * 1024 {
+        format!("{:.1} kB", n as f64 / 1024.0)
+    } else {
+        format!("{:.1} MB", n as f64 / (1024.0 * 1024.0))
     }
 }
 
@@ -839,6 +1025,11 @@ struct Observed<T> {
 
 impl<T: Transport<RoleClient>> Transport<RoleClient> for Observed<T> {
     type Error = T::Error;
+
+    /// rmcp puts this in its transport errors; the default is the Rust type name.
+    fn name() -> std::borrow::Cow<'static, str> {
+        "MCP transport".into()
+    }
 
     fn send(
         &mut self,
@@ -871,5 +1062,85 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Observed<T> {
             pg.terminate(KILL_GRACE).await;
         }
         r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn result(v: Value) -> CallToolResult {
+        serde_json::from_value(v).unwrap()
+    }
+
+    /// Issue 18: an image reached the model as base64 in JSON text (~1.4k tokens for a 20×20
+    /// PNG). Now it is a line in the text and an attachment entry, without the data.
+    #[test]
+    fn images_are_summarized_not_sent_as_base64() {
+        let png = "iVBORw0KGgo".repeat(100);
+        let out = to_output(result(json!({"content": [
+            {"type": "text", "text": "here it is"},
+            {"type": "image", "data": png, "mimeType": "image/png"}
+        ]})));
+        let text = out.content["text"].as_str().unwrap();
+        assert!(
+            text.starts_with("here it is\n[image: image/png, "),
+            "{text}"
+        );
+        assert!(!out.content.to_string().contains("iVBORw0KGgo"));
+        assert_eq!(out.content["attachments"][0]["type"], "image");
+        assert_eq!(out.content["attachments"][0]["bytes"], 1100 / 4 * 3);
+    }
+
+    #[test]
+    fn text_resources_are_inlined_and_binary_ones_summarized() {
+        let out = to_output(result(json!({"content": [
+            {"type": "resource", "resource": {"uri": "file:///notes.md", "mimeType": "text/markdown", "text": "# Notes\nbody"}},
+            {"type": "resource", "resource": {"uri": "file:///x.bin", "mimeType": "application/octet-stream", "blob": "AAAA"}},
+            {"type": "resource_link", "uri": "file:///big.csv", "name": "big.csv"}
+        ]})));
+        let text = out.content["text"].as_str().unwrap();
+        assert!(
+            text.contains("[resource file:///notes.md]\n# Notes\nbody"),
+            "{text}"
+        );
+        assert!(
+            text.contains("[resource file:///x.bin: application/octet-stream, 3 bytes"),
+            "{text}"
+        );
+        assert!(
+            text.contains("[resource link file:///big.csv (big.csv)]"),
+            "{text}"
+        );
+        assert!(!out.content.to_string().contains("AAAA"));
+    }
+
+    #[test]
+    fn long_results_are_cut_with_a_note() {
+        let long = "é".repeat(MAX_RESULT_CHARS + 10);
+        let out = to_output(result(json!({
+            "content": [{"type": "text", "text": long}],
+            "structuredContent": {"rows": [1, 2, 3]}
+        })));
+        let text = out.content["text"].as_str().unwrap();
+        assert!(text.ends_with(&format!(
+            "[truncated: the result has {} characters; only the first {MAX_RESULT_CHARS} are shown]",
+            MAX_RESULT_CHARS + 10
+        )));
+        assert!(
+            out.content["structured_content"]
+                .as_str()
+                .unwrap()
+                .contains("left out")
+        );
+        // A short one is untouched, structured content included; an error result stays one.
+        let out = to_output(result(json!({
+            "content": [{"type": "text", "text": "ok"}],
+            "structuredContent": {"rows": [1]},
+            "isError": true
+        })));
+        assert_eq!(out.content["text"], "ok");
+        assert_eq!(out.content["structured_content"]["rows"][0], 1);
+        assert!(out.is_error);
     }
 }

@@ -93,7 +93,7 @@ impl McpError {
             },
             ServiceError::TransportSend(e) => McpError::TransportClosed {
                 server,
-                reason: e.to_string(),
+                reason: super::connection::plain_error_chain(e.error.as_ref()),
             },
             ServiceError::TransportClosed => McpError::TransportClosed {
                 server,
@@ -106,10 +106,53 @@ impl McpError {
             },
             other => McpError::Protocol {
                 server,
-                reason: other.to_string(),
+                reason: plain_words(&other.to_string()),
             },
         }
     }
+}
+
+/// `text` without the Rust type names rmcp's errors carry (`Transport [<type>] error: …`,
+/// `Client error: …`): what is left is the cause in words.
+pub(crate) fn plain_words(text: &str) -> String {
+    let mut out = text.to_string();
+    // `Transport [agentry_mcp::…::Observed<rmcp::…>] error: ` → ``
+    while let Some(start) = out.find("Transport [") {
+        let rest = &out[start + "Transport [".len()..];
+        let mut depth = 1usize;
+        let mut end = None;
+        for (i, c) in rest.char_indices() {
+            match c {
+                '[' => depth += 1,
+                ']' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        end = Some(i);
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        let Some(end) = end else { break };
+        let after = &rest[end + 1..];
+        let after = after.strip_prefix(" error: ").unwrap_or(after);
+        out = format!("{}{}", &out[..start], after);
+    }
+    for prefix in ["Client error: ", "Send message error "] {
+        out = out.replace(prefix, "");
+    }
+    // Any other `a::b::C<…>` path left in the text.
+    out.split(' ')
+        .map(|w| {
+            if w.contains("::") && w.chars().next().is_some_and(|c| c.is_ascii_lowercase()) {
+                "(internal)"
+            } else {
+                w
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 impl From<McpError> for ToolError {
@@ -149,6 +192,19 @@ impl From<McpError> for ToolError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn errors_carry_no_rust_type_names() {
+        let raw = "Send message error Transport [agentry_mcp::client::connection::Observed<rmcp::transport::streamable_http_client::StreamableHttpClientTransport<agentry_mcp::client::http::SessionAwareClient>>] error: Client error: error sending request, when send initialize request";
+        let plain = plain_words(raw);
+        assert!(!plain.contains("::"), "{plain}");
+        assert!(!plain.contains("Transport ["), "{plain}");
+        assert!(plain.contains("error sending request"), "{plain}");
+        assert_eq!(
+            plain_words("the server closed the connection"),
+            "the server closed the connection"
+        );
+    }
 
     #[test]
     fn transport_problems_are_unavailable_and_retryable_for_the_loop() {

@@ -61,6 +61,11 @@ pub(crate) struct Shared {
     unclaimed_progress: Mutex<VecDeque<ProgressNotificationParam>>,
     /// Bumped by every `tools/list_changed`; a cached list from an older generation is stale.
     pub tools_generation: AtomicU64,
+    /// Bumped (with the reason) when the transport is seen broken under the calls in flight:
+    /// a Streamable HTTP server that stopped answering (its stream broke and reconnecting was
+    /// refused). Every call waiting at that moment fails at once instead of waiting for a
+    /// stream rmcp keeps trying to resume.
+    breaks: tokio::sync::watch::Sender<(u64, String)>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -79,7 +84,26 @@ impl Shared {
             progress: Mutex::new(HashMap::new()),
             unclaimed_progress: Mutex::new(VecDeque::new()),
             tools_generation: AtomicU64::new(0),
+            breaks: tokio::sync::watch::channel((0, String::new())).0,
         })
+    }
+
+    /// The transport broke under the calls in flight (see `breaks`): fail them, and show the
+    /// connection as `error` with `reason` (a pool reconnects on that).
+    pub(crate) fn transport_broken(&self, reason: String) {
+        tracing::warn!(server = %self.server, "{reason}");
+        self.breaks.send_modify(|(generation, r)| {
+            *generation += 1;
+            *r = reason.clone();
+        });
+        self.set_status(ConnectionStatus::Error(reason));
+    }
+
+    /// Watches for transport breaks from now on (one seen before this call does not count).
+    pub(crate) fn watch_breaks(&self) -> tokio::sync::watch::Receiver<(u64, String)> {
+        let mut rx = self.breaks.subscribe();
+        rx.borrow_and_update();
+        rx
     }
 
     pub(crate) fn status(&self) -> ConnectionStatus {

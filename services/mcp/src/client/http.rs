@@ -13,6 +13,8 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use agentry_schema::secret::Secret;
 use base64::Engine;
@@ -27,6 +29,7 @@ use sse_stream::Sse;
 
 use super::config::{HttpAuth, HttpConfig};
 use super::error::McpError;
+use super::handler::Shared;
 use agentry_builtin::net_guard::GuardedResolver;
 
 /// Resolve a secret given as an env var name or a literal. A missing variable is an error that
@@ -124,11 +127,87 @@ pub(crate) fn transport_config(
     Ok(config)
 }
 
+/// What the HTTP client tells its connection about the transport, beyond the messages.
+pub(crate) struct HttpSignals {
+    shared: Arc<Shared>,
+    /// A request carried a session id: the server runs sessions, so rmcp opens the standalone
+    /// GET stream (it does so only for a session).
+    session_used: AtomicBool,
+    /// The first standalone GET stream was answered (opened, refused, or failed).
+    get_settled: tokio::sync::watch::Sender<bool>,
+}
+
+impl HttpSignals {
+    pub(crate) fn new(shared: Arc<Shared>) -> Arc<Self> {
+        Arc::new(Self {
+            shared,
+            session_used: AtomicBool::new(false),
+            get_settled: tokio::sync::watch::channel(false).0,
+        })
+    }
+
+    /// Wait, at most `within`, until the server has answered the standalone GET stream, when
+    /// the server runs sessions (it has one). rmcp opens that stream in the background right
+    /// after the handshake, and a server sends requests not tied to a call (elicitation from a
+    /// handler that does not name its request, as the TypeScript SDK does by default) on it:
+    /// one sent before the stream is open is lost, and the call that caused it hangs. So the
+    /// connection is handed out only once the stream is open. Returns whether it was answered.
+    pub(crate) async fn standalone_stream_open(&self, within: Duration) -> bool {
+        if !self.session_used.load(Ordering::SeqCst) {
+            return true;
+        }
+        let mut rx = self.get_settled.subscribe();
+        tokio::time::timeout(within, rx.wait_for(|settled| *settled))
+            .await
+            .is_ok()
+    }
+
+    /// A request failed before it reached the server. When a stream was broken and resuming it
+    /// is refused this way, the server is gone: the calls in flight fail at once (rmcp would
+    /// keep trying to resume their streams with backoff, and a call would wait for the next
+    /// health check or its own timeout).
+    fn request_failed(&self, what: &str, error: &StreamableHttpError<reqwest::Error>) {
+        if let StreamableHttpError::Client(e) = error
+            && (e.is_connect() || e.is_timeout())
+        {
+            self.shared.transport_broken(format!(
+                "the server stopped answering ({what} failed: {})",
+                plain_reqwest(e)
+            ));
+        }
+    }
+}
+
+/// A reqwest error in words, without the URL's query or the error's type.
+pub(crate) fn plain_reqwest(e: &reqwest::Error) -> String {
+    let mut cause: Option<&dyn std::error::Error> = std::error::Error::source(e);
+    let mut deepest = None;
+    while let Some(c) = cause {
+        deepest = Some(c.to_string());
+        cause = c.source();
+    }
+    let kind = if e.is_connect() {
+        "could not connect"
+    } else if e.is_timeout() {
+        "timed out"
+    } else if e.is_body() || e.is_decode() {
+        "the response broke off"
+    } else {
+        "the request failed"
+    };
+    match deepest {
+        Some(d) if !d.is_empty() => format!("{kind}: {d}"),
+        _ => kind.to_string(),
+    }
+}
+
 /// reqwest, plus: a POST that carried a session and got a JSON-RPC error about the session is an
-/// expired session.
+/// expired session; the connection hears when the standalone stream is open and when the
+/// server stopped answering ([`HttpSignals`]).
 #[derive(Clone)]
 pub(crate) struct SessionAwareClient {
     inner: reqwest::Client,
+    signals: Arc<HttpSignals>,
 }
 
 impl SessionAwareClient {
@@ -137,6 +216,7 @@ impl SessionAwareClient {
     pub(crate) fn new(
         connect_timeout: std::time::Duration,
         guard: Option<&Arc<GuardedResolver>>,
+        signals: Arc<HttpSignals>,
     ) -> Result<Self, reqwest::Error> {
         let mut builder = reqwest::Client::builder().connect_timeout(connect_timeout);
         if let Some(guard) = guard {
@@ -147,6 +227,7 @@ impl SessionAwareClient {
         }
         Ok(Self {
             inner: builder.build()?,
+            signals,
         })
     }
 }
@@ -177,6 +258,22 @@ fn with_trace_context(
     headers
 }
 
+impl SessionAwareClient {
+    /// A GET was answered: the standalone stream is open (or will not be), and a refused
+    /// connection means the server is gone.
+    fn settled<T>(&self, resuming: bool, r: &Result<T, StreamableHttpError<reqwest::Error>>) {
+        if let Err(e) = r {
+            let what = if resuming {
+                "resuming a response stream"
+            } else {
+                "opening the event stream"
+            };
+            self.signals.request_failed(what, e);
+        }
+        self.signals.get_settled.send_replace(true);
+    }
+}
+
 impl StreamableHttpClient for SessionAwareClient {
     type Error = reqwest::Error;
 
@@ -190,10 +287,14 @@ impl StreamableHttpClient for SessionAwareClient {
     ) -> Result<StreamableHttpPostResponse, StreamableHttpError<Self::Error>> {
         let custom_headers = with_trace_context(&message, custom_headers);
         let had_session = session_id.is_some();
+        if had_session {
+            self.signals.session_used.store(true, Ordering::SeqCst);
+        }
         let response = self
             .inner
             .post_message(uri, message, session_id, auth_header, custom_headers)
-            .await?;
+            .await
+            .inspect_err(|e| self.signals.request_failed("a request", e))?;
         match &response {
             StreamableHttpPostResponse::Json(m, _) if had_session && is_session_rejection(m) => {
                 tracing::info!("MCP server rejected the session; re-initializing");
@@ -214,6 +315,9 @@ impl StreamableHttpClient for SessionAwareClient {
     ) -> Result<StreamableHttpPostResponse, StreamableHttpError<Self::Error>> {
         let custom_headers = with_trace_context(&message, custom_headers);
         let had_session = session_id.is_some();
+        if had_session {
+            self.signals.session_used.store(true, Ordering::SeqCst);
+        }
         let response = self
             .inner
             .post_message_with_max_sse_event_size(
@@ -224,7 +328,8 @@ impl StreamableHttpClient for SessionAwareClient {
                 custom_headers,
                 max_sse_event_size,
             )
-            .await?;
+            .await
+            .inspect_err(|e| self.signals.request_failed("a request", e))?;
         match &response {
             StreamableHttpPostResponse::Json(m, _) if had_session && is_session_rejection(m) => {
                 tracing::info!("MCP server rejected the session; re-initializing");
@@ -254,9 +359,13 @@ impl StreamableHttpClient for SessionAwareClient {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<BoxStream<'static, Result<Sse, SseError>>, StreamableHttpError<Self::Error>> {
-        self.inner
+        let resuming = last_event_id.is_some();
+        let r = self
+            .inner
             .get_stream(uri, session_id, last_event_id, auth_header, custom_headers)
-            .await
+            .await;
+        self.settled(resuming, &r);
+        r
     }
 
     async fn get_stream_with_max_sse_event_size(
@@ -268,7 +377,9 @@ impl StreamableHttpClient for SessionAwareClient {
         custom_headers: HashMap<HeaderName, HeaderValue>,
         max_sse_event_size: usize,
     ) -> Result<BoxStream<'static, Result<Sse, SseError>>, StreamableHttpError<Self::Error>> {
-        self.inner
+        let resuming = last_event_id.is_some();
+        let r = self
+            .inner
             .get_stream_with_max_sse_event_size(
                 uri,
                 session_id,
@@ -277,7 +388,9 @@ impl StreamableHttpClient for SessionAwareClient {
                 custom_headers,
                 max_sse_event_size,
             )
-            .await
+            .await;
+        self.settled(resuming, &r);
+        r
     }
 }
 
