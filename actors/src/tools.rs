@@ -152,7 +152,11 @@ impl ToolProvider for PlatformTools {
         let mut registry = self.registry.clone();
         registry.retain(|s| assistant_allows(patterns, s));
         if let Some(pool) = &req.mcp {
-            match pool.send(UserTools { user: req.user_id }).await {
+            let request = UserTools {
+                user: req.user_id,
+                patterns: patterns.map(<[String]>::to_vec),
+            };
+            match pool.send(request).await {
                 Ok(reply) => {
                     warnings.extend(reply.warnings);
                     for tool in reply.tools {

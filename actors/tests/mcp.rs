@@ -115,7 +115,13 @@ async fn harness_with(configs: Arc<Configs>, session_timeout: Duration, opts: Op
 
 async fn tool_names(h: &Harness, user: UserId) -> (BTreeSet<String>, Vec<String>) {
     let pool = h.engine.mcp_pool(&h.tenant).await.unwrap().unwrap();
-    let reply = pool.send(UserTools { user }).await.unwrap();
+    let reply = pool
+        .send(UserTools {
+            user,
+            patterns: None,
+        })
+        .await
+        .unwrap();
     (
         reply.tools.iter().map(|t| t.spec().name.clone()).collect(),
         reply.warnings,
@@ -453,8 +459,20 @@ async fn one_users_mcp_config_never_changes_anothers() {
         let (ua, ub) = (UserId::new(), UserId::new());
         configs.set(ua, a_before.iter().map(|n| closed_url(n)).collect());
         configs.set(ub, b.iter().map(|n| closed_url(n)).collect());
-        let b_first = pool.send(UserTools { user: ub }).await.unwrap();
-        let _ = pool.send(UserTools { user: ua }).await.unwrap();
+        let b_first = pool
+            .send(UserTools {
+                user: ub,
+                patterns: None,
+            })
+            .await
+            .unwrap();
+        let _ = pool
+            .send(UserTools {
+                user: ua,
+                patterns: None,
+            })
+            .await
+            .unwrap();
         // A changes everything.
         configs.set(ua, a_after.iter().map(|n| closed_url(n)).collect());
         pool.send(UserConfigChanged {
@@ -463,8 +481,20 @@ async fn one_users_mcp_config_never_changes_anothers() {
         })
         .await
         .unwrap();
-        let _ = pool.send(UserTools { user: ua }).await.unwrap();
-        let b_second = pool.send(UserTools { user: ub }).await.unwrap();
+        let _ = pool
+            .send(UserTools {
+                user: ua,
+                patterns: None,
+            })
+            .await
+            .unwrap();
+        let b_second = pool
+            .send(UserTools {
+                user: ub,
+                patterns: None,
+            })
+            .await
+            .unwrap();
         // B's view only ever names B's servers, and did not change.
         let named = |w: &[String]| -> BTreeSet<String> {
             w.iter()

@@ -720,6 +720,16 @@ async fn mcp_tools_configured_over_rest_are_called_in_a_chat() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_a_hanging_server_costs_unrelated_runs_nothing() {
+    let fake = mcp::fake();
+    let mut env = mcp::model_env(&fake);
+    env.push(("AGENTRY_MCP__CONNECT_WAIT_SECS", "15".to_string()));
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let ctx = Ctx::start_with(&env, None).await;
+    mcp::a_hanging_server_costs_unrelated_runs_nothing(&ctx, &fake).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mcp_config_file_servers_reach_every_user_and_reload() {
     let fake = mcp::fake();
     mcp::mcp_config_file(&fake).await;

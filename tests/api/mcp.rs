@@ -659,3 +659,116 @@ pub fn model_env(fake: &FakeModelServer) -> Vec<(&'static str, String)> {
         ("AGENTRY_LLM__API_KEY", "test".to_string()),
     ]
 }
+
+/// Issue 18: a server that hangs at start costs the user's unrelated runs nothing. Before, every
+/// run connected all of the user's servers first and waited up to `connect_wait` for them
+/// (+10 s a run by default, for as long as the server kept hanging).
+///
+/// The server here accepts connections and never answers; its connect timeout is the default
+/// 30 s and the pool's `connect_wait` is 15 s, so a run that waited for it would take 15 s.
+/// - A run of an assistant whose tools cannot include the server's does not connect it at all.
+/// - The first run that may use it waits for its first attempt (bounded by `connect_wait`);
+///   a later run, while that attempt still hangs, does not wait again.
+pub async fn a_hanging_server_costs_unrelated_runs_nothing(ctx: &Ctx, fake: &FakeModelServer) {
+    let t = ctx.tenant().await;
+    let me = &t.admin;
+    let listener = tokio::net::TcpListener::bind("127.0.0.2:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = accepted.clone();
+    let hold = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((sock, _)) = listener.accept().await {
+            seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            held.push(sock);
+        }
+    });
+    let path = servers_path(&me.user_id);
+    ctx.ok(
+        Method::POST,
+        &path,
+        &me.key,
+        Some(json!({"name": "hang", "url": format!("http://127.0.0.2:{port}/mcp")})),
+        201,
+    )
+    .await;
+    ctx.ok(
+        Method::POST,
+        "/api/v1/agents",
+        &me.key,
+        Some(json!({"id": "todos-only", "tools": ["write_todos"], "auto_approve": true})),
+        201,
+    )
+    .await;
+    let session = |assistant: Option<&str>| {
+        let body = match assistant {
+            Some(a) => json!({"assistant_id": a}),
+            None => json!({}),
+        };
+        async move {
+            ctx.ok(Method::POST, "/api/v1/sessions", &me.key, Some(body), 201)
+                .await["session_id"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        }
+    };
+    let status = || async {
+        let listed = ctx.ok(Method::GET, &path, &me.key, None, 200).await;
+        listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["name"] == "hang")
+            .map(|s| s["status"].as_str().unwrap().to_string())
+            .unwrap()
+    };
+
+    // An unrelated run: its assistant may use `write_todos` only.
+    let narrow = session(Some("todos-only")).await;
+    fake.push(FakeReply::text("done"));
+    let started = Instant::now();
+    let events = run_over_ws(ctx, &me.key, &narrow, "hello").await;
+    let took = started.elapsed();
+    assert_eq!(events.last().unwrap()["data"]["status"], "completed");
+    assert!(
+        took < Duration::from_secs(10),
+        "the unrelated run took {took:?}"
+    );
+    assert_eq!(
+        status().await,
+        "disconnected",
+        "the run connected the server"
+    );
+    assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 0);
+
+    // A run that may use it: the first waits for its first attempt (at most `connect_wait`)…
+    let wide = session(None).await;
+    fake.push(FakeReply::text("first"));
+    let events = run_over_ws(ctx, &me.key, &wide, "hello").await;
+    assert_eq!(events.last().unwrap()["data"]["status"], "completed");
+    assert!(
+        events
+            .iter()
+            .any(|e| e.to_string().contains("still connecting")),
+        "{events:?}"
+    );
+    assert_eq!(status().await, "connecting");
+    // …and the next does not wait again while that attempt hangs.
+    fake.push(FakeReply::text("second"));
+    let started = Instant::now();
+    let events = run_over_ws(ctx, &me.key, &wide, "again").await;
+    let took = started.elapsed();
+    assert_eq!(events.last().unwrap()["data"]["status"], "completed");
+    assert!(
+        took < Duration::from_secs(10),
+        "the second run waited for the hanging server: {took:?}"
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| e.to_string().contains("still connecting")),
+        "{events:?}"
+    );
+    hold.abort();
+}

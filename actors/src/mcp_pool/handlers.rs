@@ -18,6 +18,7 @@ impl Handler<UserTools> for McpPoolActor {
         let source = self.source.clone();
         let tenant = self.tenant.clone();
         let user = msg.user;
+        let patterns = msg.patterns;
         let load = async move { source.servers_for(&tenant, user).await };
         Box::pin(load.into_actor(self).then(move |(servers, mut warnings), act, ctx| {
             // A platform (file) server's name is the platform's: a user's server of the same name
@@ -58,29 +59,60 @@ impl Handler<UserTools> for McpPoolActor {
             let mut waits = Vec::new();
             for server in chosen {
                 let name = server.config.name.clone();
+                // A run connects only the servers whose tools its assistant may use.
+                if !super::may_use_server(patterns.as_deref(), &name) {
+                    continue;
+                }
                 let key = (user, name.clone());
                 let current = act.slots.get_mut(&key);
                 match current {
                     Some(slot) if slot.server == server => {
                         slot.last_used = now;
+                        let known = !slot.known.is_empty();
                         match &mut slot.state {
                             SlotState::Connected { tools, .. } => super::sort_tools(tools, &mut ready, &mut warnings),
-                            SlotState::Connecting { waiters } => {
-                                let (tx, rx) = oneshot::channel();
-                                waiters.push(tx);
-                                waits.push((name, rx));
-                            }
-                            SlotState::Failed { error, attempts, retry_at } => {
-                                if now >= *retry_at {
-                                    let attempts = *attempts;
+                            // Reconnecting, or still on its first try: a run never waits for a
+                            // server it knows the tools of (calls answer "unavailable" until it
+                            // is back), and waits for a new one only within `connect_wait` of
+                            // its first attempt, so a server that hangs at start costs at most
+                            // that once, not every run.
+                            SlotState::Connecting { waiters, attempt, started } => {
+                                let first_wait_ends = *started + act.cfg.connect_wait;
+                                if known {
+                                    super::sort_tools(&slot.known, &mut ready, &mut warnings);
+                                    warnings.push(format!("MCP server {name:?} is reconnecting; its tools answer \"unavailable\" until it is back"));
+                                } else if *attempt == 0 && now < first_wait_ends {
                                     let (tx, rx) = oneshot::channel();
-                                    act.connect(ctx, key, server, Some(tx), attempts);
-                                    waits.push((name, rx));
+                                    waiters.push(tx);
+                                    waits.push((name, rx, tokio::time::Instant::from_std(first_wait_ends)));
                                 } else {
                                     warnings.push(format!(
-                                        "MCP server {name:?} is unavailable ({error}); retrying in {} s; its tools are left out of this run",
-                                        retry_at.duration_since(now).as_secs().max(1)
+                                        "MCP server {name:?} is still connecting; its tools are left out of this run and will be available on a later message"
                                     ));
+                                }
+                            }
+                            SlotState::Failed { error, attempts, retry_at } => {
+                                let error = error.clone();
+                                let due = now >= *retry_at;
+                                let attempts = *attempts;
+                                let retry_in = retry_at.saturating_duration_since(now).as_secs().max(1);
+                                if known {
+                                    super::sort_tools(&slot.known, &mut ready, &mut warnings);
+                                    warnings.push(format!(
+                                        "MCP server {name:?} is unavailable ({error}); its tools answer \"unavailable\" until it is back"
+                                    ));
+                                } else if due {
+                                    warnings.push(format!(
+                                        "MCP server {name:?} failed to connect ({error}); trying again in the background; its tools are left out of this run"
+                                    ));
+                                } else {
+                                    warnings.push(format!(
+                                        "MCP server {name:?} is unavailable ({error}); retrying in {retry_in} s; its tools are left out of this run"
+                                    ));
+                                }
+                                if due {
+                                    // In the background: this run does not wait for it.
+                                    act.connect(ctx, key, server, None, attempts);
                                 }
                             }
                         }
@@ -88,13 +120,12 @@ impl Handler<UserTools> for McpPoolActor {
                     _ => {
                         let (tx, rx) = oneshot::channel();
                         act.connect(ctx, key, server, Some(tx), 0);
-                        waits.push((name, rx));
+                        waits.push((name, rx, tokio::time::Instant::now() + act.cfg.connect_wait));
                     }
                 }
             }
-            let deadline = tokio::time::Instant::now() + act.cfg.connect_wait;
             async move {
-                for (name, rx) in waits {
+                for (name, rx, deadline) in waits {
                     match tokio::time::timeout_at(deadline, rx).await {
                         Ok(Ok(Ok(tools))) => super::sort_tools(&tools, &mut ready, &mut warnings),
                         Ok(Ok(Err(e))) => warnings.push(format!("MCP server {name:?} failed to connect: {e}; its tools are left out of this run")),
@@ -231,7 +262,14 @@ impl Handler<ToolsChanged> for McpPoolActor {
             };
             if let (Ok(tools), SlotState::Connected { tools: current, .. }) = (res, &mut slot.state)
             {
-                *current = super::filter_tools(tools, &policy);
+                let raw = super::allowed_tools(tools, &policy);
+                *current = super::bind_tools(&raw, &policy, &slot.live);
+                slot.known = current.clone();
+                slot.live.set(super::Live::Up(
+                    raw.into_iter()
+                        .map(|t| (t.spec().name.clone(), t))
+                        .collect(),
+                ));
             }
         }));
     }

@@ -16,6 +16,9 @@ use super::Key;
 #[rtype(result = "UserToolsReply")]
 pub struct UserTools {
     pub user: UserId,
+    /// The run's assistant's `tools` patterns ([`crate::tools::assistant_allows`]): only the
+    /// servers they may admit a tool of are connected. `None` admits every server.
+    pub patterns: Option<Vec<String>>,
 }
 
 #[derive(Clone, Default)]

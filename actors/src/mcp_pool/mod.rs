@@ -114,6 +114,9 @@ type ToolsResult = Result<Vec<PoolTool>, String>;
 pub(crate) enum SlotState {
     Connecting {
         waiters: Vec<oneshot::Sender<ToolsResult>>,
+        /// The attempt (0 = the server's first).
+        attempt: u32,
+        started: Instant,
     },
     Connected {
         conn: McpConnection,
@@ -136,6 +139,91 @@ pub(crate) struct Slot {
     pub was_connected: bool,
     /// When the connection was last pinged (or made).
     pub last_checked: Instant,
+    /// The tools of the server's last listing, bound to `live`: offered to runs while the
+    /// server reconnects (a run never waits for that), and answering "unavailable" until it
+    /// is back. Empty until the server was listed once.
+    pub known: Vec<PoolTool>,
+    /// What `known`'s tools call through.
+    pub live: Arc<LiveSlot>,
+}
+
+/// What a server's pool tools call through: the tools of its current connection, or why there
+/// is none. Shared by every run that got the tools, so a run started while the server was down
+/// reaches it once it is back, and one started while it was up is told it went away.
+pub(crate) struct LiveSlot {
+    server: String,
+    state: std::sync::Mutex<Live>,
+}
+
+enum Live {
+    /// By agent tool name.
+    Up(HashMap<String, Arc<dyn Tool>>),
+    Down(String),
+}
+
+impl LiveSlot {
+    fn new(server: &str) -> Arc<Self> {
+        Arc::new(LiveSlot {
+            server: server.to_string(),
+            state: std::sync::Mutex::new(Live::Down("it is connecting".into())),
+        })
+    }
+
+    fn set(&self, live: Live) {
+        *self.state.lock().unwrap_or_else(|p| p.into_inner()) = live;
+    }
+
+    fn down(&self, reason: impl Into<String>) {
+        self.set(Live::Down(reason.into()));
+    }
+
+    fn current(&self, name: &str) -> Result<Arc<dyn Tool>, agentry_tools::tool::ToolError> {
+        use agentry_tools::tool::ToolError;
+        match &*self.state.lock().unwrap_or_else(|p| p.into_inner()) {
+            Live::Up(tools) => tools.get(name).cloned().ok_or_else(|| {
+                ToolError::NotFound(format!(
+                    "MCP server {:?} no longer offers the tool {name:?}",
+                    self.server
+                ))
+            }),
+            Live::Down(reason) => Err(ToolError::Disconnected(format!(
+                "MCP server {:?} is unavailable ({reason}); the tool {name:?} was not called. \
+                 Agentry is reconnecting it in the background: do without it for now, or try \
+                 again in a later message",
+                self.server
+            ))),
+        }
+    }
+}
+
+/// A pool tool: the spec of the server's last listing, called through the server's current
+/// connection ([`LiveSlot`]).
+struct PoolBound {
+    spec: agentry_tools::tool::ToolSpec,
+    live: Arc<LiveSlot>,
+}
+
+#[async_trait]
+impl Tool for PoolBound {
+    fn spec(&self) -> &agentry_tools::tool::ToolSpec {
+        &self.spec
+    }
+
+    fn needs_approval(&self, args: &serde_json::Value) -> bool {
+        match self.live.current(&self.spec.name) {
+            Ok(tool) => tool.needs_approval(args),
+            Err(_) => self.spec.requires_approval,
+        }
+    }
+
+    async fn call(
+        &self,
+        args: serde_json::Value,
+        ctx: &agentry_tools::tool::ToolContext,
+    ) -> Result<agentry_tools::tool::ToolOutput, agentry_tools::tool::ToolError> {
+        let tool = self.live.current(&self.spec.name)?;
+        tool.call(args, ctx).await
+    }
 }
 
 impl Slot {
@@ -189,20 +277,35 @@ impl McpPoolActor {
         if was_connected {
             metrics::counter!("agentry_mcp_reconnects_total").increment(1);
         }
-        if let Some(old) = self.slots.remove(&key) {
-            close_slot(old);
-        }
+        // The same server again (a reconnect) keeps its last tool list and what its tools call
+        // through; a changed configuration starts afresh.
+        let (known, live) = match self.slots.remove(&key) {
+            Some(old) if old.server == server => {
+                let kept = (old.known.clone(), old.live.clone());
+                close_slot(old);
+                kept
+            }
+            Some(old) => {
+                close_slot(old);
+                (Vec::new(), LiveSlot::new(&server.config.name))
+            }
+            None => (Vec::new(), LiveSlot::new(&server.config.name)),
+        };
         self.slots.insert(
             key.clone(),
             Slot {
                 server: server.clone(),
                 state: SlotState::Connecting {
                     waiters: waiter.into_iter().collect(),
+                    attempt: attempts,
+                    started: Instant::now(),
                 },
                 last_used: Instant::now(),
                 generation,
                 was_connected,
                 last_checked: Instant::now(),
+                known,
+                live,
             },
         );
         let me = ctx.address();
@@ -249,7 +352,7 @@ impl McpPoolActor {
                 .await
                 .map_err(|e| e.to_string())?;
             match agentry_mcp::client::tools_for(&conn).await {
-                Ok(tools) => Ok((conn, filter_tools(tools, &policy))),
+                Ok(tools) => Ok((conn, allowed_tools(tools, &policy))),
                 Err(e) => {
                     conn.close().await;
                     Err(e.to_string())
@@ -268,7 +371,7 @@ impl McpPoolActor {
         key: Key,
         generation: u64,
         attempts: u32,
-        res: Result<(McpConnection, Vec<PoolTool>), String>,
+        res: Result<(McpConnection, Vec<Arc<dyn Tool>>), String>,
     ) {
         let Some(slot) = self
             .slots
@@ -282,19 +385,27 @@ impl McpPoolActor {
             return;
         };
         let waiters = match &mut slot.state {
-            SlotState::Connecting { waiters } => std::mem::take(waiters),
+            SlotState::Connecting { waiters, .. } => std::mem::take(waiters),
             _ => Vec::new(),
         };
         match res {
-            Ok((conn, tools)) => {
+            Ok((conn, raw)) => {
+                let tools = bind_tools(&raw, &slot.server.policy, &slot.live);
+                slot.live.set(Live::Up(
+                    raw.into_iter()
+                        .map(|t| (t.spec().name.clone(), t))
+                        .collect(),
+                ));
                 tracing::info!(tenant = %self.tenant.id, user = %key.0, server = %key.1, tools = tools.len(), "MCP server connected");
                 for w in waiters {
                     let _ = w.send(Ok(tools.clone()));
                 }
+                slot.known = tools.clone();
                 slot.state = SlotState::Connected { conn, tools };
                 slot.was_connected = true;
             }
             Err(error) => {
+                slot.live.down(error.clone());
                 let delay = backoff(&self.cfg, attempts);
                 tracing::warn!(tenant = %self.tenant.id, user = %key.0, server = %key.1, attempt = attempts, "MCP server failed to connect: {error}; next try in {delay:?}");
                 for w in waiters {
@@ -423,6 +534,7 @@ impl McpPoolActor {
             return;
         };
         tracing::warn!(tenant = %self.tenant.id, server = %key.1, "MCP connection lost: {error}; reconnecting");
+        slot.live.down(error.clone());
         let conn = conn.clone();
         actix::spawn(async move { conn.close().await });
         let delay = backoff(&self.cfg, 0);
@@ -459,11 +571,12 @@ impl McpPoolActor {
 }
 
 fn close_slot(slot: Slot) {
+    slot.live.down("it was closed");
     match slot.state {
         SlotState::Connected { conn, .. } => {
             actix::spawn(async move { conn.close().await });
         }
-        SlotState::Connecting { waiters } => {
+        SlotState::Connecting { waiters, .. } => {
             for w in waiters {
                 let _ = w.send(Err("the connection was closed".into()));
             }
@@ -472,16 +585,34 @@ fn close_slot(slot: Slot) {
     }
 }
 
-/// Apply a file server's tool allow-list and its rate limit (shared by all of the server's
-/// tools on this connection), and compile each tool's schema: once here, not per run.
-fn filter_tools(tools: Vec<Arc<dyn Tool>>, policy: &ServerPolicy) -> Vec<PoolTool> {
+/// A server's tools that its policy (a file server's tool allow-list) allows.
+fn allowed_tools(tools: Vec<Arc<dyn Tool>>, policy: &ServerPolicy) -> Vec<Arc<dyn Tool>> {
+    tools
+        .into_iter()
+        .filter(|t| policy.allows_tool(&t.spec().service_tool))
+        .collect()
+}
+
+/// The tools runs get: each called through `live` (the server's connection of the moment),
+/// under the server's rate limit (shared by all of its tools), its schema compiled once here,
+/// not per run.
+fn bind_tools(
+    tools: &[Arc<dyn Tool>],
+    policy: &ServerPolicy,
+    live: &Arc<LiveSlot>,
+) -> Vec<PoolTool> {
     let limiter = policy
         .rate_limit_per_minute
         .filter(|n| *n > 0)
         .map(|n| Arc::new(RateLimiter::new(n)));
     tools
-        .into_iter()
-        .filter(|t| policy.allows_tool(&t.spec().service_tool))
+        .iter()
+        .map(|t| {
+            Arc::new(PoolBound {
+                spec: t.spec().clone(),
+                live: live.clone(),
+            }) as Arc<dyn Tool>
+        })
         .map(|t| match &limiter {
             Some(l) => Arc::new(RateLimited {
                 inner: t,
@@ -494,6 +625,25 @@ fn filter_tools(tools: Vec<Arc<dyn Tool>>, policy: &ServerPolicy) -> Vec<PoolToo
             CompiledTool::compile(t).map_err(|e| format!("MCP tool {name:?} was left out: {e}"))
         })
         .collect()
+}
+
+/// Whether an assistant's `tools` patterns may admit a tool of server `server` (see
+/// [`crate::tools::assistant_allows`]: `*`, `service:*`, `service:tool`, or a tool's name,
+/// `<server>__<tool>`).
+pub fn may_use_server(patterns: Option<&[String]>, server: &str) -> bool {
+    let Some(patterns) = patterns else {
+        return true;
+    };
+    let prefix = agentry_mcp::client::agent_tool_name(server, "x");
+    let prefix = prefix.strip_suffix('x').unwrap_or(&prefix);
+    patterns.iter().any(|p| {
+        let p = p.trim();
+        p == "*"
+            || p == "*:*"
+            || p.split_once(':')
+                .is_some_and(|(service, _)| service == server)
+            || p.starts_with(prefix)
+    })
 }
 
 /// A connection's tools into a run's: the compiled ones, and a warning for each left out.
