@@ -118,12 +118,35 @@ impl Tool for McpTool {
         result.map_err(|e| {
             // This tool stays bound to its connection: once that is dead, every retry would
             // fail the same way at once, so the loop must not retry (see `Disconnected`).
-            if e.is_transport() && self.conn.is_closed() {
+            let e = if e.is_transport() && self.conn.is_closed() {
                 ToolError::Disconnected(e.to_string())
             } else {
                 ToolError::from(e)
-            }
+            };
+            naming_the_tool(e, &self.spec.service, &self.remote.name)
         })
+    }
+}
+
+/// `e` with the tool named beside its server: `MCP server "fs", tool "read_file": …`.
+pub(crate) fn naming_the_tool(e: ToolError, server: &str, tool: &str) -> ToolError {
+    let name = |m: String| {
+        let at = format!("MCP server {server:?}");
+        if m.contains(&at) {
+            m.replacen(&at, &format!("{at}, tool {tool:?}"), 1)
+        } else {
+            format!("{at}, tool {tool:?}: {m}")
+        }
+    };
+    match e {
+        ToolError::Unavailable(m) => ToolError::Unavailable(name(m)),
+        ToolError::Disconnected(m) => ToolError::Disconnected(name(m)),
+        ToolError::NotFound(m) => ToolError::NotFound(name(m)),
+        ToolError::Failed { message, retryable } => ToolError::Failed {
+            message: name(message),
+            retryable,
+        },
+        other => other,
     }
 }
 
@@ -159,6 +182,26 @@ pub fn wrap_tools(conn: &McpConnection, remote: Vec<RemoteTool>) -> Vec<Arc<dyn 
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn errors_name_the_server_the_tool_and_the_cause() {
+        let e = McpError::TransportClosed {
+            server: "fs".into(),
+            reason: "the server stopped answering".into(),
+        };
+        let t = naming_the_tool(ToolError::from(e), "fs", "read_file");
+        assert_eq!(
+            t.to_string(),
+            "unavailable: MCP server \"fs\", tool \"read_file\": connection closed: the server stopped answering"
+        );
+        let t = naming_the_tool(ToolError::failed("boom"), "fs", "read_file");
+        assert_eq!(t.to_string(), "MCP server \"fs\", tool \"read_file\": boom");
+        // Without a message of its own there is nothing to add to.
+        assert_eq!(
+            naming_the_tool(ToolError::Cancelled, "fs", "x"),
+            ToolError::Cancelled
+        );
+    }
 
     #[test]
     fn names_are_server_double_underscore_tool() {
