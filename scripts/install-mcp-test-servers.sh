@@ -3,6 +3,7 @@
 # git-ignored directory (default: <repo>/.cache/mcp, override with AGENTRY_MCP_CACHE).
 #
 #   npm/   @modelcontextprotocol/server-everything, server-filesystem, conformance, node@22
+#   conformance-next/  @modelcontextprotocol/conformance, the next (pre-release) version
 #   venv/  mcp-server-time (PyPI) in a Python virtualenv
 #
 # Idempotent: a stamp file records the pinned versions; when it matches, the script exits at once.
@@ -12,13 +13,15 @@ set -euo pipefail
 SERVER_EVERYTHING_VERSION="2026.8.31"
 SERVER_FILESYSTEM_VERSION="2026.8.31"
 CONFORMANCE_VERSION="0.1.16"
+# Measured too: the next conformance release, with the 2026-07-28 client scenarios.
+CONFORMANCE_NEXT_VERSION="0.2.0-alpha.12"
 NODE22_VERSION="22.23.3"
 MCP_SERVER_TIME_VERSION="2026.10.19"
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cache="${AGENTRY_MCP_CACHE:-$repo_root/.cache/mcp}"
 stamp="$cache/.installed"
-want="everything=$SERVER_EVERYTHING_VERSION filesystem=$SERVER_FILESYSTEM_VERSION conformance=$CONFORMANCE_VERSION node=$NODE22_VERSION time=$MCP_SERVER_TIME_VERSION"
+want="everything=$SERVER_EVERYTHING_VERSION filesystem=$SERVER_FILESYSTEM_VERSION conformance=$CONFORMANCE_VERSION conformance_next=$CONFORMANCE_NEXT_VERSION node=$NODE22_VERSION time=$MCP_SERVER_TIME_VERSION"
 
 if [[ "${1:-}" != "--force" && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
     echo "MCP test servers already installed in $cache"
@@ -42,6 +45,14 @@ npm install --prefix "$cache/npm" --no-audit --no-fund --loglevel=error --save-e
     "@modelcontextprotocol/conformance@$CONFORMANCE_VERSION" \
     "node@$NODE22_VERSION"
 
+echo "installing conformance $CONFORMANCE_NEXT_VERSION into $cache/conformance-next"
+mkdir -p "$cache/conformance-next"
+if [[ ! -f "$cache/conformance-next/package.json" ]]; then
+    echo '{"name":"agentry-mcp-conformance-next","private":true}' > "$cache/conformance-next/package.json"
+fi
+npm install --prefix "$cache/conformance-next" --no-audit --no-fund --loglevel=error --save-exact \
+    "@modelcontextprotocol/conformance@$CONFORMANCE_NEXT_VERSION"
+
 echo "installing mcp-server-time into $cache/venv"
 if [[ ! -x "$cache/venv/bin/python" ]]; then
     python3 -m venv "$cache/venv"
@@ -54,6 +65,7 @@ test -f "$cache/npm/node_modules/@modelcontextprotocol/server-everything/dist/in
 test -f "$cache/npm/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js"
 test -x "$cache/venv/bin/mcp-server-time"
 test -x "$cache/npm/node_modules/node/bin/node"
+test -f "$cache/conformance-next/node_modules/@modelcontextprotocol/conformance/dist/index.js"
 
 echo "$want" > "$stamp"
 echo "MCP test servers installed in $cache"

@@ -12,7 +12,7 @@
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use agentry_mcp::client::{ClientHooks, McpConnection, McpServerConfig};
+use agentry_mcp::client::{ClientHooks, McpConnection, McpError, McpServerConfig};
 use agentry_schema::events::{EventPayload, Question};
 use agentry_schema::ids::{RunId, SessionId, TenantId, UserId};
 use agentry_tools::tool::{
@@ -91,18 +91,58 @@ async fn run(url: &str, scenario: &str) -> Result<(), String> {
         "tools: {:?}",
         tools.iter().map(|t| &t.name).collect::<Vec<_>>()
     );
-    // `initialize` only needs the handshake; the others call what the server offers.
-    if scenario != "initialize" {
-        for tool in &tools {
-            let out = conn
-                .call_tool(&tool.name, arguments_for(&tool.name), &context(&tool.name))
-                .await
-                .map_err(|e| format!("{}: {e}", tool.name))?;
-            eprintln!("{} -> {}", tool.name, out.content);
+    // What to call: the calls the scenario asks for in its context (conformance 0.2), a
+    // scenario's own instructions, or every tool it offers. `initialize` only needs the
+    // handshake.
+    let calls: Vec<(String, Value)> = match scenario_calls() {
+        Some(calls) => calls,
+        None if scenario == "initialize" => Vec::new(),
+        // Round-trip the focal tool's input schema as received, so the scenario sees what the
+        // client kept of it (JSON Schema 2020-12 keywords).
+        None if scenario == "json-schema-2020-12-preservation" => {
+            let focal = tools
+                .iter()
+                .find(|t| t.name == "json_schema_2020_12_tool")
+                .ok_or("the scenario did not list json_schema_2020_12_tool")?;
+            vec![(
+                "json_schema_echo".to_string(),
+                json!({"schema": focal.input_schema}),
+            )]
+        }
+        None => tools
+            .iter()
+            .map(|t| (t.name.clone(), arguments_for(&t.name)))
+            .collect(),
+    };
+    for (name, arguments) in calls {
+        match conn.call_tool(&name, arguments, &context(&name)).await {
+            Ok(out) => eprintln!("{name} -> {}", out.content),
+            // An error answer is an answer: the scenario judges the traffic.
+            Err(e @ McpError::Server { .. }) => eprintln!("{name} -> error answer: {e}"),
+            Err(e) => return Err(format!("{name}: {e}")),
         }
     }
     conn.close().await;
     Ok(())
+}
+
+/// The tool calls in `MCP_CONFORMANCE_CONTEXT` (`{"toolCalls": [{"name", "arguments"}]}`), when
+/// the scenario gives any.
+fn scenario_calls() -> Option<Vec<(String, Value)>> {
+    let context: Value =
+        serde_json::from_str(&std::env::var("MCP_CONFORMANCE_CONTEXT").ok()?).ok()?;
+    let calls = context.get("toolCalls")?.as_array()?;
+    Some(
+        calls
+            .iter()
+            .filter_map(|c| {
+                Some((
+                    c.get("name")?.as_str()?.to_string(),
+                    c.get("arguments").cloned().unwrap_or_else(|| json!({})),
+                ))
+            })
+            .collect(),
+    )
 }
 
 #[tokio::main]
