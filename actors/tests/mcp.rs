@@ -80,13 +80,22 @@ async fn harness(configs: Arc<Configs>, session_timeout: Duration) -> Harness {
 }
 
 async fn harness_with(configs: Arc<Configs>, session_timeout: Duration, opts: Options) -> Harness {
+    harness_on(configs, session_timeout, opts, Wire::OpenAi).await
+}
+
+async fn harness_on(
+    configs: Arc<Configs>,
+    session_timeout: Duration,
+    opts: Options,
+    wire: Wire,
+) -> Harness {
     let quotas = agentry_store::tenants::Quotas {
         max_mcp_servers: 5,
         ..Default::default()
     };
     let h = Harness::with(
         Backend::Sqlite,
-        Wire::OpenAi,
+        wire,
         Options {
             platform_tools: true,
             mcp: Some(configs as Arc<dyn McpConfigSource>),
@@ -176,6 +185,79 @@ async fn a_chat_calls_an_mcp_tool_and_the_call_is_audited() {
         .unwrap();
     assert_eq!(audit[0].tool_name, "everything__echo");
     assert!(audit[0].output.is_some());
+}
+
+/// Issue 18: an MCP tool's image reaches the model as an image, in each wire format the fake
+/// model speaks (Anthropic: an image block in the `tool_result`; OpenAI chat, whose tool
+/// messages are text only: a user message of `image_url` parts right after the tool
+/// messages), and the result's text describes it instead of carrying its base64.
+#[actix_rt::test]
+async fn an_mcp_image_reaches_the_model_as_an_image() {
+    for wire in [Wire::OpenAi, Wire::Anthropic] {
+        let configs = Arc::new(Configs::default());
+        let h = harness_on(
+            configs.clone(),
+            Duration::from_secs(3600),
+            Options::default(),
+            wire,
+        )
+        .await;
+        configs.set(h.user.user_id, vec![everything("everything")]);
+        h.fake().push(FakeReply::tool_call(
+            "i1",
+            "everything__get-tiny-image",
+            json!({}),
+        ));
+        h.fake().push(FakeReply::text("a tiny image"));
+        let s = h.new_session(false).await;
+        let (mut ev, run) = h.send(&s, "show me the tiny image").await;
+        let all = ev.until_done(run).await;
+        assert_eq!(done(&all).status, DoneStatus::Completed, "{wire:?}");
+        let result = tool_results(&all).first().cloned().expect("a tool result");
+        let text = result.result.to_string();
+        assert!(
+            text.contains("[image: image/png") && text.contains("passed to the model as an image"),
+            "{wire:?}: {text}"
+        );
+        // The second request (after the tool ran) carries the image as an image part.
+        let requests = h.fake().requests();
+        let body = &requests.last().unwrap().body;
+        let messages = body["messages"].as_array().unwrap();
+        let image = match wire {
+            Wire::OpenAi => messages
+                .iter()
+                .filter(|m| m["role"] == "user")
+                .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
+                .find(|p| p["type"] == "image_url")
+                .map(|p| p["image_url"]["url"].as_str().unwrap().to_string()),
+            _ => messages
+                .iter()
+                .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
+                .filter(|b| b["type"] == "tool_result")
+                .flat_map(|b| b["content"].as_array().cloned().unwrap_or_default())
+                .find(|b| b["type"] == "image")
+                .map(|b| {
+                    format!(
+                        "data:{};base64,{}",
+                        b["source"]["media_type"].as_str().unwrap(),
+                        b["source"]["data"].as_str().unwrap()
+                    )
+                }),
+        };
+        let image = image.unwrap_or_else(|| panic!("{wire:?}: no image part in {body}"));
+        assert!(
+            image.starts_with("data:image/png;base64,iVBOR"),
+            "{wire:?}: {image}"
+        );
+        // …and not as text in the tool result.
+        let tool_text = messages.iter().map(|m| m.to_string()).collect::<String>();
+        let data = image.trim_start_matches("data:image/png;base64,");
+        assert_eq!(
+            tool_text.matches(data).count(),
+            1,
+            "{wire:?}: the image data is sent once, as the image part"
+        );
+    }
 }
 
 #[actix_rt::test]

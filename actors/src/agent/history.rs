@@ -33,6 +33,7 @@ pub fn to_chat(messages: &[Message]) -> Vec<ChatMessage> {
                 }
                 let meta = m.tool_calls.clone().unwrap_or(Value::Null);
                 out.push(ChatMessage::Tool {
+                    images: Vec::new(),
                     tool_call_id: id.clone(),
                     name: meta
                         .get("name")
@@ -68,6 +69,7 @@ pub fn to_chat(messages: &[Message]) -> Vec<ChatMessage> {
             for c in tool_calls {
                 if !answered.contains(&c.id) && !at_end {
                     fixed.push(ChatMessage::Tool {
+                        images: Vec::new(),
                         tool_call_id: c.id.clone(),
                         name: c.name.clone(),
                         content: json!({"error": {"code": "interrupted", "message": "this tool call did not complete"}}).to_string(),

@@ -1417,6 +1417,18 @@ impl Agent {
                 (e.to_model_json(), true, Some(e.to_string()), done.duration)
             }
         };
+        // Images go to the model with the result (not stored: a resumed run has the text).
+        let images: Vec<agentry_llm::ImagePart> = match &done.outcome {
+            Outcome::Result(Ok(out)) => out
+                .images
+                .iter()
+                .map(|i| agentry_llm::ImagePart {
+                    mime_type: i.mime_type.clone(),
+                    data: i.data.clone(),
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
         let text = match &content {
             Value::String(s) => s.clone(),
             other => other.to_string(),
@@ -1429,6 +1441,7 @@ impl Agent {
         ))
         .await?;
         self.conversation.push(ChatMessage::Tool {
+            images,
             tool_call_id: call.id.clone(),
             name: call.name.clone(),
             content: text,

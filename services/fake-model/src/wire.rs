@@ -16,6 +16,32 @@ pub(crate) struct Invalid(pub String);
 
 /// Text of an OpenAI `content` (a string, null, or an array of `{type:"text", text}` parts) or of
 /// an Anthropic `content`/`system` (a string or an array of blocks).
+/// The image parts of a content array: Anthropic `image` blocks (base64 source) and OpenAI
+/// `image_url` parts with a `data:` URL.
+fn images_of(content: &Value) -> Vec<agentry_llm::ImagePart> {
+    let Value::Array(parts) = content else {
+        return Vec::new();
+    };
+    parts
+        .iter()
+        .filter_map(|p| match p.get("type").and_then(Value::as_str) {
+            Some("image") => Some(agentry_llm::ImagePart {
+                mime_type: p.pointer("/source/media_type")?.as_str()?.to_string(),
+                data: p.pointer("/source/data")?.as_str()?.to_string(),
+            }),
+            Some("image_url") => {
+                let url = p.pointer("/image_url/url")?.as_str()?;
+                let (mime_type, data) = url.strip_prefix("data:")?.split_once(";base64,")?;
+                Some(agentry_llm::ImagePart {
+                    mime_type: mime_type.to_string(),
+                    data: data.to_string(),
+                })
+            }
+            _ => None,
+        })
+        .collect()
+}
+
 fn text_of(content: &Value) -> String {
     match content {
         Value::String(s) => s.clone(),
@@ -77,9 +103,20 @@ pub(crate) fn parse_openai(body: &Value) -> Result<ChatRequest, Invalid> {
         let content = message.get("content").unwrap_or(&Value::Null);
         match role {
             "system" | "developer" => system.push(text_of(content)),
-            "user" => request.messages.push(ChatMessage::User {
-                content: text_of(content),
-            }),
+            "user" => {
+                // The images of tool results (Agentry sends them as a user message of image
+                // parts right after the tool messages, which can hold text only) belong to
+                // those results: the scripted decision still sees a tool result last.
+                let images = images_of(content);
+                match request.messages.last_mut() {
+                    Some(ChatMessage::Tool { images: last, .. }) if !images.is_empty() => {
+                        last.extend(images)
+                    }
+                    _ => request.messages.push(ChatMessage::User {
+                        content: text_of(content),
+                    }),
+                }
+            }
             "assistant" => {
                 let mut tool_calls = Vec::new();
                 for call in message
@@ -121,6 +158,7 @@ pub(crate) fn parse_openai(body: &Value) -> Result<ChatRequest, Invalid> {
                     })?;
                 let content = text_of(content);
                 request.messages.push(ChatMessage::Tool {
+                    images: Vec::new(),
                     tool_call_id: id.to_string(),
                     name: names
                         .get(id)
@@ -229,6 +267,7 @@ pub(crate) fn parse_anthropic(body: &Value) -> Result<ChatRequest, Invalid> {
                                 )));
                             }
                             request.messages.push(ChatMessage::Tool {
+                                images: images_of(block.get("content").unwrap_or(&Value::Null)),
                                 tool_call_id: id.to_string(),
                                 name: names[id].clone(),
                                 content: text_of(block.get("content").unwrap_or(&Value::Null)),
@@ -652,6 +691,7 @@ mod tests {
         assert_eq!(
             request.messages[2],
             ChatMessage::Tool {
+                images: Vec::new(),
                 tool_call_id: "c1".into(),
                 name: "ls".into(),
                 content: "{\"error\":\"denied\"}".into(),
@@ -680,6 +720,7 @@ mod tests {
         assert_eq!(
             request.messages.last().unwrap(),
             &ChatMessage::Tool {
+                images: Vec::new(),
                 tool_call_id: "t1".into(),
                 name: "ls".into(),
                 content: "out".into(),

@@ -152,8 +152,21 @@ fn wire_messages(request: &ChatRequest) -> Vec<Value> {
                 tool_call_id,
                 content,
                 is_error,
+                images,
                 ..
             } => {
+                // Images the tool returned go with its result, as image blocks.
+                let content = if images.is_empty() {
+                    json!(content)
+                } else {
+                    let mut blocks = vec![json!({"type": "text", "text": content})];
+                    blocks.extend(images.iter().map(|i| {
+                        json!({"type": "image", "source": {
+                            "type": "base64", "media_type": i.mime_type, "data": i.data,
+                        }})
+                    }));
+                    Value::Array(blocks)
+                };
                 let mut block = json!({
                     "type": "tool_result",
                     "tool_use_id": tool_call_id,
@@ -608,12 +621,14 @@ mod tests {
                     ],
                 },
                 ChatMessage::Tool {
+                    images: Vec::new(),
                     tool_call_id: "a".into(),
                     name: "x".into(),
                     content: "1".into(),
                     is_error: false,
                 },
                 ChatMessage::Tool {
+                    images: Vec::new(),
                     tool_call_id: "b".into(),
                     name: "y".into(),
                     content: "{\"error\":\"no\"}".into(),

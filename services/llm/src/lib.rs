@@ -68,7 +68,20 @@ pub enum ChatMessage {
         content: String,
         #[serde(default)]
         is_error: bool,
+        /// Images the tool returned (an MCP tool's image content), for models that can look at
+        /// them: Anthropic's `tool_result` carries them as image blocks, OpenAI's chat format
+        /// (whose tool messages are text only) as a user message of image parts right after
+        /// the tool messages. `content` also describes each one in words.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        images: Vec<ImagePart>,
     },
+}
+
+/// An image for the model: its media type and its bytes in base64.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ImagePart {
+    pub mime_type: String,
+    pub data: String,
 }
 
 /// A complete tool call requested by the model.

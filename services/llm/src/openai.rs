@@ -120,7 +120,9 @@ fn wire_messages(request: &ChatRequest) -> Vec<Value> {
     if let Some(system) = request.system.as_deref().filter(|s| !s.is_empty()) {
         messages.push(json!({ "role": "system", "content": system }));
     }
-    for message in &request.messages {
+    let mut pending_images = Vec::new();
+    let mut rest = request.messages.iter().peekable();
+    while let Some(message) = rest.next() {
         messages.push(match message {
             ChatMessage::User { content } => json!({ "role": "user", "content": content }),
             ChatMessage::Assistant {
@@ -157,11 +159,38 @@ fn wire_messages(request: &ChatRequest) -> Vec<Value> {
             ChatMessage::Tool {
                 tool_call_id,
                 content,
+                images,
                 ..
-            } => json!({ "role": "tool", "tool_call_id": tool_call_id, "content": content }),
+            } => {
+                pending_images.extend(images.iter().map(|i| (tool_call_id.clone(), i.clone())));
+                json!({ "role": "tool", "tool_call_id": tool_call_id, "content": content })
+            }
         });
+        // A tool message can hold only text: the images of a turn's tool results follow all
+        // of its tool messages (the API wants those right after the assistant's tool calls),
+        // as one user message of image parts.
+        let next_is_tool = matches!(rest.peek(), Some(ChatMessage::Tool { .. }));
+        if !next_is_tool && !pending_images.is_empty() {
+            messages.push(images_message(std::mem::take(&mut pending_images)));
+        }
     }
     messages
+}
+
+/// A user message showing tool results' images (`(tool_call_id, image)`).
+fn images_message(images: Vec<(String, crate::ImagePart)>) -> Value {
+    let mut parts = vec![json!({
+        "type": "text",
+        "text": "Images returned by the tool calls above:",
+    })];
+    for (call, image) in images {
+        parts.push(json!({"type": "text", "text": format!("from tool call {call}:")}));
+        parts.push(json!({
+            "type": "image_url",
+            "image_url": {"url": format!("data:{};base64,{}", image.mime_type, image.data)},
+        }));
+    }
+    json!({"role": "user", "content": parts})
 }
 
 #[async_trait]
@@ -425,6 +454,62 @@ impl SseDecoder for ChunkDecoder {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ImagePart;
+
+    /// Tool messages take text only, and must directly follow the assistant's tool calls: the
+    /// images of a turn's results come after all of its tool messages, as one user message.
+    #[test]
+    fn tool_images_follow_all_the_tool_messages_of_their_turn() {
+        let call = |id: &str| ToolCall {
+            id: id.into(),
+            name: "t".into(),
+            arguments: json!({}),
+        };
+        let tool = |id: &str, images: Vec<ImagePart>| ChatMessage::Tool {
+            tool_call_id: id.into(),
+            name: "t".into(),
+            content: "[image: image/png, 3 bytes]".into(),
+            is_error: false,
+            images,
+        };
+        let png = ImagePart {
+            mime_type: "image/png".into(),
+            data: "AAAA".into(),
+        };
+        let request = ChatRequest {
+            messages: vec![
+                ChatMessage::User {
+                    content: "go".into(),
+                },
+                ChatMessage::Assistant {
+                    content: String::new(),
+                    tool_calls: vec![call("a"), call("b")],
+                },
+                tool("a", vec![png.clone()]),
+                tool("b", Vec::new()),
+                ChatMessage::User {
+                    content: "next".into(),
+                },
+            ],
+            ..ChatRequest::default()
+        };
+        let wire = wire_messages(&request);
+        let roles: Vec<&str> = wire.iter().map(|m| m["role"].as_str().unwrap()).collect();
+        assert_eq!(roles, ["user", "assistant", "tool", "tool", "user", "user"]);
+        assert_eq!(wire[2]["content"], "[image: image/png, 3 bytes]");
+        let parts = wire[4]["content"].as_array().unwrap();
+        assert!(parts.iter().any(|p| p["type"] == "text"
+            && p["text"].as_str().unwrap().contains("tool call a")));
+        assert_eq!(
+            parts.last().unwrap()["image_url"]["url"],
+            "data:image/png;base64,AAAA"
+        );
+        assert_eq!(wire[5]["content"], "next");
+        // Without images nothing is added.
+        let mut plain = request.clone();
+        plain.messages[2] = tool("a", Vec::new());
+        assert_eq!(wire_messages(&plain).len(), 5);
+    }
 
     fn sse(data: &str) -> SseEvent {
         SseEvent {

@@ -489,12 +489,14 @@ mod tests {
                     content: "/tool a\n/tool b".into(),
                 },
                 ChatMessage::Tool {
+                    images: Vec::new(),
                     tool_call_id: "call_1".into(),
                     name: "a".into(),
                     content: format!("{{\"out\":\n  \"{long}\"}}"),
                     is_error: false,
                 },
                 ChatMessage::Tool {
+                    images: Vec::new(),
                     tool_call_id: "call_2".into(),
                     name: "b".into(),
                     content: "{\"error\":\"denied\"}".into(),

@@ -76,6 +76,7 @@ fn message() -> impl Strategy<Value = ChatMessage> {
         }),
         ("[a-z]{1,8}", text, any::<bool>()).prop_map(|(name, content, is_error)| {
             ChatMessage::Tool {
+                images: Vec::new(),
                 tool_call_id: format!("id_{name}"),
                 name,
                 content,

@@ -197,12 +197,14 @@ fn conversation() -> ChatRequest {
                 ],
             },
             ChatMessage::Tool {
+                images: Vec::new(),
                 tool_call_id: "call_1".into(),
                 name: "list_directory".into(),
                 content: "[\"a.txt\"]".into(),
                 is_error: false,
             },
             ChatMessage::Tool {
+                images: Vec::new(),
                 tool_call_id: "call_2".into(),
                 name: "date".into(),
                 content: "{\"error\":\"timeout\"}".into(),

@@ -45,6 +45,7 @@ async fn scripted_tool_round_trip() {
         tool_calls: vec![expected],
     });
     request.messages.push(ChatMessage::Tool {
+        images: Vec::new(),
         tool_call_id: "call_1".into(),
         name: "get_time".into(),
         content: "\"12:00\"".into(),
@@ -114,12 +115,14 @@ async fn fake_auto_mode_matches_the_scripted_model_over_both_wires() {
             tool_calls: over_http.tool_calls.clone(),
         });
         request.messages.push(ChatMessage::Tool {
+            images: Vec::new(),
             tool_call_id: "call_1".into(),
             name: "read_file".into(),
             content: "127.0.0.1 localhost".into(),
             is_error: false,
         });
         request.messages.push(ChatMessage::Tool {
+            images: Vec::new(),
             tool_call_id: "call_2".into(),
             name: "date".into(),
             content: "{\"error\":\"clock unavailable\"}".into(),

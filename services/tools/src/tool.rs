@@ -223,6 +223,16 @@ pub struct ToolOutput {
     pub is_error: bool,
     /// Events to emit after the `tool_result` (`file_operation`, `todo_update`).
     pub events: Vec<EventPayload>,
+    /// Images for the model to look at (an MCP tool's image content), beside `content`, which
+    /// describes them in words for models and events. Not stored with the result.
+    pub images: Vec<ToolImage>,
+}
+
+/// An image a tool returned: media type and base64 bytes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolImage {
+    pub mime_type: String,
+    pub data: String,
 }
 
 impl ToolOutput {
@@ -231,6 +241,7 @@ impl ToolOutput {
             content,
             is_error: false,
             events: Vec::new(),
+            images: Vec::new(),
         }
     }
 
@@ -239,7 +250,13 @@ impl ToolOutput {
             content,
             is_error: true,
             events: Vec::new(),
+            images: Vec::new(),
         }
+    }
+
+    pub fn with_images(mut self, images: Vec<ToolImage>) -> Self {
+        self.images = images;
+        self
     }
 
     pub fn with_event(mut self, event: EventPayload) -> Self {

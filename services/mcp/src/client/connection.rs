@@ -31,7 +31,7 @@ use super::error::McpError;
 use super::handler::{AgentryClientHandler, ElicitFor, InFlightGuard, Shared, elicit};
 use super::http::{HttpSignals, SessionAwareClient, transport_config};
 use super::stdio::{self, ProcessGroup, StderrTail, StdioLaunch};
-use agentry_tools::tool::{PauseClock, ToolContext, ToolOutput};
+use agentry_tools::tool::{PauseClock, ToolContext, ToolImage, ToolOutput};
 
 /// MRTR (`input_required`) rounds driven for one call before giving up.
 const MAX_INPUT_ROUNDS: usize = 8;
@@ -902,8 +902,10 @@ pub const MAX_RESULT_CHARS: usize = 100_000;
 /// - text blocks are the text, joined by newlines;
 /// - a resource with text (`resource` blocks) is inlined as text under a line naming its URI;
 /// - images, audio and binary resources are not sent as base64 text (a 20×20 PNG cost about
-///   1.4k input tokens that way): each becomes a line such as `[image: image/png, 1.2 kB]` in
-///   the text, and an entry of `attachments` (`{type, mime_type, bytes, uri?}`);
+///   1.4k input tokens that way): each becomes a line such as `[image: image/png, 1.2 kB; …]` in
+///   the text, and an entry of `attachments` (`{type, mime_type, bytes, uri?}`); up to
+///   [`MAX_MODEL_IMAGES`] PNG/JPEG/GIF/WebP images of at most 5 MB also go in
+///   [`ToolOutput::images`], which the model gets as image parts;
 /// - a resource link is a line with its URI and name;
 /// - `structured_content` is kept as is;
 /// - past [`MAX_RESULT_CHARS`] the text is cut, with a note of how much was left out, and a
@@ -911,6 +913,7 @@ pub const MAX_RESULT_CHARS: usize = 100_000;
 pub fn to_output(r: CallToolResult) -> ToolOutput {
     let mut parts: Vec<String> = Vec::new();
     let mut attachments = Vec::new();
+    let mut images = Vec::new();
     for block in &r.content {
         let v = serde_json::to_value(block).unwrap_or(Value::Null);
         let kind = v.get("type").and_then(Value::as_str).unwrap_or_default();
@@ -929,8 +932,25 @@ pub fn to_output(r: CallToolResult) -> ToolOutput {
             "image" | "audio" => {
                 let mime_type = mime(&v);
                 let bytes = base64_bytes(v.get("data"));
+                let data = v.get("data").and_then(Value::as_str).unwrap_or_default();
+                let for_model = kind == "image"
+                    && MODEL_IMAGE_TYPES.contains(&mime_type.as_str())
+                    && images.len() < MAX_MODEL_IMAGES
+                    && bytes <= MAX_MODEL_IMAGE_BYTES
+                    && !data.is_empty();
+                if for_model {
+                    images.push(ToolImage {
+                        mime_type: mime_type.clone(),
+                        data: data.to_string(),
+                    });
+                }
+                let shown = if for_model {
+                    "passed to the model as an image"
+                } else {
+                    "not shown as text"
+                };
                 parts.push(format!(
-                    "[{kind}: {mime_type}, {}; not shown as text]",
+                    "[{kind}: {mime_type}, {}; {shown}]",
                     human_bytes(bytes)
                 ));
                 attachments.push(json!({"type": kind, "mime_type": mime_type, "bytes": bytes}));
@@ -981,12 +1001,20 @@ pub fn to_output(r: CallToolResult) -> ToolOutput {
             );
         }
     }
-    if r.is_error == Some(true) {
+    let out = if r.is_error == Some(true) {
         ToolOutput::failed(Value::Object(out))
     } else {
         ToolOutput::ok(Value::Object(out))
-    }
+    };
+    out.with_images(images)
 }
+
+/// Image types the model APIs take (Anthropic's and OpenAI's common set).
+const MODEL_IMAGE_TYPES: &[&str] = &["image/png", "image/jpeg", "image/gif", "image/webp"];
+/// Images of one result passed to the model; more are only described.
+const MAX_MODEL_IMAGES: usize = 4;
+/// Largest image passed to the model (Anthropic's limit is 5 MB).
+const MAX_MODEL_IMAGE_BYTES: usize = 5 * 1024 * 1024;
 
 /// `text` cut to `max` characters with a note of what was left out, and the budget left.
 fn capped(text: String, max: usize) -> (String, usize) {
@@ -1080,7 +1108,7 @@ mod tests {
         let png = "iVBORw0KGgo".repeat(100);
         let out = to_output(result(json!({"content": [
             {"type": "text", "text": "here it is"},
-            {"type": "image", "data": png, "mimeType": "image/png"}
+            {"type": "image", "data": png.clone(), "mimeType": "image/png"}
         ]})));
         let text = out.content["text"].as_str().unwrap();
         assert!(
