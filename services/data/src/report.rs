@@ -515,9 +515,17 @@ pub fn render(report: &Report) -> Result<Rendered> {
                         chart.title.replace(['[', ']', '\n'], " ")
                     ));
                 } else {
+                    // Inline: the page is one self-contained file, shown as it is by a browser,
+                    // the console or a mail client, with no second (authenticated) fetch.
+                    use base64::Engine as _;
+                    let mime = match chart.image {
+                        ImageFormat::Png => "image/png",
+                        ImageFormat::Svg => "image/svg+xml",
+                    };
                     body.push_str(&format!(
-                        "<h2>{t}</h2>\n<img src=\"{name}\" alt=\"{t}\">\n",
-                        t = html(&chart.title)
+                        "<h2>{t}</h2>\n<img src=\"data:{mime};base64,{data}\" alt=\"{t}\" title=\"{name}\">\n",
+                        t = html(&chart.title),
+                        data = base64::engine::general_purpose::STANDARD.encode(&bytes),
                     ));
                 }
                 files.push((name, bytes));
@@ -627,7 +635,13 @@ mod tests {
                 }
                 Format::Html => {
                     assert_eq!(names, ["report.html", "chart-1.png", "chart-2.svg"]);
-                    assert!(doc.contains("<img src=\"chart-1.png\""), "{doc}");
+                    use base64::Engine as _;
+                    let png = base64::engine::general_purpose::STANDARD.encode(&r.files[1].1);
+                    assert!(
+                        doc.contains(&format!("<img src=\"data:image/png;base64,{png}\"")),
+                        "the chart is inlined: {doc}"
+                    );
+                    assert!(doc.contains("data:image/svg+xml;base64,"), "{doc}");
                     assert!(doc.contains("<title>Q3 &lt;sales&gt;</title>"), "{doc}");
                     assert!(doc.contains("<p>Costs fell.</p>"), "{doc}");
                 }
