@@ -1111,9 +1111,31 @@ impl Agent {
             ..agentry_builtin::memory::Fact::new("")
         };
         let quota = self.input.quota.clone();
+        // Reserved like any model call of the run: a tenant whose daily tokens are spent gets
+        // no extraction (the run itself is already answered).
+        let budgeted = self.input.tenant.quotas.tokens_per_day > 0;
+        let estimate = agentry_llm::estimate_prompt_tokens(
+            &agentry_builtin::memory::extract::extraction_request(&message, &answer),
+        )
+        .saturating_add(self.deps.config.reserve_output_tokens);
         let span = tracing::info_span!("memory.extract", run_id = %self.input.run_id);
         self.deps.runtime.spawn(tracing::Instrument::instrument(
             async move {
+                let reservation = if budgeted {
+                    match quota.reserve_tokens(estimate).await {
+                        Ok(r) => Some(r),
+                        Err(crate::quota::QuotaError::Coordination(cause)) => {
+                            tracing::warn!(error = %cause, "tokens for memory extraction not reserved (Redis does not answer); extracting anyway");
+                            None
+                        }
+                        Err(e) => {
+                            tracing::info!(error = %e, "memory extraction skipped: the tenant's daily tokens are spent");
+                            return;
+                        }
+                    }
+                } else {
+                    None
+                };
                 match agentry_builtin::memory::extract::extract_and_remember(
                     &bank, &*model, &who, source, &message, &answer,
                 )
@@ -1127,8 +1149,13 @@ impl Agent {
                             "memories extracted from the run"
                         );
                         // Counted against the tenant's daily tokens (not the run's usage).
-                        quota.count_tokens(done.usage.input + done.usage.output);
+                        let used = done.usage.input + done.usage.output;
+                        match reservation {
+                            Some(r) => r.settle(used),
+                            None => quota.count_tokens(used),
+                        }
                     }
+                    // A failed call used nothing it reported: the reservation drops to 0.
                     Err(e) => tracing::warn!(error = %e, "extracting memories from the run failed"),
                 }
             },
