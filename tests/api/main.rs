@@ -761,6 +761,21 @@ async fn mcp_server_checks_the_key_and_the_session_owner_on_every_request() {
     mcp_server::keys_and_sessions(&Ctx::start().await).await;
 }
 
+#[tokio::test]
+async fn mcp_server_works_with_the_official_python_sdk_and_an_api_key() {
+    mcp_server::python_sdk_client(&Ctx::start().await).await;
+}
+
+#[tokio::test]
+async fn mcp_server_reexports_only_the_callers_own_mcp_servers() {
+    mcp_server::reexports_the_callers_mcp_servers(&Ctx::start().await).await;
+}
+
+#[tokio::test]
+async fn mcp_server_challenges_with_oauth_resource_metadata() {
+    mcp_server::oauth_resource_metadata(&Ctx::start().await).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mcp_server_conformance_scenarios_match_the_recorded_baseline() {
     mcp_conformance::server_scenarios(&Ctx::start().await).await;

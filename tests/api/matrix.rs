@@ -39,6 +39,9 @@ pub const WHO: [Who; 8] = [
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Route {
     Health,
+    // The OAuth protected-resource metadata of the origin and of `/mcp` (RFC 9728).
+    ResourceMetadata,
+    McpResourceMetadata,
     HealthLive,
     HealthReady,
     Metrics,
@@ -155,6 +158,8 @@ use Route::*;
 
 pub const ROUTES: &[Route] = &[
     Health,
+    ResourceMetadata,
+    McpResourceMetadata,
     HealthLive,
     HealthReady,
     Metrics,
@@ -312,7 +317,8 @@ fn expected_builtin(route: Route) -> [u16; 7] {
     const PLATFORM_CREATE: [u16; 7] = [401, 401, 401, 403, 403, 403, 201];
     const PLATFORM_DELETE: [u16; 7] = [401, 401, 401, 403, 403, 403, 204];
     match route {
-        Health | HealthLive | HealthReady | Metrics | OpenApi => OPEN,
+        Health | HealthLive | HealthReady | Metrics | OpenApi | ResourceMetadata
+        | McpResourceMetadata => OPEN,
         Me => ANY_CALLER,
         ListSessions | ListAgents | ListExecutions | ListToolCalls | ListProfiles
         | ListModelConnections => TENANT_LIST,
@@ -640,6 +646,16 @@ pub async fn build(ctx: &Ctx, fx: &MatrixFx, route: Route) -> Req {
         HealthLive => req(Method::GET, "/api/v1/health/live".into(), None),
         HealthReady => req(Method::GET, "/api/v1/health/ready".into(), None),
         Metrics => req(Method::GET, "/metrics".into(), None),
+        ResourceMetadata => req(
+            Method::GET,
+            "/.well-known/oauth-protected-resource".into(),
+            None,
+        ),
+        McpResourceMetadata => req(
+            Method::GET,
+            "/.well-known/oauth-protected-resource/mcp".into(),
+            None,
+        ),
         OpenApi => req(Method::GET, "/openapi.json".into(), None),
         Me => req(Method::GET, "/api/v1/me".into(), None),
         ListSessions => req(Method::GET, "/api/v1/sessions".into(), None),

@@ -683,3 +683,227 @@ pub async fn allowed_hosts(ctx: &Ctx) {
             .contains("mcp.server_allowed_hosts")
     );
 }
+
+/// OAuth-first clients: every 401 of `/mcp` says `WWW-Authenticate: Bearer
+/// resource_metadata="…"`, that URL answers the RFC 9728 metadata of `/mcp` (no key needed),
+/// and an API key stays a valid bearer token. With `mcp.public_url` the metadata and the
+/// challenge name the public URL, not the request's host.
+pub async fn oauth_resource_metadata(ctx: &Ctx) {
+    let t = ctx.tenant().await;
+    let meta_url = ctx.url("/.well-known/oauth-protected-resource/mcp");
+    let r = ctx.send(initialize(ctx, None)).await;
+    assert_eq!(r.status, 401, "{}", r.body);
+    assert_eq!(
+        r.headers["www-authenticate"].to_str().unwrap(),
+        format!("Bearer resource_metadata=\"{meta_url}\"")
+    );
+    // Credentials that are not a valid key: the same challenge, with `invalid_token`.
+    for rb in [
+        initialize(
+            ctx,
+            Some("agk_NotAReal_0000000000000000000000000000000000000000"),
+        ),
+        initialize(ctx, None).header("x-api-key", "nope"),
+    ] {
+        let r = ctx.send(rb).await;
+        assert_eq!(r.status, 401, "{}", r.body);
+        assert_eq!(
+            r.headers["www-authenticate"].to_str().unwrap(),
+            format!("Bearer resource_metadata=\"{meta_url}\", error=\"invalid_token\"")
+        );
+    }
+    // On a session too (a GET stream without a key).
+    let r = ctx
+        .send(
+            ctx.request(Method::GET, "/mcp", None)
+                .header("accept", "text/event-stream")
+                .header("mcp-session-id", "whatever"),
+        )
+        .await;
+    assert_eq!(r.status, 401);
+    assert!(r.headers.contains_key("www-authenticate"));
+
+    // The URL the challenge names answers without a key.
+    let r = ctx
+        .send(ctx.request(
+            Method::GET,
+            "/.well-known/oauth-protected-resource/mcp",
+            None,
+        ))
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.body["resource"], ctx.url("/mcp"));
+    assert_eq!(r.body["bearer_methods_supported"], json!(["header"]));
+    // Agentry validates no external authorization server's tokens, so it names none.
+    assert!(r.body.get("authorization_servers").is_none(), "{}", r.body);
+    let root = ctx
+        .send(ctx.request(Method::GET, "/.well-known/oauth-protected-resource", None))
+        .await;
+    assert_eq!(root.status, 200, "{}", root.body);
+    assert_eq!(root.body["resource"], ctx.url(""));
+    let r = ctx
+        .send(ctx.request(
+            Method::POST,
+            "/.well-known/oauth-protected-resource/mcp",
+            None,
+        ))
+        .await;
+    assert_eq!(r.status, 405);
+
+    // The key as a bearer token: no challenge, a session.
+    let r = ctx.send(initialize(ctx, Some(&t.member.key))).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(!r.headers.contains_key("www-authenticate"));
+
+    let public = Ctx::start_with(
+        &[("AGENTRY_MCP__PUBLIC_URL", "https://agentry.example/")],
+        None,
+    )
+    .await;
+    let r = public.send(initialize(&public, None)).await;
+    assert_eq!(r.status, 401);
+    assert_eq!(
+        r.headers["www-authenticate"].to_str().unwrap(),
+        "Bearer resource_metadata=\"https://agentry.example/.well-known/oauth-protected-resource/mcp\""
+    );
+    let r = public
+        .send(public.request(
+            Method::GET,
+            "/.well-known/oauth-protected-resource/mcp",
+            None,
+        ))
+        .await;
+    assert_eq!(r.body["resource"], "https://agentry.example/mcp");
+}
+
+/// The official Python SDK client works against `/mcp` with an API key as its bearer token.
+pub async fn python_sdk_client(ctx: &Ctx) {
+    let t = ctx.tenant().await;
+    let ws = workspace(ctx, &t, &t.member);
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::write(ws.join("py.txt"), "hello from the workspace").unwrap();
+    let python = agentry_mcp::testing::cache_dir().join("venv/bin/python");
+    assert!(
+        python.exists(),
+        "{} is missing: run scripts/install-mcp-test-servers.sh",
+        python.display()
+    );
+    let script = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/api/mcp_python_client.py");
+    let out = tokio::time::timeout(
+        Duration::from_secs(120),
+        tokio::process::Command::new(python)
+            .arg(&script)
+            .env("AGENTRY_MCP_URL", ctx.url("/mcp"))
+            .env("AGENTRY_KEY", &t.member.key)
+            .env("NO_PROXY", "127.0.0.1")
+            .output(),
+    )
+    .await
+    .expect("the Python client ends within 120 s")
+    .expect("run the Python MCP client");
+    assert!(
+        out.status.success(),
+        "the Python MCP client failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "the client printed no JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    });
+    assert_eq!(r["server"], "agentry", "{r}");
+    assert_eq!(
+        r["capabilities"],
+        json!(["logging", "prompts", "resources", "tools"]),
+        "{r}"
+    );
+    let tools: Vec<&str> = r["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        tools.contains(&"read_file") && tools.contains(&"ask_default"),
+        "{r}"
+    );
+    assert_eq!(r["read_error"], false, "{r}");
+    assert!(
+        r["read_text"]
+            .as_str()
+            .unwrap()
+            .contains("hello from the workspace"),
+        "{r}"
+    );
+    assert_eq!(r["unknown_resource"], -32602, "{r}");
+}
+
+/// `/mcp` re-exports the caller's own MCP servers: a member's stdio reference server's tool is
+/// listed under the name their agent sees (`everything__echo`), called through the same
+/// pipeline and audited like any `/mcp` call; another user of the tenant, its admin and
+/// another tenant neither see nor call it.
+pub async fn reexports_the_callers_mcp_servers(ctx: &Ctx) {
+    let stdio = json!({"features_enabled": ["stdio_mcp"], "policy": {"stdio_mcp_role": "member"}});
+    let t = ctx.tenant_with(stdio.clone()).await;
+    let other = ctx.tenant_with(stdio).await;
+    ctx.ok(
+        Method::POST,
+        &crate::mcp::servers_path(&t.member.user_id),
+        &t.member.key,
+        Some(json!({
+            "name": "everything",
+            "command": agentry_mcp::testing::node().to_string_lossy(),
+            "args": [agentry_mcp::testing::everything_js().to_string_lossy(), "stdio"],
+        })),
+        201,
+    )
+    .await;
+    let names = |tools: Vec<rmcp::model::Tool>| -> Vec<String> {
+        tools.into_iter().map(|t| t.name.to_string()).collect()
+    };
+
+    let client = connect(ctx, &t.member.key, User::answering(vec![])).await;
+    let listed = names(client.list_all_tools().await.unwrap());
+    assert!(listed.iter().any(|n| n == "everything__echo"), "{listed:?}");
+    // Beside the built-ins and the assistants.
+    assert!(listed.iter().any(|n| n == "read_file") && listed.iter().any(|n| n == "ask_default"));
+    let r = call(
+        &client,
+        "everything__echo",
+        json!({"message": "through /mcp"}),
+    )
+    .await;
+    assert_ne!(r.is_error, Some(true), "{r:?}");
+    assert!(text(&r).contains("Echo: through /mcp"), "{r:?}");
+    // Audited like the built-in calls: an execution with its tool-call row.
+    let rows = audited(ctx, &t.member.key, "everything__echo").await;
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0]["run_status"], "completed", "{rows:?}");
+    assert!(
+        rows[0]["output"].to_string().contains("through /mcp"),
+        "{rows:?}"
+    );
+    client.cancel().await.unwrap();
+
+    for key in [&t.member2.key, &t.admin.key, &other.admin.key] {
+        let c = connect(ctx, key, User::answering(vec![])).await;
+        let listed = names(c.list_all_tools().await.unwrap());
+        assert!(
+            !listed.iter().any(|n| n.starts_with("everything__")),
+            "{listed:?}"
+        );
+        let e = c
+            .call_tool(params("everything__echo", json!({"message": "stolen"})))
+            .await
+            .expect_err("another caller cannot call the member's server");
+        assert!(e.to_string().contains("unknown tool"), "{e}");
+        c.cancel().await.unwrap();
+    }
+    assert!(
+        audited(ctx, &other.admin.key, "everything__echo")
+            .await
+            .is_empty()
+    );
+}

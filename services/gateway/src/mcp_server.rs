@@ -7,7 +7,13 @@
 //!   caller's role;
 //! - one `ask_<assistant>` tool per assistant of the tenant ([`AskAssistant`]): a real chat run
 //!   through the engine, its approvals and questions put to the MCP client's user by
-//!   elicitation, an MCP cancel cancelling the run.
+//!   elicitation, an MCP cancel cancelling the run;
+//! - the caller's own MCP servers' tools, from the tenant's pool, under the names the agent sees
+//!   (`<server>__<tool>`), narrowed by the same permissions.
+//!
+//! OAuth-first clients get `WWW-Authenticate: Bearer resource_metadata="…"` on every 401 and the
+//! RFC 9728 protected-resource metadata at `/.well-known/oauth-protected-resource[/mcp]`; the
+//! bearer tokens are the tenant's API keys (no external authorization server is trusted).
 //!
 //! Every request is authenticated by [`guard`] before rmcp reads its body: the API key (the
 //! same as the REST API's), then the MCP session: a session id belongs to the tenant user whose
@@ -55,6 +61,7 @@ use serde_json::{Value, json};
 
 use crate::auth::TenantCaller;
 use crate::error::ApiError;
+use crate::routes::resource::endpoint;
 use crate::settings::Settings;
 
 /// The RBAC service of the `ask_<assistant>` tools.
@@ -68,8 +75,8 @@ const BINDING_TTL: Duration = Duration::from_secs(24 * 3600);
 const CANCEL_WAIT: Duration = Duration::from_millis(1500);
 
 const INSTRUCTIONS: &str = "Agentry: your built-in tools (files in your workspace, shell, web, \
-system, services, todos, memory, questions) and one ask_<assistant> tool per assistant of your \
-tenant, which runs a full chat with that assistant and returns its answer (pass the returned \
+system, services, todos, memory, questions), the tools of your own MCP servers (named \
+<server>__<tool>), and one ask_<assistant> tool per assistant of your tenant, which runs a full chat with that assistant and returns its answer (pass the returned \
 session_id to continue the conversation). Tools marked destructive ask you for approval first.";
 
 /// Everything `/mcp` needs, built once at start-up and shared by every worker.
@@ -283,7 +290,96 @@ impl McpEndpoint {
             scope = scope.app_data(peers.clone());
         }
         cfg.service(scope.wrap(from_fn(guard)));
+        cfg.service(endpoint(RESOURCE_METADATA).get(root_resource_metadata))
+            .service(endpoint(MCP_RESOURCE_METADATA).get(mcp_resource_metadata));
     }
+}
+
+/// Where OAuth clients look for the protected-resource metadata (RFC 9728 §3): at the root for
+/// the origin, and with the resource's path appended for `/mcp` (what the MCP authorization
+/// spec has clients try first, and what a 401 of `/mcp` names in `WWW-Authenticate`).
+pub const RESOURCE_METADATA: &str = "/.well-known/oauth-protected-resource";
+pub const MCP_RESOURCE_METADATA: &str = "/.well-known/oauth-protected-resource/mcp";
+
+/// The base URL clients reach this server by: `mcp.public_url`, else the request's own scheme
+/// and host (`Forwarded`/`X-Forwarded-*` behind a proxy).
+fn public_base(req: &actix_web::HttpRequest) -> String {
+    let configured = req
+        .app_data::<web::Data<crate::state::AppState>>()
+        .map(|s| {
+            s.settings
+                .mcp
+                .public_url
+                .trim()
+                .trim_end_matches('/')
+                .to_string()
+        })
+        .unwrap_or_default();
+    if !configured.is_empty() {
+        return configured;
+    }
+    let info = req.connection_info();
+    format!("{}://{}", info.scheme(), info.host())
+}
+
+/// The RFC 9728 metadata of `resource`. It names no authorization server: `/mcp` accepts
+/// Agentry API keys as bearer tokens and validates no tokens of an external authorization
+/// server (docs/mcp.md, "OAuth").
+fn resource_metadata(resource: String, base: &str) -> HttpResponse {
+    HttpResponse::Ok().json(json!({
+        "resource": resource,
+        "bearer_methods_supported": ["header"],
+        "resource_name": "Agentry",
+        "resource_documentation": format!("{base}/docs"),
+    }))
+}
+
+/// The OAuth protected-resource metadata of this server's origin (RFC 9728). No key needed.
+#[utoipa::path(
+    get,
+    path = "/.well-known/oauth-protected-resource",
+    tag = "mcp-server",
+    security(()),
+    responses((status = 200, description = "RFC 9728 metadata: `resource` (this server's base URL: `mcp.public_url`, or the request's scheme and host), `bearer_methods_supported: [\"header\"]`, `resource_name`, `resource_documentation`. No `authorization_servers`: bearer tokens are Agentry API keys", body = Object))
+)]
+pub async fn root_resource_metadata(req: actix_web::HttpRequest) -> HttpResponse {
+    let base = public_base(&req);
+    resource_metadata(base.clone(), &base)
+}
+
+/// The OAuth protected-resource metadata of `/mcp` (RFC 9728, path-suffixed form; the URL a 401
+/// of `/mcp` names in `WWW-Authenticate: Bearer resource_metadata="…"`). No key needed.
+#[utoipa::path(
+    get,
+    path = "/.well-known/oauth-protected-resource/mcp",
+    tag = "mcp-server",
+    security(()),
+    responses((status = 200, description = "RFC 9728 metadata of `/mcp`: `resource` (`<base URL>/mcp`), `bearer_methods_supported: [\"header\"]`, `resource_name`, `resource_documentation`. No `authorization_servers`: bearer tokens are Agentry API keys", body = Object))
+)]
+pub async fn mcp_resource_metadata(req: actix_web::HttpRequest) -> HttpResponse {
+    let base = public_base(&req);
+    resource_metadata(format!("{base}/mcp"), &base)
+}
+
+/// A 401 of `/mcp` with `WWW-Authenticate` (RFC 6750 §3, RFC 9728 §5.1): the scheme, where the
+/// resource's metadata is, and `invalid_token` when credentials were sent but are not valid.
+fn with_challenge(req: &actix_web::HttpRequest, mut res: HttpResponse) -> HttpResponse {
+    if res.status() != StatusCode::UNAUTHORIZED {
+        return res;
+    }
+    let sent = req.headers().contains_key(header::AUTHORIZATION)
+        || req.headers().contains_key("x-api-key");
+    let mut challenge = format!(
+        "Bearer resource_metadata=\"{}{MCP_RESOURCE_METADATA}\"",
+        public_base(req)
+    );
+    if sent {
+        challenge.push_str(", error=\"invalid_token\"");
+    }
+    if let Ok(v) = header::HeaderValue::from_str(&challenge) {
+        res.headers_mut().insert(header::WWW_AUTHENTICATE, v);
+    }
+    res
 }
 
 /// Which tenant user each MCP session belongs to.
@@ -357,7 +453,10 @@ async fn guard(
     }
     let caller = match TenantCaller::extract(req.request()).await {
         Ok(c) => c,
-        Err(e) => return Ok(req.into_response(e.error_response())),
+        Err(e) => {
+            let res = with_challenge(req.request(), e.error_response());
+            return Ok(req.into_response(res));
+        }
     };
     let owner = Owner {
         tenant: caller.tenant_id(),
@@ -509,6 +608,55 @@ impl CallerToolSource {
     }
 }
 
+impl CallerToolSource {
+    /// Re-export the caller's own MCP servers (theirs and the platform's, as their runs see
+    /// them): each tool under the name the agent sees (`<server>__<tool>`), kept only when the
+    /// caller's role may use it, and never over a built-in or `ask_<assistant>` name. Servers
+    /// that are down are left out, as in a run (the pool reports them as warnings).
+    async fn add_user_servers(
+        &self,
+        tenant: &Tenant,
+        user: UserScope,
+        policy: &agentry_actors::tools::RbacPolicy,
+        registry: &mut agentry_tools::tool::ToolRegistry,
+    ) {
+        let pool = match self.engine.mcp_pool(tenant).await {
+            Ok(Some(pool)) => pool,
+            Ok(None) => return,
+            Err(e) => {
+                tracing::warn!(error = %e, "the MCP pool is not available; /mcp serves no MCP server tools");
+                return;
+            }
+        };
+        let reply = match pool
+            .send(agentry_actors::mcp_pool::UserTools { user: user.user_id })
+            .await
+        {
+            Ok(reply) => reply,
+            Err(e) => {
+                tracing::warn!(error = %e, "the MCP pool did not answer; /mcp serves no MCP server tools");
+                return;
+            }
+        };
+        for warning in &reply.warnings {
+            tracing::debug!(%warning, "an MCP server of the caller is left out of /mcp");
+        }
+        for tool in reply.tools {
+            let name = tool.spec().name.clone();
+            if policy.check(tool.spec()).is_err() {
+                continue;
+            }
+            if registry.contains(&name) {
+                tracing::warn!(tool = %name, "an MCP server tool clashes with a built-in tool; left out of /mcp");
+                continue;
+            }
+            if let Err(e) = registry.register_compiled(tool) {
+                tracing::warn!(tool = %name, error = %e, "an MCP server tool is left out of /mcp");
+            }
+        }
+    }
+}
+
 fn internal(message: impl Into<String>) -> rmcp::ErrorData {
     rmcp::ErrorData::internal_error(message.into(), None)
 }
@@ -570,6 +718,8 @@ impl ToolSource for CallerToolSource {
                 tracing::warn!(tool = %name, error = %e, "assistant left out of /mcp");
             }
         }
+        self.add_user_servers(&tenant, user, &policy, &mut registry)
+            .await;
         let workspace = WorkspaceInfo {
             root: self.engine.deps().workspace_root(&tenant, user.user_id),
             quota_bytes: tenant.quotas.workspace_quota_bytes,

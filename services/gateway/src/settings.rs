@@ -227,6 +227,11 @@ pub struct McpSettings {
     /// rebinding against a server on a laptop. Add the name clients reach the server by; `*`
     /// accepts any (behind a proxy that checks it).
     pub server_allowed_hosts: Vec<String>,
+    /// The base URL MCP clients reach this server by (`https://agentry.example.com`), for the
+    /// OAuth protected-resource metadata of `/mcp` (RFC 9728): the resource it names and the
+    /// `resource_metadata` URL of a 401's `WWW-Authenticate`. Empty: taken from each request
+    /// (its scheme and `Host`, or `Forwarded`/`X-Forwarded-*` behind a proxy).
+    pub public_url: String,
 }
 
 impl Default for McpSettings {
@@ -238,6 +243,7 @@ impl Default for McpSettings {
             idle_timeout_secs: 600,
             connect_wait_secs: 10,
             server_allowed_hosts: vec!["localhost".into(), "127.0.0.1".into(), "::1".into()],
+            public_url: String::new(),
         }
     }
 }
@@ -952,6 +958,17 @@ impl Settings {
                 "must name at least one host (or `*` to accept any Host header)",
             );
         }
+        let public = self.mcp.public_url.trim();
+        if !public.is_empty()
+            && (!(public.starts_with("http://") || public.starts_with("https://"))
+                || public.trim_end_matches('/').matches('/').count() > 2
+                || public.contains(['?', '#']))
+        {
+            return bad(
+                "mcp.public_url",
+                "must be a base URL like https://agentry.example.com (no path, query or fragment)",
+            );
+        }
         if self.mcp.idle_timeout_secs == 0 {
             return bad("mcp.idle_timeout_secs", "must be at least 1");
         }
@@ -1220,6 +1237,26 @@ mod tests {
         std::fs::write(&path, "[mcp]\nserver_allowed_hosts = []\n").unwrap();
         let err = Settings::load_from(Some(&path), env(&[])).unwrap_err();
         assert!(err.0.contains("mcp.server_allowed_hosts"), "{err}");
+    }
+
+    #[test]
+    fn mcp_public_url_is_a_base_url() {
+        let s = Settings::load_from(None, env(&[])).unwrap();
+        assert_eq!(s.mcp.public_url, "");
+        for ok in ["https://agentry.example", "http://127.0.0.1:8000/"] {
+            let s = Settings::load_from(None, env(&[("AGENTRY_MCP__PUBLIC_URL", ok)])).unwrap();
+            assert_eq!(s.mcp.public_url, ok);
+        }
+        for bad in [
+            "agentry.example",
+            "ftp://agentry.example",
+            "https://agentry.example/mcp",
+            "https://agentry.example?x=1",
+        ] {
+            let err =
+                Settings::load_from(None, env(&[("AGENTRY_MCP__PUBLIC_URL", bad)])).unwrap_err();
+            assert!(err.0.contains("mcp.public_url"), "{bad}: {err}");
+        }
     }
 
     #[test]

@@ -161,6 +161,82 @@ async fn tools_are_listed_with_schemas_and_approval_hints() {
     s.client.cancel().await.unwrap();
 }
 
+/// The server declares what it implements and answers nothing else: tools, logging, and
+/// resources and prompts (none today: the lists are empty and an unknown URI or name is -32602
+/// naming it); completions are not declared, so `completion/complete` is -32601.
+#[tokio::test]
+async fn declared_capabilities_are_answered_and_only_they() {
+    let s = connect(&[BuiltinService::Files], TestUser::answering(vec![]), None).await;
+    let caps = &s
+        .client
+        .peer_info()
+        .expect("the server's info")
+        .capabilities;
+    assert!(caps.tools.is_some() && caps.resources.is_some() && caps.prompts.is_some());
+    assert!(caps.completions.is_none());
+    let error = |r: Result<(), ServiceError>| match r {
+        Err(ServiceError::McpError(e)) => e,
+        other => panic!("expected a JSON-RPC error, got {other:?}"),
+    };
+    assert!(
+        s.client
+            .list_prompts(None)
+            .await
+            .unwrap()
+            .prompts
+            .is_empty()
+    );
+    assert!(
+        s.client
+            .list_resources(None)
+            .await
+            .unwrap()
+            .resources
+            .is_empty()
+    );
+    assert!(
+        s.client
+            .list_resource_templates(None)
+            .await
+            .unwrap()
+            .resource_templates
+            .is_empty()
+    );
+    let uri = "file:///etc/passwd";
+    let e = error(
+        s.client
+            .read_resource(rmcp::model::ReadResourceRequestParams::new(uri))
+            .await
+            .map(|_| ()),
+    );
+    assert_eq!(e.code, rmcp::model::ErrorCode::INVALID_PARAMS);
+    assert_eq!(e.data, Some(json!({"uri": uri})));
+    let e = error(
+        s.client
+            .get_prompt(rmcp::model::GetPromptRequestParams::new("summarize"))
+            .await
+            .map(|_| ()),
+    );
+    assert_eq!(e.code, rmcp::model::ErrorCode::INVALID_PARAMS);
+    assert_eq!(e.data, Some(json!({"name": "summarize"})));
+    let complete = rmcp::model::CompleteRequestParams::new(
+        rmcp::model::Reference::for_prompt("p"),
+        rmcp::model::ArgumentInfo::new("a", "x"),
+    );
+    let e = error(s.client.complete(complete).await.map(|_| ()));
+    assert_eq!(e.code, rmcp::model::ErrorCode::METHOD_NOT_FOUND);
+    // Tools and logging still work.
+    assert!(!s.client.list_all_tools().await.unwrap().is_empty());
+    #[allow(deprecated)]
+    s.client
+        .set_level(rmcp::model::SetLevelRequestParams::new(
+            rmcp::model::LoggingLevel::Info,
+        ))
+        .await
+        .expect("logging/setLevel is answered");
+    s.client.cancel().await.unwrap();
+}
+
 #[tokio::test]
 async fn write_then_read_over_mcp_with_events_in_meta() {
     let s = connect(&[BuiltinService::Files], TestUser::answering(vec![]), None).await;
