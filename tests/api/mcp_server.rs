@@ -906,4 +906,36 @@ pub async fn reexports_the_callers_mcp_servers(ctx: &Ctx) {
             .await
             .is_empty()
     );
+
+    // The tenant's tool permissions narrow re-exported tools like built-ins (the RBAC service
+    // of an MCP tool is its server): without `everything:echo` the member neither sees nor
+    // calls it, and the server's other tools stay.
+    ctx.ok(
+        Method::PATCH,
+        &format!("/api/v1/admin/tenants/{}", t.id),
+        ADMIN_KEY,
+        Some(json!({"tool_permissions": {"member": ["*:*", "!everything:echo"]}})),
+        200,
+    )
+    .await;
+    let c = connect(ctx, &t.member.key, User::answering(vec![])).await;
+    let listed = names(c.list_all_tools().await.unwrap());
+    assert!(
+        !listed.iter().any(|n| n == "everything__echo"),
+        "{listed:?}"
+    );
+    assert!(
+        listed.iter().any(|n| n.starts_with("everything__")),
+        "{listed:?}"
+    );
+    let e = c
+        .call_tool(params("everything__echo", json!({"message": "denied"})))
+        .await
+        .expect_err("a denied tool is not callable");
+    assert!(e.to_string().contains("unknown tool"), "{e}");
+    c.cancel().await.unwrap();
+    assert_eq!(
+        audited(ctx, &t.member.key, "everything__echo").await.len(),
+        1
+    );
 }
