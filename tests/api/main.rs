@@ -772,6 +772,11 @@ async fn mcp_server_reexports_only_the_callers_own_mcp_servers() {
 }
 
 #[tokio::test]
+async fn mcp_servers_take_the_config_files_policy_over_rest() {
+    mcp_server::rest_policy_of_a_users_server(&Ctx::start().await).await;
+}
+
+#[tokio::test]
 async fn mcp_server_challenges_with_oauth_resource_metadata() {
     mcp_server::oauth_resource_metadata(&Ctx::start().await).await;
 }

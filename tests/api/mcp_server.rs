@@ -939,3 +939,195 @@ pub async fn reexports_the_callers_mcp_servers(ctx: &Ctx) {
         1
     );
 }
+
+/// REST parity with the MCP config file: a user's server takes a tool allow-list, a rate limit
+/// and a health check over REST, GET shows them, bad values are 422 naming the field, and the
+/// pool applies them (here seen through `/mcp`: only the allowed tool, and the third call in a
+/// minute refused by the limit of 2).
+pub async fn rest_policy_of_a_users_server(ctx: &Ctx) {
+    let t = ctx
+        .tenant_with(
+            json!({"features_enabled": ["stdio_mcp"], "policy": {"stdio_mcp_role": "member"}}),
+        )
+        .await;
+    let path = crate::mcp::servers_path(&t.member.user_id);
+    let server = |extra: Value| {
+        let mut body = json!({
+            "name": "everything",
+            "command": agentry_mcp::testing::node().to_string_lossy(),
+            "args": [agentry_mcp::testing::everything_js().to_string_lossy(), "stdio"],
+        });
+        body.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        body
+    };
+    // Bad values are refused before anything is stored.
+    for (extra, field) in [
+        (json!({"allowed_tools": [""]}), "allowed_tools"),
+        (json!({"rate_limit_per_minute": 0}), "rate_limit_per_minute"),
+        (
+            json!({"health_check": {"endpoint": "/health"}}),
+            "health_check.endpoint",
+        ),
+        (
+            json!({"health_check": {"interval_secs": 0}}),
+            "health_check.interval_secs",
+        ),
+        (
+            json!({"health_check": {"interval_secs": 5, "timeout_secs": 10}}),
+            "health_check.timeout_secs",
+        ),
+    ] {
+        let r = ctx
+            .call(
+                Method::POST,
+                &path,
+                Some(&t.member.key),
+                Some(&server(extra.clone())),
+            )
+            .await;
+        assert_eq!(
+            (r.status, r.code()),
+            (422, "validation_error"),
+            "{extra}: {}",
+            r.body
+        );
+        assert!(r.body.to_string().contains(field), "{extra}: {}", r.body);
+    }
+    let r = ctx
+        .call(
+            Method::POST,
+            &path,
+            Some(&t.member.key),
+            Some(&server(json!({"health_check": {"every": 5}}))),
+        )
+        .await;
+    assert_eq!(r.status, 422, "{}", r.body);
+    // An HTTP server's health endpoint must stay on its own origin.
+    let r = ctx
+        .call(
+            Method::POST,
+            &path,
+            Some(&t.member.key),
+            Some(&json!({"name": "remote", "url": "http://127.0.0.2:9/mcp",
+                         "health_check": {"endpoint": "//169.254.169.254/latest"}})),
+        )
+        .await;
+    assert_eq!(
+        (r.status, r.code()),
+        (422, "validation_error"),
+        "{}",
+        r.body
+    );
+    assert!(
+        ctx.call(Method::GET, &path, Some(&t.member.key), None)
+            .await
+            .body
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+
+    let policy = json!({"allowed_tools": ["echo"], "rate_limit_per_minute": 2,
+                        "health_check": {"interval_secs": 60, "timeout_secs": 5}});
+    let added = ctx
+        .ok(
+            Method::POST,
+            &path,
+            &t.member.key,
+            Some(server(policy.clone())),
+            201,
+        )
+        .await;
+    assert_eq!(added["allowed_tools"], json!(["echo"]), "{added}");
+    let got = ctx
+        .ok(
+            Method::GET,
+            &format!("{path}/everything"),
+            &t.member.key,
+            None,
+            200,
+        )
+        .await;
+    for k in ["allowed_tools", "rate_limit_per_minute", "health_check"] {
+        assert_eq!(got[k], policy[k], "{k}: {got}");
+    }
+
+    let client = connect(ctx, &t.member.key, User::answering(vec![])).await;
+    let listed: Vec<String> = client
+        .list_all_tools()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.name.to_string())
+        .filter(|n| n.starts_with("everything__"))
+        .collect();
+    assert_eq!(listed, vec!["everything__echo"]);
+    for i in 0..2 {
+        let r = call(
+            &client,
+            "everything__echo",
+            json!({"message": format!("call {i}")}),
+        )
+        .await;
+        assert_ne!(r.is_error, Some(true), "{r:?}");
+    }
+    let r = call(
+        &client,
+        "everything__echo",
+        json!({"message": "one too many"}),
+    )
+    .await;
+    assert_eq!(r.is_error, Some(true), "{r:?}");
+    assert!(
+        text(&r).contains("rate limit of 2 calls per minute"),
+        "{r:?}"
+    );
+    client.cancel().await.unwrap();
+
+    // GET → PUT round-trips (the view's discovered `tools` are ignored); a PUT without the
+    // policy removes it, and the server's other tools come back.
+    let got = ctx
+        .ok(
+            Method::GET,
+            &format!("{path}/everything"),
+            &t.member.key,
+            None,
+            200,
+        )
+        .await;
+    let mut same = got.clone();
+    same["tools"] = json!([{"name": "echo", "description": "x"}]);
+    let put = ctx
+        .ok(
+            Method::PUT,
+            &format!("{path}/everything"),
+            &t.member.key,
+            Some(same),
+            200,
+        )
+        .await;
+    assert_eq!(put["allowed_tools"], json!(["echo"]), "{put}");
+    let put = ctx
+        .ok(
+            Method::PUT,
+            &format!("{path}/everything"),
+            &t.member.key,
+            Some(server(json!({}))),
+            200,
+        )
+        .await;
+    assert!(put.get("allowed_tools").is_none(), "{put}");
+    let client = connect(ctx, &t.member.key, User::answering(vec![])).await;
+    let listed = client.list_all_tools().await.unwrap();
+    assert!(
+        listed
+            .iter()
+            .filter(|t| t.name.starts_with("everything__"))
+            .count()
+            > 1,
+        "{listed:?}"
+    );
+    client.cancel().await.unwrap();
+}

@@ -825,6 +825,7 @@ pub async fn platform_servers(ctx: &Ctx) {
             headers_encrypted: None,
             disabled: false,
             timeout_secs: 60,
+            policy: None,
         },
     )
     .await

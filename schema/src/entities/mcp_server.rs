@@ -22,6 +22,9 @@ pub struct Model {
     pub headers_encrypted: Option<String>,
     pub disabled: bool,
     pub timeout_secs: i32,
+    /// Tool allow-list, rate limit and health check (`{allowed_tools?, rate_limit_per_minute?,
+    /// health_check?}`); `None`: the pool's defaults.
+    pub policy: Option<Json>,
     pub created_at: DateTimeUtc,
     pub updated_at: DateTimeUtc,
 }

@@ -19,6 +19,7 @@ mod m20261126_000700_data_sources;
 mod m20261126_000800_task_runs;
 mod m20261126_000900_memory_scopes;
 mod m20261126_001000_custom_roles;
+mod m20261126_001100_mcp_server_policy;
 
 pub struct Migrator;
 
@@ -41,6 +42,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261126_000800_task_runs::Migration),
             Box::new(m20261126_000900_memory_scopes::Migration),
             Box::new(m20261126_001000_custom_roles::Migration),
+            Box::new(m20261126_001100_mcp_server_policy::Migration),
         ]
     }
 }

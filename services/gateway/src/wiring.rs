@@ -13,7 +13,7 @@ use agentry_actors::{
 };
 use agentry_builtin::data::DataSources;
 use agentry_builtin::net_guard::GuardedResolver;
-use agentry_mcp::config_file::{McpConfigWatcher, ServerPolicy};
+use agentry_mcp::config_file::McpConfigWatcher;
 use agentry_mcp::stored::{StoredMcpServer, join_from_storage};
 use agentry_schema::ids::UserId;
 use agentry_sealing::SecretBox;
@@ -101,9 +101,21 @@ impl McpConfigSource for McpSources {
                                 ));
                                 continue;
                             }
+                            // An allow-list that cannot be read must not become "every tool".
+                            let policy = match crate::routes::mcp_servers::RestPolicy::of_row(&row)
+                            {
+                                Ok(p) => p.map(|p| p.server_policy()).unwrap_or_default(),
+                                Err(e) => {
+                                    warnings.push(format!(
+                                        "MCP server {:?} was not connected: {e}",
+                                        row.name
+                                    ));
+                                    continue;
+                                }
+                            };
                             servers.push(PoolServer {
                                 config,
-                                policy: ServerPolicy::default(),
+                                policy,
                                 origin: Origin::User,
                             });
                         }

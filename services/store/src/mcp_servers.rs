@@ -27,6 +27,8 @@ pub struct McpServerRow {
     pub headers_encrypted: Option<String>,
     pub disabled: bool,
     pub timeout_secs: u32,
+    /// The REST policy object (tool allow-list, rate limit, health check), as stored.
+    pub policy: Option<serde_json::Value>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }
@@ -47,6 +49,7 @@ impl TryFrom<mcp_server::Model> for McpServerRow {
             headers_encrypted: m.headers_encrypted,
             disabled: m.disabled,
             timeout_secs: u32::try_from(m.timeout_secs).unwrap_or(0),
+            policy: m.policy,
             created_at: m.created_at,
             updated_at: m.updated_at,
         })
@@ -65,6 +68,7 @@ pub struct NewMcpServer {
     pub headers_encrypted: Option<String>,
     pub disabled: bool,
     pub timeout_secs: u32,
+    pub policy: Option<serde_json::Value>,
 }
 
 fn active(scope: &TenantScope, id: uuid::Uuid, new: NewMcpServer) -> mcp_server::ActiveModel {
@@ -82,6 +86,7 @@ fn active(scope: &TenantScope, id: uuid::Uuid, new: NewMcpServer) -> mcp_server:
         headers_encrypted: Set(new.headers_encrypted),
         disabled: Set(new.disabled),
         timeout_secs: Set(i32::try_from(new.timeout_secs).unwrap_or(i32::MAX)),
+        policy: Set(new.policy),
         created_at: Set(ts),
         updated_at: Set(ts),
     }

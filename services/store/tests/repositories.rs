@@ -1805,6 +1805,7 @@ async fn mcp_servers_unique_per_user(db: DatabaseConnection) {
         headers_encrypted: None,
         disabled: false,
         timeout_secs: 30,
+        policy: None,
     };
     let row = mcp_servers::create(&db, &scope, new(a, "fs"))
         .await
@@ -1817,17 +1818,25 @@ async fn mcp_servers_unique_per_user(db: DatabaseConnection) {
     mcp_servers::create(&db, &scope, new(b, "fs"))
         .await
         .unwrap();
+    assert_eq!(row.policy, None);
+    let policy = serde_json::json!({"allowed_tools": ["read"], "rate_limit_per_minute": 5});
     let replaced = mcp_servers::replace(
         &db,
         &scope,
         NewMcpServer {
             disabled: true,
+            policy: Some(policy.clone()),
             ..new(a, "fs")
         },
     )
     .await
     .unwrap();
     assert_eq!((replaced.id, replaced.disabled), (row.id, true));
+    let got = mcp_servers::get_by_name(&db, &scope, a, "fs")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(got.policy, Some(policy));
     assert_eq!(mcp_servers::count_by_user(&db, &scope, a).await.unwrap(), 1);
     assert!(
         mcp_servers::delete_by_name(&db, &scope, a, "fs")

@@ -23,7 +23,7 @@ use actix_web::HttpResponse;
 use actix_web::web::{self, Json};
 use agentry_actors::mcp_pool::{ServerStatuses, ServerTools, UserConfigChanged};
 use agentry_mcp::client::{HttpAuth, McpServerConfig, McpTransportConfig};
-use agentry_mcp::config_file::FileServerEntry;
+use agentry_mcp::config_file::{FileServerEntry, ServerPolicy};
 use agentry_mcp::stored::{join_from_storage, masked_view, split_for_storage, unmask};
 use agentry_schema::error::ErrorCode;
 use agentry_schema::ids::UserId;
@@ -254,6 +254,182 @@ async fn admissible(
 /// Fields the API adds to a server's view: a client that sends a view back may leave them in.
 const VIEW_ONLY: [&str; 4] = ["status", "status_message", "source", "read_only"];
 
+/// The body fields beyond how to connect: what the MCP config file says of a platform server
+/// (`tools`, `rate_limit`, `health_check`), for a user's server over REST.
+const POLICY_FIELDS: [&str; 3] = ["allowed_tools", "rate_limit_per_minute", "health_check"];
+
+/// A user's server's tool allow-list, rate limit and health check, stored as `mcp_servers.policy`
+/// and given to the pool as the config file's [`ServerPolicy`]. Every field is optional: unset
+/// is the pool's default (every tool, no rate limit, `mcp.health_interval_secs`).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RestPolicy {
+    /// Only these of the server's tools (its own names, not `<server>__<tool>`) are offered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_tools: Option<Vec<String>>,
+    /// Tool calls per minute to this server (per user).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_limit_per_minute: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health_check: Option<RestHealthCheck>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RestHealthCheck {
+    /// HTTP servers only: a path on the server's own origin (`/health`), fetched instead of an
+    /// MCP ping.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval_secs: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_secs: Option<u64>,
+}
+
+impl RestPolicy {
+    /// Take the policy fields out of a POST/PUT body (what is left is the connection), and check
+    /// them against the server they are for.
+    fn take(body: &mut Value) -> ApiResult<Option<RestPolicy>> {
+        let Value::Object(o) = body else {
+            return Ok(None);
+        };
+        let mut fields = serde_json::Map::new();
+        for k in POLICY_FIELDS {
+            if let Some(v) = o.remove(k).filter(|v| !v.is_null()) {
+                fields.insert(k.to_string(), v);
+            }
+        }
+        if fields.is_empty() {
+            return Ok(None);
+        }
+        let policy: RestPolicy = serde_path_to_error::deserialize(Value::Object(fields))
+            .map_err(crate::extract::json_error)?;
+        Ok(Some(policy))
+    }
+
+    fn check(&self, config: &McpServerConfig) -> ApiResult<()> {
+        if let Some(tools) = &self.allowed_tools {
+            if tools.len() > 1000 {
+                return Err(ApiError::validation(
+                    "allowed_tools",
+                    "at most 1000 tool names",
+                ));
+            }
+            if let Some(bad) = tools
+                .iter()
+                .find(|t| t.trim().is_empty() || t.len() > 128 || t.trim() != t.as_str())
+            {
+                return Err(ApiError::validation(
+                    "allowed_tools",
+                    format!("{bad:?} is not a tool name (1-128 characters, no surrounding spaces)"),
+                ));
+            }
+        }
+        if let Some(limit) = self.rate_limit_per_minute
+            && !(1..=1_000_000).contains(&limit)
+        {
+            return Err(ApiError::validation(
+                "rate_limit_per_minute",
+                "must be between 1 and 1000000 calls per minute (leave it out for no limit)",
+            ));
+        }
+        if let Some(h) = &self.health_check {
+            if let Some(endpoint) = &h.endpoint {
+                if !matches!(config.transport, McpTransportConfig::Http(_)) {
+                    return Err(ApiError::validation(
+                        "health_check.endpoint",
+                        "is only for HTTP servers (a stdio server is checked with an MCP ping)",
+                    ));
+                }
+                // A path on the server's own origin: never `//host` (another origin) or odd
+                // characters a URL join could read as more than a path.
+                let path_like = endpoint.starts_with('/')
+                    && !endpoint.starts_with("//")
+                    && endpoint.len() <= 256
+                    && endpoint
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || "/._~-".contains(c));
+                if !path_like {
+                    return Err(ApiError::validation(
+                        "health_check.endpoint",
+                        format!(
+                            "{endpoint:?} must be a path on the server, like /health (letters, digits and / . _ ~ -)"
+                        ),
+                    ));
+                }
+            }
+            for (field, v, max) in [
+                ("health_check.interval_secs", h.interval_secs, 86_400),
+                ("health_check.timeout_secs", h.timeout_secs, 300),
+            ] {
+                if let Some(v) = v
+                    && !(1..=max).contains(&v)
+                {
+                    return Err(ApiError::validation(
+                        field,
+                        format!("must be between 1 and {max} seconds"),
+                    ));
+                }
+            }
+            if let (Some(i), Some(t)) = (h.interval_secs, h.timeout_secs)
+                && t > i
+            {
+                return Err(ApiError::validation(
+                    "health_check.timeout_secs",
+                    format!("{t} s is longer than the interval ({i} s)"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// As the pool takes it (the config file's form).
+    pub fn server_policy(&self) -> ServerPolicy {
+        let h = self.health_check.clone().unwrap_or_default();
+        ServerPolicy {
+            health_endpoint: h.endpoint,
+            health_interval: h.interval_secs.map(std::time::Duration::from_secs),
+            health_timeout: h.timeout_secs.map(std::time::Duration::from_secs),
+            rate_limit_per_minute: self.rate_limit_per_minute,
+            tool_allow_list: self
+                .allowed_tools
+                .as_ref()
+                .map(|t| t.iter().cloned().collect()),
+            ..ServerPolicy::default()
+        }
+    }
+
+    /// The stored policy of a row: `Ok(None)` when none is set.
+    pub fn of_row(
+        row: &agentry_store::mcp_servers::McpServerRow,
+    ) -> Result<Option<RestPolicy>, String> {
+        row.policy
+            .clone()
+            .map(|v| {
+                serde_json::from_value(v)
+                    .map_err(|e| format!("its stored policy cannot be read: {e}"))
+            })
+            .transpose()
+    }
+
+    fn stored(policy: Option<&RestPolicy>) -> Option<Value> {
+        policy
+            .filter(|p| **p != RestPolicy::default())
+            .and_then(|p| serde_json::to_value(p).ok())
+    }
+}
+
+/// A user's server's view with its policy fields.
+fn with_policy(mut v: Value, policy: Option<&RestPolicy>) -> Value {
+    if let (Value::Object(o), Some(Value::Object(p))) =
+        (&mut v, policy.and_then(|p| serde_json::to_value(p).ok()))
+    {
+        o.extend(p);
+    }
+    v
+}
+
 /// The configuration in a POST or PUT body. Masked secrets (`"***"`) keep the stored values of
 /// `current`, `null` in `env`/`headers` removes an entry (`agentry_mcp::stored::unmask`).
 fn config_from_body(
@@ -263,6 +439,13 @@ fn config_from_body(
     if let Value::Object(o) = &mut body {
         for k in VIEW_ONLY {
             o.remove(k);
+        }
+        // The discovered tools GET shows (`[{name, description}]`); the allow-list is
+        // `allowed_tools`.
+        if o.get("tools")
+            .is_some_and(|t| t.as_array().is_some_and(|a| a.iter().all(Value::is_object)))
+        {
+            o.remove("tools");
         }
     }
     unmask(&mut body, current).map_err(|e| ApiError::validation(&e.field, e.message))?;
@@ -282,7 +465,11 @@ fn storage_error(e: agentry_mcp::stored::StorageError) -> ApiError {
     }
 }
 
-fn new_row(user: UserId, stored: agentry_mcp::stored::StoredMcpServer) -> NewMcpServer {
+fn new_row(
+    user: UserId,
+    stored: agentry_mcp::stored::StoredMcpServer,
+    policy: Option<&RestPolicy>,
+) -> NewMcpServer {
     NewMcpServer {
         user_id: user,
         name: stored.name,
@@ -294,6 +481,7 @@ fn new_row(user: UserId, stored: agentry_mcp::stored::StoredMcpServer) -> NewMcp
         headers_encrypted: stored.headers_encrypted,
         disabled: stored.disabled,
         timeout_secs: stored.timeout_secs,
+        policy: RestPolicy::stored(policy),
     }
 }
 
@@ -340,7 +528,10 @@ pub async fn list_servers(
         });
         let status = shadowed.as_ref().or(live.get(&row.name));
         match join_from_storage(&stored_of(&row), state.secrets.as_ref()) {
-            Ok(config) => out.push(view(&config, status)),
+            Ok(config) => out.push(with_policy(
+                view(&config, status),
+                RestPolicy::of_row(&row).ok().flatten().as_ref(),
+            )),
             // A row whose secrets no longer open (the key changed) is still listed, flagged.
             Err(e) => out.push(json!({"name": row.name, "transport": row.transport, "disabled": row.disabled, "status": "error", "status_message": e.to_string(), "source": "user", "read_only": false})),
         }
@@ -357,7 +548,7 @@ pub async fn list_servers(
     tag = "mcp",
     params(("user_id" = String, Path, description = "User id (UUID)"), ("name" = String, Path, description = "Server name")),
     responses(
-        (status = 200, description = "The server, secrets masked, with its live status", body = Object),
+        (status = 200, description = "The server, secrets masked, with its policy (`allowed_tools`, `rate_limit_per_minute`, `health_check` when set), its live status (`status`, and the last error in `status_message`) and, while connected, the `tools` it offers", body = Object),
         (status = 400, description = "`user_id` is not a UUID", body = agentry_schema::ErrorResponse),
         (status = 401, description = "No usable API key", body = agentry_schema::ErrorResponse),
         (status = 403, description = "The platform admin key (it has no tenant)", body = agentry_schema::ErrorResponse),
@@ -388,11 +579,18 @@ pub async fn get_server(
         join_from_storage(&stored_of(&row), state.secrets.as_ref()).map_err(storage_error)?;
     let live = statuses(&state, &caller, user).await;
     let tools = tools_of(&state, &caller, user).await;
-    Ok(Json(with_tools(view(&config, live.get(&row.name)), &tools)))
+    let policy =
+        RestPolicy::of_row(&row).map_err(|e| ApiError::internal("mcp server policy", e))?;
+    Ok(Json(with_tools(
+        with_policy(view(&config, live.get(&row.name)), policy.as_ref()),
+        &tools,
+    )))
 }
 
 /// Add a server for the user: `{name, command, args, env}` for a local server, `{name, url,
-/// headers, auth}` for a Streamable HTTP one (see docs/mcp.md for every field).
+/// headers, auth}` for a Streamable HTTP one, and optionally what the MCP config file sets for a
+/// platform server: `allowed_tools`, `rate_limit_per_minute`, `health_check: {endpoint,
+/// interval_secs, timeout_secs}`, and `timeout_secs` (see docs/mcp.md for every field).
 #[utoipa::path(
     post,
     path = "/api/v1/users/{user_id}/mcp-servers",
@@ -418,7 +616,12 @@ pub async fn add_server(
     body: ApiJson<Value>,
 ) -> ApiResult<HttpResponse> {
     let user = owner(&state, &caller, user.into_inner()).await?;
-    let config = config_from_body(body.into_inner(), None)?;
+    let mut body = body.into_inner();
+    let policy = RestPolicy::take(&mut body)?;
+    let config = config_from_body(body, None)?;
+    if let Some(p) = &policy {
+        p.check(&config)?;
+    }
     admissible(&state, &caller, &config).await?;
     if platform_server(&state, &config.name).is_some() {
         return Err(platform_name_taken(&config.name));
@@ -444,9 +647,14 @@ pub async fn add_server(
         ));
     }
     let stored = split_for_storage(&config, state.secrets.as_ref()).map_err(storage_error)?;
-    mcp_servers::create(&state.db, &caller.scope(), new_row(user, stored)).await?;
+    mcp_servers::create(
+        &state.db,
+        &caller.scope(),
+        new_row(user, stored, policy.as_ref()),
+    )
+    .await?;
     notify(&state, &caller, user, &config.name).await;
-    Ok(HttpResponse::Created().json(view(&config, None)))
+    Ok(HttpResponse::Created().json(with_policy(view(&config, None), policy.as_ref())))
 }
 
 /// Replace a server's configuration (its connection is closed; the next run reconnects). A
@@ -487,7 +695,10 @@ pub async fn replace_server(
     };
     // Secrets that no longer open (the key changed) cannot be kept: they must be given again.
     let stored = join_from_storage(&stored_of(&current), state.secrets.as_ref()).ok();
-    let config = config_from_body(body.into_inner(), stored.as_ref())?;
+    // PUT replaces: a policy left out of the body is removed, as any other field.
+    let mut body = body.into_inner();
+    let policy = RestPolicy::take(&mut body)?;
+    let config = config_from_body(body, stored.as_ref())?;
     if config.name != name.0.as_str() {
         return Err(ApiError::validation(
             "name",
@@ -497,11 +708,19 @@ pub async fn replace_server(
             ),
         ));
     }
+    if let Some(p) = &policy {
+        p.check(&config)?;
+    }
     admissible(&state, &caller, &config).await?;
     let stored = split_for_storage(&config, state.secrets.as_ref()).map_err(storage_error)?;
-    mcp_servers::replace(&state.db, &caller.scope(), new_row(user, stored)).await?;
+    mcp_servers::replace(
+        &state.db,
+        &caller.scope(),
+        new_row(user, stored, policy.as_ref()),
+    )
+    .await?;
     notify(&state, &caller, user, &config.name).await;
-    Ok(Json(view(&config, None)))
+    Ok(Json(with_policy(view(&config, None), policy.as_ref())))
 }
 
 /// Remove a server (its connection is closed).
