@@ -276,6 +276,8 @@ pub const ROUTES: &[Route] = &[
 fn expected_custom(route: Route) -> u16 {
     match route {
         Health | HealthLive | HealthReady | Metrics | OpenApi | Me => 200,
+        // Public: no key needed, so no area applies.
+        ResourceMetadata | McpResourceMetadata => 200,
         // audit
         ListExecutions | ListToolCalls => 200,
         ListExecutionsOfAnother | ListToolCallsOfAnother => 403,
