@@ -629,7 +629,11 @@ impl CallerToolSource {
             }
         };
         let reply = match pool
-            .send(agentry_actors::mcp_pool::UserTools { user: user.user_id })
+            .send(agentry_actors::mcp_pool::UserTools {
+                user: user.user_id,
+                // `/mcp` has no assistant: every server of the caller may be used.
+                patterns: None,
+            })
             .await
         {
             Ok(reply) => reply,
