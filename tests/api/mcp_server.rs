@@ -734,6 +734,8 @@ pub async fn oauth_resource_metadata(ctx: &Ctx) {
     assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(r.body["resource"], ctx.url("/mcp"));
     assert_eq!(r.body["bearer_methods_supported"], json!(["header"]));
+    // Built from this request's Host: not for a shared cache.
+    assert_eq!(r.headers["cache-control"], "no-store");
     // Agentry validates no external authorization server's tokens, so it names none.
     assert!(r.body.get("authorization_servers").is_none(), "{}", r.body);
     let root = ctx
@@ -774,6 +776,7 @@ pub async fn oauth_resource_metadata(ctx: &Ctx) {
         ))
         .await;
     assert_eq!(r.body["resource"], "https://agentry.example/mcp");
+    assert!(!r.headers.contains_key("cache-control"), "{:?}", r.headers);
 }
 
 /// The official Python SDK client works against `/mcp` with an API key as its bearer token.

@@ -304,8 +304,15 @@ pub const MCP_RESOURCE_METADATA: &str = "/.well-known/oauth-protected-resource/m
 /// The base URL clients reach this server by: `mcp.public_url`, else the request's own scheme
 /// and host (`Forwarded`/`X-Forwarded-*` behind a proxy).
 fn public_base(req: &actix_web::HttpRequest) -> String {
-    let configured = req
-        .app_data::<web::Data<crate::state::AppState>>()
+    configured_base(req).unwrap_or_else(|| {
+        let info = req.connection_info();
+        format!("{}://{}", info.scheme(), info.host())
+    })
+}
+
+/// `mcp.public_url` without its trailing `/`, when set.
+fn configured_base(req: &actix_web::HttpRequest) -> Option<String> {
+    req.app_data::<web::Data<crate::state::AppState>>()
         .map(|s| {
             s.settings
                 .mcp
@@ -314,19 +321,20 @@ fn public_base(req: &actix_web::HttpRequest) -> String {
                 .trim_end_matches('/')
                 .to_string()
         })
-        .unwrap_or_default();
-    if !configured.is_empty() {
-        return configured;
-    }
-    let info = req.connection_info();
-    format!("{}://{}", info.scheme(), info.host())
+        .filter(|u| !u.is_empty())
 }
 
 /// The RFC 9728 metadata of `resource`. It names no authorization server: `/mcp` accepts
 /// Agentry API keys as bearer tokens and validates no tokens of an external authorization
 /// server (docs/mcp.md, "OAuth").
-fn resource_metadata(resource: String, base: &str) -> HttpResponse {
-    HttpResponse::Ok().json(json!({
+fn resource_metadata(req: &actix_web::HttpRequest, resource: String, base: &str) -> HttpResponse {
+    let mut res = HttpResponse::Ok();
+    if configured_base(req).is_none() {
+        // Built from the request's own headers (`Host`, `X-Forwarded-*`): no shared cache may
+        // keep one client's answer for another.
+        res.insert_header((header::CACHE_CONTROL, "no-store"));
+    }
+    res.json(json!({
         "resource": resource,
         "bearer_methods_supported": ["header"],
         "resource_name": "Agentry",
@@ -344,7 +352,7 @@ fn resource_metadata(resource: String, base: &str) -> HttpResponse {
 )]
 pub async fn root_resource_metadata(req: actix_web::HttpRequest) -> HttpResponse {
     let base = public_base(&req);
-    resource_metadata(base.clone(), &base)
+    resource_metadata(&req, base.clone(), &base)
 }
 
 /// The OAuth protected-resource metadata of `/mcp` (RFC 9728, path-suffixed form; the URL a 401
@@ -358,7 +366,7 @@ pub async fn root_resource_metadata(req: actix_web::HttpRequest) -> HttpResponse
 )]
 pub async fn mcp_resource_metadata(req: actix_web::HttpRequest) -> HttpResponse {
     let base = public_base(&req);
-    resource_metadata(format!("{base}/mcp"), &base)
+    resource_metadata(&req, format!("{base}/mcp"), &base)
 }
 
 /// A 401 of `/mcp` with `WWW-Authenticate` (RFC 6750 §3, RFC 9728 §5.1): the scheme, where the
