@@ -1505,7 +1505,7 @@ impl Agent {
         };
         crate::metrics::record_tool_call(&call.name, done.outcome_label(), done.duration);
         let (content, is_error) = match result {
-            Ok(out) => (out.content.clone(), out.is_error),
+            Ok(out) => (shown_to_clients(out), out.is_error),
             Err(e) => (e.to_model_json(), true),
         };
         self.sink.emit(EventPayload::ToolResult(ToolResultData {
@@ -1798,4 +1798,25 @@ impl UserInteraction for LoopInteraction {
         }
         result
     }
+}
+
+/// A result as clients see it in `tool_result`: what the model read, plus the images it got as
+/// image parts (`images`: `[{"mime_type", "data"}]`), so a client can draw them (the console
+/// does). The images are not in the model's text, nor in the run's stored history.
+fn shown_to_clients(out: &agentry_tools::tool::ToolOutput) -> Value {
+    let mut content = out.content.clone();
+    if !out.images.is_empty()
+        && let Value::Object(map) = &mut content
+    {
+        map.insert(
+            "images".into(),
+            Value::Array(
+                out.images
+                    .iter()
+                    .map(|i| serde_json::json!({"mime_type": i.mime_type, "data": i.data}))
+                    .collect(),
+            ),
+        );
+    }
+    content
 }

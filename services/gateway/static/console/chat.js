@@ -524,15 +524,24 @@ function toolCall(d) {
   s.tools.set(d.tool_call_id, { el, result, progress });
 }
 
-/** Raster images an MCP tool returned (`{"type": "image", "data": base64, "mimeType"}` content
- * blocks), shown inline; the JSON keeps a short stand-in for their data. */
+/** Raster images a tool returned, shown inline; the JSON keeps a short stand-in for their data.
+ * They come as the result's `images` (`[{"mime_type", "data": base64}]`, what the model was sent
+ * as image parts), or, from older runs, as MCP content blocks (`{"type": "image", "data",
+ * "mimeType"}`). */
 const IMAGE_TYPES = ["image/png", "image/jpeg", "image/gif", "image/webp"];
+const BASE64 = /^[A-Za-z0-9+/=\s]+$/;
 function toolImages(result) {
-  const blocks = result && typeof result === "object" && Array.isArray(result.content) ? result.content : [];
-  const images = blocks.filter((b) => b && b.type === "image" && IMAGE_TYPES.includes(b.mimeType) && typeof b.data === "string" && /^[A-Za-z0-9+/=\s]+$/.test(b.data));
-  if (!images.length) return { images: [], shown: result };
-  const shown = { ...result, content: blocks.map((b) => (images.includes(b) ? { ...b, data: `(${b.data.length} base64 characters, shown below)` } : b)) };
-  return { images: images.map((b) => h("img", { class: "tool-image", src: `data:${b.mimeType};base64,${b.data}`, alt: `image from the tool (${b.mimeType})` })), shown };
+  if (!result || typeof result !== "object") return { images: [], shown: result };
+  const img = (mime, data) => h("img", { class: "tool-image", src: `data:${mime};base64,${data}`, alt: `image from the tool (${mime})` });
+  const stand = (data) => `(${data.length} base64 characters, shown below)`;
+  const listed = Array.isArray(result.images) ? result.images.filter((i) => i && IMAGE_TYPES.includes(i.mime_type) && typeof i.data === "string" && BASE64.test(i.data)) : [];
+  const blocks = Array.isArray(result.content) ? result.content : [];
+  const inBlocks = blocks.filter((b) => b && b.type === "image" && IMAGE_TYPES.includes(b.mimeType) && typeof b.data === "string" && BASE64.test(b.data));
+  if (!listed.length && !inBlocks.length) return { images: [], shown: result };
+  const shown = { ...result };
+  if (listed.length) shown.images = result.images.map((i) => (listed.includes(i) ? { ...i, data: stand(i.data) } : i));
+  if (inBlocks.length) shown.content = blocks.map((b) => (inBlocks.includes(b) ? { ...b, data: stand(b.data) } : b));
+  return { images: [...listed.map((i) => img(i.mime_type, i.data)), ...inBlocks.map((b) => img(b.mimeType, b.data))], shown };
 }
 
 function toolResult(d) {
