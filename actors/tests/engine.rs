@@ -1042,6 +1042,7 @@ async fn startup_recovery_resumes_or_interrupts_unfinished_runs() {
                 input: "hello".into(),
                 trace_id: None,
                 status: ExecutionStatus::Running,
+                role: None,
             },
         )
         .await

@@ -362,6 +362,7 @@ impl Ctx {
                 input: "message 0".into(),
                 trace_id: None,
                 status: executions::ExecutionStatus::Running,
+                role: None,
             },
         )
         .await

@@ -207,6 +207,67 @@ pub async fn seqs_keep_their_meaning_across_kill9(ctx: &mut Ctx, fake: &FakeMode
     );
 }
 
+/// kill -9 mid-run of a tenant admin's key narrowed to a custom role: the run resumed after the
+/// restart is offered only the role's tools, as before the crash (it took the admin's before
+/// the run's role was recorded).
+pub async fn a_resumed_run_keeps_its_keys_role(ctx: &mut Ctx, fake: &FakeModelServer) {
+    let t = ctx.tenant().await;
+    ctx.ok(
+        Method::POST,
+        "/api/v1/tenant/roles",
+        &t.admin.key,
+        Some(json!({"name": "reader", "tools": ["files:read_file"], "areas": ["chat"]})),
+        201,
+    )
+    .await;
+    let key = ctx
+        .ok(
+            Method::POST,
+            "/api/v1/tenant/api-keys",
+            &t.admin.key,
+            Some(json!({"user_id": t.admin.user_id, "name": "narrow", "custom_role": "reader"})),
+            201,
+        )
+        .await["key"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let sid = new_session(ctx, &key).await;
+    fake.push(long_stream(300, 15));
+    fake.push(FakeReply::text("the resumed answer"));
+    let before = fake.requests().len();
+    let mut ws = ws_connect(ctx, &key, &sid).await;
+    chat(&mut ws, "stream for a while").await;
+    let mut last = 0;
+    let mut texts = 0;
+    while texts < 20 {
+        let e = next_json(&mut ws).await;
+        texts += usize::from(e["event_type"] == "text");
+        last = e["seq"].as_u64().unwrap_or(last);
+    }
+    ctx.server.crash_and_restart().await;
+    let mut ws = reconnect(ctx, &key, &sid, last).await;
+    let after = until_done(&mut ws).await;
+    assert_eq!(
+        after.last().unwrap()["data"]["status"],
+        "completed",
+        "{after:?}"
+    );
+    let requests = fake.requests();
+    assert!(
+        requests.len() >= before + 2,
+        "the model was asked before and after the restart"
+    );
+    for (i, r) in requests[before..].iter().enumerate() {
+        let tools = crate::policy::offered(r);
+        assert_eq!(
+            tools,
+            std::collections::BTreeSet::from(["read_file".to_string()]),
+            "model request {i} (the first before the crash, the rest after) offers the key's role's tools"
+        );
+    }
+}
+
 async fn until_done_of(ws: &mut Socket, run: &str) -> Vec<Value> {
     let mut out = Vec::new();
     loop {

@@ -431,6 +431,13 @@ async fn kill9_mid_stream_never_reuses_a_seq_and_resuming_clients_get_the_notice
 }
 
 #[tokio::test]
+async fn kill9_a_resumed_run_keeps_the_role_of_the_key_that_started_it() {
+    let (fake, mut ctx) =
+        durability::start(agentry_fake_model::DefaultReply::Auto, None, &[]).await;
+    durability::a_resumed_run_keeps_its_keys_role(&mut ctx, &fake).await;
+}
+
+#[tokio::test]
 async fn kill9_churn_leaves_every_run_with_exactly_one_done() {
     let (_fake, mut ctx) = durability::start(churn_model(), None, &[]).await;
     durability::churn_every_run_has_exactly_one_done(&mut ctx).await;

@@ -322,7 +322,7 @@ pub async fn auto_approve_rights(ctx: &Ctx) {
 }
 
 /// The tool names a model request offered, on either wire.
-fn offered(req: &RecordedRequest) -> BTreeSet<String> {
+pub fn offered(req: &RecordedRequest) -> BTreeSet<String> {
     req.body["tools"]
         .as_array()
         .map(|tools| {

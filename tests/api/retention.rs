@@ -94,6 +94,7 @@ async fn finished_session<C: ConnectionTrait>(
             input: "hello".into(),
             trace_id: None,
             status: executions::ExecutionStatus::Running,
+            role: None,
         },
     )
     .await
@@ -286,6 +287,7 @@ pub async fn one_sweep_removes_old_rows_and_keeps_active_ones(ctx: &Ctx) {
             input: "approve me".into(),
             trace_id: None,
             status: executions::ExecutionStatus::Running,
+            role: None,
         },
     )
     .await

@@ -560,6 +560,10 @@ impl ChildJob {
                 input: description.to_string(),
                 trace_id,
                 status: ExecutionStatus::Running,
+                role: Some(agentry_schema::roles::Grant {
+                    role: self.parent.role,
+                    custom: self.parent.custom_role,
+                }),
             },
             self.parent.run_id,
             &self.call_id,

@@ -101,6 +101,7 @@ impl Handler<StartChat> for SessionActor {
                 input: msg.message,
                 trace_id: agentry_schema::trace_context::trace_id(&span),
                 status: ExecutionStatus::Queued,
+                role: Some(msg.user.grant()),
             };
             let user = msg.user;
             let request_id = msg.request_id;

@@ -1765,17 +1765,39 @@ struct Recovery {
     children: Vec<(RunId, RunId)>,
 }
 
-async fn user_scope(deps: &EngineDeps, scope: &TenantScope, user_id: UserId) -> UserScope {
-    let (role, custom_role) = users::get(&deps.db, scope, user_id)
+/// Whom a recovered run acts for: the role it was started with (`exec.role`), never more
+/// than its user has now — the rule a key follows (an admin's run keeps the narrower role its
+/// key had; anyone else's takes the user's current role). Rows from before the role was
+/// recorded take the user's.
+async fn user_scope(
+    deps: &EngineDeps,
+    scope: &TenantScope,
+    exec: &executions::Execution,
+) -> UserScope {
+    let user = users::get(&deps.db, scope, exec.user_id)
         .await
         .ok()
-        .flatten()
-        .map_or((Role::Member, None), |u| (u.role, u.custom_role));
+        .flatten();
+    let grant = resumed_grant(user.map(|u| (u.role, u.custom_role)), exec.role);
     UserScope {
         tenant: *scope,
-        user_id,
-        role,
-        custom_role,
+        user_id: exec.user_id,
+        role: grant.role,
+        custom_role: grant.custom,
+    }
+}
+
+/// [`user_scope`]'s rule, apart: `user` is the user's role now (`None`: gone), `started` the
+/// run's recorded role.
+fn resumed_grant(
+    user: Option<(Role, Option<agentry_schema::roles::RoleName>)>,
+    started: Option<agentry_schema::roles::Grant>,
+) -> agentry_schema::roles::Grant {
+    use agentry_schema::roles::Grant;
+    match (user, started) {
+        (None, _) => Role::Member.into(),
+        (Some((Role::Admin, _)), Some(started)) => started,
+        (Some((role, custom)), _) => Grant { role, custom },
     }
 }
 
@@ -1849,13 +1871,13 @@ async fn load_recovery(
                     }
                 },
             };
-            let user = user_scope(deps, scope, exec.user_id).await;
+            let user = user_scope(deps, scope, &exec).await;
             active = Some((exec.id, user, restart));
         }
     }
     let mut queued = Vec::new();
     for exec in queued_runs {
-        let user = user_scope(deps, scope, exec.user_id).await;
+        let user = user_scope(deps, scope, &exec).await;
         queued.push((exec.id, user));
     }
     Ok(Recovery {
@@ -1978,6 +2000,7 @@ async fn prepare_run(
                 // prepare_run runs in the run's span.
                 trace_id: agentry_schema::trace_context::trace_id(&tracing::Span::current()),
                 status: ExecutionStatus::Running,
+                role: Some(user.grant()),
             }),
             None,
         ),
@@ -2263,5 +2286,50 @@ impl SessionActor {
             instance: self.instance,
             restart,
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use agentry_schema::roles::{Grant, RoleName};
+
+    use super::*;
+
+    #[test]
+    fn a_recovered_run_keeps_its_narrower_role_and_never_exceeds_its_user() {
+        let analyst = RoleName::parse("analyst").unwrap();
+        let admin = Some((Role::Admin, None));
+        // A tenant admin's narrowed key: the resumed run keeps the narrow role.
+        assert_eq!(
+            resumed_grant(admin, Some(Role::Member.into())),
+            Role::Member.into()
+        );
+        assert_eq!(
+            resumed_grant(admin, Some(Grant::custom(analyst))),
+            Grant::custom(analyst)
+        );
+        assert_eq!(
+            resumed_grant(admin, Some(Role::Admin.into())),
+            Role::Admin.into()
+        );
+        // A user demoted since the run started: the user's role now.
+        assert_eq!(
+            resumed_grant(Some((Role::Member, None)), Some(Role::Admin.into())),
+            Role::Member.into()
+        );
+        assert_eq!(
+            resumed_grant(
+                Some((Role::Member, Some(analyst))),
+                Some(Role::Admin.into())
+            ),
+            Grant::custom(analyst)
+        );
+        // Rows from before the role was recorded: the user's role, as before.
+        assert_eq!(resumed_grant(admin, None), Role::Admin.into());
+        // A user gone: nothing beyond member.
+        assert_eq!(
+            resumed_grant(None, Some(Role::Admin.into())),
+            Role::Member.into()
+        );
     }
 }

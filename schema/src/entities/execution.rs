@@ -28,6 +28,9 @@ pub struct Model {
     pub parent_execution_id: Option<Uuid>,
     /// The parent's tool call that started this run.
     pub parent_tool_call_id: Option<String>,
+    /// The role the run was started with (`admin`, `member` or a custom role's name); null on
+    /// rows from before it was recorded.
+    pub role: Option<String>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

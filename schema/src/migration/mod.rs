@@ -20,6 +20,7 @@ mod m20261126_000800_task_runs;
 mod m20261126_000900_memory_scopes;
 mod m20261126_001000_custom_roles;
 mod m20261126_001100_mcp_server_policy;
+mod m20261126_001200_execution_role;
 
 pub struct Migrator;
 
@@ -43,6 +44,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261126_000900_memory_scopes::Migration),
             Box::new(m20261126_001000_custom_roles::Migration),
             Box::new(m20261126_001100_mcp_server_policy::Migration),
+            Box::new(m20261126_001200_execution_role::Migration),
         ]
     }
 }

@@ -878,6 +878,7 @@ impl McpAudit {
                 input: format!("MCP tools/call {}", call.tool.name),
                 trace_id: None,
                 status: ExecutionStatus::Running,
+                role: Some(self.user.grant()),
             },
         )
         .await

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use agentry_schema::entities::{execution, session_event};
 use agentry_schema::events::{ExecutionEvent, TokenUsage};
 use agentry_schema::ids::{RunId, SessionId, TenantId, UserId};
+use agentry_schema::roles::Grant;
 
 use crate::{
     PageRequest, PlatformScope, Result, StoreError, TenantScope, corrupt, now, sanitize_text,
@@ -90,6 +91,9 @@ pub struct Execution {
     pub parent_execution_id: Option<RunId>,
     /// The parent's tool call that started this run.
     pub parent_tool_call_id: Option<String>,
+    /// The role the run was started with: a resumed or queued run keeps it. `None` on rows
+    /// from before it was recorded.
+    pub role: Option<Grant>,
 }
 
 impl TryFrom<execution::Model> for Execution {
@@ -118,6 +122,7 @@ impl TryFrom<execution::Model> for Execution {
             updated_at: m.updated_at,
             parent_execution_id: m.parent_execution_id.map(RunId::from),
             parent_tool_call_id: m.parent_tool_call_id,
+            role: m.role.as_deref().and_then(Grant::parse),
         })
     }
 }
@@ -132,6 +137,8 @@ pub struct NewExecution {
     pub trace_id: Option<String>,
     /// `Running`, or `Queued` behind the session's active run.
     pub status: ExecutionStatus,
+    /// The caller's effective role, kept for a resumed or queued run.
+    pub role: Option<Grant>,
 }
 
 /// Store a new execution and return it as stored.
@@ -234,6 +241,7 @@ fn row(scope: &TenantScope, new: NewExecution) -> execution::ActiveModel {
         updated_at: Set(ts),
         parent_execution_id: Set(None),
         parent_tool_call_id: Set(None),
+        role: Set(new.role.map(|g| g.as_str().to_string())),
     }
 }
 

@@ -117,6 +117,14 @@ pub struct UserScope {
 }
 
 impl UserScope {
+    /// The caller's role as one value (what a run records).
+    pub fn grant(&self) -> Grant {
+        Grant {
+            role: self.role,
+            custom: self.custom_role,
+        }
+    }
+
     pub fn is_admin(&self) -> bool {
         self.role == Role::Admin
     }

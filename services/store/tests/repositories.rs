@@ -1132,11 +1132,21 @@ async fn executions_lifecycle_and_listing(db: DatabaseConnection) {
             input: "hi".into(),
             trace_id: Some("abc".into()),
             status: ExecutionStatus::Running,
+            // The longest a custom role's name may be: the column holds it on every backend.
+            role: Some(agentry_schema::roles::Grant::custom(
+                agentry_schema::roles::RoleName::parse(&"r".repeat(32)).unwrap(),
+            )),
         },
     )
     .await
     .unwrap();
     assert_eq!(e.status, ExecutionStatus::Running);
+    let stored = executions::get(&db, &scope, run).await.unwrap().unwrap();
+    assert_eq!(
+        stored.role.map(|g| g.as_str().to_string()),
+        Some("r".repeat(32)),
+        "the run's role is kept for its recovery"
+    );
     assert_eq!(
         executions::active_for_session(&db, &scope, sid)
             .await
@@ -1342,6 +1352,7 @@ async fn audit_lists_filter_by_user_assistant_tool_outcome_and_time(db: Database
                 input: "hi".into(),
                 trace_id: None,
                 status: ExecutionStatus::Running,
+                role: None,
             },
         )
         .await
@@ -1583,6 +1594,7 @@ async fn a_runs_end_is_one_idempotent_write_and_reservations_only_rise(db: Datab
         input: "hi".into(),
         trace_id: None,
         status,
+        role: None,
     };
     let run = executions::create(&db, &scope, mk_run(ExecutionStatus::Running))
         .await
@@ -2056,6 +2068,7 @@ async fn usage_by_day_counts_runs_tokens_and_calls(db: DatabaseConnection) {
                 input: "x".into(),
                 trace_id: None,
                 status: ExecutionStatus::Running,
+                role: None,
             },
         )
         .await
@@ -2618,6 +2631,7 @@ async fn an_owner_whose_fencing_token_is_stale_writes_nothing(db: DatabaseConnec
             input: "hi".into(),
             trace_id: None,
             status: ExecutionStatus::Running,
+            role: None,
         },
     )
     .await
