@@ -45,7 +45,7 @@ impl ExecutionStatus {
         ExecutionStatus::Interrupted,
     ];
 
-    pub fn as_str(self) -> &'static str {
+    pub const fn as_str(self) -> &'static str {
         match self {
             ExecutionStatus::Queued => "queued",
             ExecutionStatus::Running => "running",
@@ -208,10 +208,7 @@ pub async fn unfinished_children(
         .filter(execution::Column::TenantId.eq(scope.uuid()))
         .filter(execution::Column::SessionId.eq(session_id.0))
         .filter(execution::Column::ParentExecutionId.is_not_null())
-        .filter(execution::Column::Status.is_in([
-            ExecutionStatus::Running.as_str(),
-            ExecutionStatus::WaitingApproval.as_str(),
-        ]))
+        .filter(execution::Column::Status.is_in(IN_PROGRESS))
         .order_by_desc(execution::Column::StartedAt)
         .all(db)
         .await?
@@ -437,7 +434,18 @@ where
     Ok(())
 }
 
-const UNFINISHED: [&str; 3] = ["queued", "running", "waiting_approval"];
+/// A run going or waiting for a person: what recovery resumes and a session waits for.
+pub(crate) const IN_PROGRESS: [&str; 2] = [
+    ExecutionStatus::Running.as_str(),
+    ExecutionStatus::WaitingApproval.as_str(),
+];
+
+/// [`IN_PROGRESS`], or queued behind one: not ended.
+pub(crate) const UNFINISHED: [&str; 3] = [
+    ExecutionStatus::Queued.as_str(),
+    ExecutionStatus::Running.as_str(),
+    ExecutionStatus::WaitingApproval.as_str(),
+];
 
 /// Runs of the last `since` that ended (a final status) but whose stream holds no `done`:
 /// what a crash between the two writes left before they were one transaction. Start-up
@@ -562,10 +570,7 @@ pub async fn list_unfinished(
     _: &PlatformScope,
 ) -> Result<Vec<Execution>> {
     execution::Entity::find()
-        .filter(execution::Column::Status.is_in([
-            ExecutionStatus::Running.as_str(),
-            ExecutionStatus::WaitingApproval.as_str(),
-        ]))
+        .filter(execution::Column::Status.is_in(IN_PROGRESS))
         .order_by_asc(execution::Column::StartedAt)
         .all(db)
         .await?
@@ -585,11 +590,7 @@ pub async fn sessions_with_open_runs(
         .column(execution::Column::TenantId)
         .column(execution::Column::SessionId)
         .distinct()
-        .filter(execution::Column::Status.is_in([
-            ExecutionStatus::Running.as_str(),
-            ExecutionStatus::WaitingApproval.as_str(),
-            ExecutionStatus::Queued.as_str(),
-        ]))
+        .filter(execution::Column::Status.is_in(UNFINISHED))
         .into_tuple()
         .all(db)
         .await?;
@@ -650,10 +651,7 @@ pub async fn active_for_session(
         .filter(execution::Column::TenantId.eq(scope.uuid()))
         .filter(execution::Column::SessionId.eq(session_id.0))
         .filter(execution::Column::ParentExecutionId.is_null())
-        .filter(execution::Column::Status.is_in([
-            ExecutionStatus::Running.as_str(),
-            ExecutionStatus::WaitingApproval.as_str(),
-        ]))
+        .filter(execution::Column::Status.is_in(IN_PROGRESS))
         .order_by_desc(execution::Column::StartedAt)
         .one(db)
         .await?

@@ -17,11 +17,10 @@ use sea_orm::{
 use agentry_schema::entities::{checkpoint, execution, memory, session, session_event};
 use agentry_schema::ids::{SessionId, TenantId, UserId};
 
+// Run statuses that may still need their checkpoint (or keep their session busy).
+use crate::executions::UNFINISHED;
 use crate::sessions::SessionState;
 use crate::{PlatformScope, Result, TenantScope};
-
-/// Run statuses that may still need their checkpoint (or keep their session busy).
-const UNFINISHED: [&str; 3] = ["queued", "running", "waiting_approval"];
 
 /// A session the sweep may delete.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

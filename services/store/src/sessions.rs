@@ -361,7 +361,7 @@ pub async fn floor_and_active(
             .and_where(Expr::col(execution::Column::TenantId).eq(scope.uuid()))
             .and_where(Expr::col(execution::Column::SessionId).eq(id.0))
             .and_where(Expr::col(execution::Column::ParentExecutionId).is_null())
-            .and_where(Expr::col(execution::Column::Status).is_in(["running", "waiting_approval"]))
+            .and_where(Expr::col(execution::Column::Status).is_in(crate::executions::IN_PROGRESS))
             .order_by(execution::Column::StartedAt, Order::Desc)
             .limit(1)
             .to_owned();
