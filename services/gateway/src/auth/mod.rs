@@ -304,7 +304,8 @@ pub async fn authenticate(
             span.record("tenant_id", tracing::field::display(t.tenant_id()));
             span.record("user_id", tracing::field::display(t.user_id()));
             // A custom role's REST areas, before any handler (or WebSocket upgrade) runs.
-            if let Some(area) = RestArea::of_path(req.path())
+            if t.custom_role().is_some()
+                && let Some(area) = RestArea::of_path(req.path())
                 && let Err(e) = t.may_use(area)
             {
                 return Ok(req.into_response(e.error_response()));
