@@ -123,6 +123,13 @@ impl Grant {
     pub fn is_admin(&self) -> bool {
         self.role == Role::Admin
     }
+
+    /// What a grant made earlier (a key's, a run's) gives now that its user holds `user`: the
+    /// grant itself under a tenant admin, who may hold any role of the tenant; for anyone else
+    /// exactly the user's role, so it never gives more than the user has.
+    pub fn under(self, user: Grant) -> Grant {
+        if user.is_admin() { self } else { user }
+    }
 }
 
 /// A role named in a path (`/api/v1/tenant/roles/{role}`).

@@ -1778,7 +1778,7 @@ async fn user_scope(
         .await
         .ok()
         .flatten();
-    let grant = resumed_grant(user.map(|u| (u.role, u.custom_role)), exec.role);
+    let grant = resumed_grant(user.map(|u| u.grant()), exec.role);
     UserScope {
         tenant: *scope,
         user_id: exec.user_id,
@@ -1790,14 +1790,13 @@ async fn user_scope(
 /// [`user_scope`]'s rule, apart: `user` is the user's role now (`None`: gone), `started` the
 /// run's recorded role.
 fn resumed_grant(
-    user: Option<(Role, Option<agentry_schema::roles::RoleName>)>,
+    user: Option<agentry_schema::roles::Grant>,
     started: Option<agentry_schema::roles::Grant>,
 ) -> agentry_schema::roles::Grant {
-    use agentry_schema::roles::Grant;
     match (user, started) {
         (None, _) => Role::Member.into(),
-        (Some((Role::Admin, _)), Some(started)) => started,
-        (Some((role, custom)), _) => Grant { role, custom },
+        (Some(user), Some(started)) => started.under(user),
+        (Some(user), None) => user,
     }
 }
 
@@ -2298,7 +2297,7 @@ mod tests {
     #[test]
     fn a_recovered_run_keeps_its_narrower_role_and_never_exceeds_its_user() {
         let analyst = RoleName::parse("analyst").unwrap();
-        let admin = Some((Role::Admin, None));
+        let admin = Some(Role::Admin.into());
         // A tenant admin's narrowed key: the resumed run keeps the narrow role.
         assert_eq!(
             resumed_grant(admin, Some(Role::Member.into())),
@@ -2314,14 +2313,11 @@ mod tests {
         );
         // A user demoted since the run started: the user's role now.
         assert_eq!(
-            resumed_grant(Some((Role::Member, None)), Some(Role::Admin.into())),
+            resumed_grant(Some(Role::Member.into()), Some(Role::Admin.into())),
             Role::Member.into()
         );
         assert_eq!(
-            resumed_grant(
-                Some((Role::Member, Some(analyst))),
-                Some(Role::Admin.into())
-            ),
+            resumed_grant(Some(Grant::custom(analyst)), Some(Role::Admin.into())),
             Grant::custom(analyst)
         );
         // Rows from before the role was recorded: the user's role, as before.

@@ -8,7 +8,6 @@ use agentry_schema::api::{
 };
 use agentry_schema::ids::{ApiKeyId, TenantId, UserId};
 use agentry_schema::policy::merge_patch;
-use agentry_schema::roles::Grant;
 use agentry_schema::tenancy::{Role, TenantStatus};
 use agentry_store::api_keys::{self, ApiKey, CreatedKey};
 use agentry_store::assistants::{self, AssistantSpec};
@@ -515,10 +514,7 @@ pub async fn create_key(
             format!("user {user_id} is disabled; enable them first"),
         ));
     }
-    let owner_grant = Grant {
-        role: owner.role,
-        custom: owner.custom_role,
-    };
+    let owner_grant = owner.grant();
     let role = match (req.role, req.custom_role.as_deref()) {
         (None, None) => owner_grant,
         (role, Some(custom)) => {

@@ -59,6 +59,15 @@ impl TryFrom<api_key::Model> for ApiKey {
     }
 }
 
+impl ApiKey {
+    pub fn grant(&self) -> Grant {
+        Grant {
+            role: self.role,
+            custom: self.custom_role,
+        }
+    }
+}
+
 /// A freshly created key: the row, and the key itself, which is never retrievable again.
 #[derive(Debug, Clone)]
 pub struct CreatedKey {

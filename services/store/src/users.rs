@@ -26,6 +26,15 @@ pub struct User {
     pub created_at: DateTime<Utc>,
 }
 
+impl User {
+    pub fn grant(&self) -> Grant {
+        Grant {
+            role: self.role,
+            custom: self.custom_role,
+        }
+    }
+}
+
 fn join(u: user::Model, m: Option<membership::Model>) -> Result<User> {
     let grant = match m {
         Some(m) => parse_role(&m.role)?,

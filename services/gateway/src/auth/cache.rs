@@ -12,7 +12,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use agentry_schema::ids::{ApiKeyId, TenantId};
-use agentry_schema::tenancy::Role;
 use agentry_store::api_keys::{self, KeyCheck};
 use agentry_store::{PlatformScope, UserScope, platform_admin_key, tenants, users};
 use chrono::{DateTime, Utc};
@@ -236,11 +235,7 @@ impl KeyResolver {
         // A key never gives more than its user has: an admin's key has its own role (admin,
         // member or a custom role); anyone else's key has the user's role, whatever the key
         // says (a user demoted after the key was made).
-        let (role, custom_role) = if user.role == Role::Admin {
-            (row.role, row.custom_role)
-        } else {
-            (user.role, user.custom_role)
-        };
+        let grant = row.grant().under(user.grant());
         // `last_used_at` is best effort and must not slow the request down; the store writes it
         // at most once a minute per key.
         let touch_db = db.clone();
@@ -255,8 +250,8 @@ impl KeyResolver {
             user: UserScope {
                 tenant: scope,
                 user_id: user.id,
-                role,
-                custom_role,
+                role: grant.role,
+                custom_role: grant.custom,
             },
             key_id: row.id,
         };
@@ -314,6 +309,7 @@ impl KeyResolver {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use agentry_schema::tenancy::Role;
     use agentry_store::tenants::{NewTenant, Quotas};
     use agentry_store::testing::{Backend, TestDb};
 
