@@ -4,7 +4,10 @@
 #
 #   npm/   @modelcontextprotocol/server-everything, server-filesystem, conformance, node@22
 #   conformance-next/  @modelcontextprotocol/conformance, the next (pre-release) version
-#   venv/  mcp-server-time (PyPI) in a Python virtualenv
+#   clients/  the official TypeScript SDK (@modelcontextprotocol/sdk) and MCP Inspector, the
+#          clients the API tests run against /mcp
+#   venv/  mcp-server-time (PyPI) in a Python virtualenv; with it comes the official Python SDK
+#          (`mcp`, with PyJWT and cryptography), on which tests/support/oauth_fixture.py runs
 #
 # Idempotent: a stamp file records the pinned versions; when it matches, the script exits at once.
 # Pass --force to reinstall.
@@ -17,11 +20,13 @@ CONFORMANCE_VERSION="0.1.16"
 CONFORMANCE_NEXT_VERSION="0.2.0-alpha.12"
 NODE22_VERSION="22.23.3"
 MCP_SERVER_TIME_VERSION="2026.10.19"
+TS_SDK_VERSION="1.32.2"
+INSPECTOR_VERSION="2.12.0"
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cache="${AGENTRY_MCP_CACHE:-$repo_root/.cache/mcp}"
 stamp="$cache/.installed"
-want="everything=$SERVER_EVERYTHING_VERSION filesystem=$SERVER_FILESYSTEM_VERSION conformance=$CONFORMANCE_VERSION conformance_next=$CONFORMANCE_NEXT_VERSION node=$NODE22_VERSION time=$MCP_SERVER_TIME_VERSION"
+want="everything=$SERVER_EVERYTHING_VERSION filesystem=$SERVER_FILESYSTEM_VERSION conformance=$CONFORMANCE_VERSION conformance_next=$CONFORMANCE_NEXT_VERSION node=$NODE22_VERSION time=$MCP_SERVER_TIME_VERSION ts_sdk=$TS_SDK_VERSION inspector=$INSPECTOR_VERSION"
 
 if [[ "${1:-}" != "--force" && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
     echo "MCP test servers already installed in $cache"
@@ -53,6 +58,15 @@ fi
 npm install --prefix "$cache/conformance-next" --no-audit --no-fund --loglevel=error --save-exact \
     "@modelcontextprotocol/conformance@$CONFORMANCE_NEXT_VERSION"
 
+echo "installing the TypeScript SDK and MCP Inspector into $cache/clients"
+mkdir -p "$cache/clients"
+if [[ ! -f "$cache/clients/package.json" ]]; then
+    echo '{"name":"agentry-mcp-test-clients","private":true}' > "$cache/clients/package.json"
+fi
+npm install --prefix "$cache/clients" --no-audit --no-fund --loglevel=error --save-exact \
+    "@modelcontextprotocol/sdk@$TS_SDK_VERSION" \
+    "@modelcontextprotocol/inspector@$INSPECTOR_VERSION"
+
 echo "installing mcp-server-time into $cache/venv"
 if [[ ! -x "$cache/venv/bin/python" ]]; then
     python3 -m venv "$cache/venv"
@@ -66,6 +80,9 @@ test -f "$cache/npm/node_modules/@modelcontextprotocol/server-filesystem/dist/in
 test -x "$cache/venv/bin/mcp-server-time"
 test -x "$cache/npm/node_modules/node/bin/node"
 test -f "$cache/conformance-next/node_modules/@modelcontextprotocol/conformance/dist/index.js"
+test -f "$cache/clients/node_modules/@modelcontextprotocol/sdk/dist/esm/client/index.js"
+test -f "$cache/clients/node_modules/@modelcontextprotocol/inspector/clients/launcher/build/index.js"
+"$cache/venv/bin/python" -c "import mcp.server.auth, jwt, cryptography, uvicorn, starlette"
 
 echo "$want" > "$stamp"
 echo "MCP test servers installed in $cache"
