@@ -779,6 +779,11 @@ async fn mcp_server_reexports_only_the_callers_own_mcp_servers() {
 }
 
 #[tokio::test]
+async fn mcp_server_reexports_the_callers_resources_and_prompts() {
+    mcp_server::reexports_the_callers_resources_and_prompts(&Ctx::start().await).await;
+}
+
+#[tokio::test]
 async fn mcp_servers_take_the_config_files_policy_over_rest() {
     mcp_server::rest_policy_of_a_users_server(&Ctx::start().await).await;
 }

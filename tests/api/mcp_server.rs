@@ -819,7 +819,7 @@ pub async fn python_sdk_client(ctx: &Ctx) {
     assert_eq!(r["server"], "agentry", "{r}");
     assert_eq!(
         r["capabilities"],
-        json!(["logging", "prompts", "resources", "tools"]),
+        json!(["completions", "logging", "prompts", "resources", "tools"]),
         "{r}"
     );
     let tools: Vec<&str> = r["tools"]
@@ -1133,4 +1133,229 @@ pub async fn rest_policy_of_a_users_server(ctx: &Ctx) {
         "{listed:?}"
     );
     client.cancel().await.unwrap();
+}
+
+/// The JSON-RPC error code of a failed request, or a panic naming what answered instead.
+fn rpc_code<T: std::fmt::Debug>(r: Result<T, rmcp::ServiceError>) -> (i32, Option<Value>) {
+    match r {
+        Err(rmcp::ServiceError::McpError(e)) => (e.code.0, e.data),
+        other => panic!("expected a JSON-RPC error, got {other:?}"),
+    }
+}
+
+/// `/mcp` re-exports the caller's own MCP servers' resources, resource templates and prompts
+/// (server-everything's), namespaced (`agentry://mcp/<server>/<uri>`, `<server>__<prompt>`),
+/// reads and gets audited, completions forwarded; another user of the tenant, its admin and
+/// another tenant see none of them and cannot read them by URI; a role denied every tool of
+/// the server sees none either.
+pub async fn reexports_the_callers_resources_and_prompts(ctx: &Ctx) {
+    use rmcp::model::{
+        ArgumentInfo, CompleteRequestParams, GetPromptRequestParams, ReadResourceRequestParams,
+        Reference, ResourceContents,
+    };
+    let stdio = json!({"features_enabled": ["stdio_mcp"], "policy": {"stdio_mcp_role": "member"}});
+    let t = ctx.tenant_with(stdio.clone()).await;
+    let other = ctx.tenant_with(stdio).await;
+    ctx.ok(
+        Method::POST,
+        &crate::mcp::servers_path(&t.member.user_id),
+        &t.member.key,
+        Some(json!({
+            "name": "everything",
+            "command": agentry_mcp::testing::node().to_string_lossy(),
+            "args": [agentry_mcp::testing::everything_js().to_string_lossy(), "stdio"],
+        })),
+        201,
+    )
+    .await;
+    const DOC: &str = "agentry://mcp/everything/demo://resource/static/document/features.md";
+    const TEXT_TEMPLATE: &str =
+        "agentry://mcp/everything/demo://resource/dynamic/text/{resourceId}";
+    let read = |uri: &str| ReadResourceRequestParams::new(uri.to_string());
+
+    let client = connect(ctx, &t.member.key, User::answering(vec![])).await;
+    let caps = client.peer_info().unwrap().capabilities.clone();
+    assert!(
+        caps.completions.is_some() && caps.resources.is_some() && caps.prompts.is_some(),
+        "{caps:?}"
+    );
+    let resources = client.list_all_resources().await.unwrap();
+    let uris: Vec<&str> = resources.iter().map(|r| r.uri.as_str()).collect();
+    assert!(uris.contains(&DOC), "{uris:?}");
+    assert!(
+        uris.iter()
+            .all(|u| u.starts_with("agentry://mcp/everything/")),
+        "{uris:?}"
+    );
+    // Text inline as text, under the URI the client asked for.
+    let doc = client.read_resource(read(DOC)).await.unwrap();
+    match &doc.contents[..] {
+        [ResourceContents::TextResourceContents { uri, text, .. }] => {
+            assert_eq!(uri, DOC);
+            assert!(text.contains("Everything Server - Features"), "{text}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // Templates: listed namespaced, and a URI expanded from one reads through.
+    let templates = client.list_all_resource_templates().await.unwrap();
+    assert!(
+        templates.iter().any(|t| t.uri_template == TEXT_TEMPLATE),
+        "{templates:?}"
+    );
+    let dynamic = client
+        .read_resource(read(&TEXT_TEMPLATE.replace("{resourceId}", "7")))
+        .await
+        .unwrap();
+    match &dynamic.contents[..] {
+        [ResourceContents::TextResourceContents { text, .. }] => {
+            assert!(text.starts_with("Resource 7:"), "{text}")
+        }
+        other => panic!("{other:?}"),
+    }
+    // A blob passes through as base64.
+    let blob = client
+        .read_resource(read(
+            "agentry://mcp/everything/demo://resource/dynamic/blob/2",
+        ))
+        .await
+        .unwrap();
+    match &blob.contents[..] {
+        [ResourceContents::BlobResourceContents { blob, .. }] => {
+            use base64::Engine as _;
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(blob)
+                .unwrap();
+            assert!(
+                String::from_utf8_lossy(&bytes).starts_with("Resource 2:"),
+                "{blob}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    // A URI of no server of the caller is "not found" with data.uri (nothing is asked); one the
+    // server does not know is the server's error.
+    let (code, data) = rpc_code(
+        client
+            .read_resource(read(
+                "agentry://mcp/nosuch/demo://resource/static/document/features.md",
+            ))
+            .await,
+    );
+    assert_eq!(code, -32602);
+    assert_eq!(
+        data.unwrap()["uri"],
+        "agentry://mcp/nosuch/demo://resource/static/document/features.md"
+    );
+    rpc_code(
+        client
+            .read_resource(read("agentry://mcp/everything/demo://nothing/here"))
+            .await,
+    );
+
+    // Prompts under `<server>__<prompt>`, with their arguments.
+    let prompts = client.list_all_prompts().await.unwrap();
+    let names: Vec<&str> = prompts.iter().map(|p| p.name.as_str()).collect();
+    assert!(
+        names.contains(&"everything__simple-prompt") && names.contains(&"everything__args-prompt"),
+        "{names:?}"
+    );
+    let mut args = JsonObject::new();
+    args.insert("city".into(), json!("Paris"));
+    let got = client
+        .get_prompt(GetPromptRequestParams::new("everything__args-prompt").with_arguments(args))
+        .await
+        .unwrap();
+    assert_eq!(
+        got.messages[0].content.as_text().map(|t| t.text.as_str()),
+        Some("What's weather in Paris?"),
+        "{got:?}"
+    );
+    // Completions go to the server that owns the prompt.
+    let done = client
+        .complete(CompleteRequestParams::new(
+            Reference::for_prompt("everything__completable-prompt"),
+            ArgumentInfo::new("department", "Eng"),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(done.completion.values, vec!["Engineering".to_string()]);
+    let (code, _) = rpc_code(
+        client
+            .get_prompt(GetPromptRequestParams::new("nosuch__args-prompt"))
+            .await,
+    );
+    assert_eq!(code, -32602);
+    client.cancel().await.unwrap();
+
+    // Audited like tool calls: every read and get that reached the server.
+    let reads = audited(ctx, &t.member.key, "resources/read").await;
+    assert_eq!(reads.len(), 4, "{reads:?}");
+    assert!(
+        reads.iter().any(|r| r["run_status"] == "completed"
+            && r["input"]["uri"] == DOC
+            && r["output"].to_string().contains("text")),
+        "{reads:?}"
+    );
+    assert!(
+        reads.iter().any(|r| r["run_status"] == "failed"),
+        "{reads:?}"
+    );
+    let gets = audited(ctx, &t.member.key, "prompts/get").await;
+    assert_eq!(gets.len(), 1, "{gets:?}");
+    assert_eq!(gets[0]["input"]["name"], "everything__args-prompt");
+
+    // Nobody else sees or reaches them.
+    for key in [&t.member2.key, &t.admin.key, &other.admin.key] {
+        let c = connect(ctx, key, User::answering(vec![])).await;
+        let uris: Vec<String> = c
+            .list_all_resources()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|r| r.uri)
+            .collect();
+        assert!(!uris.iter().any(|u| u.contains("everything")), "{uris:?}");
+        assert!(c.list_all_resource_templates().await.unwrap().is_empty());
+        assert!(
+            !c.list_all_prompts()
+                .await
+                .unwrap()
+                .iter()
+                .any(|p| p.name.starts_with("everything__"))
+        );
+        assert_eq!(rpc_code(c.read_resource(read(DOC)).await).0, -32602);
+        assert_eq!(
+            rpc_code(
+                c.get_prompt(GetPromptRequestParams::new("everything__simple-prompt"))
+                    .await
+            )
+            .0,
+            -32602
+        );
+        c.cancel().await.unwrap();
+    }
+    // Nothing of theirs reached the member's server (the tenant admin sees the member's rows).
+    assert_eq!(audited(ctx, &t.member.key, "resources/read").await.len(), 4);
+    assert_eq!(audited(ctx, &t.admin.key, "resources/read").await.len(), 4);
+    assert!(
+        audited(ctx, &other.admin.key, "resources/read")
+            .await
+            .is_empty()
+    );
+
+    // A role that may use none of the server's tools sees none of its resources or prompts.
+    ctx.ok(
+        Method::PATCH,
+        &format!("/api/v1/admin/tenants/{}", t.id),
+        ADMIN_KEY,
+        Some(json!({"tool_permissions": {"member": ["*:*", "!everything:*"]}})),
+        200,
+    )
+    .await;
+    let c = connect(ctx, &t.member.key, User::answering(vec![])).await;
+    assert!(c.list_all_resources().await.unwrap().is_empty());
+    assert!(c.list_all_prompts().await.unwrap().is_empty());
+    assert_eq!(rpc_code(c.read_resource(read(DOC)).await).0, -32602);
+    c.cancel().await.unwrap();
+    assert_eq!(audited(ctx, &t.member.key, "resources/read").await.len(), 4);
 }

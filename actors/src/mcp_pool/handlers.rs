@@ -57,12 +57,14 @@ impl Handler<UserTools> for McpPoolActor {
             let now = Instant::now();
             let mut ready = Vec::new();
             let mut waits = Vec::new();
+            let mut used = Vec::new();
             for server in chosen {
                 let name = server.config.name.clone();
                 // A run connects only the servers whose tools its assistant may use.
                 if !super::may_use_server(patterns.as_deref(), &name) {
                     continue;
                 }
+                used.push(name.clone());
                 let key = (user, name.clone());
                 let current = act.slots.get_mut(&key);
                 match current {
@@ -135,9 +137,20 @@ impl Handler<UserTools> for McpPoolActor {
                         )),
                     }
                 }
-                UserToolsReply { tools: ready, warnings }
+                UserToolsReply { tools: ready, warnings, servers: Vec::new() }
             }
             .into_actor(act)
+            .map(move |mut reply, act, _| {
+                // Every server this reply may use that was listed once, live or reconnecting.
+                reply.servers = used
+                    .into_iter()
+                    .filter_map(|name| {
+                        let slot = act.slots.get(&(user, name.clone()))?;
+                        slot.was_connected.then(|| super::ServerCatalog::new(name, slot))
+                    })
+                    .collect();
+                reply
+            })
         }))
     }
 }
@@ -250,6 +263,7 @@ impl Handler<ToolsChanged> for McpPoolActor {
             return;
         };
         let conn = conn.clone();
+        let conn_now = conn.clone();
         let policy = slot.server.policy.clone();
         let fut = async move { agentry_mcp::client::tools_for(&conn).await };
         ctx.spawn(fut.into_actor(self).map(move |res, act, _| {
@@ -266,12 +280,31 @@ impl Handler<ToolsChanged> for McpPoolActor {
                 *current = super::bind_tools(&raw, &policy, &slot.live);
                 slot.known = current.clone();
                 slot.live.set(super::Live::Up(
+                    conn_now.clone(),
                     raw.into_iter()
                         .map(|t| (t.spec().name.clone(), t))
                         .collect(),
                 ));
             }
         }));
+    }
+}
+
+impl Handler<CatalogChanged> for McpPoolActor {
+    type Result = ();
+    fn handle(&mut self, msg: CatalogChanged, ctx: &mut Self::Context) {
+        let Some(slot) = self
+            .slots
+            .get(&msg.key)
+            .filter(|s| s.generation == msg.generation)
+        else {
+            return;
+        };
+        let SlotState::Connected { conn, .. } = &slot.state else {
+            return;
+        };
+        let conn = conn.clone();
+        self.refresh_catalog(ctx, msg.key, msg.generation, conn);
     }
 }
 

@@ -26,6 +26,10 @@ pub struct UserToolsReply {
     /// Compiled when the server's tools were listed: a run registers them as they are.
     pub tools: Vec<CompiledTool>,
     pub warnings: Vec<String>,
+    /// The servers of `tools` (and any other the run may use that was listed once), for what
+    /// `/mcp` re-exports besides tools: their resources, templates and prompts. A server that
+    /// is reconnecting is here with its last known catalog.
+    pub servers: Vec<super::ServerCatalog>,
 }
 
 /// Live status of each of the user's servers: `(name, connected|connecting|disconnected|error,
@@ -74,6 +78,14 @@ pub struct OpenConnections;
 #[derive(Message)]
 #[rtype(result = "()")]
 pub(crate) struct ToolsChanged {
+    pub key: Key,
+    pub generation: u64,
+}
+
+/// The server said its resources or prompts changed.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct CatalogChanged {
     pub key: Key,
     pub generation: u64,
 }

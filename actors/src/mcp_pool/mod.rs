@@ -21,7 +21,7 @@ use actix::prelude::*;
 use agentry_builtin::BuiltinConfig;
 use agentry_builtin::net_guard::GuardedResolver;
 use agentry_mcp::client::{
-    ClientHooks, ConnectionStatus, McpConnection, McpServerConfig, StdioLaunch,
+    Catalog, ClientHooks, ConnectionStatus, McpConnection, McpServerConfig, StdioLaunch,
 };
 use agentry_mcp::config_file::ServerPolicy;
 use agentry_schema::ids::UserId;
@@ -145,6 +145,9 @@ pub(crate) struct Slot {
     pub known: Vec<PoolTool>,
     /// What `known`'s tools call through.
     pub live: Arc<LiveSlot>,
+    /// The server's resources, templates and prompts as last listed (`/mcp` re-exports them);
+    /// kept while the server reconnects, like `known`. Empty until listed once.
+    pub catalog: Arc<Catalog>,
 }
 
 /// What a server's pool tools call through: the tools of its current connection, or why there
@@ -156,8 +159,8 @@ pub(crate) struct LiveSlot {
 }
 
 enum Live {
-    /// By agent tool name.
-    Up(HashMap<String, Arc<dyn Tool>>),
+    /// The connection, and its tools by agent tool name.
+    Up(McpConnection, HashMap<String, Arc<dyn Tool>>),
     Down(String),
 }
 
@@ -180,7 +183,7 @@ impl LiveSlot {
     fn current(&self, name: &str) -> Result<Arc<dyn Tool>, agentry_tools::tool::ToolError> {
         use agentry_tools::tool::ToolError;
         match &*self.state.lock().unwrap_or_else(|p| p.into_inner()) {
-            Live::Up(tools) => tools.get(name).cloned().ok_or_else(|| {
+            Live::Up(_, tools) => tools.get(name).cloned().ok_or_else(|| {
                 ToolError::NotFound(format!(
                     "MCP server {:?} no longer offers the tool {name:?}",
                     self.server
@@ -193,6 +196,63 @@ impl LiveSlot {
                 self.server
             ))),
         }
+    }
+}
+
+impl LiveSlot {
+    /// The server's connection of the moment, or why there is none.
+    fn connection(&self) -> Result<McpConnection, String> {
+        match &*self.state.lock().unwrap_or_else(|p| p.into_inner()) {
+            Live::Up(conn, _) => Ok(conn.clone()),
+            Live::Down(reason) => Err(format!(
+                "MCP server {:?} is unavailable ({reason}); Agentry is reconnecting it in the \
+                 background: try again later",
+                self.server
+            )),
+        }
+    }
+}
+
+/// One of a user's servers as `/mcp` offers it besides its tools: the catalog (resources,
+/// templates, prompts) of its last listing, and the way to reach the server now.
+#[derive(Clone)]
+pub struct ServerCatalog {
+    pub server: String,
+    /// As last listed by the pool; empty when the server was never listed.
+    pub known: Arc<Catalog>,
+    live: Arc<LiveSlot>,
+}
+
+impl ServerCatalog {
+    pub(crate) fn new(server: String, slot: &Slot) -> Self {
+        ServerCatalog {
+            server,
+            known: slot.catalog.clone(),
+            live: slot.live.clone(),
+        }
+    }
+
+    /// The server's current connection; an error (in words) while it is down or reconnecting.
+    /// Never waits.
+    pub fn connection(&self) -> Result<McpConnection, String> {
+        self.live.connection()
+    }
+
+    /// The catalog now: the live connection's (cached by it until the server says a list
+    /// changed), or the last known one while the server is down or does not answer.
+    pub async fn catalog(&self) -> Arc<Catalog> {
+        let Ok(conn) = self.connection() else {
+            return self.known.clone();
+        };
+        if !conn.catalog_stale() || self.known.is_empty() {
+            match conn.catalog().await {
+                Ok(c) => return Arc::new(c),
+                Err(e) => {
+                    tracing::debug!(server = %self.server, error = %e, "listing the resources and prompts of an MCP server failed; using the last known lists");
+                }
+            }
+        }
+        self.known.clone()
     }
 }
 
@@ -279,17 +339,25 @@ impl McpPoolActor {
         }
         // The same server again (a reconnect) keeps its last tool list and what its tools call
         // through; a changed configuration starts afresh.
-        let (known, live) = match self.slots.remove(&key) {
+        let (known, live, catalog) = match self.slots.remove(&key) {
             Some(old) if old.server == server => {
-                let kept = (old.known.clone(), old.live.clone());
+                let kept = (old.known.clone(), old.live.clone(), old.catalog.clone());
                 close_slot(old);
                 kept
             }
             Some(old) => {
                 close_slot(old);
-                (Vec::new(), LiveSlot::new(&server.config.name))
+                (
+                    Vec::new(),
+                    LiveSlot::new(&server.config.name),
+                    Arc::default(),
+                )
             }
-            None => (Vec::new(), LiveSlot::new(&server.config.name)),
+            None => (
+                Vec::new(),
+                LiveSlot::new(&server.config.name),
+                Arc::default(),
+            ),
         };
         self.slots.insert(
             key.clone(),
@@ -306,16 +374,25 @@ impl McpPoolActor {
                 last_checked: Instant::now(),
                 known,
                 live,
+                catalog,
             },
         );
         let me = ctx.address();
         let hook_key = key.clone();
         let hook_key2 = key.clone();
+        let hook_key3 = key.clone();
         let me2 = me.clone();
+        let me3 = me.clone();
         let hooks = ClientHooks::default()
             .on_tools_changed(move |_| {
                 me.do_send(ToolsChanged {
                     key: hook_key.clone(),
+                    generation,
+                })
+            })
+            .on_catalog_changed(move |_| {
+                me3.do_send(CatalogChanged {
+                    key: hook_key3.clone(),
                     generation,
                 })
             })
@@ -392,6 +469,7 @@ impl McpPoolActor {
             Ok((conn, raw)) => {
                 let tools = bind_tools(&raw, &slot.server.policy, &slot.live);
                 slot.live.set(Live::Up(
+                    conn.clone(),
                     raw.into_iter()
                         .map(|t| (t.spec().name.clone(), t))
                         .collect(),
@@ -401,8 +479,13 @@ impl McpPoolActor {
                     let _ = w.send(Ok(tools.clone()));
                 }
                 slot.known = tools.clone();
-                slot.state = SlotState::Connected { conn, tools };
+                slot.state = SlotState::Connected {
+                    conn: conn.clone(),
+                    tools,
+                };
                 slot.was_connected = true;
+                // The resources and prompts in the background: no run waits for them.
+                self.refresh_catalog(ctx, key, generation, conn);
             }
             Err(error) => {
                 slot.live.down(error.clone());
@@ -431,6 +514,33 @@ impl McpPoolActor {
                 }
             }
         }
+    }
+
+    /// List the server's resources, templates and prompts on `conn` and keep them as the
+    /// slot's last known catalog (a failure keeps the old one).
+    pub(crate) fn refresh_catalog(
+        &mut self,
+        ctx: &mut Context<Self>,
+        key: Key,
+        generation: u64,
+        conn: McpConnection,
+    ) {
+        let fut = async move { conn.catalog().await };
+        ctx.spawn(fut.into_actor(self).map(move |res, act, _| {
+            let Some(slot) = act
+                .slots
+                .get_mut(&key)
+                .filter(|s| s.generation == generation)
+            else {
+                return;
+            };
+            match res {
+                Ok(catalog) => slot.catalog = Arc::new(catalog),
+                Err(e) => {
+                    tracing::info!(server = %key.1, error = %e, "listing the resources and prompts of an MCP server failed; keeping the last known lists");
+                }
+            }
+        }));
     }
 
     /// Bring this pool's share of `agentry_mcp_connections{state}` up to date (the gauge is

@@ -9,6 +9,7 @@ pub mod cluster;
 pub mod error;
 pub mod extract;
 pub mod invalidate;
+pub mod mcp_reexport;
 pub mod mcp_server;
 pub mod metrics;
 pub mod openapi;

@@ -9,7 +9,8 @@
 //!   through the engine, its approvals and questions put to the MCP client's user by
 //!   elicitation, an MCP cancel cancelling the run;
 //! - the caller's own MCP servers' tools, from the tenant's pool, under the names the agent sees
-//!   (`<server>__<tool>`), narrowed by the same permissions.
+//!   (`<server>__<tool>`), narrowed by the same permissions, and their resources, templates and
+//!   prompts ([`crate::mcp_reexport`]).
 //!
 //! OAuth-first clients get `WWW-Authenticate: Bearer resource_metadata="…"` on every 401 and the
 //! RFC 9728 protected-resource metadata at `/.well-known/oauth-protected-resource[/mcp]`; the
@@ -77,7 +78,9 @@ const CANCEL_WAIT: Duration = Duration::from_millis(1500);
 const INSTRUCTIONS: &str = "Agentry: your built-in tools (files in your workspace, shell, web, \
 system, services, todos, memory, questions), the tools of your own MCP servers (named \
 <server>__<tool>), and one ask_<assistant> tool per assistant of your tenant, which runs a full chat with that assistant and returns its answer (pass the returned \
-session_id to continue the conversation). Tools marked destructive ask you for approval first.";
+session_id to continue the conversation). Tools marked destructive ask you for approval first. \
+Your MCP servers' resources are under agentry://mcp/<server>/<uri>, their prompts named \
+<server>__<prompt>.";
 
 /// Everything `/mcp` needs, built once at start-up and shared by every worker.
 pub struct McpEndpoint {
@@ -621,19 +624,22 @@ impl CallerToolSource {
     /// them): each tool under the name the agent sees (`<server>__<tool>`), kept only when the
     /// caller's role may use it, and never over a built-in or `ask_<assistant>` name. Servers
     /// that are down are left out, as in a run (the pool reports them as warnings).
+    ///
+    /// Returns the servers whose resources and prompts the caller may see
+    /// ([`crate::mcp_reexport::visible`]).
     async fn add_user_servers(
         &self,
         tenant: &Tenant,
         user: UserScope,
         policy: &agentry_actors::tools::RbacPolicy,
         registry: &mut agentry_tools::tool::ToolRegistry,
-    ) {
+    ) -> Vec<agentry_actors::mcp_pool::ServerCatalog> {
         let pool = match self.engine.mcp_pool(tenant).await {
             Ok(Some(pool)) => pool,
-            Ok(None) => return,
+            Ok(None) => return Vec::new(),
             Err(e) => {
                 tracing::warn!(error = %e, "the MCP pool is not available; /mcp serves no MCP server tools");
-                return;
+                return Vec::new();
             }
         };
         let reply = match pool
@@ -647,12 +653,21 @@ impl CallerToolSource {
             Ok(reply) => reply,
             Err(e) => {
                 tracing::warn!(error = %e, "the MCP pool did not answer; /mcp serves no MCP server tools");
-                return;
+                return Vec::new();
             }
         };
         for warning in &reply.warnings {
             tracing::debug!(%warning, "an MCP server of the caller is left out of /mcp");
         }
+        let specs: Vec<&ToolSpec> = reply.tools.iter().map(|t| t.spec()).collect();
+        let servers: Vec<_> = reply
+            .servers
+            .iter()
+            .filter(|s| {
+                crate::mcp_reexport::visible(&s.server, &specs, |t| policy.check(t).is_ok())
+            })
+            .cloned()
+            .collect();
         for tool in reply.tools {
             let name = tool.spec().name.clone();
             if policy.check(tool.spec()).is_err() {
@@ -666,6 +681,7 @@ impl CallerToolSource {
                 tracing::warn!(tool = %name, error = %e, "an MCP server tool is left out of /mcp");
             }
         }
+        servers
     }
 }
 
@@ -675,6 +691,11 @@ fn internal(message: impl Into<String>) -> rmcp::ErrorData {
 
 #[async_trait]
 impl ToolSource for CallerToolSource {
+    /// The caller's servers' resources and prompts (and completions for them).
+    fn serves_content(&self) -> bool {
+        true
+    }
+
     async fn tools_for(
         &self,
         context: &RequestContext<RoleServer>,
@@ -730,7 +751,8 @@ impl ToolSource for CallerToolSource {
                 tracing::warn!(tool = %name, error = %e, "assistant left out of /mcp");
             }
         }
-        self.add_user_servers(&tenant, user, &policy, &mut registry)
+        let servers = self
+            .add_user_servers(&tenant, user, &policy, &mut registry)
             .await;
         let workspace = WorkspaceInfo {
             root: self.engine.deps().workspace_root(&tenant, user.user_id),
@@ -747,23 +769,28 @@ impl ToolSource for CallerToolSource {
         context.custom_role = user.custom_role;
         // `/mcp` has no assistant: the memory tools see the user's and the tenant's memories.
         let presenter: Presenter = Arc::new(present);
+        let audit: Arc<dyn CallAudit> = Arc::new(McpAudit {
+            engine: self.engine.clone(),
+            db: self.db.clone(),
+            tenant: tenant.clone(),
+            user,
+            key: (tenant.id, user.user_id, mcp_session),
+            sessions: self.sessions.clone(),
+        });
         Ok(CallerTools {
             registry,
             context,
             enforce_approval: true,
             approval_timeout_secs: self.hitl_timeout_secs,
-            audit: Some(Arc::new(McpAudit {
-                engine: self.engine.clone(),
-                db: self.db.clone(),
-                tenant: tenant.clone(),
-                user,
-                key: (tenant.id, user.user_id, mcp_session),
-                sessions: self.sessions.clone(),
-            })),
+            audit: Some(audit.clone()),
             owner: format!("{}/{}", tenant.id, user.user_id),
             presenter: Some(presenter),
             policy: Arc::new(policy),
             retry: Retry::default(),
+            content: Some(Arc::new(crate::mcp_reexport::ReExported {
+                servers,
+                audit: Some(audit),
+            })),
         })
     }
 }
@@ -875,7 +902,13 @@ impl McpAudit {
                 user_id: self.user.user_id,
                 session_id: session,
                 assistant_id: AssistantId::DEFAULT.to_string(),
-                input: format!("MCP tools/call {}", call.tool.name),
+                input: match call.tool.name.as_str() {
+                    // A resource read or prompt get re-exported from a server of the caller.
+                    m @ (crate::mcp_reexport::READ | crate::mcp_reexport::GET) => {
+                        format!("MCP {m} {}", call.tool.service_tool)
+                    }
+                    name => format!("MCP tools/call {name}"),
+                },
                 trace_id: None,
                 status: ExecutionStatus::Running,
                 role: Some(self.user.grant()),

@@ -234,6 +234,28 @@ pub struct CallerTools {
     pub policy: Arc<dyn ToolPolicy>,
     /// How a call whose backend is unavailable is retried.
     pub retry: Retry,
+    /// Resources, resource templates and prompts the caller may see (`/mcp` re-exports their
+    /// own MCP servers'); `None` serves none.
+    pub content: Option<Arc<dyn ContentSource>>,
+}
+
+/// What a request may see besides tools: resources, resource templates and prompts, and how to
+/// read, get and complete them. Errors are JSON-RPC errors, as the client gets them.
+#[async_trait]
+pub trait ContentSource: Send + Sync {
+    async fn resources(&self) -> Vec<rmcp::model::Resource>;
+    async fn resource_templates(&self) -> Vec<rmcp::model::ResourceTemplate>;
+    async fn prompts(&self) -> Vec<rmcp::model::Prompt>;
+    async fn read_resource(&self, uri: &str) -> Result<rmcp::model::ReadResourceResult, McpError>;
+    async fn get_prompt(
+        &self,
+        name: &str,
+        arguments: Option<JsonObject>,
+    ) -> Result<rmcp::model::GetPromptResult, McpError>;
+    async fn complete(
+        &self,
+        request: rmcp::model::CompleteRequestParams,
+    ) -> Result<rmcp::model::CompleteResult, McpError>;
 }
 
 impl CallerTools {
@@ -250,6 +272,7 @@ impl CallerTools {
             policy: Arc::new(AllowAll),
             // The client (an agent loop) retries by itself.
             retry: Retry::NONE,
+            content: None,
         }
     }
 
@@ -278,6 +301,12 @@ pub trait ToolSource: Send + Sync + 'static {
     /// when the tools depend on who asks.
     fn tool_without_request(&self, _name: &str) -> Option<rmcp::model::Tool> {
         None
+    }
+
+    /// Whether requests may get a [`CallerTools::content`]: the server then declares the
+    /// `completions` capability (and forwards `completion/complete` to the content's source).
+    fn serves_content(&self) -> bool {
+        false
     }
 }
 
@@ -664,19 +693,21 @@ impl ServerHandler for ToolServer {
     // clients still speak; see `set_level`.
     #[allow(deprecated)]
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(
-            ServerCapabilities::builder()
-                .enable_tools()
-                .enable_logging()
-                .enable_resources()
-                .enable_prompts()
-                .build(),
-        )
-        .with_server_info(Implementation::new(
-            self.name.clone(),
-            env!("CARGO_PKG_VERSION"),
-        ))
-        .with_instructions(self.instructions.clone())
+        let mut capabilities = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_logging()
+            .enable_resources()
+            .enable_prompts()
+            .build();
+        if self.source.serves_content() {
+            capabilities.completions = Some(JsonObject::new());
+        }
+        ServerConfig::new(capabilities)
+            .with_server_info(Implementation::new(
+                self.name.clone(),
+                env!("CARGO_PKG_VERSION"),
+            ))
+            .with_instructions(self.instructions.clone())
     }
 
     async fn list_tools(
@@ -709,71 +740,89 @@ impl ServerHandler for ToolServer {
         Ok(())
     }
 
-    // Resources and prompts are declared and served: the lists are empty (Agentry has no
-    // resources or prompts of its own to offer) and a name or URI that is not in them is
-    // -32602 naming it (SEP-2164: never an empty `contents`). Completions are not declared,
-    // so `completion/complete` is -32601, as is every other undeclared method; rmcp's
-    // defaults would answer it with an empty completion.
+    // Resources and prompts are declared and served: those of the request's content source
+    // (`/mcp`: the caller's own MCP servers'), none otherwise. A name or URI that is not in them
+    // is -32602 naming it (SEP-2164: never an empty `contents`). Completions are declared only
+    // by a server whose source serves content; without it `completion/complete` is -32601, as
+    // is every other undeclared method (rmcp's defaults would answer it with an empty
+    // completion).
 
     async fn list_prompts(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::ListPromptsResult, McpError> {
-        Ok(rmcp::model::ListPromptsResult::default())
+        let prompts = match self.source.tools_for(&context).await?.content {
+            Some(c) => c.prompts().await,
+            None => Vec::new(),
+        };
+        Ok(rmcp::model::ListPromptsResult::with_all_items(prompts))
     }
 
     async fn get_prompt(
         &self,
         request: rmcp::model::GetPromptRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::GetPromptResponse, McpError> {
-        Err(McpError::invalid_params(
-            format!(
-                "unknown prompt {:?}; prompts/list names the prompts",
-                request.name
-            ),
-            Some(json!({ "name": request.name })),
-        ))
+        match self.source.tools_for(&context).await?.content {
+            Some(c) => Ok(c.get_prompt(&request.name, request.arguments).await?.into()),
+            None => Err(unknown_prompt(&request.name)),
+        }
     }
 
     async fn list_resources(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::ListResourcesResult, McpError> {
-        Ok(rmcp::model::ListResourcesResult::default())
+        let resources = match self.source.tools_for(&context).await?.content {
+            Some(c) => c.resources().await,
+            None => Vec::new(),
+        };
+        Ok(rmcp::model::ListResourcesResult::with_all_items(resources))
     }
 
     async fn list_resource_templates(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::ListResourceTemplatesResult, McpError> {
-        Ok(rmcp::model::ListResourceTemplatesResult::default())
+        let templates = match self.source.tools_for(&context).await?.content {
+            Some(c) => c.resource_templates().await,
+            None => Vec::new(),
+        };
+        Ok(rmcp::model::ListResourceTemplatesResult::with_all_items(
+            templates,
+        ))
     }
 
     async fn read_resource(
         &self,
         request: rmcp::model::ReadResourceRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::ReadResourceResponse, McpError> {
-        Err(McpError::invalid_params(
-            "Resource not found",
-            Some(json!({ "uri": request.uri })),
-        ))
+        match self.source.tools_for(&context).await?.content {
+            Some(c) => Ok(c.read_resource(&request.uri).await?.into()),
+            None => Err(resource_not_found(&request.uri)),
+        }
     }
 
     async fn complete(
         &self,
-        _request: rmcp::model::CompleteRequestParams,
-        _context: RequestContext<RoleServer>,
+        request: rmcp::model::CompleteRequestParams,
+        context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::CompleteResult, McpError> {
-        Err(McpError::new(
-            rmcp::model::ErrorCode::METHOD_NOT_FOUND,
-            "completion/complete: this server declares no completions capability",
-            None,
-        ))
+        if !self.source.serves_content() {
+            return Err(McpError::new(
+                rmcp::model::ErrorCode::METHOD_NOT_FOUND,
+                "completion/complete: this server declares no completions capability",
+                None,
+            ));
+        }
+        match self.source.tools_for(&context).await?.content {
+            Some(c) => c.complete(request).await,
+            None => Ok(rmcp::model::CompleteResult::default()),
+        }
     }
 
     async fn call_tool(
@@ -965,6 +1014,19 @@ impl CallHost for McpCall {
     /// Nothing to emit: the call's result is the MCP response, and its progress went out as
     /// notifications while it ran.
     fn emit(&mut self, _done: &FinishedCall) {}
+}
+
+/// -32602 for a prompt the caller cannot get, with `data.name`.
+pub fn unknown_prompt(name: &str) -> McpError {
+    McpError::invalid_params(
+        format!("unknown prompt {name:?}; prompts/list names the prompts"),
+        Some(json!({ "name": name })),
+    )
+}
+
+/// -32602 `Resource not found` with `data.uri` (SEP-2164).
+pub fn resource_not_found(uri: &str) -> McpError {
+    McpError::invalid_params("Resource not found", Some(json!({ "uri": uri })))
 }
 
 /// A yes/no question, as elicitation shows it: one boolean field.

@@ -1079,3 +1079,82 @@ async fn an_http_server_killed_under_a_call_fails_the_call_at_once() {
     assert!(matches!(conn.status(), ConnectionStatus::Error(_)));
     conn.close().await;
 }
+
+/// Resources and prompts: every page is followed, the catalog is cached, a text resource reads
+/// as text, and a blob over the cap is refused with the sizes in words.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catalog_pagination_is_followed_and_big_blobs_are_refused() {
+    let mut cfg = probe("probe");
+    set_env(&mut cfg, "PROBE_CATALOG", "10");
+    set_env(&mut cfg, "PROBE_PAGE_SIZE", "3");
+    let conn = connect(&cfg).await;
+    let catalog = conn.catalog().await.unwrap();
+    let uris: Vec<String> = catalog.resources.iter().map(|r| r.uri.clone()).collect();
+    let expected: Vec<String> = (0..10).map(|i| format!("probe://res/{i}")).collect();
+    assert_eq!(uris, expected);
+    let prompts: Vec<String> = catalog.prompts.iter().map(|p| p.name.clone()).collect();
+    assert_eq!(prompts.len(), 10, "{prompts:?}");
+    assert!(!conn.catalog_stale());
+    let r = conn.read_resource("probe://res/4").await.unwrap();
+    match &r.contents[..] {
+        [rmcp::model::ResourceContents::TextResourceContents { text, .. }] => {
+            assert_eq!(text, "contents of probe://res/4")
+        }
+        other => panic!("{other:?}"),
+    }
+    let e = conn.read_resource("probe://big").await.unwrap_err();
+    assert!(
+        e.to_string().contains("over the") && e.to_string().contains("probe://big"),
+        "{e}"
+    );
+    // The connection is still good after a refused read.
+    assert!(conn.read_resource("probe://res/0").await.is_ok());
+    conn.close().await;
+}
+
+/// server-everything: resources, templates and prompts listed, a template-expanded URI read,
+/// a prompt got with its arguments, and a completion answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn everything_serves_resources_prompts_and_completions() {
+    let conn = connect(&everything("everything")).await;
+    let catalog = conn.catalog().await.unwrap();
+    assert!(catalog.completions);
+    assert!(
+        catalog
+            .resources
+            .iter()
+            .any(|r| r.uri == "demo://resource/static/document/features.md"),
+        "{:?}",
+        catalog.resources
+    );
+    assert!(
+        catalog
+            .templates
+            .iter()
+            .any(|t| t.uri_template == "demo://resource/dynamic/text/{resourceId}"),
+        "{:?}",
+        catalog.templates
+    );
+    assert!(catalog.prompts.iter().any(|p| p.name == "args-prompt"));
+    let r = conn
+        .read_resource("demo://resource/dynamic/text/5")
+        .await
+        .unwrap();
+    assert!(format!("{:?}", r.contents).contains("Resource 5:"), "{r:?}");
+    let mut args = rmcp::model::JsonObject::new();
+    args.insert("city".into(), json!("Oslo"));
+    let p = conn.get_prompt("args-prompt", Some(args)).await.unwrap();
+    assert!(
+        format!("{:?}", p.messages).contains("What's weather in Oslo?"),
+        "{p:?}"
+    );
+    let done = conn
+        .complete(rmcp::model::CompleteRequestParams::new(
+            rmcp::model::Reference::for_prompt("completable-prompt"),
+            rmcp::model::ArgumentInfo::new("department", "Sa"),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(done.completion.values, vec!["Sales".to_string()]);
+    conn.close().await;
+}

@@ -96,11 +96,19 @@ pub struct ClientHooks {
     pub on_tools_changed: Option<ToolsChangedHook>,
     /// The status changed (connected, error with a message, disconnected).
     pub on_status: Option<StatusHook>,
+    /// The server sent `notifications/resources/list_changed` or `prompts/list_changed`: the
+    /// cached [`Catalog`] is stale and the next [`McpConnection::catalog`] fetches it again.
+    pub on_catalog_changed: Option<ToolsChangedHook>,
 }
 
 impl ClientHooks {
     pub fn on_tools_changed(mut self, f: impl Fn(&str) + Send + Sync + 'static) -> Self {
         self.on_tools_changed = Some(Arc::new(f));
+        self
+    }
+
+    pub fn on_catalog_changed(mut self, f: impl Fn(&str) + Send + Sync + 'static) -> Self {
+        self.on_catalog_changed = Some(Arc::new(f));
         self
     }
 
@@ -118,6 +126,7 @@ impl std::fmt::Debug for ClientHooks {
         f.debug_struct("ClientHooks")
             .field("on_tools_changed", &self.on_tools_changed.is_some())
             .field("on_status", &self.on_status.is_some())
+            .field("on_catalog_changed", &self.on_catalog_changed.is_some())
             .finish()
     }
 }
@@ -190,6 +199,28 @@ impl From<rmcp::model::Tool> for RemoteTool {
     }
 }
 
+/// What a server offers besides tools, as it lists them (every page): its resources, resource
+/// templates and prompts, each list empty when the server does not declare the capability.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Catalog {
+    pub resources: Vec<rmcp::model::Resource>,
+    pub templates: Vec<rmcp::model::ResourceTemplate>,
+    pub prompts: Vec<rmcp::model::Prompt>,
+    /// The server declares `completions` (it answers `completion/complete`).
+    pub completions: bool,
+}
+
+impl Catalog {
+    pub fn is_empty(&self) -> bool {
+        self.resources.is_empty() && self.templates.is_empty() && self.prompts.is_empty()
+    }
+}
+
+/// The most a `resources/read` may bring back (the text and base64 blobs of all its contents
+/// together); a larger answer is refused, not cut, so a client never takes a truncated file
+/// for the whole.
+pub const MAX_RESOURCE_BYTES: usize = 8 * 1024 * 1024;
+
 /// A connection to one server. Cheap to clone; all clones are the same connection.
 #[derive(Clone)]
 pub struct McpConnection {
@@ -206,6 +237,7 @@ struct Inner {
     /// Set when the transport ended (the server went away); final.
     dead: Arc<AtomicBool>,
     tools: Mutex<Option<(u64, Vec<RemoteTool>)>>,
+    catalog: Mutex<Option<(u64, Catalog)>>,
 }
 
 impl std::fmt::Debug for McpConnection {
@@ -320,6 +352,7 @@ impl McpConnection {
                 process_group,
                 dead,
                 tools: Mutex::new(None),
+                catalog: Mutex::new(None),
             }),
         })
     }
@@ -457,6 +490,187 @@ impl McpConnection {
         let tools = r?;
         *lock(&self.inner.tools) = Some((generation, tools.clone()));
         Ok(tools)
+    }
+
+    /// Whether a `resources/list_changed` or `prompts/list_changed` arrived since the catalog
+    /// was last fetched.
+    pub fn catalog_stale(&self) -> bool {
+        let generation = self.inner.shared.catalog_generation.load(Ordering::SeqCst);
+        lock(&self.inner.catalog)
+            .as_ref()
+            .is_none_or(|(g, _)| *g != generation)
+    }
+
+    /// The server's resources, resource templates and prompts (pagination cursors followed),
+    /// each listed only when the server declares the capability, cached until the server says
+    /// a list changed. Within the server's `timeout_secs`.
+    pub async fn catalog(&self) -> Result<Catalog, McpError> {
+        self.usable()?;
+        let generation = self.inner.shared.catalog_generation.load(Ordering::SeqCst);
+        if let Some((g, catalog)) = lock(&self.inner.catalog).as_ref()
+            && *g == generation
+        {
+            return Ok(catalog.clone());
+        }
+        let caps = self
+            .inner
+            .peer
+            .peer_info()
+            .map(|i| i.capabilities.clone())
+            .unwrap_or_default();
+        let peer = &self.inner.peer;
+        let server = self.name();
+        let fetch = async {
+            let mut catalog = Catalog {
+                completions: caps.completions.is_some(),
+                ..Catalog::default()
+            };
+            if caps.resources.is_some() {
+                catalog.resources = peer
+                    .list_all_resources()
+                    .await
+                    .map_err(|e| McpError::from_service(server, e))?;
+                // Templates are optional within `resources`: a server without them may answer
+                // "method not found", which is no template rather than a failure.
+                catalog.templates = match peer.list_all_resource_templates().await {
+                    Ok(t) => t,
+                    Err(e) => match McpError::from_service(server, e) {
+                        McpError::Server { code: -32601, .. } => Vec::new(),
+                        other => return Err(other),
+                    },
+                };
+            }
+            if caps.prompts.is_some() {
+                catalog.prompts = peer
+                    .list_all_prompts()
+                    .await
+                    .map_err(|e| McpError::from_service(server, e))?;
+            }
+            Ok(catalog)
+        };
+        let r = self.within_timeout(fetch).await;
+        self.observe(&r);
+        let catalog = r?;
+        *lock(&self.inner.catalog) = Some((generation, catalog.clone()));
+        Ok(catalog)
+    }
+
+    /// `fut` within the server's `timeout_secs`.
+    async fn within_timeout<T>(
+        &self,
+        fut: impl std::future::Future<Output = Result<T, McpError>>,
+    ) -> Result<T, McpError> {
+        let timeout = self.inner.config.timeout();
+        tokio::time::timeout(timeout, fut)
+            .await
+            .unwrap_or_else(|_| {
+                Err(McpError::Timeout {
+                    server: self.name().to_string(),
+                    after: timeout,
+                })
+            })
+    }
+
+    /// Read the resource `uri` (the server's own URI). Text contents come back as text, blobs as
+    /// the server's base64; an answer over [`MAX_RESOURCE_BYTES`] is refused.
+    pub async fn read_resource(
+        &self,
+        uri: &str,
+    ) -> Result<rmcp::model::ReadResourceResult, McpError> {
+        use rmcp::model::{ReadResourceRequestParams, ReadResourceResponse, ResourceContents};
+        self.usable()?;
+        let server = self.name();
+        let params = ReadResourceRequestParams::new(uri.to_string());
+        let r = self
+            .within_timeout(async {
+                match self.inner.peer.read_resource_once(params).await {
+                    Ok(ReadResourceResponse::Complete(r)) => Ok(r),
+                    Ok(ReadResourceResponse::InputRequired(_)) => {
+                        Err(input_not_offered(server, "resources/read"))
+                    }
+                    Ok(_) => Err(unexpected(server, "resources/read")),
+                    Err(e) => Err(McpError::from_service(server, e)),
+                }
+            })
+            .await;
+        self.observe(&r);
+        let result = r?;
+        let size: usize = result
+            .contents
+            .iter()
+            .map(|c| match c {
+                ResourceContents::TextResourceContents { text, .. } => text.len(),
+                ResourceContents::BlobResourceContents { blob, .. } => blob.len(),
+                #[allow(unreachable_patterns)]
+                _ => 0,
+            })
+            .sum();
+        if size > MAX_RESOURCE_BYTES {
+            return Err(McpError::Protocol {
+                server: server.to_string(),
+                reason: format!(
+                    "the resource {uri:?} is {size} bytes, over the {MAX_RESOURCE_BYTES} bytes a \
+                     read may bring back; it was not read"
+                ),
+            });
+        }
+        Ok(result)
+    }
+
+    /// Get the prompt `name` (the server's own name) with `arguments`.
+    pub async fn get_prompt(
+        &self,
+        name: &str,
+        arguments: Option<rmcp::model::JsonObject>,
+    ) -> Result<rmcp::model::GetPromptResult, McpError> {
+        use rmcp::model::{GetPromptRequestParams, GetPromptResponse};
+        self.usable()?;
+        let server = self.name();
+        let mut params = GetPromptRequestParams::new(name.to_string());
+        params.arguments = arguments;
+        let r = self
+            .within_timeout(async {
+                match self.inner.peer.get_prompt_once(params).await {
+                    Ok(GetPromptResponse::Complete(r)) => Ok(r),
+                    Ok(GetPromptResponse::InputRequired(_)) => {
+                        Err(input_not_offered(server, "prompts/get"))
+                    }
+                    Ok(_) => Err(unexpected(server, "prompts/get")),
+                    Err(e) => Err(McpError::from_service(server, e)),
+                }
+            })
+            .await;
+        self.observe(&r);
+        r
+    }
+
+    /// Forward `completion/complete` (the reference in the server's own names). A server that
+    /// does not declare `completions` is not asked: the answer is an empty completion.
+    pub async fn complete(
+        &self,
+        params: rmcp::model::CompleteRequestParams,
+    ) -> Result<rmcp::model::CompleteResult, McpError> {
+        self.usable()?;
+        let declared = self
+            .inner
+            .peer
+            .peer_info()
+            .is_some_and(|i| i.capabilities.completions.is_some());
+        if !declared {
+            return Ok(rmcp::model::CompleteResult::default());
+        }
+        let server = self.name();
+        let r = self
+            .within_timeout(async {
+                self.inner
+                    .peer
+                    .complete(params)
+                    .await
+                    .map_err(|e| McpError::from_service(server, e))
+            })
+            .await;
+        self.observe(&r);
+        r
     }
 
     /// Call `name` (the server's name for the tool) with `args` (a JSON object, or null for
@@ -676,6 +890,25 @@ impl McpConnection {
         if let Some(pg) = &self.inner.process_group {
             pg.terminate(KILL_GRACE).await;
         }
+    }
+}
+
+/// A server answered a request that is not a tool call with `input_required` (2026-07-28):
+/// Agentry asks its users only for tool calls.
+fn input_not_offered(server: &str, method: &str) -> McpError {
+    McpError::Protocol {
+        server: server.to_string(),
+        reason: format!(
+            "the server asked for input (input_required) to answer {method}; Agentry answers \
+             input requests only for tool calls"
+        ),
+    }
+}
+
+fn unexpected(server: &str, method: &str) -> McpError {
+    McpError::Protocol {
+        server: server.to_string(),
+        reason: format!("unexpected answer to {method}"),
     }
 }
 

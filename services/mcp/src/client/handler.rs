@@ -61,6 +61,9 @@ pub(crate) struct Shared {
     unclaimed_progress: Mutex<VecDeque<ProgressNotificationParam>>,
     /// Bumped by every `tools/list_changed`; a cached list from an older generation is stale.
     pub tools_generation: AtomicU64,
+    /// Bumped by every `resources/list_changed` and `prompts/list_changed`: a cached catalog
+    /// (resources, templates, prompts) from an older generation is stale.
+    pub catalog_generation: AtomicU64,
     /// Bumped (with the reason) when the transport is seen broken under the calls in flight:
     /// a Streamable HTTP server that stopped answering (its stream broke and reconnecting was
     /// refused). Every call waiting at that moment fails at once instead of waiting for a
@@ -84,8 +87,18 @@ impl Shared {
             progress: Mutex::new(HashMap::new()),
             unclaimed_progress: Mutex::new(VecDeque::new()),
             tools_generation: AtomicU64::new(0),
+            catalog_generation: AtomicU64::new(0),
             breaks: tokio::sync::watch::channel((0, String::new())).0,
         })
+    }
+
+    /// The server's resources or prompts changed: the cached catalog is stale.
+    fn catalog_changed(&self, what: &str) {
+        self.catalog_generation.fetch_add(1, Ordering::SeqCst);
+        tracing::debug!(server = %self.server, "{what}");
+        if let Some(hook) = &self.hooks.on_catalog_changed {
+            hook(&self.server);
+        }
     }
 
     /// The transport broke under the calls in flight (see `breaks`): fail them, and show the
@@ -316,6 +329,14 @@ impl ClientHandler for AgentryClientHandler {
         if let Some(hook) = &self.shared.hooks.on_tools_changed {
             hook(&self.shared.server);
         }
+    }
+
+    async fn on_resource_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.shared.catalog_changed("resources/list_changed");
+    }
+
+    async fn on_prompt_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.shared.catalog_changed("prompts/list_changed");
     }
 }
 

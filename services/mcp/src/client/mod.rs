@@ -24,8 +24,8 @@ pub use config::{
     StdioConfig,
 };
 pub use connection::{
-    ClientHooks, ConnectionStatus, LEGACY_PROTOCOL_VERSION, McpConnection,
-    PREFERRED_PROTOCOL_VERSIONS, RemoteTool, ServerDetails, ToolHints,
+    Catalog, ClientHooks, ConnectionStatus, LEGACY_PROTOCOL_VERSION, MAX_RESOURCE_BYTES,
+    McpConnection, PREFERRED_PROTOCOL_VERSIONS, RemoteTool, ServerDetails, ToolHints,
 };
 pub use error::McpError;
 pub use handler::{ELICITATION_QUESTION_TYPE, ELICITATION_TIMEOUT_SECS};

@@ -6,6 +6,9 @@ the reference servers cannot show:
   cancels the handler, which writes "cancelled" to the file named by PROBE_CANCEL_MARKER. It
   writes "started" to PROBE_STARTED_MARKER first, so a test knows the request reached the
   handler before it cancels.
+- with PROBE_CATALOG=N: N resources (`probe://res/<i>`, text) and N prompts (`prompt_<i>`), both
+  lists paginated like the tools, and `probe://big`, a blob of PROBE_BIG_BYTES bytes (default
+  9 MiB, over the client's cap).
 """
 
 import os
@@ -19,6 +22,36 @@ TOOLS = int(os.environ.get("PROBE_TOOLS", "10"))
 PAGE = int(os.environ.get("PROBE_PAGE_SIZE", "4"))
 MARKER = os.environ.get("PROBE_CANCEL_MARKER")
 STARTED = os.environ.get("PROBE_STARTED_MARKER")
+CATALOG = int(os.environ.get("PROBE_CATALOG", "0"))
+BIG = int(os.environ.get("PROBE_BIG_BYTES", str(9 * 1024 * 1024)))
+
+
+def page_of(items, params):
+    start = int(params.cursor) if params is not None and params.cursor else 0
+    next_cursor = str(start + PAGE) if start + PAGE < len(items) else None
+    return items[start : start + PAGE], next_cursor
+
+
+async def list_resources(ctx, params) -> types.ListResourcesResult:
+    items = [types.Resource(name=f"res_{i}", uri=f"probe://res/{i}") for i in range(CATALOG)]
+    page, next_cursor = page_of(items, params)
+    return types.ListResourcesResult(resources=page, next_cursor=next_cursor)
+
+
+async def list_prompts(ctx, params) -> types.ListPromptsResult:
+    items = [types.Prompt(name=f"prompt_{i}") for i in range(CATALOG)]
+    page, next_cursor = page_of(items, params)
+    return types.ListPromptsResult(prompts=page, next_cursor=next_cursor)
+
+
+async def read_resource(ctx, params) -> types.ReadResourceResult:
+    uri = str(params.uri)
+    if uri == "probe://big":
+        import base64
+
+        blob = base64.b64encode(b"x" * BIG).decode()
+        return types.ReadResourceResult(contents=[types.BlobResourceContents(uri=uri, blob=blob)])
+    return types.ReadResourceResult(contents=[types.TextResourceContents(uri=uri, text=f"contents of {uri}")])
 
 
 def all_tools() -> list[types.Tool]:
@@ -64,7 +97,12 @@ async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolR
     return types.CallToolResult(content=[types.TextContent(text=f"called {params.name}")])
 
 
-server = Server("agentry-probe", on_list_tools=list_tools, on_call_tool=call_tool)
+catalog = (
+    {"on_list_resources": list_resources, "on_read_resource": read_resource, "on_list_prompts": list_prompts}
+    if CATALOG
+    else {}
+)
+server = Server("agentry-probe", on_list_tools=list_tools, on_call_tool=call_tool, **catalog)
 
 
 async def main() -> None:
