@@ -349,8 +349,36 @@ pub fn validate_server_name(name: &str) -> Result<(), String> {
             "{name:?} contains \"__\", which separates server and tool in tool names"
         ));
     }
+    if let Some(taken) = RESERVED_SERVER_NAMES
+        .iter()
+        .find(|r| r.eq_ignore_ascii_case(name))
+    {
+        return Err(format!(
+            "{name:?} is the name of Agentry's built-in tool service `{taken}`; permissions \
+             (`{taken}:*`) and the audit tell tools apart by it, so an MCP server may not take it"
+        ));
+    }
     Ok(())
 }
+
+/// The services of Agentry's own tools (docs/tools.md) and of `/mcp`'s `ask_<assistant>`:
+/// an MCP server's name is the service of its tools in permissions (`github:create_issue`), so
+/// a server named like one would share its grants and denials, and `/mcp` would take its tools
+/// for the assistants' (whose calls are audited by their runs, not one by one).
+pub const RESERVED_SERVER_NAMES: &[&str] = &[
+    "files",
+    "shell",
+    "web",
+    "system",
+    "services",
+    "todos",
+    "interaction",
+    "memory",
+    "skills",
+    "data",
+    "task",
+    "assistants",
+];
 
 fn validate_env_name(name: &str) -> Result<(), String> {
     if name.is_empty() {
@@ -580,6 +608,15 @@ mod tests {
     }
 
     #[test]
+    fn a_server_may_not_take_a_built_in_services_name() {
+        for name in ["assistants", "files", "Shell", "memory"] {
+            let err = parse(json!({"name": name, "command": "node"})).unwrap_err();
+            assert!(err.contains("built-in tool service"), "{name}: {err}");
+        }
+        assert!(parse(json!({"name": "files2", "command": "node"})).is_ok());
+    }
+
+    #[test]
     fn stdio_shape_of_seed_000_parses_without_transport() {
         let c = parse(json!({
             "name": "filesystem", "command": "uvx",
@@ -739,7 +776,8 @@ mod tests {
             let ok = !name.is_empty()
                 && name.len() <= 64
                 && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-                && !name.contains("__");
+                && !name.contains("__")
+                && !RESERVED_SERVER_NAMES.iter().any(|r| r.eq_ignore_ascii_case(&name));
             prop_assert_eq!(validate_server_name(&name).is_ok(), ok);
         }
 
@@ -749,6 +787,7 @@ mod tests {
             args in proptest::collection::vec("[a-z0-9/.-]{0,12}", 0..4),
             timeout in 1u64..10_000,
         ) {
+            prop_assume!(validate_server_name(&name).is_ok());
             let mut c = McpServerConfig::stdio(name, "node", &[]);
             if let McpTransportConfig::Stdio(s) = &mut c.transport { s.args = args; }
             c.timeout_secs = timeout;
