@@ -116,6 +116,11 @@ pub static TENANT_LABELS: BoundedLabel = BoundedLabel::new(false, 0);
 /// write.
 pub static MODEL_LABELS: BoundedLabel = BoundedLabel::new(true, 50);
 
+/// The names of users' MCP servers in the per-server MCP metrics (`server="user:<name>"`):
+/// tenants choose them. Platform servers (the operator's config file) are labelled by name
+/// without a cap.
+pub static MCP_USER_SERVER_LABELS: BoundedLabel = BoundedLabel::new(true, 50);
+
 /// What kind of failure a model call had, as a bounded label.
 pub fn model_error_kind(e: &agentry_llm::LlmError) -> &'static str {
     use agentry_llm::LlmError as E;

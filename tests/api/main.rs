@@ -22,6 +22,7 @@ mod flows;
 mod matrix;
 mod mcp;
 mod mcp_conformance;
+mod mcp_ops;
 mod mcp_server;
 mod memory;
 mod misc;
@@ -734,6 +735,28 @@ async fn mcp_a_hanging_server_costs_unrelated_runs_nothing() {
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let ctx = Ctx::start_with(&env, None).await;
     mcp::a_hanging_server_costs_unrelated_runs_nothing(&ctx, &fake).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_servers_report_their_history_metrics_and_connection_fields_over_rest() {
+    // The probe runs on the venv's Python, whose interpreter lives outside the test cache.
+    let paths = mcp_ops::sandbox_paths_for_the_probe();
+    let ctx = Ctx::start_with(
+        &[("AGENTRY_SANDBOX__READ_ONLY_PATHS", paths.as_str())],
+        None,
+    )
+    .await;
+    mcp_ops::server_history_over_rest(&ctx).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_a_hung_stdio_server_costs_unrelated_runs_nothing() {
+    let fake = mcp::fake();
+    let mut env = mcp::model_env(&fake);
+    env.push(("AGENTRY_MCP__CONNECT_WAIT_SECS", "15".to_string()));
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let ctx = Ctx::start_with(&env, None).await;
+    mcp_ops::a_hung_stdio_server_costs_unrelated_runs_nothing(&ctx, &fake).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

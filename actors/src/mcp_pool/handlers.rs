@@ -11,6 +11,51 @@ use super::{McpPoolActor, Origin, PoolServer, SlotState};
 /// Tenants whose users may configure stdio (local process) servers themselves.
 pub const STDIO_FEATURE: &str = "stdio_mcp";
 
+impl McpPoolActor {
+    /// Of the servers configured for a user, those runs may use, by name: enabled, the
+    /// platform's over a user's of the same name, stdio only with the tenant's feature, at most
+    /// `max_mcp_servers`. What is left out is said in `warnings`.
+    fn usable(&self, servers: Vec<PoolServer>, warnings: &mut Vec<String>) -> Vec<PoolServer> {
+        // A platform (file) server's name is the platform's: a user's server of the same name
+        // (added before the platform took it; the API refuses new ones) is left out, loudly.
+        let mut by_name: BTreeMap<String, PoolServer> = BTreeMap::new();
+        for s in servers.into_iter().filter(|s| !s.config.disabled) {
+            let name = s.config.name.clone();
+            match by_name.get(&name) {
+                Some(existing) if existing.origin != s.origin => {
+                    warnings.push(format!("your MCP server {name:?} is not used: the platform has a server of the same name; delete yours and add it under another name"));
+                    if s.origin == Origin::File {
+                        by_name.insert(name, s);
+                    }
+                }
+                _ => {
+                    by_name.insert(name, s);
+                }
+            }
+        }
+        let stdio_ok = self.tenant.has_feature(STDIO_FEATURE);
+        let limit = self.tenant.quotas.max_mcp_servers as usize;
+        let mut chosen = Vec::new();
+        for (name, s) in by_name {
+            if s.origin == Origin::User
+                && matches!(s.config.transport, McpTransportConfig::Stdio(_))
+                && !stdio_ok
+            {
+                warnings.push(format!(
+                        "MCP server {name:?} is a local (stdio) server, which this tenant may not run; only HTTP servers are allowed"
+                    ));
+                continue;
+            }
+            if limit > 0 && chosen.len() >= limit {
+                warnings.push(format!("MCP server {name:?} was not connected: the tenant allows {limit} servers per user"));
+                continue;
+            }
+            chosen.push(s);
+        }
+        chosen
+    }
+}
+
 impl Handler<UserTools> for McpPoolActor {
     type Result = ResponseActFuture<Self, UserToolsReply>;
 
@@ -21,39 +66,7 @@ impl Handler<UserTools> for McpPoolActor {
         let patterns = msg.patterns;
         let load = async move { source.servers_for(&tenant, user).await };
         Box::pin(load.into_actor(self).then(move |(servers, mut warnings), act, ctx| {
-            // A platform (file) server's name is the platform's: a user's server of the same name
-            // (added before the platform took it; the API refuses new ones) is left out, loudly.
-            let mut by_name: BTreeMap<String, PoolServer> = BTreeMap::new();
-            for s in servers.into_iter().filter(|s| !s.config.disabled) {
-                let name = s.config.name.clone();
-                match by_name.get(&name) {
-                    Some(existing) if existing.origin != s.origin => {
-                        warnings.push(format!("your MCP server {name:?} is not used: the platform has a server of the same name; delete yours and add it under another name"));
-                        if s.origin == Origin::File {
-                            by_name.insert(name, s);
-                        }
-                    }
-                    _ => {
-                        by_name.insert(name, s);
-                    }
-                }
-            }
-            let stdio_ok = act.tenant.has_feature(STDIO_FEATURE);
-            let limit = act.tenant.quotas.max_mcp_servers as usize;
-            let mut chosen = Vec::new();
-            for (name, s) in by_name {
-                if s.origin == Origin::User && matches!(s.config.transport, McpTransportConfig::Stdio(_)) && !stdio_ok {
-                    warnings.push(format!(
-                        "MCP server {name:?} is a local (stdio) server, which this tenant may not run; only HTTP servers are allowed"
-                    ));
-                    continue;
-                }
-                if limit > 0 && chosen.len() >= limit {
-                    warnings.push(format!("MCP server {name:?} was not connected: the tenant allows {limit} servers per user"));
-                    continue;
-                }
-                chosen.push(s);
-            }
+            let chosen = act.usable(servers, &mut warnings);
             let now = Instant::now();
             let mut ready = Vec::new();
             let mut waits = Vec::new();
@@ -172,6 +185,13 @@ impl Handler<ServerStatuses> for McpPoolActor {
     }
 }
 
+impl Handler<ServerReports> for McpPoolActor {
+    type Result = MessageResult<ServerReports>;
+    fn handle(&mut self, msg: ServerReports, _: &mut Self::Context) -> Self::Result {
+        MessageResult(self.reports(msg.user))
+    }
+}
+
 impl Handler<ServerTools> for McpPoolActor {
     type Result = MessageResult<ServerTools>;
     fn handle(&mut self, msg: ServerTools, _: &mut Self::Context) -> Self::Result {
@@ -208,6 +228,32 @@ impl Handler<UserConfigChanged> for McpPoolActor {
     }
 }
 
+impl Handler<ConnectInBackground> for McpPoolActor {
+    type Result = ResponseActFuture<Self, ()>;
+
+    fn handle(&mut self, msg: ConnectInBackground, _: &mut Self::Context) -> Self::Result {
+        let source = self.source.clone();
+        let tenant = self.tenant.clone();
+        let user = msg.user;
+        let load = async move { source.servers_for(&tenant, user).await };
+        Box::pin(load.into_actor(self).map(move |(servers, _), act, ctx| {
+            let mut ignored = Vec::new();
+            let Some(server) = act
+                .usable(servers, &mut ignored)
+                .into_iter()
+                .find(|s| s.config.name == msg.server)
+            else {
+                return;
+            };
+            let key = (user, msg.server);
+            if act.slots.get(&key).is_some_and(|s| s.server == server) {
+                return;
+            }
+            act.connect(ctx, key, server, None, 0);
+        }))
+    }
+}
+
 impl Handler<FileConfigChanged> for McpPoolActor {
     type Result = ();
     fn handle(&mut self, msg: FileConfigChanged, _: &mut Self::Context) {
@@ -228,6 +274,7 @@ impl Handler<FileConfigChanged> for McpPoolActor {
             if let Some(slot) = self.slots.remove(&key) {
                 super::close_slot(slot);
             }
+            self.stats.remove(&key);
         }
     }
 }

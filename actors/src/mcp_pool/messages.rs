@@ -40,6 +40,15 @@ pub struct ServerStatuses {
     pub user: UserId,
 }
 
+/// What this pool (this replica) knows of each of the user's servers it has used: `(name,
+/// status, status message, history)` — the last error and its time, since when it is connected,
+/// reconnects, call counts. Nothing is connected for this; servers never used have no entry.
+#[derive(Message)]
+#[rtype(result = "Vec<(String, &'static str, Option<String>, super::ServerReport)>")]
+pub struct ServerReports {
+    pub user: UserId,
+}
+
 /// The tools each of the user's connected servers offers (for the console's server list):
 /// `(server, [(tool name, first line of its description)])`, tool names as the model sees them
 /// (`<server>__<tool>`). Servers not connected now are left out; nothing is connected for this.
@@ -56,6 +65,18 @@ pub struct ServerTools {
 pub struct UserConfigChanged {
     pub user: UserId,
     pub server: Option<String>,
+}
+
+/// A server of the user was added or changed (REST): connect it now, in the background, so the
+/// user's first run finds it connected (or at least its first attempt under way) instead of
+/// starting the connect itself. Does nothing for a server runs may not use (disabled, stdio
+/// without the tenant's feature, over `max_mcp_servers`) or one already connected with this
+/// configuration.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct ConnectInBackground {
+    pub user: UserId,
+    pub server: String,
 }
 
 /// The platform's MCP config file changed: close connections to servers it changed or removed.

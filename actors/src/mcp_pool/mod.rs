@@ -156,6 +156,10 @@ pub(crate) struct Slot {
 pub(crate) struct LiveSlot {
     server: String,
     state: std::sync::Mutex<Live>,
+    /// What `GET …/mcp-servers/{name}` reports of the server (calls, errors, reconnects).
+    pub(crate) stats: Arc<ServerStats>,
+    /// The server's `server` label in the per-server metrics ([`server_label`]).
+    pub(crate) label: String,
 }
 
 enum Live {
@@ -165,10 +169,12 @@ enum Live {
 }
 
 impl LiveSlot {
-    fn new(server: &str) -> Arc<Self> {
+    fn new(server: &PoolServer, stats: Arc<ServerStats>) -> Arc<Self> {
         Arc::new(LiveSlot {
-            server: server.to_string(),
+            server: server.config.name.clone(),
             state: std::sync::Mutex::new(Live::Down("it is connecting".into())),
+            stats,
+            label: server_label(server),
         })
     }
 
@@ -281,8 +287,168 @@ impl Tool for PoolBound {
         args: serde_json::Value,
         ctx: &agentry_tools::tool::ToolContext,
     ) -> Result<agentry_tools::tool::ToolOutput, agentry_tools::tool::ToolError> {
-        let tool = self.live.current(&self.spec.name)?;
-        tool.call(args, ctx).await
+        let mut counted = CountOnDrop {
+            live: &self.live,
+            timeout: self.spec.timeout,
+            started: Instant::now(),
+            outcome: None,
+        };
+        let result = match self.live.current(&self.spec.name) {
+            Ok(tool) => tool.call(args, ctx).await,
+            Err(e) => Err(e),
+        };
+        counted.outcome = Some(CallOutcome::of(&result));
+        result
+    }
+}
+
+/// Counts a call through the pool when it ends — also when the caller drops it unanswered: the
+/// tool pipeline applies the same timeout as the MCP client and usually drops the call first.
+/// A call dropped after its timeout counts as `timeout`, one dropped earlier as `cancelled`.
+struct CountOnDrop<'a> {
+    live: &'a LiveSlot,
+    timeout: Duration,
+    started: Instant,
+    outcome: Option<CallOutcome>,
+}
+
+impl Drop for CountOnDrop<'_> {
+    fn drop(&mut self) {
+        let took = self.started.elapsed();
+        let outcome = self.outcome.unwrap_or(if took >= self.timeout {
+            CallOutcome::Timeout
+        } else {
+            CallOutcome::Cancelled
+        });
+        self.live.stats.count_call(outcome);
+        metrics::counter!("agentry_mcp_server_calls_total", "server" => self.live.label.clone(), "outcome" => outcome.as_str())
+            .increment(1);
+        metrics::histogram!("agentry_mcp_server_call_duration_seconds", "server" => self.live.label.clone())
+            .record(took.as_secs_f64());
+    }
+}
+
+/// How a call through the pool ended, as counted per server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallOutcome {
+    /// The server answered with a result that is not an error.
+    Ok,
+    /// The server answered with an error result (`isError`), a JSON-RPC error, or the call could
+    /// not be made (the server is down: "unavailable").
+    Error,
+    /// No answer within the server's `timeout_secs`.
+    Timeout,
+    /// The run was cancelled while the call was in flight: counted in the metrics only.
+    Cancelled,
+}
+
+impl CallOutcome {
+    pub fn of(
+        result: &Result<agentry_tools::tool::ToolOutput, agentry_tools::tool::ToolError>,
+    ) -> Self {
+        use agentry_tools::tool::ToolError;
+        match result {
+            Ok(out) if out.is_error => CallOutcome::Error,
+            Ok(_) => CallOutcome::Ok,
+            Err(ToolError::Timeout(_)) => CallOutcome::Timeout,
+            Err(ToolError::Cancelled) => CallOutcome::Cancelled,
+            Err(_) => CallOutcome::Error,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CallOutcome::Ok => "ok",
+            CallOutcome::Error => "error",
+            CallOutcome::Timeout => "timeout",
+            CallOutcome::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// One server's history in this pool (this replica), for `GET …/mcp-servers/{name}`: kept
+/// while the user's connection is closed for idleness, dropped when the server's configuration
+/// changes or the user has no live session left.
+#[derive(Debug, Default)]
+pub struct ServerStats {
+    inner: std::sync::Mutex<ServerReport>,
+}
+
+/// What the pool reports of one server of one user. Counters start when the pool first used
+/// the server (since its last configuration change).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ServerReport {
+    /// The last connect, health check or transport error, and when it happened.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_error_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// When the current connection was made (none while not connected).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub connected_since: Option<chrono::DateTime<chrono::Utc>>,
+    /// Connects of the server after it had been connected (lost connections brought back).
+    pub reconnects: u64,
+    pub calls: CallCounts,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct CallCounts {
+    pub ok: u64,
+    pub error: u64,
+    pub timeout: u64,
+}
+
+impl ServerStats {
+    fn with<R>(&self, f: impl FnOnce(&mut ServerReport) -> R) -> R {
+        f(&mut self.inner.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    pub fn report(&self) -> ServerReport {
+        self.with(|r| r.clone())
+    }
+
+    fn count_call(&self, outcome: CallOutcome) {
+        self.with(|r| match outcome {
+            CallOutcome::Ok => r.calls.ok += 1,
+            CallOutcome::Error => r.calls.error += 1,
+            CallOutcome::Timeout => r.calls.timeout += 1,
+            CallOutcome::Cancelled => {}
+        })
+    }
+
+    fn failed(&self, error: &str) {
+        self.with(|r| {
+            r.last_error = Some(error.to_string());
+            r.last_error_at = Some(chrono::Utc::now());
+            r.connected_since = None;
+        })
+    }
+
+    fn connected(&self) {
+        self.with(|r| r.connected_since = Some(chrono::Utc::now()))
+    }
+
+    fn disconnected(&self) {
+        self.with(|r| r.connected_since = None)
+    }
+
+    fn reconnecting(&self) {
+        self.with(|r| r.reconnects += 1)
+    }
+}
+
+/// The `server` label of the per-server metrics: a platform server (the operator's config file,
+/// a bounded set) by its name; a user's server as `user:<name>`, its names bounded by
+/// [`MCP_USER_SERVER_LABELS`] (beyond the cap, `user:other`), since tenants choose them.
+pub fn server_label(server: &PoolServer) -> String {
+    match server.origin {
+        Origin::File => server.config.name.clone(),
+        Origin::User => format!(
+            "user:{}",
+            crate::metrics::MCP_USER_SERVER_LABELS
+                .label(&server.config.name)
+                .unwrap_or_else(|| "other".into())
+        ),
     }
 }
 
@@ -306,8 +472,12 @@ pub struct McpPoolActor {
     pub(crate) cfg: McpPoolConfig,
     pub(crate) slots: HashMap<Key, Slot>,
     pub(crate) next_generation: u64,
-    /// This pool's share of `agentry_mcp_connections{state}`, as last added to the gauge.
-    published: HashMap<&'static str, f64>,
+    /// Each server's history (see [`ServerStats`]): outlives its slot when the connection is
+    /// closed for idleness.
+    pub(crate) stats: HashMap<Key, Arc<ServerStats>>,
+    /// This pool's share of `agentry_mcp_connections{state}` and
+    /// `agentry_mcp_server_connections{server, state}`, as last added to the gauges.
+    published: HashMap<(Option<String>, &'static str), f64>,
 }
 
 impl McpPoolActor {
@@ -318,6 +488,7 @@ impl McpPoolActor {
             cfg,
             slots: HashMap::new(),
             next_generation: 1,
+            stats: HashMap::new(),
             published: HashMap::new(),
         }
     }
@@ -334,9 +505,6 @@ impl McpPoolActor {
         let generation = self.next_generation;
         self.next_generation += 1;
         let was_connected = self.slots.get(&key).is_some_and(|s| s.was_connected);
-        if was_connected {
-            metrics::counter!("agentry_mcp_reconnects_total").increment(1);
-        }
         // The same server again (a reconnect) keeps its last tool list and what its tools call
         // through; a changed configuration starts afresh.
         let (known, live, catalog) = match self.slots.remove(&key) {
@@ -347,18 +515,25 @@ impl McpPoolActor {
             }
             Some(old) => {
                 close_slot(old);
+                self.stats.remove(&key);
                 (
                     Vec::new(),
-                    LiveSlot::new(&server.config.name),
+                    LiveSlot::new(&server, self.stats_for(&key)),
                     Arc::default(),
                 )
             }
             None => (
                 Vec::new(),
-                LiveSlot::new(&server.config.name),
+                LiveSlot::new(&server, self.stats_for(&key)),
                 Arc::default(),
             ),
         };
+        if was_connected {
+            live.stats.reconnecting();
+            metrics::counter!("agentry_mcp_reconnects_total").increment(1);
+            metrics::counter!("agentry_mcp_server_reconnects_total", "server" => live.label.clone())
+                .increment(1);
+        }
         self.slots.insert(
             key.clone(),
             Slot {
@@ -442,6 +617,35 @@ impl McpPoolActor {
         );
     }
 
+    /// The history of `key`'s server, kept or new.
+    fn stats_for(&mut self, key: &Key) -> Arc<ServerStats> {
+        self.stats.entry(key.clone()).or_default().clone()
+    }
+
+    /// What the pool knows of each of `user`'s servers it used: `(name, status, status
+    /// message, history)`; a server whose connection was closed for idleness is
+    /// `disconnected` with its history. Nothing is connected for this.
+    pub(crate) fn reports(
+        &self,
+        user: UserId,
+    ) -> Vec<(String, &'static str, Option<String>, ServerReport)> {
+        let mut out: Vec<_> = self
+            .stats
+            .iter()
+            .filter(|((u, _), _)| *u == user)
+            .map(|((_, name), stats)| {
+                let (status, message) = self
+                    .slots
+                    .get(&(user, name.clone()))
+                    .map(Slot::status)
+                    .unwrap_or(("disconnected", None));
+                (name.clone(), status, message, stats.report())
+            })
+            .collect();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    }
+
     fn connected(
         &mut self,
         ctx: &mut Context<Self>,
@@ -467,6 +671,7 @@ impl McpPoolActor {
         };
         match res {
             Ok((conn, raw)) => {
+                slot.live.stats.connected();
                 let tools = bind_tools(&raw, &slot.server.policy, &slot.live);
                 slot.live.set(Live::Up(
                     conn.clone(),
@@ -489,6 +694,9 @@ impl McpPoolActor {
             }
             Err(error) => {
                 slot.live.down(error.clone());
+                slot.live.stats.failed(&error);
+                metrics::counter!("agentry_mcp_server_connect_failures_total", "server" => slot.live.label.clone())
+                    .increment(1);
                 let delay = backoff(&self.cfg, attempts);
                 tracing::warn!(tenant = %self.tenant.id, user = %key.0, server = %key.1, attempt = attempts, "MCP server failed to connect: {error}; next try in {delay:?}");
                 for w in waiters {
@@ -546,23 +754,35 @@ impl McpPoolActor {
     /// Bring this pool's share of `agentry_mcp_connections{state}` up to date (the gauge is
     /// the sum over every tenant's pool); `gone` withdraws it.
     fn publish_states(&mut self, gone: bool) {
-        let mut now: HashMap<&'static str, f64> = HashMap::new();
+        let mut now: HashMap<(Option<String>, &'static str), f64> = HashMap::new();
         if !gone {
             for slot in self.slots.values() {
-                *now.entry(slot.status().0).or_default() += 1.0;
+                let state = slot.status().0;
+                *now.entry((None, state)).or_default() += 1.0;
+                *now.entry((Some(slot.live.label.clone()), state))
+                    .or_default() += 1.0;
             }
         }
-        for state in self
+        for key in self
             .published
             .keys()
             .chain(now.keys())
-            .copied()
-            .collect::<Vec<_>>()
+            .cloned()
+            .collect::<std::collections::HashSet<_>>()
         {
-            let delta = now.get(state).copied().unwrap_or(0.0)
-                - self.published.get(state).copied().unwrap_or(0.0);
-            if delta != 0.0 {
-                metrics::gauge!("agentry_mcp_connections", "state" => state).increment(delta);
+            let delta = now.get(&key).copied().unwrap_or(0.0)
+                - self.published.get(&key).copied().unwrap_or(0.0);
+            if delta == 0.0 {
+                continue;
+            }
+            match key {
+                (None, state) => {
+                    metrics::gauge!("agentry_mcp_connections", "state" => state).increment(delta)
+                }
+                (Some(server), state) => {
+                    metrics::gauge!("agentry_mcp_server_connections", "server" => server, "state" => state)
+                        .increment(delta)
+                }
             }
         }
         self.published = now;
@@ -645,6 +865,7 @@ impl McpPoolActor {
         };
         tracing::warn!(tenant = %self.tenant.id, server = %key.1, "MCP connection lost: {error}; reconnecting");
         slot.live.down(error.clone());
+        slot.live.stats.failed(&error);
         let conn = conn.clone();
         actix::spawn(async move { conn.close().await });
         let delay = backoff(&self.cfg, 0);
@@ -677,11 +898,15 @@ impl McpPoolActor {
                 close_slot(slot);
             }
         }
+        // A changed configuration or a user gone: the history goes too.
+        self.stats
+            .retain(|(u, name), _| !(*u == user && only.is_none_or(|o| o == name)));
     }
 }
 
 fn close_slot(slot: Slot) {
     slot.live.down("it was closed");
+    slot.live.stats.disconnected();
     match slot.state {
         SlotState::Connected { conn, .. } => {
             actix::spawn(async move { conn.close().await });
@@ -887,6 +1112,62 @@ mod tests {
         assert!(health_due(t0, t0 + Duration::from_secs(61), every));
         // A clock read before `last` (another thread's Instant) is not due, and does not panic.
         assert!(!health_due(t0 + every, t0, every));
+    }
+
+    #[test]
+    fn the_server_label_is_the_platform_name_or_a_bounded_user_name() {
+        let server = |name: &str, origin| PoolServer {
+            config: McpServerConfig::http(name, "https://mcp.example.com/mcp"),
+            policy: ServerPolicy::default(),
+            origin,
+        };
+        assert_eq!(server_label(&server("github", Origin::File)), "github");
+        assert_eq!(server_label(&server("github", Origin::User)), "user:github");
+    }
+
+    #[test]
+    fn calls_count_by_outcome_and_errors_keep_their_time() {
+        use agentry_tools::tool::{ToolError, ToolOutput};
+        let stats = ServerStats::default();
+        let ok = ToolOutput {
+            content: serde_json::json!("fine"),
+            ..Default::default()
+        };
+        let tool_error = ToolOutput {
+            is_error: true,
+            ..ok.clone()
+        };
+        for r in [
+            Ok(ok),
+            Ok(tool_error),
+            Err(ToolError::Disconnected("gone".into())),
+            Err(ToolError::Timeout(Duration::from_secs(1))),
+            Err(ToolError::Cancelled),
+        ] {
+            stats.count_call(CallOutcome::of(&r));
+        }
+        stats.failed("boom");
+        let r = stats.report();
+        assert_eq!(
+            r.calls,
+            CallCounts {
+                ok: 1,
+                error: 2,
+                timeout: 1
+            }
+        );
+        assert_eq!(r.last_error.as_deref(), Some("boom"));
+        assert!(r.last_error_at.is_some() && r.connected_since.is_none());
+        stats.connected();
+        stats.reconnecting();
+        let r = stats.report();
+        assert!(r.connected_since.is_some());
+        assert_eq!(r.reconnects, 1);
+        assert_eq!(
+            r.last_error.as_deref(),
+            Some("boom"),
+            "kept after the server is back"
+        );
     }
 
     #[test]

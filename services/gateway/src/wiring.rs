@@ -57,8 +57,19 @@ pub struct McpSources {
     pub file: Option<Arc<McpConfigWatcher>>,
 }
 
+/// A row as [`agentry_mcp::stored`] reads it: `connect_timeout_secs` and `cwd` come from the
+/// policy column (no columns of their own); a policy that cannot be read gives the defaults here
+/// and keeps the server out of runs ([`McpSources::servers_for`]).
 pub fn stored_of(row: &McpServerRow) -> StoredMcpServer {
+    let policy = crate::routes::mcp_servers::RestPolicy::of_row(row)
+        .ok()
+        .flatten()
+        .unwrap_or_default();
     StoredMcpServer {
+        connect_timeout_secs: policy
+            .connect_timeout_secs
+            .unwrap_or(agentry_mcp::client::config::DEFAULT_CONNECT_TIMEOUT_SECS),
+        cwd: policy.cwd,
         name: row.name.clone(),
         transport: row.transport.clone(),
         command: row.command.clone(),

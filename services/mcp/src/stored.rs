@@ -8,10 +8,11 @@
 //! it). A blob is written only when there is something in it, so a server without secrets needs
 //! no key. [`join_from_storage`] reverses it and validates the result.
 //!
-//! The table has no columns for `cwd` and `connect_timeout_secs`: a config that sets them (other
-//! than the default timeout) is refused by [`split_for_storage`] rather than stored with them
-//! silently dropped. Per-user servers get the pool's working directory and the default connect
-//! timeout.
+//! `connect_timeout_secs` (1–[`MAX_USER_CONNECT_TIMEOUT_SECS`]) and a stdio server's `cwd` have
+//! no columns of their own: the store keeps them beside the server's policy (`mcp_servers.policy`,
+//! the caller's business). A user's `cwd` is a directory *inside the user's workspace*, given
+//! relative to it ([`check_user_cwd`]): the sandbox runs the server in the workspace and refuses
+//! a working directory outside it.
 
 use std::collections::BTreeMap;
 
@@ -48,13 +49,53 @@ pub struct StoredMcpServer {
     pub headers_encrypted: Option<String>,
     pub disabled: bool,
     pub timeout_secs: u32,
+    /// Kept beside the policy (no column).
+    pub connect_timeout_secs: u64,
+    /// Stdio only, relative to the user's workspace; kept beside the policy (no column).
+    pub cwd: Option<String>,
+}
+
+/// The longest connect timeout a user's server may have: a connect that hangs longer than this
+/// holds its slot (and, for stdio, a process) for nothing.
+pub const MAX_USER_CONNECT_TIMEOUT_SECS: u64 = 300;
+
+/// A user's stdio server's `cwd`: a relative path of normal components inside the user's
+/// workspace (`tools/server`, not `/srv`, `../x` or `~`), at most 1024 bytes. `Err` says why,
+/// for the `cwd` field.
+pub fn check_user_cwd(cwd: &std::path::Path) -> Result<String, String> {
+    use std::path::Component;
+    let text = cwd
+        .to_str()
+        .ok_or_else(|| "is not valid UTF-8".to_string())?;
+    if text.is_empty() || text.len() > 1024 {
+        return Err("must be 1-1024 characters".into());
+    }
+    if cwd.is_absolute() {
+        return Err(format!(
+            "{text:?} is absolute; a user's server runs in the user's workspace: give a directory inside it, relative to it (like \"tools/server\"), or leave cwd out"
+        ));
+    }
+    if text.starts_with('~') || text.chars().any(char::is_control) {
+        return Err(format!(
+            "{text:?} is not a plain relative path inside the workspace"
+        ));
+    }
+    if cwd
+        .components()
+        .any(|c| !matches!(c, Component::Normal(_) | Component::CurDir))
+    {
+        return Err(format!(
+            "{text:?} leaves the workspace (`..`); give a directory inside it"
+        ));
+    }
+    Ok(text.to_string())
 }
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum StorageError {
     #[error(transparent)]
     Invalid(#[from] ConfigError),
-    #[error("MCP server {server:?}: {field} cannot be stored per user: {message}")]
+    #[error("MCP server {server:?}: {field}: {message}")]
     NotStorable {
         server: String,
         field: &'static str,
@@ -95,10 +136,13 @@ pub fn split_for_storage(
         field,
         message,
     };
-    if config.connect_timeout_secs != DEFAULT_CONNECT_TIMEOUT_SECS {
+    if config.connect_timeout_secs > MAX_USER_CONNECT_TIMEOUT_SECS {
         return Err(not_storable(
             "connect_timeout_secs",
-            format!("only the default ({DEFAULT_CONNECT_TIMEOUT_SECS} s) is kept; leave it out"),
+            format!(
+                "{} s is too long: at most {MAX_USER_CONNECT_TIMEOUT_SECS} s (the default is {DEFAULT_CONNECT_TIMEOUT_SECS} s)",
+                config.connect_timeout_secs
+            ),
         ));
     }
     // The column is a signed 32-bit integer.
@@ -134,14 +178,13 @@ pub fn split_for_storage(
         headers_encrypted: None,
         disabled: config.disabled,
         timeout_secs,
+        connect_timeout_secs: config.connect_timeout_secs,
+        cwd: None,
     };
     match &config.transport {
         McpTransportConfig::Stdio(s) => {
-            if s.cwd.is_some() {
-                return Err(not_storable(
-                    "cwd",
-                    "the server runs in the directory the pool chooses; leave cwd out".into(),
-                ));
+            if let Some(cwd) = &s.cwd {
+                stored.cwd = Some(check_user_cwd(cwd).map_err(|m| not_storable("cwd", m))?);
             }
             stored.command = Some(s.command.clone());
             stored.args = s.args.clone();
@@ -204,11 +247,14 @@ pub fn join_from_storage(
                 command,
                 args: stored.args.clone(),
                 env,
-                cwd: None,
+                cwd: stored.cwd.as_ref().map(std::path::PathBuf::from),
             })
         }
         "http" => {
-            if stored.command.is_some() || !stored.args.is_empty() || stored.env_encrypted.is_some()
+            if stored.command.is_some()
+                || !stored.args.is_empty()
+                || stored.env_encrypted.is_some()
+                || stored.cwd.is_some()
             {
                 return Err(corrupt("an http server has command, args or env".into()));
             }
@@ -236,7 +282,7 @@ pub fn join_from_storage(
         name: stored.name.clone(),
         transport,
         timeout_secs: u64::from(stored.timeout_secs),
-        connect_timeout_secs: DEFAULT_CONNECT_TIMEOUT_SECS,
+        connect_timeout_secs: stored.connect_timeout_secs,
         disabled: stored.disabled,
     };
     config.validate()?;
@@ -451,19 +497,56 @@ mod tests {
     }
 
     #[test]
-    fn fields_the_table_cannot_hold_are_refused_not_dropped() {
-        let mut c = McpServerConfig::stdio("fs", "npx", &[]);
-        if let McpTransportConfig::Stdio(s) = &mut c.transport {
-            s.cwd = Some("/srv".into());
-        }
-        let err = split_for_storage(&c, Some(&key())).unwrap_err();
-        assert!(
-            matches!(err, StorageError::NotStorable { field: "cwd", .. }),
-            "{err:?}"
-        );
+    fn connect_timeout_and_a_workspace_relative_cwd_are_kept() {
         let mut c = McpServerConfig::stdio("fs", "npx", &[]);
         c.connect_timeout_secs = 5;
+        if let McpTransportConfig::Stdio(s) = &mut c.transport {
+            s.cwd = Some("tools/./server".into());
+        }
+        let stored = split_for_storage(&c, Some(&key())).unwrap();
+        assert_eq!(stored.connect_timeout_secs, 5);
+        assert_eq!(stored.cwd.as_deref(), Some("tools/./server"));
+        assert_eq!(join_from_storage(&stored, Some(&key())).unwrap(), c);
+        // An HTTP row with a cwd is not something split_for_storage writes.
+        let mut http = split_for_storage(
+            &McpServerConfig::http("h", "https://mcp.example.com/mcp"),
+            None,
+        )
+        .unwrap();
+        http.cwd = Some("x".into());
+        assert!(matches!(
+            join_from_storage(&http, None),
+            Err(StorageError::Corrupt { .. })
+        ));
+    }
+
+    #[test]
+    fn fields_a_user_may_not_set_are_refused_naming_them() {
+        for bad in ["/srv", "../other", "a/../../b", "~/x", "", "a\nb"] {
+            let mut c = McpServerConfig::stdio("fs", "npx", &[]);
+            if let McpTransportConfig::Stdio(s) = &mut c.transport {
+                s.cwd = Some(bad.into());
+            }
+            let err = split_for_storage(&c, Some(&key())).unwrap_err();
+            assert!(
+                matches!(err, StorageError::NotStorable { field: "cwd", .. }),
+                "{bad:?}: {err:?}"
+            );
+            assert_eq!(err.code(), ErrorCode::ValidationError);
+        }
+        let mut c = McpServerConfig::stdio("fs", "npx", &[]);
+        c.connect_timeout_secs = MAX_USER_CONNECT_TIMEOUT_SECS + 1;
         let err = split_for_storage(&c, Some(&key())).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                StorageError::NotStorable {
+                    field: "connect_timeout_secs",
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
         assert_eq!(err.code(), ErrorCode::ValidationError);
         let mut c = McpServerConfig::stdio("fs", "npx", &[]);
         c.timeout_secs = i32::MAX as u64 + 1;

@@ -21,7 +21,9 @@
 
 use actix_web::HttpResponse;
 use actix_web::web::{self, Json};
-use agentry_actors::mcp_pool::{ServerStatuses, ServerTools, UserConfigChanged};
+use agentry_actors::mcp_pool::{
+    ConnectInBackground, ServerReport, ServerReports, ServerTools, UserConfigChanged,
+};
 use agentry_mcp::client::{HttpAuth, McpServerConfig, McpTransportConfig};
 use agentry_mcp::config_file::{FileServerEntry, ServerPolicy};
 use agentry_mcp::stored::{join_from_storage, masked_view, split_for_storage, unmask};
@@ -70,24 +72,26 @@ async fn owner(state: &AppState, caller: &TenantCaller, user: UserId) -> ApiResu
     Ok(user)
 }
 
-/// The live status of every server of `user`: name → (status, message).
+/// The live status of every server of `user` the pool has used, and its history there: name →
+/// (status, message, report). From this replica's pool; nothing is connected to answer.
 async fn statuses(
     state: &AppState,
     caller: &TenantCaller,
     user: UserId,
-) -> std::collections::HashMap<String, (String, Option<String>)> {
+) -> std::collections::HashMap<String, Status> {
     let Ok(Some(pool)) = state.engine.mcp_pool(caller.tenant()).await else {
         return Default::default();
     };
-    pool.send(ServerStatuses { user })
+    pool.send(ServerReports { user })
         .await
         .unwrap_or_default()
         .into_iter()
-        .map(|(name, status, message)| (name, (status.to_string(), message)))
+        .map(|(name, status, message, report)| (name, (status.to_string(), message, Some(report))))
         .collect()
 }
 
-type Status = (String, Option<String>);
+/// A server's status, its message (the error while in `error`) and the pool's history of it.
+type Status = (String, Option<String>, Option<ServerReport>);
 
 /// The tools each connected server of `user` offers now: name → `[{name, description}]`.
 async fn tools_of(
@@ -122,10 +126,17 @@ fn with_tools(mut v: Value, tools: &std::collections::HashMap<String, Value>) ->
 
 fn with_status(mut v: Value, status: Option<&Status>, source: &str) -> Value {
     if let Value::Object(o) = &mut v {
-        let (s, m) = status.cloned().unwrap_or(("disconnected".into(), None));
+        let (s, m, report) = status
+            .cloned()
+            .unwrap_or(("disconnected".into(), None, None));
         o.insert("status".into(), json!(s));
         if let Some(m) = m {
             o.insert("status_message".into(), json!(m));
+        }
+        // `last_error`, `last_error_at`, `connected_since` when known; `reconnects` and `calls`
+        // always (zero for a server this replica has not used).
+        if let Ok(Value::Object(r)) = serde_json::to_value(report.unwrap_or_default()) {
+            o.extend(r);
         }
         o.insert("source".into(), json!(source));
         o.insert("read_only".into(), json!(source == PLATFORM));
@@ -252,7 +263,17 @@ async fn admissible(
 }
 
 /// Fields the API adds to a server's view: a client that sends a view back may leave them in.
-const VIEW_ONLY: [&str; 4] = ["status", "status_message", "source", "read_only"];
+const VIEW_ONLY: [&str; 9] = [
+    "status",
+    "status_message",
+    "source",
+    "read_only",
+    "last_error",
+    "last_error_at",
+    "connected_since",
+    "reconnects",
+    "calls",
+];
 
 /// The body fields beyond how to connect: what the MCP config file says of a platform server
 /// (`tools`, `rate_limit`, `health_check`), for a user's server over REST.
@@ -272,6 +293,14 @@ pub struct RestPolicy {
     pub rate_limit_per_minute: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health_check: Option<RestHealthCheck>,
+    /// How to reach the server, not policy: the body's `connect_timeout_secs` (when not the
+    /// default) and a stdio server's `cwd` (relative to the user's workspace), kept here because
+    /// the table has no columns for them ([`agentry_mcp::stored`]). Shown in the view by the
+    /// server's own fields, not as policy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connect_timeout_secs: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -413,15 +442,30 @@ impl RestPolicy {
             .transpose()
     }
 
-    fn stored(policy: Option<&RestPolicy>) -> Option<Value> {
-        policy
-            .filter(|p| **p != RestPolicy::default())
-            .and_then(|p| serde_json::to_value(p).ok())
+    /// The policy column of a row: the policy and the connection fields that have no column.
+    fn stored(
+        policy: Option<&RestPolicy>,
+        stored: &agentry_mcp::stored::StoredMcpServer,
+    ) -> Option<Value> {
+        let mut p = policy.cloned().unwrap_or_default();
+        p.connect_timeout_secs = (stored.connect_timeout_secs
+            != agentry_mcp::client::config::DEFAULT_CONNECT_TIMEOUT_SECS)
+            .then_some(stored.connect_timeout_secs);
+        p.cwd = stored.cwd.clone();
+        (p != RestPolicy::default())
+            .then(|| serde_json::to_value(p).ok())
+            .flatten()
     }
 }
 
 /// A user's server's view with its policy fields.
 fn with_policy(mut v: Value, policy: Option<&RestPolicy>) -> Value {
+    let policy = policy.map(|p| RestPolicy {
+        // The server's own fields in the view already.
+        connect_timeout_secs: None,
+        cwd: None,
+        ..p.clone()
+    });
     if let (Value::Object(o), Some(Value::Object(p))) =
         (&mut v, policy.and_then(|p| serde_json::to_value(p).ok()))
     {
@@ -453,6 +497,9 @@ fn config_from_body(
 }
 
 fn storage_error(e: agentry_mcp::stored::StorageError) -> ApiError {
+    if let agentry_mcp::stored::StorageError::NotStorable { field, .. } = &e {
+        return ApiError::validation(field, e.to_string());
+    }
     match e.code() {
         ErrorCode::ServiceUnavailable => ApiError::new(
             ErrorCode::ServiceUnavailable,
@@ -472,6 +519,9 @@ fn new_row(
 ) -> NewMcpServer {
     NewMcpServer {
         user_id: user,
+        disabled: stored.disabled,
+        timeout_secs: stored.timeout_secs,
+        policy: RestPolicy::stored(policy, &stored),
         name: stored.name,
         transport: stored.transport,
         command: stored.command,
@@ -479,9 +529,6 @@ fn new_row(
         url: stored.url,
         env_encrypted: stored.env_encrypted,
         headers_encrypted: stored.headers_encrypted,
-        disabled: stored.disabled,
-        timeout_secs: stored.timeout_secs,
-        policy: RestPolicy::stored(policy),
     }
 }
 
@@ -493,7 +540,7 @@ fn new_row(
     tag = "mcp",
     params(("user_id" = String, Path, description = "User id (UUID)")),
     responses(
-        (status = 200, description = "The platform's servers (`source: platform`, `read_only: true`) and the user's own (`source: user`), each with `status`: connected, connecting, disconnected or error, and while connected the `tools` it offers (`[{name, description}]`)", body = Vec<Object>),
+        (status = 200, description = "The platform's servers (`source: platform`, `read_only: true`) and the user's own (`source: user`), each with `status`: connected, connecting, disconnected or error, this replica's history of it (`last_error`, `last_error_at`, `connected_since`, `reconnects`, `calls`), and while connected the `tools` it offers (`[{name, description}]`)", body = Vec<Object>),
         (status = 400, description = "`user_id` is not a UUID", body = agentry_schema::ErrorResponse),
         (status = 401, description = "No usable API key", body = agentry_schema::ErrorResponse),
         (status = 403, description = "The platform admin key (it has no tenant)", body = agentry_schema::ErrorResponse),
@@ -520,12 +567,7 @@ pub async fn list_servers(
     }
     for row in rows {
         // Added before the platform took the name: listed, but the platform's is the one used.
-        let shadowed = platform.get(&row.name).is_some().then(|| {
-            (
-                "error".to_string(),
-                Some("not used: the platform has an MCP server of this name; delete yours and add it under another name".to_string()),
-            )
-        });
+        let shadowed = platform.get(&row.name).is_some().then(shadowed_status);
         let status = shadowed.as_ref().or(live.get(&row.name));
         match join_from_storage(&stored_of(&row), state.secrets.as_ref()) {
             Ok(config) => out.push(with_policy(
@@ -541,6 +583,16 @@ pub async fn list_servers(
     ))
 }
 
+/// A user's server stored under a name the platform's file took since: listed, not used (the
+/// pool's status of that name is the platform server's).
+fn shadowed_status() -> Status {
+    (
+        "error".to_string(),
+        Some("not used: the platform has an MCP server of this name; delete yours and add it under another name".to_string()),
+        None,
+    )
+}
+
 /// One server of the user.
 #[utoipa::path(
     get,
@@ -548,7 +600,7 @@ pub async fn list_servers(
     tag = "mcp",
     params(("user_id" = String, Path, description = "User id (UUID)"), ("name" = String, Path, description = "Server name")),
     responses(
-        (status = 200, description = "The server, secrets masked, with its policy (`allowed_tools`, `rate_limit_per_minute`, `health_check` when set), its live status (`status`, and the last error in `status_message`) and, while connected, the `tools` it offers", body = Object),
+        (status = 200, description = "The server, secrets masked, with its policy (`allowed_tools`, `rate_limit_per_minute`, `health_check` when set), its live status (`status`, and the last error in `status_message`), this replica's history of it (`last_error` and `last_error_at`, `connected_since`, `reconnects`, `calls: {ok, error, timeout}`) and, while connected, the `tools` it offers", body = Object),
         (status = 400, description = "`user_id` is not a UUID", body = agentry_schema::ErrorResponse),
         (status = 401, description = "No usable API key", body = agentry_schema::ErrorResponse),
         (status = 403, description = "The platform admin key (it has no tenant)", body = agentry_schema::ErrorResponse),
@@ -581,10 +633,14 @@ pub async fn get_server(
     let tools = tools_of(&state, &caller, user).await;
     let policy =
         RestPolicy::of_row(&row).map_err(|e| ApiError::internal("mcp server policy", e))?;
-    Ok(Json(with_tools(
-        with_policy(view(&config, live.get(&row.name)), policy.as_ref()),
-        &tools,
-    )))
+    let shadowed = platform_server(&state, &row.name).map(|_| shadowed_status());
+    let status = shadowed.as_ref().or(live.get(&row.name));
+    let v = with_policy(view(&config, status), policy.as_ref());
+    Ok(Json(if shadowed.is_some() {
+        v
+    } else {
+        with_tools(v, &tools)
+    }))
 }
 
 /// Add a server for the user: `{name, command, args, env}` for a local server, `{name, url,
@@ -653,7 +709,7 @@ pub async fn add_server(
         new_row(user, stored, policy.as_ref()),
     )
     .await?;
-    notify(&state, &caller, user, &config.name).await;
+    notify(&state, &caller, user, &config.name, true).await;
     Ok(HttpResponse::Created().json(with_policy(view(&config, None), policy.as_ref())))
 }
 
@@ -719,7 +775,7 @@ pub async fn replace_server(
         new_row(user, stored, policy.as_ref()),
     )
     .await?;
-    notify(&state, &caller, user, &config.name).await;
+    notify(&state, &caller, user, &config.name, true).await;
     Ok(Json(with_policy(view(&config, None), policy.as_ref())))
 }
 
@@ -751,16 +807,24 @@ pub async fn delete_server(
         }
         return Err(ApiError::not_found(format!("MCP server {:?}", name.0)));
     }
-    notify(&state, &caller, user, name.0.as_str()).await;
+    notify(&state, &caller, user, name.0.as_str(), false).await;
     Ok(HttpResponse::NoContent().finish())
 }
 
-/// Close the user's connection to `name`, so the next run uses the new configuration.
-async fn notify(state: &AppState, caller: &TenantCaller, user: UserId, name: &str) {
+/// Close the user's connection to `name`, so the next run uses the new configuration; with
+/// `connect`, start connecting the server as it now is, in the background (this replica's pool),
+/// so the user's first run does not wait for the connect.
+async fn notify(state: &AppState, caller: &TenantCaller, user: UserId, name: &str, connect: bool) {
     if let Ok(Some(pool)) = state.engine.mcp_pool(caller.tenant()).await {
         pool.do_send(UserConfigChanged {
             user,
             server: Some(name.to_string()),
         });
+        if connect {
+            pool.do_send(ConnectInBackground {
+                user,
+                server: name.to_string(),
+            });
+        }
     }
 }

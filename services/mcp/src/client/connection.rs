@@ -479,7 +479,16 @@ impl McpConnection {
         }
         let timeout = self.inner.config.timeout();
         let r = match tokio::time::timeout(timeout, self.inner.peer.list_all_tools()).await {
-            Ok(Ok(tools)) => Ok(tools.into_iter().map(RemoteTool::from).collect::<Vec<_>>()),
+            Ok(Ok(tools)) => {
+                let mut tools = tools.into_iter().map(RemoteTool::from).collect::<Vec<_>>();
+                // A tool that may only be called as a task would always fail here (-32601).
+                self.inner.shared.task_support.retain_callable(
+                    self.name(),
+                    &mut tools,
+                    |t: &RemoteTool| t.name.as_str(),
+                );
+                Ok(tools)
+            }
             Ok(Err(e)) => Err(McpError::from_service(self.name(), e)),
             Err(_) => Err(McpError::Timeout {
                 server: self.name().to_string(),
@@ -936,7 +945,7 @@ async fn start(
     let mut http = None;
     let (started, process_group, stderr) = match &config.transport {
         McpTransportConfig::Stdio(s) => {
-            let spawned = stdio::spawn(&config.name, s, launch)?;
+            let spawned = stdio::spawn(&config.name, s, launch, shared)?;
             let pg = spawned.process_group.clone();
             let transport = Observed {
                 inner: spawned.transport,
@@ -1296,6 +1305,12 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Observed<T> {
         &mut self,
         item: TxJsonRpcMessage<RoleClient>,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        // Its answer is read raw for `execution.taskSupport` (see `task_support`).
+        if let rmcp::model::JsonRpcMessage::Request(r) = &item
+            && matches!(r.request, rmcp::model::ClientRequest::ListToolsRequest(_))
+        {
+            self.shared.task_support.expect(&r.id);
+        }
         self.inner.send(item)
     }
 

@@ -69,6 +69,8 @@ pub(crate) struct Shared {
     /// refused). Every call waiting at that moment fails at once instead of waiting for a
     /// stream rmcp keeps trying to resume.
     breaks: tokio::sync::watch::Sender<(u64, String)>,
+    /// Tools the server says require MCP tasks (read off the raw `tools/list` answers).
+    pub(crate) task_support: super::task_support::TaskSupport,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -89,6 +91,7 @@ impl Shared {
             tools_generation: AtomicU64::new(0),
             catalog_generation: AtomicU64::new(0),
             breaks: tokio::sync::watch::channel((0, String::new())).0,
+            task_support: Default::default(),
         })
     }
 

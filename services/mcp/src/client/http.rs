@@ -274,6 +274,120 @@ impl SessionAwareClient {
     }
 }
 
+/// The most a raw `tools/list` answer may be (body or event stream), like rmcp's own bound on
+/// JSON answers: a hostile server cannot make the client buffer without end.
+const MAX_TOOLS_LIST_ANSWER: usize = 16 * 1024 * 1024;
+
+impl SessionAwareClient {
+    /// A `tools/list` request is POSTed here rather than by rmcp's client, so that its raw
+    /// answer can be read for `execution.taskSupport` (rmcp drops it; see `task_support`).
+    /// `None` when `message` is something else, or the answer is not a plain 200 with JSON or
+    /// an event stream: then rmcp's client sends it (`tools/list` changes nothing on the server,
+    /// so asking twice is harmless) and handles what comes back.
+    async fn post_tools_list(
+        &self,
+        uri: &Arc<str>,
+        message: &ClientJsonRpcMessage,
+        session_id: &Option<Arc<str>>,
+        auth_header: &Option<String>,
+        custom_headers: &HashMap<HeaderName, HeaderValue>,
+    ) -> Option<Result<StreamableHttpPostResponse, StreamableHttpError<reqwest::Error>>> {
+        use futures::StreamExt;
+        let JsonRpcMessage::Request(r) = message else {
+            return None;
+        };
+        if !matches!(r.request, rmcp::model::ClientRequest::ListToolsRequest(_)) {
+            return None;
+        }
+        let mut request = self
+            .inner
+            .post(uri.as_ref())
+            .header(http::header::ACCEPT, "text/event-stream, application/json")
+            .json(message);
+        if let Some(token) = auth_header {
+            request = request.bearer_auth(token);
+        }
+        for (name, value) in custom_headers {
+            request = request.header(name, value);
+        }
+        if let Some(session) = session_id {
+            request = request.header("Mcp-Session-Id", session.as_ref());
+        }
+        let response = match request.send().await {
+            Ok(r) => r,
+            Err(e) => {
+                let e = StreamableHttpError::Client(e);
+                self.signals.request_failed("a request", &e);
+                return Some(Err(e));
+            }
+        };
+        if response.status() != reqwest::StatusCode::OK {
+            return None;
+        }
+        let session = response
+            .headers()
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let content_type = response
+            .headers()
+            .get(http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_ascii_lowercase();
+        let shared = self.signals.shared.clone();
+        let mut seen = 0usize;
+        let body = response.bytes_stream().map(move |chunk| {
+            let chunk = chunk.map_err(std::io::Error::other)?;
+            seen += chunk.len();
+            if seen > MAX_TOOLS_LIST_ANSWER {
+                return Err(std::io::Error::other(format!(
+                    "the tools/list answer is larger than {MAX_TOOLS_LIST_ANSWER} bytes"
+                )));
+            }
+            Ok(chunk)
+        });
+        if content_type.starts_with("application/json") {
+            let mut body = Box::pin(body);
+            let mut bytes = Vec::new();
+            while let Some(chunk) = body.next().await {
+                match chunk {
+                    Ok(c) => bytes.extend_from_slice(&c),
+                    Err(e) => {
+                        return Some(Err(StreamableHttpError::UnexpectedServerResponse(
+                            format!("reading the tools/list answer: {e}").into(),
+                        )));
+                    }
+                }
+            }
+            shared.task_support.observe_text(&bytes);
+            return Some(
+                serde_json::from_slice::<ServerJsonRpcMessage>(&bytes)
+                    .map(|m| StreamableHttpPostResponse::Json(m, session))
+                    .map_err(|e| {
+                        StreamableHttpError::UnexpectedServerResponse(
+                            format!("the tools/list answer is not JSON-RPC: {e}").into(),
+                        )
+                    }),
+            );
+        }
+        if content_type.starts_with("text/event-stream") {
+            let events = sse_stream::SseStream::from_bytes_stream(body)
+                .inspect(move |event| {
+                    if let Ok(Sse {
+                        data: Some(data), ..
+                    }) = event
+                    {
+                        shared.task_support.observe_text(data.as_bytes());
+                    }
+                })
+                .boxed();
+            return Some(Ok(StreamableHttpPostResponse::Sse(events, session)));
+        }
+        None
+    }
+}
+
 impl StreamableHttpClient for SessionAwareClient {
     type Error = reqwest::Error;
 
@@ -289,6 +403,12 @@ impl StreamableHttpClient for SessionAwareClient {
         let had_session = session_id.is_some();
         if had_session {
             self.signals.session_used.store(true, Ordering::SeqCst);
+        }
+        if let Some(answer) = self
+            .post_tools_list(&uri, &message, &session_id, &auth_header, &custom_headers)
+            .await
+        {
+            return answer;
         }
         let response = self
             .inner
@@ -317,6 +437,12 @@ impl StreamableHttpClient for SessionAwareClient {
         let had_session = session_id.is_some();
         if had_session {
             self.signals.session_used.store(true, Ordering::SeqCst);
+        }
+        if let Some(answer) = self
+            .post_tools_list(&uri, &message, &session_id, &auth_header, &custom_headers)
+            .await
+        {
+            return answer;
         }
         let response = self
             .inner

@@ -17,6 +17,7 @@ pub mod error;
 mod handler;
 mod http;
 pub mod stdio;
+mod task_support;
 
 pub use adapter::{McpTool, agent_tool_name, tools_for, wrap_tools};
 pub use config::{

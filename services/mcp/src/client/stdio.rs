@@ -21,10 +21,16 @@ pub(crate) use agentry_sandbox::ProcessGroup;
 use agentry_sandbox::{LaunchSpec, Owner, SandboxError, SandboxHandle, TenantSandbox};
 use nix::sys::signal::killpg;
 use nix::unistd::Pid;
-use process_wrap::tokio::CommandWrap;
-use rmcp::transport::TokioChildProcess;
+use process_wrap::tokio::{ChildWrapper, CommandWrap};
+use rmcp::RoleClient;
+use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
+use rmcp::transport::Transport;
+use rmcp::transport::async_rw::AsyncRwTransport;
 use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::ChildStderr;
+use tokio::process::{ChildStderr, ChildStdin, ChildStdout};
+
+use super::handler::Shared;
+use super::task_support::TapRead;
 
 use super::config::StdioConfig;
 use super::error::McpError;
@@ -84,7 +90,7 @@ impl StderrTail {
 
 /// A spawned server: the rmcp transport, and the group to kill on close.
 pub(crate) struct SpawnedServer {
-    pub transport: TokioChildProcess,
+    pub transport: ChildTransport,
     pub process_group: Option<Arc<ProcessGroup>>,
     pub stderr: StderrTail,
 }
@@ -128,6 +134,7 @@ pub(crate) fn spawn(
     server: &str,
     cfg: &StdioConfig,
     launch: &StdioLaunch,
+    shared: &Arc<Shared>,
 ) -> Result<SpawnedServer, McpError> {
     let failed = |reason: String| McpError::SpawnFailed {
         server: server.to_string(),
@@ -172,10 +179,8 @@ pub(crate) fn spawn(
     })?;
     let mut prepared = prepared;
     let command = std::mem::replace(&mut prepared.command, tokio::process::Command::new("true"));
-    let (transport, stderr) = TokioChildProcess::builder(CommandWrap::from(command))
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| {
+    let (transport, stderr) =
+        ChildTransport::spawn(CommandWrap::from(command), shared).map_err(|e| {
             failed(match e.kind() {
                 std::io::ErrorKind::NotFound => {
                     format!("{e} (not found on the allowed PATH, or cwd missing)")
@@ -196,6 +201,116 @@ pub(crate) fn spawn(
         process_group,
         stderr: tail,
     })
+}
+
+/// How long a closed server may take to exit by itself, then after `SIGTERM`, before it is
+/// killed (rmcp's child transport waits as long).
+const EXIT_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// The child process and the MCP stdio transport on its stdin/stdout: rmcp's
+/// `TokioChildProcess`, except that stdout is read through a [`TapRead`], so the raw `tools/list`
+/// answers are seen before rmcp parses them (it drops `execution.taskSupport`).
+pub(crate) struct ChildTransport {
+    /// Killed when dropped, if still there.
+    child: Option<Box<dyn ChildWrapper>>,
+    transport: AsyncRwTransport<RoleClient, TapRead<ChildStdout>, ChildStdin>,
+}
+
+impl ChildTransport {
+    fn spawn(
+        mut command: CommandWrap,
+        shared: &Arc<Shared>,
+    ) -> std::io::Result<(Self, Option<ChildStderr>)> {
+        command
+            .command_mut()
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = command.spawn()?;
+        let stdin = child
+            .inner_mut()
+            .stdin()
+            .take()
+            .ok_or_else(|| std::io::Error::other("the child has no stdin"))?;
+        let stdout = child
+            .inner_mut()
+            .stdout()
+            .take()
+            .ok_or_else(|| std::io::Error::other("the child has no stdout"))?;
+        let stderr = child.inner_mut().stderr().take();
+        let transport = AsyncRwTransport::new_client(TapRead::new(stdout, shared.clone()), stdin);
+        Ok((
+            ChildTransport {
+                child: Some(child),
+                transport,
+            },
+            stderr,
+        ))
+    }
+
+    fn id(&self) -> Option<u32> {
+        self.child.as_ref()?.id()
+    }
+
+    /// The MCP stdio shutdown: close stdin and wait for the server to exit; then `SIGTERM` and
+    /// wait again; then kill it.
+    async fn shutdown(&mut self) -> std::io::Result<()> {
+        let Some(child) = self.child.as_mut() else {
+            return Ok(());
+        };
+        self.transport.close().await?;
+        async fn exited(child: &mut Box<dyn ChildWrapper>) -> bool {
+            matches!(
+                tokio::time::timeout(EXIT_WAIT, child.wait()).await,
+                Ok(Ok(_))
+            )
+        }
+        if exited(child).await {
+            self.child = None;
+            return Ok(());
+        }
+        if child.signal(nix::libc::SIGTERM).is_ok() && exited(child).await {
+            self.child = None;
+            return Ok(());
+        }
+        let r = Box::into_pin(child.kill()).await;
+        self.child = None;
+        r
+    }
+}
+
+impl Drop for ChildTransport {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // Reaped on a task: `kill` waits for the exit, so no zombie is left.
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                rt.spawn(async move {
+                    let _ = Box::into_pin(child.kill()).await;
+                });
+            } else {
+                let _ = child.start_kill();
+            }
+        }
+    }
+}
+
+impl Transport<RoleClient> for ChildTransport {
+    type Error = std::io::Error;
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleClient>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        self.transport.send(item)
+    }
+
+    fn receive(&mut self) -> impl Future<Output = Option<RxJsonRpcMessage<RoleClient>>> + Send {
+        self.transport.receive()
+    }
+
+    fn close(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        self.shutdown()
+    }
 }
 
 /// Stderr goes to tracing line by line (cut at [`STDERR_LINE_MAX`]); the last lines are kept.

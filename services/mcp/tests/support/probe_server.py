@@ -8,20 +8,29 @@ the reference servers cannot show:
   handler before it cancels.
 - with PROBE_CATALOG=N: N resources (`probe://res/<i>`, text) and N prompts (`prompt_<i>`), both
   lists paginated like the tools, and `probe://big`, a blob of PROBE_BIG_BYTES bytes (default
-  9 MiB, over the client's cap).
+  9 MiB, over the client's cap);
+- with PROBE_TASK_TOOLS=1, two more tools declare `execution.taskSupport`: `needs_a_task`
+  ("required": callable only as an MCP task) and `task_or_not` ("optional"). Calling
+  `needs_a_task` without a task fails with -32601, as the spec says;
+- with PROBE_OPS_TOOLS=1 (or the argument `--ops`), `exit_now` ends the process at once (a server
+  that dies under a call) and `working_directory` answers the directory the server runs in.
 """
 
 import os
+import sys
 
 import anyio
 import mcp_types as types
 from mcp.server.lowlevel import Server
+from mcp.shared.exceptions import MCPError
 from mcp.server.stdio import stdio_server
 
 TOOLS = int(os.environ.get("PROBE_TOOLS", "10"))
 PAGE = int(os.environ.get("PROBE_PAGE_SIZE", "4"))
 MARKER = os.environ.get("PROBE_CANCEL_MARKER")
 STARTED = os.environ.get("PROBE_STARTED_MARKER")
+TASK_TOOLS = os.environ.get("PROBE_TASK_TOOLS") == "1"
+OPS_TOOLS = os.environ.get("PROBE_OPS_TOOLS") == "1" or "--ops" in sys.argv[1:]
 CATALOG = int(os.environ.get("PROBE_CATALOG", "0"))
 BIG = int(os.environ.get("PROBE_BIG_BYTES", str(9 * 1024 * 1024)))
 
@@ -62,6 +71,28 @@ def all_tools() -> list[types.Tool]:
             input_schema={"type": "object", "properties": {}},
         )
     ]
+    if TASK_TOOLS:
+        for name, support in [("needs_a_task", "required"), ("task_or_not", "optional")]:
+            tools.append(
+                types.Tool(
+                    name=name,
+                    description=f"taskSupport: {support}",
+                    input_schema={"type": "object", "properties": {}},
+                    execution=types.ToolExecution(task_support=support),
+                )
+            )
+    if OPS_TOOLS:
+        for name, description in [
+            ("exit_now", "Ends the server process at once."),
+            ("working_directory", "The directory the server runs in."),
+        ]:
+            tools.append(
+                types.Tool(
+                    name=name,
+                    description=description,
+                    input_schema={"type": "object", "properties": {}},
+                )
+            )
     for i in range(1, TOOLS):
         tools.append(
             types.Tool(
@@ -94,6 +125,12 @@ async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolR
                     f.write("cancelled")
             raise
         return types.CallToolResult(content=[types.TextContent(text="not cancelled")])
+    if params.name == "exit_now":
+        os._exit(3)
+    if params.name == "working_directory":
+        return types.CallToolResult(content=[types.TextContent(text=os.getcwd())])
+    if params.name == "needs_a_task":
+        raise MCPError(-32601, "needs_a_task must be called as a task")
     return types.CallToolResult(content=[types.TextContent(text=f"called {params.name}")])
 
 
