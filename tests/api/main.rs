@@ -21,7 +21,9 @@ mod fake_model;
 mod flows;
 mod matrix;
 mod mcp;
+mod mcp_clients;
 mod mcp_conformance;
+mod mcp_oauth;
 mod mcp_ops;
 mod mcp_server;
 mod memory;
@@ -819,6 +821,32 @@ async fn mcp_server_challenges_with_oauth_resource_metadata() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mcp_server_conformance_scenarios_match_the_recorded_baseline() {
     mcp_conformance::server_scenarios(&Ctx::start().await).await;
+}
+
+/// `/mcp` with `[mcp.oauth]` trusting the OAuth test fixture: one authorization server and one
+/// Agentry for the whole story (tokens, attacks, quotas, the Python SDK's own OAuth flow).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_server_accepts_tokens_of_an_external_authorization_server() {
+    let fx = agentry_mcp::testing::OAuthFixture::start(&["--scopes", "mcp"]).await;
+    let ctx = mcp_oauth::start(&fx, true).await;
+    mcp_oauth::external_tokens(&fx, &ctx).await;
+    mcp_oauth::quotas_apply(&fx, &ctx).await;
+    mcp_oauth::python_sdk_oauth(&fx, &ctx).await;
+}
+
+/// The official TypeScript SDK and MCP Inspector against `/mcp`, by key and by their own OAuth.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_server_works_with_the_typescript_sdk_and_inspector_by_key_and_oauth() {
+    let fx = agentry_mcp::testing::OAuthFixture::start(&["--scopes", "mcp"]).await;
+    let ctx = mcp_oauth::start(&fx, true).await;
+    mcp_clients::official_clients(&fx, &ctx).await;
+}
+
+#[tokio::test]
+async fn mcp_server_fetches_oauth_keys_only_where_the_network_policy_allows() {
+    let fx = agentry_mcp::testing::OAuthFixture::start(&["--scopes", "mcp"]).await;
+    let ctx = mcp_oauth::start(&fx, false).await;
+    mcp_oauth::keys_obey_the_network_policy(&fx, &ctx).await;
 }
 
 #[tokio::test]

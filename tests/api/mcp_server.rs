@@ -118,7 +118,7 @@ pub async fn call(client: &Client, name: &str, args: Value) -> CallToolResult {
     .unwrap_or_else(|e| panic!("{name}: {e}"))
 }
 
-fn text(r: &CallToolResult) -> String {
+pub fn text(r: &CallToolResult) -> String {
     r.content
         .iter()
         .filter_map(|c| c.as_text().map(|t| t.text.clone()))
@@ -126,7 +126,7 @@ fn text(r: &CallToolResult) -> String {
         .join("\n")
 }
 
-fn workspace(ctx: &Ctx, t: &TenantFx, m: &Member) -> std::path::PathBuf {
+pub fn workspace(ctx: &Ctx, t: &TenantFx, m: &Member) -> std::path::PathBuf {
     ctx.server
         .data_dir
         .path()
@@ -542,7 +542,7 @@ pub async fn sessionless_era(ctx: &Ctx) {
 }
 
 /// An `initialize` request as raw HTTP.
-fn initialize(ctx: &Ctx, key: Option<&str>) -> reqwest::RequestBuilder {
+pub fn initialize(ctx: &Ctx, key: Option<&str>) -> reqwest::RequestBuilder {
     ctx.request(Method::POST, "/mcp", key)
         .header("accept", "application/json, text/event-stream")
         .json(&json!({
@@ -552,7 +552,12 @@ fn initialize(ctx: &Ctx, key: Option<&str>) -> reqwest::RequestBuilder {
         }))
 }
 
-fn on_session(ctx: &Ctx, key: Option<&str>, session: &str, body: Value) -> reqwest::RequestBuilder {
+pub fn on_session(
+    ctx: &Ctx,
+    key: Option<&str>,
+    session: &str,
+    body: Value,
+) -> reqwest::RequestBuilder {
     ctx.request(Method::POST, "/mcp", key)
         .header("accept", "application/json, text/event-stream")
         .header("mcp-session-id", session)

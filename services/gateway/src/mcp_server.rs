@@ -14,7 +14,8 @@
 //!
 //! OAuth-first clients get `WWW-Authenticate: Bearer resource_metadata="…"` on every 401 and the
 //! RFC 9728 protected-resource metadata at `/.well-known/oauth-protected-resource[/mcp]`; the
-//! bearer tokens are the tenant's API keys (no external authorization server is trusted).
+//! bearer tokens are the tenant's API keys and, when `[mcp.oauth]` names one, the access tokens
+//! of an external authorization server, which the metadata then lists (`crate::auth::oauth`).
 //!
 //! Every request is authenticated by [`guard`] before rmcp reads its body: the API key (the
 //! same as the REST API's), then the MCP session: a session id belongs to the tenant user whose
@@ -327,22 +328,40 @@ fn configured_base(req: &actix_web::HttpRequest) -> Option<String> {
         .filter(|u| !u.is_empty())
 }
 
-/// The RFC 9728 metadata of `resource`. It names no authorization server: `/mcp` accepts
-/// Agentry API keys as bearer tokens and validates no tokens of an external authorization
-/// server (docs/mcp.md, "OAuth").
-fn resource_metadata(req: &actix_web::HttpRequest, resource: String, base: &str) -> HttpResponse {
+/// The RFC 9728 metadata of `resource`. `oauth`: it is `/mcp` and an external authorization
+/// server is trusted there (`[mcp.oauth]`), which it then names; otherwise it names none, as
+/// the bearer tokens are Agentry API keys (docs/mcp.md, "OAuth").
+fn resource_metadata(
+    req: &actix_web::HttpRequest,
+    resource: String,
+    base: &str,
+    oauth: bool,
+) -> HttpResponse {
     let mut res = HttpResponse::Ok();
     if configured_base(req).is_none() {
         // Built from the request's own headers (`Host`, `X-Forwarded-*`): no shared cache may
         // keep one client's answer for another.
         res.insert_header((header::CACHE_CONTROL, "no-store"));
     }
-    res.json(json!({
+    let mut doc = json!({
         "resource": resource,
         "bearer_methods_supported": ["header"],
         "resource_name": "Agentry",
         "resource_documentation": format!("{base}/docs"),
-    }))
+    });
+    if let Some(v) = verifier(req).filter(|_| oauth) {
+        doc["authorization_servers"] = json!([v.issuer()]);
+        if !v.scopes_supported().is_empty() {
+            doc["scopes_supported"] = json!(v.scopes_supported());
+        }
+    }
+    res.json(doc)
+}
+
+/// The external authorization server `/mcp` trusts, when `[mcp.oauth]` names one.
+fn verifier(req: &actix_web::HttpRequest) -> Option<Arc<crate::auth::oauth::OAuthVerifier>> {
+    req.app_data::<web::Data<crate::state::AppState>>()
+        .and_then(|s| s.oauth.clone())
 }
 
 /// The OAuth protected-resource metadata of this server's origin (RFC 9728). No key needed.
@@ -351,11 +370,11 @@ fn resource_metadata(req: &actix_web::HttpRequest, resource: String, base: &str)
     path = "/.well-known/oauth-protected-resource",
     tag = "mcp-server",
     security(()),
-    responses((status = 200, description = "RFC 9728 metadata: `resource` (this server's base URL: `mcp.public_url`, or the request's scheme and host), `bearer_methods_supported: [\"header\"]`, `resource_name`, `resource_documentation`. No `authorization_servers`: bearer tokens are Agentry API keys", body = Object))
+    responses((status = 200, description = "RFC 9728 metadata: `resource` (this server's base URL: `mcp.public_url`, or the request's scheme and host), `bearer_methods_supported: [\"header\"]`, `resource_name`, `resource_documentation`. No `authorization_servers`: the origin's bearer tokens are Agentry API keys (an external authorization server is trusted on `/mcp` only)", body = Object))
 )]
 pub async fn root_resource_metadata(req: actix_web::HttpRequest) -> HttpResponse {
     let base = public_base(&req);
-    resource_metadata(&req, base.clone(), &base)
+    resource_metadata(&req, base.clone(), &base, false)
 }
 
 /// The OAuth protected-resource metadata of `/mcp` (RFC 9728, path-suffixed form; the URL a 401
@@ -365,17 +384,25 @@ pub async fn root_resource_metadata(req: actix_web::HttpRequest) -> HttpResponse
     path = "/.well-known/oauth-protected-resource/mcp",
     tag = "mcp-server",
     security(()),
-    responses((status = 200, description = "RFC 9728 metadata of `/mcp`: `resource` (`<base URL>/mcp`), `bearer_methods_supported: [\"header\"]`, `resource_name`, `resource_documentation`. No `authorization_servers`: bearer tokens are Agentry API keys", body = Object))
+    responses((status = 200, description = "RFC 9728 metadata of `/mcp`: `resource` (`<base URL>/mcp`), `bearer_methods_supported: [\"header\"]`, `resource_name`, `resource_documentation`; `authorization_servers` (and `scopes_supported`) when `[mcp.oauth]` trusts an external authorization server, none otherwise (the bearer tokens are then Agentry API keys only)", body = Object))
 )]
 pub async fn mcp_resource_metadata(req: actix_web::HttpRequest) -> HttpResponse {
     let base = public_base(&req);
-    resource_metadata(&req, format!("{base}/mcp"), &base)
+    resource_metadata(&req, format!("{base}/mcp"), &base, true)
 }
 
 /// A 401 of `/mcp` with `WWW-Authenticate` (RFC 6750 §3, RFC 9728 §5.1): the scheme, where the
-/// resource's metadata is, and `invalid_token` when credentials were sent but are not valid.
-fn with_challenge(req: &actix_web::HttpRequest, mut res: HttpResponse) -> HttpResponse {
-    if res.status() != StatusCode::UNAUTHORIZED {
+/// resource's metadata is, the scopes to ask for (with `[mcp.oauth]`), and `invalid_token` when
+/// credentials were sent but are not valid; a 403 for a token without a required scope says
+/// `insufficient_scope` (RFC 6750 §3.1), so a client can ask for more.
+fn with_challenge(
+    req: &actix_web::HttpRequest,
+    mut res: HttpResponse,
+    error: &ApiError,
+) -> HttpResponse {
+    let insufficient = res.status() == StatusCode::FORBIDDEN
+        && error.details["oauth_error"] == "insufficient_scope";
+    if res.status() != StatusCode::UNAUTHORIZED && !insufficient {
         return res;
     }
     let sent = req.headers().contains_key(header::AUTHORIZATION)
@@ -384,7 +411,14 @@ fn with_challenge(req: &actix_web::HttpRequest, mut res: HttpResponse) -> HttpRe
         "Bearer resource_metadata=\"{}{MCP_RESOURCE_METADATA}\"",
         public_base(req)
     );
-    if sent {
+    if let Some(v) = verifier(req)
+        && !v.challenge_scopes().is_empty()
+    {
+        challenge.push_str(&format!(", scope=\"{}\"", v.challenge_scopes().join(" ")));
+    }
+    if insufficient {
+        challenge.push_str(", error=\"insufficient_scope\"");
+    } else if sent {
         challenge.push_str(", error=\"invalid_token\"");
     }
     if let Ok(v) = header::HeaderValue::from_str(&challenge) {
@@ -465,7 +499,7 @@ async fn guard(
     let caller = match TenantCaller::extract(req.request()).await {
         Ok(c) => c,
         Err(e) => {
-            let res = with_challenge(req.request(), e.error_response());
+            let res = with_challenge(req.request(), e.error_response(), &e);
             return Ok(req.into_response(res));
         }
     };

@@ -232,6 +232,75 @@ pub struct McpSettings {
     /// `resource_metadata` URL of a 401's `WWW-Authenticate`. Empty: taken from each request
     /// (its scheme and `Host`, or `Forwarded`/`X-Forwarded-*` behind a proxy).
     pub public_url: String,
+    /// Tokens of an external OAuth authorization server accepted by `/mcp` beside the API keys
+    /// (`[mcp.oauth]`, `AGENTRY_MCP__OAUTH__*`); off while `issuer` is empty. docs/mcp.md, "OAuth".
+    pub oauth: McpOAuthSettings,
+}
+
+/// How a token claim names a tenant or a user: by its id or by its name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum ClaimMatch {
+    #[default]
+    Id,
+    Name,
+}
+
+/// An external authorization server whose JWT access tokens `/mcp` accepts, and how a token maps
+/// to a tenant and a user of it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default)]
+pub struct McpOAuthSettings {
+    /// The authorization server's issuer identifier: a token's `iss` must equal it exactly, and
+    /// the protected-resource metadata names it in `authorization_servers`. Empty: OAuth is off.
+    pub issuer: String,
+    /// Where its signing keys are (a JWKS). Empty: the `jwks_uri` of its RFC 8414 metadata
+    /// (`/.well-known/oauth-authorization-server`, else `/.well-known/openid-configuration`).
+    pub jwks_url: String,
+    /// The `aud` a token must carry. Empty: `<mcp.public_url>/mcp` (one of the two is required:
+    /// the audience cannot come from the request's own `Host`, which the caller chooses).
+    pub audience: String,
+    /// The claim naming the token's tenant.
+    pub tenant_claim: String,
+    /// Whether `tenant_claim` holds the tenant's id or its name.
+    pub tenant_match: ClaimMatch,
+    /// The claim naming the user within that tenant.
+    pub user_claim: String,
+    /// Whether `user_claim` holds the user's id or their name.
+    pub user_match: ClaimMatch,
+    /// Scopes listed in the protected-resource metadata (`scopes_supported`).
+    pub scopes_supported: Vec<String>,
+    /// Scopes a token must all carry (its `scope` claim, space-separated) to be accepted.
+    pub required_scopes: Vec<String>,
+    /// How long fetched signing keys are kept; a token with an unknown `kid` fetches them again
+    /// (at most once a second).
+    pub jwks_cache_secs: u64,
+    /// Clock skew allowed on `exp` and `nbf`.
+    pub leeway_secs: u64,
+}
+
+impl Default for McpOAuthSettings {
+    fn default() -> Self {
+        McpOAuthSettings {
+            issuer: String::new(),
+            jwks_url: String::new(),
+            audience: String::new(),
+            tenant_claim: "agentry_tenant".into(),
+            tenant_match: ClaimMatch::Id,
+            user_claim: "sub".into(),
+            user_match: ClaimMatch::Id,
+            scopes_supported: Vec::new(),
+            required_scopes: Vec::new(),
+            jwks_cache_secs: 300,
+            leeway_secs: 30,
+        }
+    }
+}
+
+impl McpOAuthSettings {
+    pub fn enabled(&self) -> bool {
+        !self.issuer.trim().is_empty()
+    }
 }
 
 impl Default for McpSettings {
@@ -244,6 +313,7 @@ impl Default for McpSettings {
             connect_wait_secs: 10,
             server_allowed_hosts: vec!["localhost".into(), "127.0.0.1".into(), "::1".into()],
             public_url: String::new(),
+            oauth: McpOAuthSettings::default(),
         }
     }
 }
@@ -598,6 +668,8 @@ const LIST_KEYS: &[&str] = &[
     "tools.shell_env_passthrough",
     "tools.allowed_networks",
     "mcp.server_allowed_hosts",
+    "mcp.oauth.scopes_supported",
+    "mcp.oauth.required_scopes",
     "sandbox.read_only_paths",
     "sandbox.hidden_paths",
 ];
@@ -788,6 +860,47 @@ impl Settings {
         Ok(settings)
     }
 
+    /// What is wrong with `[mcp.oauth]`, naming the key.
+    fn mcp_oauth_problem(&self) -> Option<(&'static str, String)> {
+        let o = &self.mcp.oauth;
+        if !o.enabled() {
+            return None;
+        }
+        let http_url = |v: &str| {
+            url::Url::parse(v.trim())
+                .ok()
+                .filter(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some())
+        };
+        match http_url(&o.issuer) {
+            Some(u) if u.query().is_none() && u.fragment().is_none() => {}
+            _ => {
+                return Some((
+                    "mcp.oauth.issuer",
+                    "must be the authorization server's issuer URL, e.g. https://login.example.com (no query or fragment)".into(),
+                ));
+            }
+        }
+        if !o.jwks_url.trim().is_empty() && http_url(&o.jwks_url).is_none() {
+            return Some(("mcp.oauth.jwks_url", "must be an http(s) URL".into()));
+        }
+        if o.audience.trim().is_empty() && self.mcp.public_url.trim().is_empty() {
+            return Some((
+                "mcp.oauth.audience",
+                "set it (the `aud` tokens for /mcp carry, e.g. https://agentry.example.com/mcp) or set mcp.public_url: a token's audience cannot be checked against the request's own Host header, which the caller chooses".into(),
+            ));
+        }
+        if o.tenant_claim.trim().is_empty() {
+            return Some(("mcp.oauth.tenant_claim", "must name a claim".into()));
+        }
+        if o.user_claim.trim().is_empty() {
+            return Some(("mcp.oauth.user_claim", "must name a claim".into()));
+        }
+        if o.jwks_cache_secs == 0 {
+            return Some(("mcp.oauth.jwks_cache_secs", "must be at least 1".into()));
+        }
+        None
+    }
+
     fn validate(&self) -> Result<(), ConfigError> {
         let bad = |key: &str, why: &str| Err(ConfigError(format!("{key}: {why}")));
         if self.server.host.trim().is_empty() {
@@ -971,6 +1084,9 @@ impl Settings {
         }
         if self.mcp.idle_timeout_secs == 0 {
             return bad("mcp.idle_timeout_secs", "must be at least 1");
+        }
+        if let Some((key, why)) = self.mcp_oauth_problem() {
+            return bad(key, &why);
         }
         if !self.mcp.encryption_key.is_empty()
             && let Err(e) = agentry_sealing::SecretBox::new(self.mcp.encryption_key.expose())
@@ -1237,6 +1353,61 @@ mod tests {
         std::fs::write(&path, "[mcp]\nserver_allowed_hosts = []\n").unwrap();
         let err = Settings::load_from(Some(&path), env(&[])).unwrap_err();
         assert!(err.0.contains("mcp.server_allowed_hosts"), "{err}");
+    }
+
+    #[test]
+    fn mcp_oauth_is_off_by_default_and_checked_when_on() {
+        let s = Settings::load_from(None, env(&[])).unwrap();
+        assert!(!s.mcp.oauth.enabled());
+        assert_eq!(s.mcp.oauth.tenant_claim, "agentry_tenant");
+        assert_eq!(s.mcp.oauth.user_claim, "sub");
+        let issuer = ("AGENTRY_MCP__OAUTH__ISSUER", "https://login.example");
+        let s = Settings::load_from(
+            None,
+            env(&[
+                issuer,
+                ("AGENTRY_MCP__PUBLIC_URL", "https://agentry.example"),
+                ("AGENTRY_MCP__OAUTH__USER_MATCH", "name"),
+                ("AGENTRY_MCP__OAUTH__REQUIRED_SCOPES", "mcp,files"),
+            ]),
+        )
+        .unwrap();
+        assert!(s.mcp.oauth.enabled());
+        assert_eq!(s.mcp.oauth.user_match, ClaimMatch::Name);
+        assert_eq!(s.mcp.oauth.required_scopes, ["mcp", "files"]);
+        // The audience is fixed by configuration, never by the request.
+        let err = Settings::load_from(None, env(&[issuer])).unwrap_err();
+        assert!(err.0.contains("mcp.oauth.audience"), "{err}");
+        let aud = (
+            "AGENTRY_MCP__OAUTH__AUDIENCE",
+            "https://agentry.example/mcp",
+        );
+        assert!(Settings::load_from(None, env(&[issuer, aud])).is_ok());
+        for (key, value, named) in [
+            (
+                "AGENTRY_MCP__OAUTH__ISSUER",
+                "login.example",
+                "mcp.oauth.issuer",
+            ),
+            (
+                "AGENTRY_MCP__OAUTH__JWKS_URL",
+                "file:///keys",
+                "mcp.oauth.jwks_url",
+            ),
+            (
+                "AGENTRY_MCP__OAUTH__TENANT_CLAIM",
+                " ",
+                "mcp.oauth.tenant_claim",
+            ),
+            (
+                "AGENTRY_MCP__OAUTH__JWKS_CACHE_SECS",
+                "0",
+                "mcp.oauth.jwks_cache_secs",
+            ),
+        ] {
+            let err = Settings::load_from(None, env(&[issuer, aud, (key, value)])).unwrap_err();
+            assert!(err.0.contains(named), "{key}={value}: {err}");
+        }
     }
 
     #[test]

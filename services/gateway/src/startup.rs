@@ -342,6 +342,7 @@ impl Application {
                 admin_key_source,
                 Duration::from_secs(settings.auth.cache_ttl_secs),
             ),
+            oauth: crate::auth::oauth::OAuthVerifier::new(&settings),
             db,
             db_probe,
             settings,

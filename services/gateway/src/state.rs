@@ -20,6 +20,8 @@ pub struct AppState {
     pub started: Instant,
     /// Resolves API keys (with a short cache); see `auth`.
     pub auth: KeyResolver,
+    /// The external authorization server `/mcp` trusts (`[mcp.oauth]`), when configured.
+    pub oauth: Option<std::sync::Arc<crate::auth::oauth::OAuthVerifier>>,
     /// The process's Prometheus registry, rendered at `/metrics`.
     pub metrics: PrometheusHandle,
     /// The actor tree: sessions, runs, approvals, quotas, MCP pools.

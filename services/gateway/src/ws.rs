@@ -628,7 +628,7 @@ type ForgottenItem = Result<Forgotten, tokio_stream::wrappers::errors::Broadcast
 impl StreamHandler<ForgottenItem> for WsConnection {
     fn handle(&mut self, item: ForgottenItem, ctx: &mut Self::Context) {
         let concerned = match item {
-            Ok(Forgotten::Key(id)) => id == self.caller.key_id(),
+            Ok(Forgotten::Key(id)) => Some(id) == self.caller.key_id(),
             Ok(Forgotten::Tenant(id)) => id == self.caller.tenant_id(),
             Err(_) => true, // missed some: check anyway
         };

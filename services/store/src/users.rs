@@ -112,6 +112,23 @@ pub async fn get(
     join(u, m).map(Some)
 }
 
+/// The user of the tenant with this name (names are unique within a tenant).
+pub async fn get_by_name(
+    db: &impl ConnectionTrait,
+    scope: &TenantScope,
+    name: &str,
+) -> Result<Option<User>> {
+    let Some(u) = user::Entity::find()
+        .filter(user::Column::TenantId.eq(scope.uuid()))
+        .filter(user::Column::Name.eq(name))
+        .one(db)
+        .await?
+    else {
+        return Ok(None);
+    };
+    get(db, scope, u.id.into()).await
+}
+
 pub async fn list(
     db: &impl ConnectionTrait,
     scope: &TenantScope,

@@ -22,6 +22,7 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use super::Resolution;
+use super::oauth::OAuthVerifier;
 use crate::error::ApiError;
 
 /// At most this many distinct keys are remembered; past it the cache evicts the keys used least
@@ -38,7 +39,10 @@ fn digest(s: &str) -> Digest32 {
 struct Entry {
     resolution: Resolution,
     tenant_id: TenantId,
-    key_id: ApiKeyId,
+    /// `None` for an OAuth access token.
+    key_id: Option<ApiKeyId>,
+    /// An external authorization server's token, good on `/mcp` only.
+    oauth: bool,
     /// The key's own expiry: a cached key stops working on time, not up to a TTL late.
     expires_at: Option<DateTime<Utc>>,
 }
@@ -172,10 +176,15 @@ impl KeyResolver {
 
     /// Resolve `key`. `Ok(Resolution::Invalid)` covers unknown, wrong, expired and revoked keys,
     /// a user that is gone or disabled, and a tenant that is gone.
+    ///
+    /// `oauth`: the request is for `/mcp` and an external authorization server is trusted there;
+    /// a JWT-shaped bearer token is then checked as its access token ([`OAuthVerifier`]). A
+    /// remembered OAuth token is [`Resolution::Invalid`] anywhere else.
     pub async fn resolve(
         &self,
         db: &DatabaseConnection,
         key: &str,
+        oauth: Option<&OAuthVerifier>,
     ) -> Result<Resolution, ApiError> {
         let d = digest(key);
         if let AdminCheck::Configured(admin) = &self.admin
@@ -192,9 +201,16 @@ impl KeyResolver {
             });
         }
         if let Some(entry) = self.entries.as_ref().and_then(|c| c.get(&d)) {
+            if entry.oauth && oauth.is_none() {
+                return Ok(Resolution::Invalid);
+            }
             return Ok(entry.resolution);
         }
-        let (resolution, expires_at) = Self::from_database(db, key).await?;
+        let verifier = oauth.filter(|_| super::oauth::looks_like_jwt(key));
+        let (resolution, expires_at) = match verifier {
+            Some(v) => v.resolve(db, key).await?,
+            None => Self::from_database(db, key).await?,
+        };
         if let Resolution::Tenant { tenant, key_id, .. } = &resolution
             && let Some(entries) = &self.entries
         {
@@ -204,6 +220,7 @@ impl KeyResolver {
                     resolution: resolution.clone(),
                     tenant_id: tenant.id,
                     key_id: *key_id,
+                    oauth: verifier.is_some(),
                     expires_at,
                 },
             );
@@ -253,7 +270,7 @@ impl KeyResolver {
                 role: grant.role,
                 custom_role: grant.custom,
             },
-            key_id: row.id,
+            key_id: Some(row.id),
         };
         Ok((resolution, row.expires_at))
     }
@@ -266,7 +283,7 @@ impl KeyResolver {
 
     /// Forget one key (after its revocation).
     pub fn forget_key(&self, key: ApiKeyId) {
-        self.forget_where(|e| e.key_id == key);
+        self.forget_where(|e| e.key_id == Some(key));
         let _ = self.forgotten.send(Forgotten::Key(key));
     }
 
@@ -344,27 +361,27 @@ mod tests {
         );
         assert!(matches!(
             resolver
-                .resolve(db, "the-platform-admin-key")
+                .resolve(db, "the-platform-admin-key", None)
                 .await
                 .unwrap(),
             Resolution::PlatformAdmin
         ));
         assert!(matches!(
             resolver
-                .resolve(db, "the-platform-admin-kez")
+                .resolve(db, "the-platform-admin-kez", None)
                 .await
                 .unwrap(),
             Resolution::Invalid
         ));
         assert!(matches!(
-            resolver.resolve(db, "").await.unwrap(),
+            resolver.resolve(db, "", None).await.unwrap(),
             Resolution::Invalid
         ));
 
         let (tenant, key_id, secret) = tenant_key(db, Role::Admin).await;
         let Resolution::Tenant {
             tenant: t, user, ..
-        } = resolver.resolve(db, &secret).await.unwrap()
+        } = resolver.resolve(db, &secret, None).await.unwrap()
         else {
             panic!("a fresh key resolves");
         };
@@ -375,19 +392,19 @@ mod tests {
         // Revoked in the database: the cache still answers until told or expired…
         api_keys::revoke(db, &t.scope(), key_id).await.unwrap();
         assert!(matches!(
-            resolver.resolve(db, &secret).await.unwrap(),
+            resolver.resolve(db, &secret, None).await.unwrap(),
             Resolution::Tenant { .. }
         ));
         // …and forgets at once when told.
         resolver.forget_key(key_id);
         assert!(matches!(
-            resolver.resolve(db, &secret).await.unwrap(),
+            resolver.resolve(db, &secret, None).await.unwrap(),
             Resolution::Invalid
         ));
 
         let (tenant2, _, secret2) = tenant_key(db, Role::Member).await;
         assert!(matches!(
-            resolver.resolve(db, &secret2).await.unwrap(),
+            resolver.resolve(db, &secret2, None).await.unwrap(),
             Resolution::Tenant { .. }
         ));
         resolver.forget_tenant(tenant2);
@@ -410,7 +427,7 @@ mod tests {
             .await
             .unwrap();
         assert!(matches!(
-            resolver.resolve(db, &k.secret).await.unwrap(),
+            resolver.resolve(db, &k.secret, None).await.unwrap(),
             Resolution::Tenant { .. }
         ));
         assert_eq!(resolver.len(), 1);
@@ -418,7 +435,7 @@ mod tests {
         let left = (soon - Utc::now()).to_std().unwrap_or_default();
         tokio::time::sleep(left + Duration::from_millis(200)).await;
         assert!(matches!(
-            resolver.resolve(db, &k.secret).await.unwrap(),
+            resolver.resolve(db, &k.secret, None).await.unwrap(),
             Resolution::Invalid
         ));
 
@@ -430,7 +447,7 @@ mod tests {
         }
         for secret in secrets.iter().chain(secrets.iter()) {
             assert!(matches!(
-                resolver.resolve(db, secret).await.unwrap(),
+                resolver.resolve(db, secret, None).await.unwrap(),
                 Resolution::Tenant { .. }
             ));
         }
@@ -446,18 +463,18 @@ mod tests {
         let resolver = KeyResolver::new(AdminKeySource::Stored, Duration::ZERO);
         assert!(resolver.admin_api_on());
         assert!(matches!(
-            resolver.resolve(db, &first.secret).await.unwrap(),
+            resolver.resolve(db, &first.secret, None).await.unwrap(),
             Resolution::PlatformAdmin
         ));
         // Replaced (by `agentry admin --direct reset-admin-key`, maybe on another machine):
         // with no cache the old key is refused at once.
         let second = platform_admin_key::replace(db, &p).await.unwrap();
         assert!(matches!(
-            resolver.resolve(db, &first.secret).await.unwrap(),
+            resolver.resolve(db, &first.secret, None).await.unwrap(),
             Resolution::Invalid
         ));
         assert!(matches!(
-            resolver.resolve(db, &second.secret).await.unwrap(),
+            resolver.resolve(db, &second.secret, None).await.unwrap(),
             Resolution::PlatformAdmin
         ));
         // A configured key wins: the generated one is nobody.
@@ -466,12 +483,12 @@ mod tests {
             Duration::ZERO,
         );
         assert!(matches!(
-            configured.resolve(db, &second.secret).await.unwrap(),
+            configured.resolve(db, &second.secret, None).await.unwrap(),
             Resolution::Invalid
         ));
         assert!(matches!(
             configured
-                .resolve(db, "the-configured-admin-key")
+                .resolve(db, "the-configured-admin-key", None)
                 .await
                 .unwrap(),
             Resolution::PlatformAdmin
@@ -480,7 +497,7 @@ mod tests {
         let off = KeyResolver::new(AdminKeySource::of("", false), Duration::ZERO);
         assert!(!off.admin_api_on());
         assert!(matches!(
-            off.resolve(db, &second.secret).await.unwrap(),
+            off.resolve(db, &second.secret, None).await.unwrap(),
             Resolution::Invalid
         ));
     }
@@ -497,7 +514,8 @@ mod tests {
         let k = api_keys::create(db, &scope, member.id, "k", Role::Admin, None)
             .await
             .unwrap();
-        let Resolution::Tenant { user, .. } = resolver.resolve(db, &k.secret).await.unwrap() else {
+        let Resolution::Tenant { user, .. } = resolver.resolve(db, &k.secret, None).await.unwrap()
+        else {
             panic!("resolves");
         };
         assert_eq!(user.role, Role::Member);
@@ -505,7 +523,7 @@ mod tests {
             .await
             .unwrap();
         assert!(matches!(
-            resolver.resolve(db, &k.secret).await.unwrap(),
+            resolver.resolve(db, &k.secret, None).await.unwrap(),
             Resolution::Invalid
         ));
         // Expired keys are invalid.
@@ -515,12 +533,12 @@ mod tests {
             .await
             .unwrap();
         assert!(matches!(
-            resolver.resolve(db, &k.secret).await.unwrap(),
+            resolver.resolve(db, &k.secret, None).await.unwrap(),
             Resolution::Invalid
         ));
         // With no admin key configured, nothing is the admin key.
         assert!(matches!(
-            resolver.resolve(db, "").await.unwrap(),
+            resolver.resolve(db, "", None).await.unwrap(),
             Resolution::Invalid
         ));
     }

@@ -18,6 +18,7 @@
 
 mod cache;
 pub mod credentials;
+pub mod oauth;
 
 use std::future::Future;
 use std::ops::Deref;
@@ -77,12 +78,13 @@ impl PlatformAdmin {
     }
 }
 
-/// A tenant's user, acting with an API key.
+/// A tenant's user, acting with an API key (or, on `/mcp`, an OAuth access token naming them).
 #[derive(Debug, Clone)]
 pub struct TenantCaller {
     tenant: Arc<Tenant>,
     user: UserScope,
-    key_id: ApiKeyId,
+    /// `None` for an OAuth access token.
+    key_id: Option<ApiKeyId>,
 }
 
 impl TenantCaller {
@@ -153,7 +155,8 @@ impl TenantCaller {
         self.user.is_admin()
     }
 
-    pub fn key_id(&self) -> ApiKeyId {
+    /// The API key, or `None` when an OAuth access token authenticated the caller.
+    pub fn key_id(&self) -> Option<ApiKeyId> {
         self.key_id
     }
 
@@ -207,13 +210,25 @@ impl Authentication {
 }
 
 /// Resolve the credentials of a request (no caching of the request itself: the resolver caches
-/// keys).
-async fn resolve(state: &AppState, headers: &actix_web::http::header::HeaderMap) -> Authentication {
+/// keys). `path`: OAuth access tokens are good on `/mcp` only.
+async fn resolve(
+    state: &AppState,
+    headers: &actix_web::http::header::HeaderMap,
+    path: &str,
+) -> Authentication {
     match credentials::presented(headers) {
         Presented::None => Authentication::Anonymous,
         Presented::Malformed => Authentication::Rejected(invalid_key()),
-        Presented::Key(k) => resolve_key(state, k).await,
+        Presented::Key(k) => {
+            let oauth = state.oauth.as_deref().filter(|_| is_mcp_path(path));
+            resolve_key(state, k, oauth).await
+        }
     }
+}
+
+/// `/mcp` and below: where an external authorization server's tokens are accepted.
+pub fn is_mcp_path(path: &str) -> bool {
+    path == "/mcp" || path.starts_with("/mcp/")
 }
 
 /// Check a tenant caller's key again, as a new request would (through the same cache): an open
@@ -221,7 +236,7 @@ async fn resolve(state: &AppState, headers: &actix_web::http::header::HeaderMap)
 /// included), or the error a request would get: 401 for a key that is revoked or expired or
 /// whose user is disabled or gone, 403 `tenant_suspended`, 503 when the database cannot say.
 pub async fn recheck(state: &AppState, key: &WsKey) -> Result<TenantCaller, ApiError> {
-    match resolve_key(state, &key.0).await.into_caller()? {
+    match resolve_key(state, &key.0, None).await.into_caller()? {
         // A role changed while the socket is open bites on its next message.
         Caller::Tenant(t) => t.may_use(RestArea::Chat).map(|()| t),
         Caller::PlatformAdmin(_) => Err(tenant_only()),
@@ -248,8 +263,12 @@ impl std::fmt::Debug for WsKey {
     }
 }
 
-async fn resolve_key(state: &AppState, key: &str) -> Authentication {
-    match state.auth.resolve(&state.db, key).await {
+async fn resolve_key(
+    state: &AppState,
+    key: &str,
+    oauth: Option<&oauth::OAuthVerifier>,
+) -> Authentication {
+    match state.auth.resolve(&state.db, key, oauth).await {
         Ok(Resolution::PlatformAdmin) => {
             Authentication::Authenticated(Caller::PlatformAdmin(PlatformAdmin { _sealed: () }))
         }
@@ -285,7 +304,8 @@ pub enum Resolution {
     Tenant {
         tenant: Arc<Tenant>,
         user: UserScope,
-        key_id: ApiKeyId,
+        /// `None` for an OAuth access token.
+        key_id: Option<ApiKeyId>,
     },
     Invalid,
 }
@@ -298,7 +318,7 @@ pub async fn authenticate(
     next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
     if let Some(state) = req.app_data::<web::Data<AppState>>().cloned() {
-        let outcome = resolve(&state, req.headers()).await;
+        let outcome = resolve(&state, req.headers(), req.path()).await;
         if let Authentication::Authenticated(Caller::Tenant(t)) = &outcome {
             let span = tracing::Span::current();
             span.record("tenant_id", tracing::field::display(t.tenant_id()));
@@ -343,7 +363,7 @@ fn caller_of(req: &HttpRequest) -> ExtractFuture<Caller> {
                         "the application state is not registered",
                     ));
                 };
-                let a = resolve(&state, req.headers()).await;
+                let a = resolve(&state, req.headers(), req.path()).await;
                 req.extensions_mut().insert(a.clone());
                 a
             }

@@ -39,7 +39,7 @@ pub async fn who_am_i(caller: Caller) -> Json<WhoAmI> {
             user_id: Some(t.user_id().to_string()),
             role: Some(t.role()),
             custom_role: t.custom_role().map(|n| n.to_string()),
-            key_id: Some(t.key_id().to_string()),
+            key_id: t.key_id().map(|k| k.to_string()),
         },
     })
 }
