@@ -96,7 +96,9 @@ pub fn options(layout: &Layout, system: &[SystemEntry]) -> Vec<OsString> {
             &"ALL",
             &"--hostname",
             &"sandbox",
-            &"--clearenv",
+            // No `--clearenv`: the launcher's environment is already exactly the program's (the
+            // allow-list, the configured variables, HOME and TMPDIR; lib.rs clears the rest), and
+            // bwrap's `--clearenv` took all of it away, an MCP server's configured `env` included.
         ],
     );
     for entry in system {
@@ -161,10 +163,10 @@ mod tests {
             "--unshare-net",
             "--die-with-parent",
             "--new-session",
-            "--clearenv",
         ] {
             assert!(s.contains(&flag), "{flag} missing: {s:?}");
         }
+        assert!(!s.contains(&"--clearenv"), "the launcher's environment is the program's");
         assert_eq!(s.last(), Some(&"--"));
         let bind = s.iter().position(|a| *a == "--bind").unwrap();
         assert_eq!(s[bind + 1], "/data/workspaces/t/u");

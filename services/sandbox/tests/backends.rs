@@ -73,7 +73,11 @@ async fn sh(e: &Env, script: &str, limits: LimitOverride) -> Out {
         program: "/bin/sh".into(),
         args: vec!["-c".into(), script.into()],
         workspace: e.ws.clone(),
-        env: vec![("PATH".into(), "/usr/bin:/bin".into())],
+        env: vec![
+            ("PATH".into(), "/usr/bin:/bin".into()),
+            // What an MCP server's configured `env` is: it must reach the program.
+            ("SANDBOX_PROBE".into(), "configured value".into()),
+        ],
         limits,
         owner: Owner {
             kind: "test".into(),
@@ -269,9 +273,34 @@ async fn leftovers_are_reaped(e: &Env, backend: BackendChoice) {
     assert!(!record.exists());
 }
 
+/// The program gets the environment it was launched with — the caller's allow-list and
+/// configured variables, `HOME` and `TMPDIR` — and nothing of the server's own environment.
+async fn gets_exactly_its_environment(e: &Env) {
+    let out = sh(e, "env", LimitOverride::default()).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let vars: Vec<(&str, &str)> = out
+        .stdout
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .collect();
+    let get = |k: &str| vars.iter().find(|(key, _)| *key == k).map(|(_, v)| *v);
+    assert_eq!(get("SANDBOX_PROBE"), Some("configured value"), "{vars:?}");
+    assert_eq!(get("PATH"), Some("/usr/bin:/bin"));
+    assert_eq!(get("HOME"), e.ws.to_str());
+    assert!(get("TMPDIR").is_some(), "{vars:?}");
+    for (key, _) in &vars {
+        assert!(
+            ["SANDBOX_PROBE", "PATH", "HOME", "TMPDIR", "PWD", "SHLVL", "_", "OLDPWD"]
+                .contains(key),
+            "{key} reached the sandboxed program: {vars:?}"
+        );
+    }
+}
+
 async fn suite(backend: BackendChoice, expected: Backend) {
     let Some(e) = env(backend).await else { return };
     assert_eq!(e.handle.status().backend, Some(expected));
+    gets_exactly_its_environment(&e).await;
     reaches_only_its_workspace(&e).await;
     no_egress(&e).await;
     limits_bind(&e).await;
