@@ -24,6 +24,7 @@ mod mcp;
 mod mcp_clients;
 mod mcp_conformance;
 mod mcp_oauth;
+mod mcp_oauth_client;
 mod mcp_ops;
 mod mcp_server;
 mod memory;
@@ -739,6 +740,22 @@ async fn mcp_a_hanging_server_costs_unrelated_runs_nothing() {
     mcp::a_hanging_server_costs_unrelated_runs_nothing(&ctx, &fake).await;
 }
 
+/// OAuth sign-in to a user's MCP server through the REST routes and the callback, against a
+/// real authorization server and protected MCP server; attacks on the state and the tokens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_oauth_sign_in_connects_the_users_server() {
+    let fake = mcp::fake();
+    let mut env = mcp::model_env(&fake);
+    // The fixture listens on 127.0.0.1: let users' servers reach it, as allowed_networks would.
+    env.push((
+        "AGENTRY_TOOLS__ALLOWED_NETWORKS",
+        format!("127.0.0.1/32,{}", mcp::TEST_MCP_NETWORK),
+    ));
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let ctx = Ctx::start_with(&env, None).await;
+    mcp_oauth_client::sign_in_to_a_users_oauth_server(&ctx, &fake).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mcp_servers_report_their_history_metrics_and_connection_fields_over_rest() {
     // The probe runs on the venv's Python, whose interpreter lives outside the test cache.
@@ -1045,6 +1062,17 @@ async fn openapi_documents_every_route_and_every_documented_status_is_real() {
     let platform = Ctx::start_with(&[("AGENTRY_MCP__CONFIG_FILE", &file)], None).await;
     policy::platform_servers(&platform).await;
     seen.extend(platform.observed().await);
+    // …one whose users' servers may be on 127.0.0.1, with a real OAuth server to sign in to…
+    let fake = mcp::fake();
+    let mut env = mcp::model_env(&fake);
+    env.push((
+        "AGENTRY_TOOLS__ALLOWED_NETWORKS",
+        format!("127.0.0.1/32,{}", mcp::TEST_MCP_NETWORK),
+    ));
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let oauth = Ctx::start_with(&env, None).await;
+    mcp_oauth_client::sign_in_to_a_users_oauth_server(&oauth, &fake).await;
+    seen.extend(oauth.observed().await);
     // …and one that loses its database.
     let mut exempt = std::collections::BTreeSet::new();
     if let Some(url) = postgres_db("completeness").await {

@@ -56,6 +56,17 @@ pub trait McpConfigSource: Send + Sync {
     /// Servers for `user`, enabled or not. Problems with single entries (a secret that does not
     /// decrypt) come back as warnings, not errors.
     async fn servers_for(&self, tenant: &Tenant, user: UserId) -> (Vec<PoolServer>, Vec<String>);
+
+    /// Where `user`'s OAuth tokens for `server` are kept (a server with `auth: {type: oauth}`).
+    /// `None`: nowhere (an `authorization_code` server then cannot connect).
+    fn oauth_tokens(
+        &self,
+        _tenant: &Tenant,
+        _user: UserId,
+        _server: &McpServerConfig,
+    ) -> Option<Arc<dyn agentry_mcp::client::oauth::OAuthTokenStore>> {
+        None
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -466,6 +477,14 @@ impl Slot {
     }
 }
 
+fn is_oauth(config: &McpServerConfig) -> bool {
+    matches!(
+        &config.transport,
+        agentry_mcp::client::McpTransportConfig::Http(h)
+            if matches!(h.auth, agentry_mcp::client::HttpAuth::OAuth(_))
+    )
+}
+
 pub struct McpPoolActor {
     pub(crate) tenant: Arc<Tenant>,
     pub(crate) source: Arc<dyn McpConfigSource>,
@@ -581,6 +600,10 @@ impl McpPoolActor {
                 }
             });
         let config = server.config.clone();
+        let hooks = match self.source.oauth_tokens(&self.tenant, key.0, &config) {
+            Some(store) if is_oauth(&config) => hooks.oauth_tokens(store),
+            _ => hooks,
+        };
         let policy = server.policy.clone();
         let launch = StdioLaunch {
             sandbox: self.cfg.sandbox.clone(),

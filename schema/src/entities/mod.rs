@@ -7,6 +7,8 @@ pub mod assistant;
 pub mod checkpoint;
 pub mod data_source;
 pub mod execution;
+pub mod mcp_oauth_state;
+pub mod mcp_oauth_token;
 pub mod mcp_server;
 pub mod membership;
 pub mod memory;

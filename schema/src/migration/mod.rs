@@ -21,6 +21,7 @@ mod m20261126_000900_memory_scopes;
 mod m20261126_001000_custom_roles;
 mod m20261126_001100_mcp_server_policy;
 mod m20261126_001200_execution_role;
+mod m20261127_001300_mcp_oauth;
 
 pub struct Migrator;
 
@@ -45,6 +46,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261126_001000_custom_roles::Migration),
             Box::new(m20261126_001100_mcp_server_policy::Migration),
             Box::new(m20261126_001200_execution_role::Migration),
+            Box::new(m20261127_001300_mcp_oauth::Migration),
         ]
     }
 }

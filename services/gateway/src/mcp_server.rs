@@ -307,7 +307,7 @@ pub const MCP_RESOURCE_METADATA: &str = "/.well-known/oauth-protected-resource/m
 
 /// The base URL clients reach this server by: `mcp.public_url`, else the request's own scheme
 /// and host (`Forwarded`/`X-Forwarded-*` behind a proxy).
-fn public_base(req: &actix_web::HttpRequest) -> String {
+pub(crate) fn public_base(req: &actix_web::HttpRequest) -> String {
     configured_base(req).unwrap_or_else(|| {
         let info = req.connection_info();
         format!("{}://{}", info.scheme(), info.host())

@@ -8,8 +8,8 @@ use utoipa_swagger_ui::{Config, SwaggerUi};
 
 use crate::routes::resource::endpoint;
 use crate::routes::{
-    admin, agents, chat, data_sources, executions, files, health, mcp_servers, me, memories,
-    model_connections, openai, profiles, sessions, skills, tenant,
+    admin, agents, chat, data_sources, executions, files, health, mcp_oauth, mcp_servers, me,
+    memories, model_connections, openai, profiles, sessions, skills, tenant,
 };
 
 #[derive(OpenApi)]
@@ -43,6 +43,9 @@ every response carries `X-Request-Id`. Authenticate with `Authorization: Bearer 
         mcp_servers::add_server,
         mcp_servers::replace_server,
         mcp_servers::delete_server,
+        mcp_oauth::start_sign_in,
+        mcp_oauth::sign_out,
+        mcp_oauth::callback,
         agents::list_agents,
         agents::create_agent,
         agents::get_agent,

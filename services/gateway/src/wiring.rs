@@ -140,6 +140,23 @@ impl McpConfigSource for McpSources {
         }
         (servers, warnings)
     }
+
+    fn oauth_tokens(
+        &self,
+        tenant: &Tenant,
+        user: UserId,
+        server: &agentry_mcp::client::McpServerConfig,
+    ) -> Option<Arc<dyn agentry_mcp::client::oauth::OAuthTokenStore>> {
+        let (http, _) = crate::routes::mcp_oauth::oauth_http(server)?;
+        Some(Arc::new(crate::routes::mcp_oauth::DbTokenStore {
+            db: self.db.clone(),
+            secrets: self.secrets.clone(),
+            scope: tenant.scope(),
+            user,
+            server: server.name.clone(),
+            url: http.url.clone(),
+        }))
+    }
 }
 
 /// Everything the gateway keeps of the engine.

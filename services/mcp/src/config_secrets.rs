@@ -8,7 +8,7 @@ use agentry_schema::secret::Secret;
 use agentry_sealing::{SecretBox, SecretError};
 use serde::{Deserialize, Serialize};
 
-use crate::client::config::{DEFAULT_API_KEY_HEADER, HttpAuth};
+use crate::client::config::{DEFAULT_API_KEY_HEADER, HttpAuth, OAuthConfig, OAuthGrant};
 
 /// Seal a stdio server's environment as one JSON object `{"NAME": "value", …}`.
 pub fn seal_env(
@@ -97,6 +97,21 @@ enum AuthBlob {
         username_env: String,
         password_env: String,
     },
+    #[serde(rename = "oauth")]
+    OAuth {
+        #[serde(default)]
+        grant: OAuthGrant,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        client_id: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        client_secret_env: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        client_secret: Option<String>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        scopes: Vec<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        client_metadata_url: Option<String>,
+    },
 }
 
 fn default_api_key_header() -> String {
@@ -127,6 +142,14 @@ impl From<&HttpAuth> for AuthBlob {
                 username_env: username_env.clone(),
                 password_env: password_env.clone(),
             },
+            HttpAuth::OAuth(o) => AuthBlob::OAuth {
+                grant: o.grant,
+                client_id: o.client_id.clone(),
+                client_secret_env: o.client_secret_env.clone(),
+                client_secret: o.client_secret.as_ref().map(|s| s.expose().to_string()),
+                scopes: o.scopes.clone(),
+                client_metadata_url: o.client_metadata_url.clone(),
+            },
         }
     }
 }
@@ -155,6 +178,21 @@ impl From<AuthBlob> for HttpAuth {
                 username_env,
                 password_env,
             },
+            AuthBlob::OAuth {
+                grant,
+                client_id,
+                client_secret_env,
+                client_secret,
+                scopes,
+                client_metadata_url,
+            } => HttpAuth::OAuth(OAuthConfig {
+                grant,
+                client_id,
+                client_secret_env,
+                client_secret: client_secret.map(Secret::new),
+                scopes,
+                client_metadata_url,
+            }),
         }
     }
 }
@@ -191,8 +229,16 @@ mod tests {
                 username_env: "U".into(),
                 password_env: "P".into(),
             },
+            HttpAuth::OAuth(OAuthConfig {
+                grant: OAuthGrant::ClientCredentials,
+                client_id: Some("machine".into()),
+                client_secret: Some(Secret::new("cs-secret-1")),
+                scopes: vec!["read".into(), "write".into()],
+                ..OAuthConfig::default()
+            }),
         ] {
             let sealed = seal_auth_and_headers(&b, &headers, &auth).unwrap();
+            assert!(!sealed.contains("cs-secret-1") && !sealed.contains("tok"));
             assert_eq!(
                 open_auth_and_headers(&b, &sealed).unwrap(),
                 (headers.clone(), auth)

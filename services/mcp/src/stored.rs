@@ -336,6 +336,18 @@ pub fn masked_view(config: &McpServerConfig) -> Value {
                 } => json!({
                     "type": "basic", "username_env": username_env, "password_env": password_env,
                 }),
+                HttpAuth::OAuth(o) => {
+                    let mut v = json!({
+                        "type": "oauth", "grant": o.grant, "client_id": o.client_id,
+                        "client_secret_env": o.client_secret_env,
+                        "client_secret": masked(&o.client_secret),
+                        "client_metadata_url": o.client_metadata_url,
+                    });
+                    if !o.scopes.is_empty() {
+                        v["scopes"] = json!(o.scopes);
+                    }
+                    v
+                }
             };
             obj.insert("auth".into(), strip_nulls(auth));
         }
@@ -393,7 +405,15 @@ pub fn unmask(body: &mut Value, current: Option<&McpServerConfig>) -> Result<(),
             Some(HttpAuth::ApiKey { key: Some(k), .. }) => Some(k),
             _ => None,
         };
-        for (field, stored) in [("token", stored_token), ("key", stored_key)] {
+        let stored_client_secret = match auth {
+            Some(HttpAuth::OAuth(o)) => o.client_secret.as_ref(),
+            _ => None,
+        };
+        for (field, stored) in [
+            ("token", stored_token),
+            ("key", stored_key),
+            ("client_secret", stored_client_secret),
+        ] {
             if a.get(field).and_then(Value::as_str) != Some(MASK) {
                 continue;
             }

@@ -28,6 +28,7 @@ pub mod coordination;
 pub mod data_sources;
 pub mod events;
 pub mod executions;
+pub mod mcp_oauth;
 pub mod mcp_servers;
 pub mod memories;
 pub mod messages;

@@ -227,6 +227,9 @@ async fn admissible(
                     key_env: Some(_), ..
                 } => Some("auth.key_env"),
                 HttpAuth::Basic { .. } => Some("auth (basic reads the server's environment)"),
+                HttpAuth::OAuth(o) if o.client_secret_env.is_some() => {
+                    Some("auth.client_secret_env")
+                }
                 _ => None,
             };
             if let Some(field) = env_ref {
@@ -263,7 +266,7 @@ async fn admissible(
 }
 
 /// Fields the API adds to a server's view: a client that sends a view back may leave them in.
-const VIEW_ONLY: [&str; 9] = [
+const VIEW_ONLY: [&str; 10] = [
     "status",
     "status_message",
     "source",
@@ -273,7 +276,24 @@ const VIEW_ONLY: [&str; 9] = [
     "connected_since",
     "reconnects",
     "calls",
+    "sign_in",
 ];
+/// Adds `sign_in` (whether the user is signed in to an OAuth server) to a server's view.
+async fn with_sign_in(
+    mut v: Value,
+    state: &AppState,
+    caller: &TenantCaller,
+    user: UserId,
+    config: &McpServerConfig,
+) -> Value {
+    if let Some(s) =
+        crate::routes::mcp_oauth::sign_in_view(state, &caller.scope(), user, config).await
+        && let Value::Object(o) = &mut v
+    {
+        o.insert("sign_in".into(), s);
+    }
+    v
+}
 
 /// The body fields beyond how to connect: what the MCP config file says of a platform server
 /// (`tools`, `rate_limit`, `health_check`), for a user's server over REST.
@@ -563,17 +583,21 @@ pub async fn list_servers(
         .unwrap_or_default();
     let mut out = Vec::with_capacity(rows.len() + platform.servers.len());
     for entry in &platform.servers {
-        out.push(platform_view(entry, live.get(&entry.config.name)));
+        let v = platform_view(entry, live.get(&entry.config.name));
+        out.push(with_sign_in(v, &state, &caller, user, &entry.config).await);
     }
     for row in rows {
         // Added before the platform took the name: listed, but the platform's is the one used.
         let shadowed = platform.get(&row.name).is_some().then(shadowed_status);
         let status = shadowed.as_ref().or(live.get(&row.name));
         match join_from_storage(&stored_of(&row), state.secrets.as_ref()) {
-            Ok(config) => out.push(with_policy(
-                view(&config, status),
-                RestPolicy::of_row(&row).ok().flatten().as_ref(),
-            )),
+            Ok(config) => {
+                let v = with_policy(
+                    view(&config, status),
+                    RestPolicy::of_row(&row).ok().flatten().as_ref(),
+                );
+                out.push(with_sign_in(v, &state, &caller, user, &config).await);
+            }
             // A row whose secrets no longer open (the key changed) is still listed, flagged.
             Err(e) => out.push(json!({"name": row.name, "transport": row.transport, "disabled": row.disabled, "status": "error", "status_message": e.to_string(), "source": "user", "read_only": false})),
         }
@@ -620,10 +644,9 @@ pub async fn get_server(
         if let Some(entry) = platform_server(&state, name.0.as_str()) {
             let live = statuses(&state, &caller, user).await;
             let tools = tools_of(&state, &caller, user).await;
-            return Ok(Json(with_tools(
-                platform_view(&entry, live.get(name.0.as_str())),
-                &tools,
-            )));
+            let v = platform_view(&entry, live.get(name.0.as_str()));
+            let v = with_sign_in(v, &state, &caller, user, &entry.config).await;
+            return Ok(Json(with_tools(v, &tools)));
         }
         return Err(ApiError::not_found(format!("MCP server {:?}", name.0)));
     };
@@ -636,6 +659,7 @@ pub async fn get_server(
     let shadowed = platform_server(&state, &row.name).map(|_| shadowed_status());
     let status = shadowed.as_ref().or(live.get(&row.name));
     let v = with_policy(view(&config, status), policy.as_ref());
+    let v = with_sign_in(v, &state, &caller, user, &config).await;
     Ok(Json(if shadowed.is_some() {
         v
     } else {

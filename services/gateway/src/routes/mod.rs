@@ -19,6 +19,7 @@ pub mod data_sources;
 pub mod executions;
 pub mod files;
 pub mod health;
+pub mod mcp_oauth;
 pub mod mcp_servers;
 pub mod me;
 pub mod memories;
@@ -40,6 +41,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .configure(sessions::configure)
             .configure(chat::configure)
             .configure(mcp_servers::configure)
+            .configure(mcp_oauth::configure)
             .configure(agents::configure)
             .configure(profiles::configure)
             .configure(model_connections::configure)

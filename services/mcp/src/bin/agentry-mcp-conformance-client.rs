@@ -8,13 +8,24 @@
 //! ```text
 //! conformance client --command target/debug/agentry-mcp-conformance-client --scenario tools_call
 //! ```
+//!
+//! The `auth/*` scenarios run the OAuth client (`client::oauth`) the way the platform does, with
+//! the browser step done here: the scenario's authorization server approves at once, so the
+//! client fetches the authorization URL itself (without following the redirect), takes `code`,
+//! `state` and `iss` from the `Location`, and finishes the sign-in. A 403 `insufficient_scope`
+//! signs in again with the scope asked for (at most [`MAX_SIGN_INS`] sign-ins in all).
 
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use agentry_mcp::client::{ClientHooks, McpConnection, McpError, McpServerConfig};
+use agentry_mcp::client::oauth::{self, MemoryTokenStore, OAuthTokenStore};
+use agentry_mcp::client::{
+    ClientHooks, HttpAuth, McpConnection, McpError, McpServerConfig, McpTransportConfig,
+    OAuthConfig, OAuthGrant,
+};
 use agentry_schema::events::{EventPayload, Question};
 use agentry_schema::ids::{RunId, SessionId, TenantId, UserId};
+use agentry_schema::secret::Secret;
 use agentry_tools::tool::{
     EventSink, InteractionError, ToolContext, UserInteraction, WorkspaceInfo,
 };
@@ -70,17 +81,239 @@ fn arguments_for(tool: &str) -> Value {
     }
 }
 
-async fn run(url: &str, scenario: &str) -> Result<(), String> {
+/// Where the scenario's authorization server sends the browser back to (never visited).
+const REDIRECT_URI: &str = "http://localhost:3000/callback";
+/// The Client ID Metadata Document the suite's authorization servers accept.
+const CLIENT_METADATA_URL: &str = "https://conformance-test.local/client-metadata.json";
+/// Sign-ins one scenario may make (the first one, step-ups, a moved authorization server)
+/// before the client gives up: a server that keeps asking is not followed forever.
+const MAX_SIGN_INS: usize = 3;
+
+fn launch() -> agentry_mcp::client::StdioLaunch {
+    agentry_mcp::client::StdioLaunch::unconfined(std::env::temp_dir())
+}
+
+/// The server's config for an `auth/*` scenario: OAuth, with the pre-registered client of the
+/// scenario's context when it gives one, else a Client ID Metadata Document (or dynamic
+/// registration where the authorization server does not take those).
+fn oauth_config(url: &str, scenario: &str, context: &Value) -> McpServerConfig {
     let mut config = McpServerConfig::http("conformance", url);
     config.timeout_secs = 20;
     config.connect_timeout_secs = 20;
-    let conn = McpConnection::connect(
-        &config,
-        ClientHooks::default(),
-        &agentry_mcp::client::StdioLaunch::unconfined(std::env::temp_dir()),
+    let text = |k: &str| context.get(k).and_then(Value::as_str).map(str::to_string);
+    let client_id = text("client_id");
+    let oauth = OAuthConfig {
+        grant: if scenario.starts_with("auth/client-credentials") {
+            OAuthGrant::ClientCredentials
+        } else {
+            OAuthGrant::AuthorizationCode
+        },
+        client_secret: text("client_secret").map(Secret::new),
+        client_metadata_url: client_id.is_none().then(|| CLIENT_METADATA_URL.to_string()),
+        client_id,
+        ..OAuthConfig::default()
+    };
+    if let McpTransportConfig::Http(h) = &mut config.transport {
+        h.auth = HttpAuth::OAuth(oauth);
+    }
+    config
+}
+
+/// The browser step against an authorization server that approves at once: fetch the
+/// authorization URL, read `code`, `state` and `iss` from the redirect.
+async fn approve(authorization_url: &str) -> Result<(String, String, Option<String>), String> {
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .map_err(|e| e.to_string())?;
+    let response = http
+        .get(authorization_url)
+        .send()
+        .await
+        .map_err(|e| format!("authorization request: {e}"))?;
+    let location = response
+        .headers()
+        .get("location")
+        .and_then(|v| v.to_str().ok())
+        .ok_or_else(|| {
+            format!(
+                "authorization answered {} without a redirect",
+                response.status()
+            )
+        })?;
+    let url = url::Url::parse(location).map_err(|e| format!("redirect {location:?}: {e}"))?;
+    let param = |k: &str| {
+        url.query_pairs()
+            .find(|(n, _)| n == k)
+            .map(|(_, v)| v.to_string())
+    };
+    if let Some(error) = param("error") {
+        return Err(format!("the authorization server refused: {error}"));
+    }
+    Ok((
+        param("code").ok_or("the redirect has no code")?,
+        param("state").ok_or("the redirect has no state")?,
+        param("iss"),
+    ))
+}
+
+/// One sign-in, as a person would do it through the platform, into `tokens`.
+async fn sign_in(
+    config: &McpServerConfig,
+    challenge: Option<String>,
+    more_scopes: &[String],
+    tokens: &MemoryTokenStore,
+) -> Result<(), String> {
+    let McpTransportConfig::Http(http) = &config.transport else {
+        return Err("not an HTTP server".into());
+    };
+    let started = oauth::begin_sign_in(
+        &config.name,
+        http,
+        REDIRECT_URI,
+        challenge,
+        more_scopes,
+        None,
     )
     .await
     .map_err(|e| e.to_string())?;
+    eprintln!("sign in: {}", started.authorization_url);
+    let (code, state, iss) = approve(&started.authorization_url).await?;
+    let got = oauth::finish_sign_in(
+        &config.name,
+        http,
+        started.pending,
+        &code,
+        &state,
+        iss.as_deref(),
+        None,
+    )
+    .await
+    .map_err(|e| e.to_string())?;
+    eprintln!("signed in: {:?}", got.summary());
+    tokens.save(got).await
+}
+
+/// A 401 or 403 the client answers by signing in (again).
+fn wants_sign_in(e: &McpError) -> bool {
+    matches!(
+        e,
+        McpError::AuthorizationRequired { .. } | McpError::InsufficientScope { .. }
+    )
+}
+
+/// Sign in as `e` asks (the scope of a 403 on top), counting the sign-ins.
+async fn sign_in_for(
+    e: &McpError,
+    config: &McpServerConfig,
+    tokens: &MemoryTokenStore,
+    sign_ins: &mut usize,
+) -> Result<(), String> {
+    if *sign_ins >= MAX_SIGN_INS {
+        return Err(format!("{e} (gave up after {MAX_SIGN_INS} sign-ins)"));
+    }
+    *sign_ins += 1;
+    eprintln!("{e}");
+    // A step-up keeps what was granted and adds what the server asks for (SEP-2350).
+    let more: Vec<String> = match e {
+        McpError::InsufficientScope { scope: Some(s), .. } => tokens
+            .get()
+            .map(|t| t.summary().scopes)
+            .unwrap_or_default()
+            .into_iter()
+            .chain(s.split_whitespace().map(str::to_string))
+            .collect(),
+        _ => Vec::new(),
+    };
+    sign_in(
+        config,
+        e.auth_challenge().map(str::to_string),
+        &more,
+        tokens,
+    )
+    .await
+}
+
+/// Connect, signing in when the server asks for it.
+async fn connect_signed_in(
+    config: &McpServerConfig,
+    tokens: &MemoryTokenStore,
+    sign_ins: &mut usize,
+) -> Result<McpConnection, String> {
+    loop {
+        let hooks = ClientHooks::default().oauth_tokens(Arc::new(tokens.clone()));
+        match McpConnection::connect(config, hooks, &launch()).await {
+            Ok(conn) => return Ok(conn),
+            Err(e) if wants_sign_in(&e) => sign_in_for(&e, config, tokens, sign_ins).await?,
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+}
+
+async fn run_auth(url: &str, scenario: &str) -> Result<(), String> {
+    let scenario_context: Value = std::env::var("MCP_CONFORMANCE_CONTEXT")
+        .ok()
+        .and_then(|c| serde_json::from_str(&c).ok())
+        .unwrap_or(Value::Null);
+    let config = oauth_config(url, scenario, &scenario_context);
+    let tokens = MemoryTokenStore::new();
+    let mut sign_ins = 0;
+    let mut conn = connect_signed_in(&config, &tokens, &mut sign_ins).await?;
+    let tools = loop {
+        match conn.list_tools().await {
+            Ok(tools) => break tools,
+            Err(e) if wants_sign_in(&e) => {
+                conn.close().await;
+                sign_in_for(&e, &config, &tokens, &mut sign_ins).await?;
+                conn = connect_signed_in(&config, &tokens, &mut sign_ins).await?;
+            }
+            Err(e) => return Err(e.to_string()),
+        }
+    };
+    eprintln!(
+        "tools: {:?}",
+        tools.iter().map(|t| &t.name).collect::<Vec<_>>()
+    );
+    for tool in &tools {
+        loop {
+            match conn
+                .call_tool(&tool.name, arguments_for(&tool.name), &context(&tool.name))
+                .await
+            {
+                Ok(out) => {
+                    eprintln!("{} -> {}", tool.name, out.content);
+                    break;
+                }
+                Err(e @ McpError::Server { .. }) => {
+                    eprintln!("{} -> error answer: {e}", tool.name);
+                    break;
+                }
+                Err(e) if wants_sign_in(&e) => {
+                    conn.close().await;
+                    sign_in_for(&e, &config, &tokens, &mut sign_ins).await?;
+                    conn = connect_signed_in(&config, &tokens, &mut sign_ins).await?;
+                }
+                Err(e) => {
+                    conn.close().await;
+                    return Err(format!("{}: {e}", tool.name));
+                }
+            }
+        }
+    }
+    conn.close().await;
+    Ok(())
+}
+
+async fn run(url: &str, scenario: &str) -> Result<(), String> {
+    if scenario.starts_with("auth/") {
+        return run_auth(url, scenario).await;
+    }
+    let mut config = McpServerConfig::http("conformance", url);
+    config.timeout_secs = 20;
+    config.connect_timeout_secs = 20;
+    let conn = McpConnection::connect(&config, ClientHooks::default(), &launch())
+        .await
+        .map_err(|e| e.to_string())?;
     eprintln!(
         "connected: protocol {} to {:?}",
         conn.protocol_version(),

@@ -107,6 +107,48 @@ pub enum HttpAuth {
         username_env: String,
         password_env: String,
     },
+    /// OAuth 2.1 as the MCP authorization spec describes it: the authorization server is found
+    /// from the server's 401 (`WWW-Authenticate`, protected-resource metadata, then the
+    /// authorization-server metadata). See `client::oauth`.
+    #[serde(rename = "oauth")]
+    OAuth(OAuthConfig),
+}
+
+/// How an OAuth client gets its token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OAuthGrant {
+    /// A person signs in through a browser (PKCE); tokens are kept per user and refreshed.
+    #[default]
+    AuthorizationCode,
+    /// A machine client: the token is fetched with the client's own id and secret, no person.
+    ClientCredentials,
+}
+
+/// `auth: {type: oauth, …}`. Every field is optional for `authorization_code`: with no
+/// `client_id` the client registers itself (a Client ID Metadata Document when
+/// `client_metadata_url` is given and the authorization server supports it, else dynamic client
+/// registration). `client_credentials` needs `client_id` and a secret.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OAuthConfig {
+    #[serde(default)]
+    pub grant: OAuthGrant,
+    /// A client registered with the authorization server beforehand.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_id: Option<String>,
+    /// The pre-registered client's secret, from the environment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_secret_env: Option<String>,
+    /// The pre-registered client's secret (stored sealed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_secret: Option<Secret>,
+    /// Scopes to ask for; when empty, the server's challenge or metadata decides.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub scopes: Vec<String>,
+    /// HTTPS URL of this client's Client ID Metadata Document (SEP-991).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_metadata_url: Option<String>,
 }
 
 fn default_api_key_header() -> String {
@@ -278,6 +320,7 @@ impl McpServerConfig {
                             issue("auth.password_env", m);
                         }
                     }
+                    HttpAuth::OAuth(o) => validate_oauth(o, &mut issue),
                 }
             }
         }
@@ -321,6 +364,62 @@ fn check_one_of(
                     "must not be empty".into(),
                 );
             }
+        }
+    }
+}
+
+fn validate_oauth(o: &OAuthConfig, issue: &mut impl FnMut(&str, String)) {
+    if o.client_id
+        .as_deref()
+        .is_some_and(|id| id.trim().is_empty())
+    {
+        issue("auth.client_id", "must not be empty".into());
+    }
+    match (&o.client_secret_env, &o.client_secret) {
+        (Some(_), Some(_)) => issue(
+            "auth",
+            "give either client_secret_env or client_secret, not both".into(),
+        ),
+        (Some(var), None) => {
+            if let Err(m) = validate_env_name(var) {
+                issue("auth.client_secret_env", m);
+            }
+        }
+        (None, Some(s)) if s.is_empty() => issue("auth.client_secret", "must not be empty".into()),
+        _ => {}
+    }
+    let has_secret = o.client_secret_env.is_some() || o.client_secret.is_some();
+    if has_secret && o.client_id.is_none() {
+        issue(
+            "auth.client_id",
+            "a client secret belongs to a pre-registered client: give its client_id too".into(),
+        );
+    }
+    if o.grant == OAuthGrant::ClientCredentials && (o.client_id.is_none() || !has_secret) {
+        issue(
+            "auth.grant",
+            "client_credentials needs client_id and client_secret (or client_secret_env)".into(),
+        );
+    }
+    for scope in &o.scopes {
+        if scope.is_empty()
+            || scope
+                .chars()
+                .any(|c| c.is_whitespace() || c == '"' || c == '\\')
+        {
+            issue(
+                "auth.scopes",
+                format!("{scope:?} is not a scope (no spaces, quotes or backslashes)"),
+            );
+        }
+    }
+    if let Some(url) = &o.client_metadata_url {
+        match url::Url::parse(url) {
+            Ok(u) if u.scheme() == "https" && u.path() != "/" && !u.path().is_empty() => {}
+            _ => issue(
+                "auth.client_metadata_url",
+                format!("{url:?} must be an https URL with a path (SEP-991)"),
+            ),
         }
     }
 }

@@ -22,11 +22,11 @@ use rmcp::service::{
     ClientInitializeError, ClientLifecycleMode, Peer, PeerRequestOptions, RoleClient,
     RunningService, RxJsonRpcMessage, TxJsonRpcMessage, serve_client_with_lifecycle,
 };
-use rmcp::transport::{StreamableHttpClientTransport, Transport};
+use rmcp::transport::{AuthClient, StreamableHttpClientTransport, Transport};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 
-use super::config::{McpServerConfig, McpTransportConfig};
+use super::config::{HttpAuth, McpServerConfig, McpTransportConfig};
 use super::error::McpError;
 use super::handler::{AgentryClientHandler, ElicitFor, InFlightGuard, Shared, elicit};
 use super::http::{HttpSignals, SessionAwareClient, transport_config};
@@ -99,6 +99,10 @@ pub struct ClientHooks {
     /// The server sent `notifications/resources/list_changed` or `prompts/list_changed`: the
     /// cached [`Catalog`] is stale and the next [`McpConnection::catalog`] fetches it again.
     pub on_catalog_changed: Option<ToolsChangedHook>,
+    /// Where this user's OAuth tokens for the server are (`auth: {type: oauth}` only). Without
+    /// one, a `client_credentials` server keeps its token in memory and an
+    /// `authorization_code` server cannot connect ([`McpError::AuthorizationRequired`]).
+    pub oauth_tokens: Option<Arc<dyn super::oauth::OAuthTokenStore>>,
 }
 
 impl ClientHooks {
@@ -119,6 +123,11 @@ impl ClientHooks {
         self.on_status = Some(Arc::new(f));
         self
     }
+
+    pub fn oauth_tokens(mut self, store: Arc<dyn super::oauth::OAuthTokenStore>) -> Self {
+        self.oauth_tokens = Some(store);
+        self
+    }
 }
 
 impl std::fmt::Debug for ClientHooks {
@@ -127,6 +136,7 @@ impl std::fmt::Debug for ClientHooks {
             .field("on_tools_changed", &self.on_tools_changed.is_some())
             .field("on_status", &self.on_status.is_some())
             .field("on_catalog_changed", &self.on_catalog_changed.is_some())
+            .field("oauth_tokens", &self.oauth_tokens.is_some())
             .finish()
     }
 }
@@ -971,18 +981,51 @@ async fn start(
                         server: server.clone(),
                         reason: format!("could not build the HTTP client: {e}"),
                     })?;
-            let transport = Observed {
-                inner: StreamableHttpClientTransport::with_client(client, cfg),
-                shared: shared.clone(),
-                dead: dead.clone(),
-                stderr: None,
-                process_group: None,
+            let started = if matches!(h.auth, HttpAuth::OAuth(_)) {
+                let tokens = shared.hooks.oauth_tokens.clone();
+                let manager = tokio::time::timeout(
+                    connect_timeout,
+                    super::oauth::authorized_manager(
+                        &server,
+                        h,
+                        tokens,
+                        launch.http_guard.as_ref(),
+                    ),
+                )
+                .await
+                .map_err(|_| McpError::ConnectTimeout {
+                    server: server.clone(),
+                    after: connect_timeout,
+                })??;
+                let transport = Observed {
+                    inner: StreamableHttpClientTransport::with_client(
+                        AuthClient::new(client, manager),
+                        cfg,
+                    ),
+                    shared: shared.clone(),
+                    dead: dead.clone(),
+                    stderr: None,
+                    process_group: None,
+                };
+                tokio::time::timeout(
+                    connect_timeout,
+                    serve_client_with_lifecycle(handler, transport, mode),
+                )
+                .await
+            } else {
+                let transport = Observed {
+                    inner: StreamableHttpClientTransport::with_client(client, cfg),
+                    shared: shared.clone(),
+                    dead: dead.clone(),
+                    stderr: None,
+                    process_group: None,
+                };
+                tokio::time::timeout(
+                    connect_timeout,
+                    serve_client_with_lifecycle(handler, transport, mode),
+                )
+                .await
             };
-            let started = tokio::time::timeout(
-                connect_timeout,
-                serve_client_with_lifecycle(handler, transport, mode),
-            )
-            .await;
             (started, None, None)
         }
     };
@@ -999,6 +1042,11 @@ async fn start(
         Ok(Err(e)) => {
             if let Some(pg) = &process_group {
                 pg.terminate(KILL_GRACE).await;
+            }
+            if let ClientInitializeError::TransportError { error, .. } = &e
+                && let Some(auth) = McpError::from_auth_chain(&server, error.error.as_ref())
+            {
+                return Err(auth);
             }
             // A transport that never worked (nothing listening, the process exited) is not a
             // protocol disagreement: report it as such.

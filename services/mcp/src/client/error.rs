@@ -53,6 +53,33 @@ pub enum McpError {
     Disabled { server: String },
     #[error("invalid arguments: {0}")]
     InvalidArguments(String),
+    /// The server wants an OAuth token this client does not have (or no longer has): a person
+    /// must sign in (see `client::oauth`). Connecting again will not help until they do.
+    #[error("MCP server {server:?} needs you to sign in (OAuth): {reason}")]
+    AuthorizationRequired {
+        server: String,
+        reason: String,
+        /// The server's `WWW-Authenticate`, when it sent one.
+        challenge: Option<String>,
+    },
+    /// The token is good but lacks a scope the server asked for (HTTP 403 `insufficient_scope`):
+    /// signing in again with that scope lets the call through.
+    #[error("MCP server {server:?} needs more permissions than the sign-in granted{}: sign in again to grant them", scope_label(.scope))]
+    InsufficientScope {
+        server: String,
+        scope: Option<String>,
+        challenge: String,
+    },
+    /// An OAuth step failed (discovery, registration, token exchange).
+    #[error("MCP server {server:?}: OAuth failed: {reason}")]
+    OAuth { server: String, reason: String },
+}
+
+fn scope_label(scope: &Option<String>) -> String {
+    match scope {
+        Some(s) => format!(" (it asks for scope {s:?})"),
+        None => String::new(),
+    }
 }
 
 impl McpError {
@@ -81,8 +108,74 @@ impl McpError {
         }
     }
 
+    /// The server's 401 or 403 challenge, when this error carries one.
+    pub fn auth_challenge(&self) -> Option<&str> {
+        match self {
+            McpError::AuthorizationRequired { challenge, .. } => challenge.as_deref(),
+            McpError::InsufficientScope { challenge, .. } => Some(challenge),
+            _ => None,
+        }
+    }
+
+    /// A 401 or 403 from the server somewhere in `e`'s causes, as the matching error.
+    pub(crate) fn from_auth_chain(
+        server: &str,
+        e: &(dyn std::error::Error + 'static),
+    ) -> Option<Self> {
+        use rmcp::transport::streamable_http_client::{AuthRequiredError, InsufficientScopeError};
+        let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+        while let Some(c) = cause {
+            if let Some(a) = c.downcast_ref::<AuthRequiredError>() {
+                return Some(McpError::AuthorizationRequired {
+                    server: server.to_string(),
+                    reason: "the server refused the request without a valid token (HTTP 401)"
+                        .into(),
+                    challenge: Some(a.www_authenticate_header.clone()),
+                });
+            }
+            if let Some(i) = c.downcast_ref::<InsufficientScopeError>() {
+                return Some(McpError::InsufficientScope {
+                    server: server.to_string(),
+                    scope: i
+                        .required_scope
+                        .clone()
+                        .or_else(|| super::oauth::challenged_scope(&i.www_authenticate_header)),
+                    challenge: i.www_authenticate_header.clone(),
+                });
+            }
+            if let Some(rmcp::transport::streamable_http_client::StreamableHttpError::<
+                reqwest::Error,
+            >::Auth(a)) = c.downcast_ref()
+            {
+                return Some(match a {
+                    rmcp::transport::auth::AuthError::AuthorizationRequired => {
+                        McpError::AuthorizationRequired {
+                            server: server.to_string(),
+                            reason: "the token expired and could not be renewed".into(),
+                            challenge: None,
+                        }
+                    }
+                    other => McpError::OAuth {
+                        server: server.to_string(),
+                        reason: format!(
+                            "getting a token: {}",
+                            super::connection::plain_error_chain(other)
+                        ),
+                    },
+                });
+            }
+            cause = c.source();
+        }
+        None
+    }
+
     /// Wrap an rmcp error from a request to `server`.
     pub(crate) fn from_service(server: &str, e: ServiceError) -> Self {
+        if let ServiceError::TransportSend(t) = &e
+            && let Some(auth) = Self::from_auth_chain(server, t.error.as_ref())
+        {
+            return auth;
+        }
         let server = server.to_string();
         match e {
             ServiceError::McpError(data) => McpError::Server {
@@ -178,6 +271,9 @@ impl From<McpError> for ToolError {
                 retryable: false,
             },
             McpError::InvalidArguments(m) => ToolError::invalid(m),
+            McpError::AuthorizationRequired { .. }
+            | McpError::InsufficientScope { .. }
+            | McpError::OAuth { .. } => ToolError::Unavailable(e.to_string()),
             McpError::BadConfig(_)
             | McpError::Disabled { .. }
             | McpError::MissingEnv { .. }

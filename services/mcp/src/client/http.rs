@@ -78,7 +78,8 @@ pub(crate) fn transport_config(
     }
     let mut config = StreamableHttpClientTransportConfig::with_uri(cfg.url.clone());
     match &cfg.auth {
-        HttpAuth::None => {}
+        // The token comes from `oauth::authorized_manager`, through rmcp's `AuthClient`.
+        HttpAuth::None | HttpAuth::OAuth(_) => {}
         HttpAuth::Bearer { token_env, token } => {
             let token = resolve(server, token_env, token, "bearer token")?;
             config = config.auth_header(token.expose().to_string());

@@ -16,13 +16,14 @@ pub mod connection;
 pub mod error;
 mod handler;
 mod http;
+pub mod oauth;
 pub mod stdio;
 mod task_support;
 
 pub use adapter::{McpTool, agent_tool_name, tools_for, wrap_tools};
 pub use config::{
     ConfigError, ConfigIssue, HttpAuth, HttpConfig, McpServerConfig, McpTransportConfig,
-    StdioConfig,
+    OAuthConfig, OAuthGrant, StdioConfig,
 };
 pub use connection::{
     Catalog, ClientHooks, ConnectionStatus, LEGACY_PROTOCOL_VERSION, MAX_RESOURCE_BYTES,
