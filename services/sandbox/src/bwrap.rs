@@ -166,7 +166,10 @@ mod tests {
         ] {
             assert!(s.contains(&flag), "{flag} missing: {s:?}");
         }
-        assert!(!s.contains(&"--clearenv"), "the launcher's environment is the program's");
+        assert!(
+            !s.contains(&"--clearenv"),
+            "the launcher's environment is the program's"
+        );
         assert_eq!(s.last(), Some(&"--"));
         let bind = s.iter().position(|a| *a == "--bind").unwrap();
         assert_eq!(s[bind + 1], "/data/workspaces/t/u");

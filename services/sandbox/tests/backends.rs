@@ -290,8 +290,17 @@ async fn gets_exactly_its_environment(e: &Env) {
     assert!(get("TMPDIR").is_some(), "{vars:?}");
     for (key, _) in &vars {
         assert!(
-            ["SANDBOX_PROBE", "PATH", "HOME", "TMPDIR", "PWD", "SHLVL", "_", "OLDPWD"]
-                .contains(key),
+            [
+                "SANDBOX_PROBE",
+                "PATH",
+                "HOME",
+                "TMPDIR",
+                "PWD",
+                "SHLVL",
+                "_",
+                "OLDPWD"
+            ]
+            .contains(key),
             "{key} reached the sandboxed program: {vars:?}"
         );
     }
