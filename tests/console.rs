@@ -53,6 +53,10 @@ async fn the_web_console_works_in_a_real_browser() {
         }
         Err(why) => panic!("{why}: {INSTALL_HINT}"),
     };
+    // An OAuth-protected MCP server and its authorization server, for the "Sign in" button.
+    let oauth =
+        agentry_mcp::testing::OAuthFixture::start(&["--protected-mcp", "--user", "alice@idp"])
+            .await;
     let server = Server::start(&[
         ("AGENTRY_AUTH__ADMIN_KEY", ADMIN_KEY),
         (
@@ -78,6 +82,7 @@ async fn the_web_console_works_in_a_real_browser() {
         // The reference "everything" MCP server (an image tool), run as a stdio server.
         .env("NODE22", agentry_mcp::testing::node())
         .env("EVERYTHING_JS", agentry_mcp::testing::everything_js())
+        .env("OAUTH_MCP_URL", oauth.url("mcp_url"))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true)

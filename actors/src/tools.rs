@@ -227,6 +227,7 @@ mod tests {
             tool_permissions: None,
             policy: Default::default(),
             custom_roles: Default::default(),
+            mcp_virtual_servers: Default::default(),
             created_at: now,
             updated_at: now,
         };

@@ -415,6 +415,34 @@ pub struct CreateApiKeyRequest {
     pub expires_at: Option<DateTime<Utc>>,
 }
 
+/// A tenant's MCP virtual server (`/api/v1/tenant/mcp-virtual-servers`): a named subset of
+/// the tools `/mcp` offers, served at `/mcp/{name}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct McpVirtualServerInfo {
+    pub name: String,
+    pub description: String,
+    /// Tool patterns, as in roles: `service:tool`, `service:prefix*`, `service:*`, `*:*`, and
+    /// denials with a leading `!`. A caller sees the tools their role allows and these match.
+    pub tools: Vec<String>,
+    /// The path MCP clients connect to: `/mcp/{name}`.
+    pub path: String,
+}
+
+/// A virtual server's definition (`POST` and `PUT /api/v1/tenant/mcp-virtual-servers…`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct McpVirtualServerRequest {
+    /// Required on `POST` (1–64 of `a-z 0-9 - _`); on `PUT` it must be absent or the path's.
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub description: Option<String>,
+    /// Tool patterns (at most 100); at least one.
+    pub tools: Vec<String>,
+}
+
 /// A role of the tenant (`/api/v1/tenant/roles`): a built-in one (`admin`, `member`) or a
 /// custom one.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -330,6 +330,11 @@ slug_id!(
     SkillName,
     "skill name"
 );
+slug_id!(
+    /// A tenant's MCP virtual server: a named subset of tools served at `/mcp/{name}`.
+    VirtualServerName,
+    "virtual server name"
+);
 
 #[cfg(test)]
 mod tests {

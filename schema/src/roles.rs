@@ -283,6 +283,19 @@ impl CustomRole {
 /// A tenant's custom roles by name (`tenants.custom_roles`).
 pub type CustomRoles = BTreeMap<RoleName, CustomRole>;
 
+/// One MCP virtual server's definition: the tools `/mcp/{name}` serves (issue 18; docs/mcp.md,
+/// "Virtual servers").
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct McpVirtualServer {
+    pub description: String,
+    /// Tool patterns, as in a role; the caller's role still applies.
+    pub tools: Vec<String>,
+}
+
+/// A tenant's MCP virtual servers by name (`tenants.mcp_virtual_servers`).
+pub type McpVirtualServers = BTreeMap<crate::ids::VirtualServerName, McpVirtualServer>;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -14,13 +14,13 @@ use crate::ctx::{Ctx, unique};
 
 /// One `agentry chat` in its own tmux server (its own socket, killed on drop). The pane stays
 /// after the client exits and shows `[exit N]`.
-struct Term {
+pub(crate) struct Term {
     socket: String,
     home: tempfile::TempDir,
 }
 
 impl Term {
-    fn start(ctx: &Ctx, key: &str, args: &[&str]) -> Term {
+    pub(crate) fn start(ctx: &Ctx, key: &str, args: &[&str]) -> Term {
         let home = tempfile::tempdir().unwrap();
         let key_file = home.path().join("key");
         std::fs::write(&key_file, key).unwrap();
@@ -61,7 +61,7 @@ impl Term {
     }
 
     /// Everything the pane shows, with its scrollback, wrapped lines joined.
-    fn screen(&self) -> String {
+    pub(crate) fn screen(&self) -> String {
         // A leading newline, so every line, the first too, starts with `\n`.
         let text = self.tmux(&["capture-pane", "-p", "-J", "-S", "-500", "-t", "chat"]);
         format!("\n{text}")
@@ -94,12 +94,12 @@ impl Term {
 
     /// Type `text` once the `n`th prompt is up: keys sent before the line editor reads may be
     /// lost.
-    async fn type_at_prompt(&self, n: usize, text: &str) {
+    pub(crate) async fn type_at_prompt(&self, n: usize, text: &str) {
         self.wait_for_n("\n> ", n).await;
         self.type_line(text);
     }
 
-    async fn wait_for(&self, needle: &str) -> String {
+    pub(crate) async fn wait_for(&self, needle: &str) -> String {
         self.wait_for_n(needle, 1).await
     }
 

@@ -13,10 +13,17 @@ use serde_json::Value;
 type Seen = BTreeSet<(String, String, u16)>;
 
 /// Routes that are not part of the REST API and so not in the document: the documentation UI
-/// itself (HTML), the web console's scripts and styles (`/assets/{name}`, docs/console.md), and `/mcp`, whose contract is the MCP Streamable HTTP transport (JSON-RPC;
-/// docs/mcp.md), tested by `mcp_server.rs`, the official conformance scenarios
-/// (`mcp_conformance.rs`) and the authorization matrix.
-const UI_ROUTES: [&str; 4] = ["/docs", "/docs/{_}", "/assets/{name}", "/mcp"];
+/// itself (HTML), the web console's scripts and styles (`/assets/{name}`, docs/console.md), and
+/// `/mcp` with its virtual servers (`/mcp/{name}`), whose contract is the MCP Streamable HTTP
+/// transport (JSON-RPC; docs/mcp.md), tested by `mcp_server.rs`, the official conformance
+/// scenarios (`mcp_conformance.rs`) and the authorization matrix.
+const UI_ROUTES: [&str; 5] = [
+    "/docs",
+    "/docs/{_}",
+    "/assets/{name}",
+    "/mcp",
+    "/mcp/{virtual_server}",
+];
 
 pub fn documented(doc: &Value) -> (BTreeSet<(String, String)>, Seen) {
     let mut ops = BTreeSet::new();

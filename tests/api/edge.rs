@@ -71,6 +71,18 @@ pub async fn malformed_requests(ctx: &Ctx) {
         ),
         br(
             Method::POST,
+            "/api/v1/tenant/mcp-virtual-servers".into(),
+            &adm,
+            Some("tools"),
+        ),
+        br(
+            Method::PUT,
+            "/api/v1/tenant/mcp-virtual-servers/anything".into(),
+            &adm,
+            Some("tools"),
+        ),
+        br(
+            Method::POST,
             "/api/v1/admin/tenants".into(),
             ADMIN_KEY,
             Some("name"),

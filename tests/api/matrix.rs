@@ -42,6 +42,7 @@ pub enum Route {
     // The OAuth protected-resource metadata of the origin and of `/mcp` (RFC 9728).
     ResourceMetadata,
     McpResourceMetadata,
+    VirtualResourceMetadata,
     HealthLive,
     HealthReady,
     Metrics,
@@ -79,6 +80,11 @@ pub enum Route {
     TenantGetRole,
     TenantReplaceRole,
     TenantDeleteRole,
+    TenantListVirtualServers,
+    TenantCreateVirtualServer,
+    TenantGetVirtualServer,
+    TenantReplaceVirtualServer,
+    TenantDeleteVirtualServer,
     AdminListTenants,
     AdminCreateTenant,
     AdminGetTenant,
@@ -160,6 +166,7 @@ pub const ROUTES: &[Route] = &[
     Health,
     ResourceMetadata,
     McpResourceMetadata,
+    VirtualResourceMetadata,
     HealthLive,
     HealthReady,
     Metrics,
@@ -196,6 +203,11 @@ pub const ROUTES: &[Route] = &[
     TenantGetRole,
     TenantReplaceRole,
     TenantDeleteRole,
+    TenantListVirtualServers,
+    TenantCreateVirtualServer,
+    TenantGetVirtualServer,
+    TenantReplaceVirtualServer,
+    TenantDeleteVirtualServer,
     AdminListTenants,
     AdminCreateTenant,
     AdminGetTenant,
@@ -277,7 +289,7 @@ fn expected_custom(route: Route) -> u16 {
     match route {
         Health | HealthLive | HealthReady | Metrics | OpenApi | Me => 200,
         // Public: no key needed, so no area applies.
-        ResourceMetadata | McpResourceMetadata => 200,
+        ResourceMetadata | McpResourceMetadata | VirtualResourceMetadata => 200,
         // audit
         ListExecutions | ListToolCalls => 200,
         ListExecutionsOfAnother | ListToolCallsOfAnother => 403,
@@ -319,8 +331,14 @@ fn expected_builtin(route: Route) -> [u16; 7] {
     const PLATFORM_CREATE: [u16; 7] = [401, 401, 401, 403, 403, 403, 201];
     const PLATFORM_DELETE: [u16; 7] = [401, 401, 401, 403, 403, 403, 204];
     match route {
-        Health | HealthLive | HealthReady | Metrics | OpenApi | ResourceMetadata
-        | McpResourceMetadata => OPEN,
+        Health
+        | HealthLive
+        | HealthReady
+        | Metrics
+        | OpenApi
+        | ResourceMetadata
+        | McpResourceMetadata
+        | VirtualResourceMetadata => OPEN,
         Me => ANY_CALLER,
         ListSessions | ListAgents | ListExecutions | ListToolCalls | ListProfiles
         | ListModelConnections => TENANT_LIST,
@@ -341,10 +359,17 @@ fn expected_builtin(route: Route) -> [u16; 7] {
         | ReplaceModelConnection => ADMIN_ROW,
         DeleteAgent | TenantDeleteUser | DeleteProfile | DeleteModelConnection => ADMIN_DELETE,
         // The outsider reads its own tenant (B), never A.
-        TenantGet | TenantUsage | TenantListUsers | TenantListKeys | TenantListRoles => ADMIN_LIST,
-        TenantCreateRole => ADMIN_CREATE,
-        TenantGetRole | TenantReplaceRole => ADMIN_ROW,
-        TenantDeleteRole => ADMIN_DELETE,
+        TenantGet
+        | TenantUsage
+        | TenantListUsers
+        | TenantListKeys
+        | TenantListRoles
+        | TenantListVirtualServers => ADMIN_LIST,
+        TenantCreateRole | TenantCreateVirtualServer => ADMIN_CREATE,
+        TenantGetRole | TenantReplaceRole | TenantGetVirtualServer | TenantReplaceVirtualServer => {
+            ADMIN_ROW
+        }
+        TenantDeleteRole | TenantDeleteVirtualServer => ADMIN_DELETE,
         // B's admin names a user of A: no such user in B.
         TenantCreateKey => [401, 401, 401, 422, 403, 201, 403],
         AdminCreateTenant | AdminCreateUser | AdminCreateKey => PLATFORM_CREATE,
@@ -519,6 +544,14 @@ pub async fn fixture(ctx: &Ctx) -> MatrixFx {
         201,
     )
     .await;
+    ctx.ok(
+        Method::POST,
+        "/api/v1/tenant/mcp-virtual-servers",
+        &a.admin.key,
+        Some(json!({ "name": "matrix-desk", "tools": ["files:read_*"] })),
+        201,
+    )
+    .await;
     let auditor = ctx
         .ok(
             Method::POST,
@@ -656,6 +689,11 @@ pub async fn build(ctx: &Ctx, fx: &MatrixFx, route: Route) -> Req {
         McpResourceMetadata => req(
             Method::GET,
             "/.well-known/oauth-protected-resource/mcp".into(),
+            None,
+        ),
+        VirtualResourceMetadata => req(
+            Method::GET,
+            "/.well-known/oauth-protected-resource/mcp/matrix-desk".into(),
             None,
         ),
         OpenApi => req(Method::GET, "/openapi.json".into(), None),
@@ -959,6 +997,42 @@ pub async fn build(ctx: &Ctx, fx: &MatrixFx, route: Route) -> Req {
             )
             .await;
             req(Method::DELETE, format!("/api/v1/tenant/roles/{name}"), None)
+        }
+        TenantListVirtualServers => req(
+            Method::GET,
+            "/api/v1/tenant/mcp-virtual-servers".into(),
+            None,
+        ),
+        TenantCreateVirtualServer => req(
+            Method::POST,
+            "/api/v1/tenant/mcp-virtual-servers".into(),
+            Some(json!({ "name": unique("desk"), "tools": ["files:read_*"] })),
+        ),
+        TenantGetVirtualServer => req(
+            Method::GET,
+            "/api/v1/tenant/mcp-virtual-servers/matrix-desk".into(),
+            None,
+        ),
+        TenantReplaceVirtualServer => req(
+            Method::PUT,
+            "/api/v1/tenant/mcp-virtual-servers/matrix-desk".into(),
+            Some(json!({ "tools": ["files:read_*"] })),
+        ),
+        TenantDeleteVirtualServer => {
+            let name = unique("doomed");
+            ctx.ok(
+                Method::POST,
+                "/api/v1/tenant/mcp-virtual-servers",
+                &fx.a.admin.key,
+                Some(json!({ "name": name, "tools": ["files:*"] })),
+                201,
+            )
+            .await;
+            req(
+                Method::DELETE,
+                format!("/api/v1/tenant/mcp-virtual-servers/{name}"),
+                None,
+            )
         }
         AdminListTenants => req(Method::GET, "/api/v1/admin/tenants".into(), None),
         AdminCreateTenant => req(

@@ -340,4 +340,24 @@ pub async fn sign_in_to_a_users_oauth_server(ctx: &Ctx, fake: &FakeModelServer) 
         true,
         "{listed}"
     );
+
+    // The terminal client: `/mcp` says which server needs a sign-in, `/sign-in NAME` shows the
+    // link; opening it signs the member in again.
+    let term = crate::chat_cli::Term::start(ctx, &me.key, &[]);
+    term.type_at_prompt(1, "/mcp").await;
+    term.wait_for("needs a sign-in: /sign-in secure").await;
+    term.type_at_prompt(2, "/sign-in secure").await;
+    let screen = term.wait_for("the page says when you are signed in").await;
+    let link = screen
+        .lines()
+        .map(str::trim)
+        .find(|l| l.starts_with(fixture.url("issuer")))
+        .unwrap_or_else(|| panic!("no sign-in link:\n{screen}"))
+        .to_string();
+    let (status, page) = callback(ctx, &approve(&link).await).await;
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains("<h1>Signed in</h1>"), "{page}");
+    term.type_at_prompt(3, "/mcp").await;
+    let screen = term.wait_for("  signed in").await;
+    assert!(!screen.contains("(scripted)"), "no run started: {screen}");
 }

@@ -95,8 +95,13 @@ pub type Client = RunningService<RoleClient, User>;
 
 /// Connect rmcp's Streamable HTTP client to `/mcp` with `key`.
 pub async fn connect(ctx: &Ctx, key: &str, user: User) -> Client {
+    connect_to(ctx, "/mcp", key, user).await
+}
+
+/// Connect rmcp's Streamable HTTP client to `path` (`/mcp` or a virtual server) with `key`.
+pub async fn connect_to(ctx: &Ctx, path: &str, key: &str, user: User) -> Client {
     let config =
-        StreamableHttpClientTransportConfig::with_uri(ctx.url("/mcp")).auth_header(key.to_string());
+        StreamableHttpClientTransportConfig::with_uri(ctx.url(path)).auth_header(key.to_string());
     let transport = StreamableHttpClientTransport::with_client(reqwest::Client::new(), config);
     user.serve(transport)
         .await
@@ -543,7 +548,12 @@ pub async fn sessionless_era(ctx: &Ctx) {
 
 /// An `initialize` request as raw HTTP.
 pub fn initialize(ctx: &Ctx, key: Option<&str>) -> reqwest::RequestBuilder {
-    ctx.request(Method::POST, "/mcp", key)
+    initialize_at(ctx, "/mcp", key)
+}
+
+/// An `initialize` request to `path` as raw HTTP.
+pub fn initialize_at(ctx: &Ctx, path: &str, key: Option<&str>) -> reqwest::RequestBuilder {
+    ctx.request(Method::POST, path, key)
         .header("accept", "application/json, text/event-stream")
         .json(&json!({
             "jsonrpc": "2.0", "id": 1, "method": "initialize",
@@ -558,7 +568,18 @@ pub fn on_session(
     session: &str,
     body: Value,
 ) -> reqwest::RequestBuilder {
-    ctx.request(Method::POST, "/mcp", key)
+    on_session_at(ctx, "/mcp", key, session, body)
+}
+
+/// A request on MCP session `session` of `path`.
+pub fn on_session_at(
+    ctx: &Ctx,
+    path: &str,
+    key: Option<&str>,
+    session: &str,
+    body: Value,
+) -> reqwest::RequestBuilder {
+    ctx.request(Method::POST, path, key)
         .header("accept", "application/json, text/event-stream")
         .header("mcp-session-id", session)
         .header("mcp-protocol-version", "2025-11-25")
@@ -856,6 +877,34 @@ pub async fn reexports_the_callers_mcp_servers(ctx: &Ctx) {
     let stdio = json!({"features_enabled": ["stdio_mcp"], "policy": {"stdio_mcp_role": "member"}});
     let t = ctx.tenant_with(stdio.clone()).await;
     let other = ctx.tenant_with(stdio).await;
+    // A server may not take a built-in service's name: `assistants` would pass its tools off
+    // as `ask_<assistant>` ones over /mcp, `files` would share the files grants.
+    for reserved in ["assistants", "Files"] {
+        let r = ctx
+            .send(
+                ctx.request(
+                    Method::POST,
+                    &crate::mcp::servers_path(&t.member.user_id),
+                    Some(&t.member.key),
+                )
+                .json(&json!({"name": reserved, "url": "http://127.0.0.2:9/mcp"})),
+            )
+            .await;
+        assert_eq!(
+            (r.status, r.code()),
+            (422, "validation_error"),
+            "{reserved}: {}",
+            r.body
+        );
+        assert!(
+            r.body["message"]
+                .as_str()
+                .unwrap()
+                .contains("built-in tool service"),
+            "{}",
+            r.body
+        );
+    }
     ctx.ok(
         Method::POST,
         &crate::mcp::servers_path(&t.member.user_id),
@@ -1363,4 +1412,269 @@ pub async fn reexports_the_callers_resources_and_prompts(ctx: &Ctx) {
     assert_eq!(rpc_code(c.read_resource(read(DOC)).await).0, -32602);
     c.cancel().await.unwrap();
     assert_eq!(audited(ctx, &t.member.key, "resources/read").await.len(), 4);
+}
+
+/// Virtual servers: a tenant admin names a subset of tools (role patterns) served at
+/// `/mcp/{name}`. The caller sees exactly those of their tools; the role still applies; another
+/// tenant has no such server; a session stays on the path that made it; a change is seen on the
+/// next list and a deletion ends the server's sessions; bad definitions are 422 and change
+/// nothing; members may not define them.
+pub async fn virtual_servers(ctx: &Ctx) {
+    let stdio = json!({"features_enabled": ["stdio_mcp"], "policy": {"stdio_mcp_role": "member"}});
+    let t = ctx.tenant_with(stdio).await;
+    let other = ctx.tenant().await;
+    let base = "/api/v1/tenant/mcp-virtual-servers";
+    ctx.ok(
+        Method::POST,
+        &crate::mcp::servers_path(&t.member.user_id),
+        &t.member.key,
+        Some(json!({
+            "name": "everything",
+            "command": agentry_mcp::testing::node().to_string_lossy(),
+            "args": [agentry_mcp::testing::everything_js().to_string_lossy(), "stdio"],
+        })),
+        201,
+    )
+    .await;
+
+    // Bad definitions: 422 naming the field, and nothing is made.
+    for (body, field) in [
+        (json!({"name": "Bad Name", "tools": ["files:*"]}), "name"),
+        (json!({"tools": ["files:*"]}), "name"),
+        (json!({"name": "x", "tools": ["no-colon"]}), "tools[0]"),
+        (json!({"name": "x", "tools": ["!files:*"]}), "tools"),
+        (json!({"name": "x", "tools": []}), "tools"),
+    ] {
+        let r = ctx
+            .send(
+                ctx.request(Method::POST, base, Some(&t.admin.key))
+                    .json(&body),
+            )
+            .await;
+        assert_eq!(
+            (r.status, r.code()),
+            (422, "validation_error"),
+            "{body}: {}",
+            r.body
+        );
+        assert_eq!(r.body["details"]["field"], field, "{body}: {}", r.body);
+    }
+    let r = ctx
+        .send(
+            ctx.request(Method::POST, base, Some(&t.admin.key))
+                .json(&json!({"name": "x", "tools": ["*:*"], "extra": 1})),
+        )
+        .await;
+    assert_eq!(r.status, 422, "{}", r.body);
+    let r = ctx
+        .send(
+            ctx.request(Method::POST, base, Some(&t.member.key))
+                .json(&json!({"name": "mine", "tools": ["*:*"]})),
+        )
+        .await;
+    assert_eq!(r.status, 403, "{}", r.body);
+    assert_eq!(
+        ctx.ok(Method::GET, base, &t.admin.key, None, 200).await,
+        json!([])
+    );
+
+    let made = ctx
+        .ok(
+            Method::POST,
+            base,
+            &t.admin.key,
+            Some(json!({
+                "name": "support",
+                "description": "What the support desk's client may use",
+                "tools": ["files:read_file", "everything:echo", "assistants:*", "files:read_file"],
+            })),
+            201,
+        )
+        .await;
+    assert_eq!(made["path"], "/mcp/support", "{made}");
+    assert_eq!(
+        made["tools"],
+        json!(["files:read_file", "everything:echo", "assistants:*"]),
+        "{made}"
+    );
+    let r = ctx
+        .send(
+            ctx.request(Method::POST, base, Some(&t.admin.key))
+                .json(&json!({"name": "support", "tools": ["*:*"]})),
+        )
+        .await;
+    assert_eq!((r.status, r.code()), (409, "conflict"), "{}", r.body);
+    assert_eq!(
+        ctx.ok(
+            Method::GET,
+            &format!("{base}/support"),
+            &t.admin.key,
+            None,
+            200
+        )
+        .await,
+        made
+    );
+    // Another tenant has no such server, over REST or MCP.
+    let r = ctx
+        .send(ctx.request(
+            Method::GET,
+            &format!("{base}/support"),
+            Some(&other.admin.key),
+        ))
+        .await;
+    assert_eq!(r.status, 404, "{}", r.body);
+    let r = ctx
+        .send(initialize_at(ctx, "/mcp/support", Some(&other.admin.key)))
+        .await;
+    assert_eq!((r.status, r.code()), (404, "not_found"), "{}", r.body);
+    assert!(
+        r.body["message"].as_str().unwrap().contains("support"),
+        "{}",
+        r.body
+    );
+    for path in ["/mcp/nope", "/mcp/Bad%20Name"] {
+        let r = ctx
+            .send(initialize_at(ctx, path, Some(&t.member.key)))
+            .await;
+        assert_eq!(
+            (r.status, r.code()),
+            (404, "not_found"),
+            "{path}: {}",
+            r.body
+        );
+    }
+    // The key comes first, with the OAuth challenge of `/mcp`.
+    let r = ctx.send(initialize_at(ctx, "/mcp/support", None)).await;
+    assert_eq!(r.status, 401, "{}", r.body);
+    let challenge = r.headers["www-authenticate"].to_str().unwrap().to_string();
+    assert!(
+        challenge.contains("/.well-known/oauth-protected-resource/mcp\""),
+        "{challenge}"
+    );
+    let meta = ctx
+        .send(ctx.request(
+            Method::GET,
+            "/.well-known/oauth-protected-resource/mcp/support",
+            None,
+        ))
+        .await;
+    assert_eq!(meta.status, 200, "{}", meta.body);
+    assert_eq!(meta.body["resource"], ctx.url("/mcp"), "{}", meta.body);
+
+    let names = |tools: Vec<rmcp::model::Tool>| -> Vec<String> {
+        let mut n: Vec<String> = tools.into_iter().map(|t| t.name.to_string()).collect();
+        n.sort();
+        n
+    };
+    let client = connect_to(ctx, "/mcp/support", &t.member.key, User::answering(vec![])).await;
+    assert_eq!(
+        names(client.list_all_tools().await.unwrap()),
+        ["ask_default", "everything__echo", "read_file"]
+    );
+    let r = call(
+        &client,
+        "everything__echo",
+        json!({"message": "via support"}),
+    )
+    .await;
+    assert!(text(&r).contains("Echo: via support"), "{r:?}");
+    assert_eq!(
+        audited(ctx, &t.member.key, "everything__echo").await.len(),
+        1
+    );
+    let e = client
+        .call_tool(params("write_file", json!({"path": "x", "content": "y"})))
+        .await
+        .expect_err("a tool outside the virtual server is not callable there");
+    assert!(e.to_string().contains("unknown tool"), "{e}");
+    assert!(!workspace(ctx, &t, &t.member).join("x").exists());
+    // Another member sees the same subset of their own tools (not the member's server).
+    let c2 = connect_to(ctx, "/mcp/support", &t.member2.key, User::answering(vec![])).await;
+    assert_eq!(
+        names(c2.list_all_tools().await.unwrap()),
+        ["ask_default", "read_file"]
+    );
+    c2.cancel().await.unwrap();
+    // The role still applies: a virtual server never widens it.
+    ctx.ok(
+        Method::PATCH,
+        &format!("/api/v1/admin/tenants/{}", t.id),
+        ADMIN_KEY,
+        Some(json!({"tool_permissions": {"member": ["*:*", "!files:read_file"]}})),
+        200,
+    )
+    .await;
+    assert_eq!(
+        names(client.list_all_tools().await.unwrap()),
+        ["ask_default", "everything__echo"]
+    );
+
+    // A session stays on the path that made it.
+    let r = ctx
+        .send(initialize_at(ctx, "/mcp/support", Some(&t.member.key)))
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let session = r.headers["mcp-session-id"].to_str().unwrap().to_string();
+    let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}});
+    let r = ctx
+        .send(on_session_at(
+            ctx,
+            "/mcp",
+            Some(&t.member.key),
+            &session,
+            list.clone(),
+        ))
+        .await;
+    assert_eq!(r.status, 404, "{}", r.body);
+
+    // A change shows on the next list; a deletion ends the server's sessions.
+    ctx.ok(
+        Method::PUT,
+        &format!("{base}/support"),
+        &t.admin.key,
+        Some(json!({"tools": ["everything:*"]})),
+        200,
+    )
+    .await;
+    let listed = names(client.list_all_tools().await.unwrap());
+    assert!(
+        !listed.is_empty() && listed.iter().all(|n| n.starts_with("everything__")),
+        "{listed:?}"
+    );
+    let r = ctx
+        .send(
+            ctx.request(Method::PUT, &format!("{base}/support"), Some(&t.admin.key))
+                .json(&json!({"name": "renamed", "tools": ["*:*"]})),
+        )
+        .await;
+    assert_eq!(r.status, 422, "{}", r.body);
+    ctx.ok(
+        Method::DELETE,
+        &format!("{base}/support"),
+        &t.admin.key,
+        None,
+        204,
+    )
+    .await;
+    assert!(client.list_all_tools().await.is_err());
+    let r = ctx
+        .send(on_session_at(
+            ctx,
+            "/mcp/support",
+            Some(&t.member.key),
+            &session,
+            list,
+        ))
+        .await;
+    assert_eq!(r.status, 404, "{}", r.body);
+    let r = ctx
+        .send(ctx.request(
+            Method::DELETE,
+            &format!("{base}/support"),
+            Some(&t.admin.key),
+        ))
+        .await;
+    assert_eq!(r.status, 404, "{}", r.body);
+    client.cancel().await.ok();
 }

@@ -5,7 +5,9 @@
 // runs, edits an agent; a revoked key fails cleanly; the server counts exactly one WebSocket
 // per open chat. Screenshots of every page (wide and 390 px) go to $ARTIFACTS.
 //
-// Env: AGENTRY_BASE, AGENTRY_ADMIN_KEY, PLAYWRIGHT_CORE (its index.mjs), CHROMIUM, ARTIFACTS.
+// Env: AGENTRY_BASE, AGENTRY_ADMIN_KEY, PLAYWRIGHT_CORE (its index.mjs), CHROMIUM, ARTIFACTS,
+// NODE22 and EVERYTHING_JS (a stdio server), OAUTH_MCP_URL (an OAuth-protected MCP server whose
+// authorization server approves at once: tests/support/oauth_fixture.py).
 
 import assert from "node:assert/strict";
 import { mkdirSync } from "node:fs";
@@ -266,7 +268,9 @@ try {
   await page.selectOption("#mcp-auth", "bearer");
   await page.fill("#mcp-secret", aliceKey);
   await page.click("#mcp-save");
-  await page.waitForSelector("tr[data-server=peer] .pill.disconnected");
+  // An added server connects in the background at once: the page shows it connecting, then
+  // connected, without a run and without a click (it polls while one is connecting).
+  await page.waitForSelector("tr[data-server=peer] .pill.connected");
   await page.fill("#mcp-name", "broken");
   await page.fill("#mcp-url", "http://127.0.0.1:9/mcp");
   await page.click("#mcp-save");
@@ -302,6 +306,36 @@ try {
   await page.fill("#mcp-args", JSON.stringify([process.env.EVERYTHING_JS, "stdio"]));
   await page.click("#mcp-save");
   await page.waitForSelector("tr[data-server=everything]");
+
+  log("MCP servers: an OAuth server, signed in through the browser");
+  await page.fill("#mcp-name", "secure");
+  await page.selectOption("#mcp-transport", "http");
+  await page.fill("#mcp-url", process.env.OAUTH_MCP_URL);
+  await page.selectOption("#mcp-auth", "oauth");
+  assert.ok(await page.isVisible("#mcp-oauth-grant"), "the OAuth fields show for auth oauth");
+  assert.ok(!(await page.isVisible("#mcp-secret")), "no token field for auth oauth");
+  await page.click("#mcp-save");
+  const signInButton = page.locator("[data-sign-in=secure] button:has-text('Sign in')");
+  await signInButton.waitFor();
+  // The authorization server's page opens in a new tab; it approves at once and sends the
+  // browser to Agentry's callback, which says so.
+  const [popup] = await Promise.all([page.context().waitForEvent("page"), signInButton.click()]);
+  await popup.waitForSelector("text=Signed in", { timeout: T });
+  await popup.close();
+  // The page shows "signed in" by itself (it looks again while a sign-in it started waits).
+  await page.waitForSelector("[data-sign-in=secure] .pill:has-text('signed in')");
+  await page.waitForSelector("[data-sign-in=secure] button:has-text('Sign out')");
+  // The signed-in server connects on the next run and lists its tools.
+  const run2 = await fetch(BASE + "/api/v1/chat", {
+    method: "POST",
+    headers: { authorization: "Bearer " + aliceKey, "content-type": "application/json" },
+    body: JSON.stringify({ message: "hello secure" }),
+  });
+  assert.equal(run2.status, 200, await run2.text());
+  await page.click("#mcp-refresh");
+  await page.waitForSelector("tr[data-server=secure] .pill.connected");
+  await page.click("tr[data-server=secure] details.tools summary");
+  await page.waitForSelector("tr[data-server=secure] details.tools li:has-text('secure__whoami')");
   await shot(page, "05-mcp");
 
   log("chat: an image a tool returned is shown inline");

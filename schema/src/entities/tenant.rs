@@ -25,6 +25,9 @@ pub struct Model {
     pub policy: Option<Json>,
     /// The tenant's custom roles (`agentry_schema::roles::CustomRoles`); null = none.
     pub custom_roles: Option<Json>,
+    /// The tenant's MCP virtual servers (`agentry_schema::roles::McpVirtualServers`); null =
+    /// none.
+    pub mcp_virtual_servers: Option<Json>,
     pub created_at: DateTimeUtc,
     pub updated_at: DateTimeUtc,
 }

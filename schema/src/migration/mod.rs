@@ -22,6 +22,7 @@ mod m20261126_001000_custom_roles;
 mod m20261126_001100_mcp_server_policy;
 mod m20261126_001200_execution_role;
 mod m20261127_001300_mcp_oauth;
+mod m20261127_001400_mcp_virtual_servers;
 
 pub struct Migrator;
 
@@ -47,6 +48,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261126_001100_mcp_server_policy::Migration),
             Box::new(m20261126_001200_execution_role::Migration),
             Box::new(m20261127_001300_mcp_oauth::Migration),
+            Box::new(m20261127_001400_mcp_virtual_servers::Migration),
         ]
     }
 }

@@ -75,10 +75,44 @@ const HELP: &str = "\
 /sessions        your recent sessions
 /new             start a new session with the same assistant
 /agent [NAME]    list the assistants, or start a new session with NAME
+/mcp             your MCP servers: status, tools, OAuth sign-in
+/sign-in NAME    sign in to MCP server NAME (OAuth): prints the link to open in a browser
 /quit            leave (Ctrl-D too)
 A line ending in \\ continues on the next line. Start a message with // to send one that
 begins with / (e.g. //tool … for the scripted model).
 ";
+
+/// The lines `/mcp` shows for `GET /api/v1/users/{id}/mcp-servers`.
+fn mcp_servers_text(v: &Value) -> String {
+    let mut s = String::new();
+    for server in items(v) {
+        let name = server["name"].as_str().unwrap_or("?");
+        let status = if server["disabled"] == true {
+            "disabled"
+        } else {
+            server["status"].as_str().unwrap_or("?")
+        };
+        let tools = server["tools"]
+            .as_array()
+            .map(|t| format!("{} tools", t.len()))
+            .unwrap_or_default();
+        s.push_str(&format!("  {name:<16} {status:<13} {tools}"));
+        let si = &server["sign_in"];
+        if si["needs_sign_in"] == true {
+            s.push_str(&format!("  needs a sign-in: /sign-in {name}"));
+        } else if si["signed_in"] == true {
+            s.push_str("  signed in");
+        }
+        if let Some(e) = server["status_message"].as_str().filter(|e| !e.is_empty()) {
+            s.push_str(&format!("\n  {:<16} {e}", ""));
+        }
+        s.push('\n');
+    }
+    if s.is_empty() {
+        s.push_str("no MCP servers; add one in the console's MCP page or with POST /api/v1/users/{id}/mcp-servers\n");
+    }
+    s
+}
 
 /// The key: from `--key-file`, else `--key` / AGENTRY_KEY.
 fn resolve_key(args: &ChatArgs) -> anyhow::Result<String> {
@@ -139,6 +173,16 @@ impl Api {
 
     async fn get(&self, path: &str) -> anyhow::Result<Value> {
         self.call(reqwest::Method::GET, path, None).await
+    }
+
+    /// The key's user.
+    async fn user_id(&self) -> anyhow::Result<String> {
+        self.get("/api/v1/me").await?["user_id"]
+            .as_str()
+            .map(str::to_string)
+            .ok_or_else(|| {
+                anyhow!("/api/v1/me answered without a user_id (a platform key has no MCP servers)")
+            })
     }
 
     async fn create_session(&self, assistant: Option<&str>) -> anyhow::Result<String> {
@@ -673,6 +717,11 @@ impl Chat {
             }
             "/agent" | "/agents" if arg.is_empty() => self.list_agents().await,
             "/agent" => self.switch(ws, Some(arg.to_string())).await,
+            "/mcp" => self.list_mcp_servers().await,
+            "/sign-in" if arg.is_empty() => self
+                .screen
+                .note("/sign-in NAME: /mcp lists your servers and which need a sign-in"),
+            "/sign-in" => self.sign_in(arg).await,
             other => self.screen.note(&format!(
                 "unknown command {other}: /help lists them (start with // to send a line beginning with /)"
             )),
@@ -720,6 +769,46 @@ impl Chat {
                 s.push_str("join one with: agentry chat --session ID\n");
                 self.screen.show(Out::Stderr(s));
             }
+        }
+    }
+
+    /// The caller's MCP servers (their own and the platform's) with status, tool count and
+    /// whether an OAuth server needs a sign-in.
+    async fn list_mcp_servers(&mut self) {
+        let listed = async {
+            let user = self.api.user_id().await?;
+            self.api
+                .get(&format!("/api/v1/users/{user}/mcp-servers"))
+                .await
+        }
+        .await;
+        match listed {
+            Err(e) => self.screen.note(&format!("{e:#}")),
+            Ok(v) => self.screen.show(Out::Stderr(mcp_servers_text(&v))),
+        }
+    }
+
+    /// Start an OAuth sign-in to MCP server `name` and show the link to open.
+    async fn sign_in(&mut self, name: &str) {
+        let started = async {
+            let user = self.api.user_id().await?;
+            let server = url::form_urlencoded::byte_serialize(name.as_bytes()).collect::<String>();
+            self.api
+                .call(
+                    reqwest::Method::POST,
+                    &format!("/api/v1/users/{user}/mcp-servers/{server}/sign-in"),
+                    None,
+                )
+                .await
+        }
+        .await;
+        match started {
+            Err(e) => self.screen.note(&format!("{e:#}")),
+            Ok(v) => self.screen.show(Out::Stderr(format!(
+                "open this link in a browser to sign in to {name} (before {}):\n  {}\nthe page says when you are signed in; your next message uses the server\n",
+                v["expires_at"].as_str().unwrap_or("it expires"),
+                v["authorization_url"].as_str().unwrap_or("?"),
+            ))),
         }
     }
 
@@ -891,6 +980,35 @@ mod tests {
             action_requests: vec![],
             question: None,
         }
+    }
+
+    #[test]
+    fn mcp_servers_show_who_needs_a_sign_in() {
+        let listed = json!([
+            {"name": "secure", "status": "error", "status_message": "MCP server \"secure\" needs you to sign in (OAuth): no token",
+             "sign_in": {"grant": "authorization_code", "signed_in": false, "needs_sign_in": true}},
+            {"name": "files", "status": "connected", "tools": [{"name": "a"}, {"name": "b"}],
+             "sign_in": {"grant": "authorization_code", "signed_in": true, "needs_sign_in": false}},
+            {"name": "off", "status": "disconnected", "disabled": true},
+        ]);
+        let text = mcp_servers_text(&listed);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(
+            lines[0].contains("secure") && lines[0].contains("needs a sign-in: /sign-in secure"),
+            "{text}"
+        );
+        assert!(lines[1].contains("needs you to sign in"), "{text}");
+        assert!(
+            lines[2].contains("files")
+                && lines[2].contains("2 tools")
+                && lines[2].ends_with("signed in"),
+            "{text}"
+        );
+        assert!(
+            lines[3].contains("off") && lines[3].contains("disabled"),
+            "{text}"
+        );
+        assert!(mcp_servers_text(&json!([])).starts_with("no MCP servers"));
     }
 
     #[test]

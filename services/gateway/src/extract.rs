@@ -318,6 +318,8 @@ pub mod param {
         Memory = ("memory_id", ids::MemoryId),
         /// `{role}`: `admin`, `member` or a custom role's name
         Role = ("role", agentry_schema::roles::Grant),
+        /// `{name}` of a tenant's MCP virtual server
+        VirtualServer = ("name", ids::VirtualServerName),
     );
 }
 

@@ -25,6 +25,7 @@ pub mod state;
 pub mod telemetry;
 pub mod tenancy;
 pub mod views;
+pub mod virtual_servers;
 pub mod wiring;
 pub mod ws;
 

@@ -43,7 +43,9 @@ use agentry_mcp::server::{
 use agentry_schema::error::ErrorCode;
 use agentry_schema::events::{DoneStatus, EventPayload, HitlKind, HitlRequestData};
 use agentry_schema::frames::Decision;
-use agentry_schema::ids::{ApprovalId, AssistantId, RunId, SessionId, TenantId, UserId};
+use agentry_schema::ids::{
+    ApprovalId, AssistantId, RunId, SessionId, TenantId, UserId, VirtualServerName,
+};
 use agentry_store::executions::{self, ExecutionStatus, NewExecution};
 use agentry_store::tenants::Tenant;
 use agentry_store::{UserScope, assistants, sessions, tool_calls};
@@ -139,7 +141,7 @@ impl McpPeers {
     }
 
     /// Say that this replica holds `session`, for `owner`.
-    fn publish(&self, session: &str, owner: Owner) {
+    fn publish(&self, session: &str, owner: &Owner) {
         let binding = RemoteBinding {
             replica: self.me.clone(),
             url: self.url.clone(),
@@ -165,7 +167,7 @@ impl McpPeers {
     }
 
     /// The replica URL of `owner`'s `session` when another replica holds it.
-    async fn elsewhere(&self, session: &str, owner: Owner) -> Option<String> {
+    async fn elsewhere(&self, session: &str, owner: &Owner) -> Option<String> {
         let value = self.coordination.get(&Self::key(session)).await.ok()??;
         let b: RemoteBinding = serde_json::from_str(&value).ok()?;
         (b.replica != self.me && b.tenant == owner.tenant && b.user == owner.user).then_some(b.url)
@@ -274,6 +276,9 @@ impl McpEndpoint {
                 if let Some(caller) = req.extensions().get::<TenantCaller>() {
                     ext.insert(caller.clone());
                 }
+                if let Some(path) = req.extensions().get::<VirtualPath>() {
+                    ext.insert(path.clone());
+                }
             })
             .build();
         McpEndpoint {
@@ -284,18 +289,23 @@ impl McpEndpoint {
     }
 
     /// Mount `/mcp` (call once per worker).
+    /// `/mcp/{name}` (a tenant's virtual server) comes first: the `/mcp` scope would take its
+    /// requests otherwise and find no route.
     pub fn configure(&self, cfg: &mut web::ServiceConfig) {
-        let mut scope = self
-            .service
-            .clone()
-            .scope_with_path("/mcp")
-            .app_data(self.bindings.clone());
-        if let Some(peers) = &self.peers {
-            scope = scope.app_data(peers.clone());
+        for path in [VIRTUAL_PATH, "/mcp"] {
+            let mut scope = self
+                .service
+                .clone()
+                .scope_with_path(path)
+                .app_data(self.bindings.clone());
+            if let Some(peers) = &self.peers {
+                scope = scope.app_data(peers.clone());
+            }
+            cfg.service(scope.wrap(from_fn(guard)));
         }
-        cfg.service(scope.wrap(from_fn(guard)));
         cfg.service(endpoint(RESOURCE_METADATA).get(root_resource_metadata))
-            .service(endpoint(MCP_RESOURCE_METADATA).get(mcp_resource_metadata));
+            .service(endpoint(MCP_RESOURCE_METADATA).get(mcp_resource_metadata))
+            .service(endpoint(VIRTUAL_RESOURCE_METADATA).get(virtual_resource_metadata));
     }
 }
 
@@ -304,6 +314,11 @@ impl McpEndpoint {
 /// spec has clients try first, and what a 401 of `/mcp` names in `WWW-Authenticate`).
 pub const RESOURCE_METADATA: &str = "/.well-known/oauth-protected-resource";
 pub const MCP_RESOURCE_METADATA: &str = "/.well-known/oauth-protected-resource/mcp";
+/// A virtual server's metadata: the same resource as `/mcp` (a token for `/mcp` is good on
+/// every virtual server of the caller's tenant).
+pub const VIRTUAL_RESOURCE_METADATA: &str = "/.well-known/oauth-protected-resource/mcp/{name}";
+/// Where a tenant's virtual servers are served.
+const VIRTUAL_PATH: &str = "/mcp/{virtual_server}";
 
 /// The base URL clients reach this server by: `mcp.public_url`, else the request's own scheme
 /// and host (`Forwarded`/`X-Forwarded-*` behind a proxy).
@@ -391,6 +406,28 @@ pub async fn mcp_resource_metadata(req: actix_web::HttpRequest) -> HttpResponse 
     resource_metadata(&req, format!("{base}/mcp"), &base, true)
 }
 
+/// The OAuth protected-resource metadata of a virtual server `/mcp/{name}`: that of `/mcp`,
+/// whose part every virtual server is (its `resource` is `<base URL>/mcp`, a prefix of the
+/// virtual server's URL, so one token serves `/mcp` and every virtual server). No key needed;
+/// the same for any name (which tenant's server is meant is known only with a key).
+#[utoipa::path(
+    get,
+    path = "/.well-known/oauth-protected-resource/mcp/{name}",
+    tag = "mcp-server",
+    security(()),
+    params(("name" = String, Path, description = "A virtual server's name")),
+    responses(
+        (status = 200, description = "The metadata of `/mcp` (see `/.well-known/oauth-protected-resource/mcp`)", body = Object),
+        (status = 400, description = "`name` is not a virtual server name", body = agentry_schema::ErrorResponse),
+    )
+)]
+pub async fn virtual_resource_metadata(
+    req: actix_web::HttpRequest,
+    _name: crate::extract::ApiPath<crate::extract::param::VirtualServer>,
+) -> HttpResponse {
+    mcp_resource_metadata(req).await
+}
+
 /// A 401 of `/mcp` with `WWW-Authenticate` (RFC 6750 §3, RFC 9728 §5.1): the scheme, where the
 /// resource's metadata is, the scopes to ask for (with `[mcp.oauth]`), and `invalid_token` when
 /// credentials were sent but are not valid; a 403 for a token without a required scope says
@@ -431,11 +468,17 @@ fn with_challenge(
 #[derive(Default)]
 pub struct SessionBindings(Mutex<HashMap<String, (Owner, Instant)>>);
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct Owner {
     tenant: TenantId,
     user: UserId,
+    /// The virtual server the session was opened on (`/mcp/{name}`); `None` for `/mcp`.
+    path: Option<VirtualServerName>,
 }
+
+/// The virtual server a request names (`/mcp/{name}`), for the tool source.
+#[derive(Debug, Clone)]
+struct VirtualPath(VirtualServerName);
 
 impl SessionBindings {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Owner, Instant)>> {
@@ -447,7 +490,7 @@ impl SessionBindings {
         self.lock()
             .get(session)
             .filter(|(_, at)| now.duration_since(*at) < BINDING_TTL)
-            .map(|(o, _)| *o)
+            .map(|(o, _)| o.clone())
     }
 
     fn bind(&self, session: String, owner: Owner) {
@@ -503,9 +546,14 @@ async fn guard(
             return Ok(req.into_response(res));
         }
     };
+    let path = match virtual_server(&req, &caller) {
+        Ok(path) => path,
+        Err(e) => return Ok(req.into_response(e.error_response())),
+    };
     let owner = Owner {
         tenant: caller.tenant_id(),
         user: caller.user_id(),
+        path: path.clone(),
     };
     let Some(bindings) = req.app_data::<web::Data<SessionBindings>>().cloned() else {
         let e = ApiError::internal("mcp", "the MCP session bindings are not registered");
@@ -521,7 +569,7 @@ async fn guard(
     };
     let peers = req.app_data::<web::Data<McpPeers>>().cloned();
     if let Some(id) = &session
-        && bindings.owner(id) != Some(owner)
+        && bindings.owner(id).as_ref() != Some(&owner)
     {
         // Cluster mode: a session another replica holds is served there (never passed on
         // twice: a request from a peer is answered here).
@@ -530,7 +578,7 @@ async fn guard(
             .is_some_and(|s| s.cluster.from_peer(req.request()));
         if let Some(p) = peers.as_ref().filter(|_| !from_peer)
             && bindings.owner(id).is_none()
-            && let Some(url) = p.elsewhere(id, owner).await
+            && let Some(url) = p.elsewhere(id, &owner).await
         {
             return Ok(p.proxy(req, &url).await);
         }
@@ -538,16 +586,19 @@ async fn guard(
         return Ok(req.into_response(session_not_found(id).error_response()));
     }
     req.extensions_mut().insert(caller);
+    if let Some(path) = path {
+        req.extensions_mut().insert(VirtualPath(path));
+    }
     let res = next.call(req).await?.map_into_boxed_body();
     let status = res.status();
     if status.is_success() {
         match (&session, res.headers().get(SESSION_HEADER)) {
             (None, Some(new)) => {
                 if let Ok(new) = new.to_str() {
-                    bindings.bind(new.to_string(), owner);
                     if let Some(p) = &peers {
-                        p.publish(new, owner);
+                        p.publish(new, &owner);
                     }
+                    bindings.bind(new.to_string(), owner);
                 }
             }
             (Some(id), _) if method == Method::DELETE => {
@@ -574,6 +625,33 @@ async fn guard(
         return Ok(res);
     }
     Ok(as_error_json(res, session.as_deref()).await)
+}
+
+/// The virtual server a request to `/mcp/{name}` names, checked against the caller's tenant
+/// (404 naming it when the tenant has none of that name); `None` for `/mcp`.
+fn virtual_server(
+    req: &ServiceRequest,
+    caller: &TenantCaller,
+) -> Result<Option<VirtualServerName>, ApiError> {
+    let Some(raw) = req.match_info().get("virtual_server") else {
+        return Ok(None);
+    };
+    let missing = || {
+        mcp_error(
+            ErrorCode::NotFound,
+            format!(
+                "MCP virtual server {raw:?} not found: your tenant's admins define virtual \
+                 servers with POST /api/v1/tenant/mcp-virtual-servers; /mcp serves every tool \
+                 you may use"
+            ),
+        )
+    };
+    let name = VirtualServerName::try_from(raw).map_err(|_| missing())?;
+    if caller.tenant_arc().mcp_virtual_servers.contains_key(&name) {
+        Ok(Some(name))
+    } else {
+        Err(missing())
+    }
 }
 
 fn is_json(res: &ServiceResponse<BoxBody>) -> bool {
@@ -665,7 +743,7 @@ impl CallerToolSource {
         &self,
         tenant: &Tenant,
         user: UserScope,
-        policy: &agentry_actors::tools::RbacPolicy,
+        allowed: &(dyn Fn(&ToolSpec) -> bool + Sync),
         registry: &mut agentry_tools::tool::ToolRegistry,
     ) -> Vec<agentry_actors::mcp_pool::ServerCatalog> {
         let pool = match self.engine.mcp_pool(tenant).await {
@@ -697,14 +775,12 @@ impl CallerToolSource {
         let servers: Vec<_> = reply
             .servers
             .iter()
-            .filter(|s| {
-                crate::mcp_reexport::visible(&s.server, &specs, |t| policy.check(t).is_ok())
-            })
+            .filter(|s| crate::mcp_reexport::visible(&s.server, &specs, allowed))
             .cloned()
             .collect();
         for tool in reply.tools {
             let name = tool.spec().name.clone();
-            if policy.check(tool.spec()).is_err() {
+            if !allowed(tool.spec()) {
                 continue;
             }
             if registry.contains(&name) {
@@ -749,8 +825,27 @@ impl ToolSource for CallerToolSource {
         let tenant = caller.tenant_arc();
         let user = caller.user();
         let policy = role_policy(&tenant, user.role, user.custom_role);
+        // `/mcp/{name}`: only the virtual server's tools, of those the role may use.
+        let narrowed =
+            match on_request_extensions(&context.extensions).and_then(|e| e.get::<VirtualPath>()) {
+                None => None,
+                Some(VirtualPath(name)) => Some(
+                    crate::virtual_servers::tools_of(&tenant, name).ok_or_else(|| {
+                        rmcp::ErrorData::invalid_request(
+                            format!("the MCP virtual server {name:?} no longer exists"),
+                            None,
+                        )
+                    })?,
+                ),
+            };
+        let allowed = |spec: &ToolSpec| {
+            policy.check(spec).is_ok()
+                && narrowed
+                    .as_ref()
+                    .is_none_or(|p| p.allows(&spec.service, &spec.service_tool))
+        };
         let mut registry = self.tools.builtin_tools().clone();
-        registry.retain(|spec| policy.check(spec).is_ok());
+        registry.retain(|spec| allowed(spec));
         let assistants = assistants::list(&self.db, &caller.scope())
             .await
             .map_err(|e| internal(format!("loading the tenant's assistants: {e}")))?;
@@ -770,7 +865,7 @@ impl ToolSource for CallerToolSource {
                 ),
             );
             let name = ask.spec.name.clone();
-            if policy.check(&ask.spec).is_err() {
+            if !allowed(&ask.spec) {
                 continue;
             }
             let ask = match self.compiled_ask(Arc::new(ask)) {
@@ -786,7 +881,7 @@ impl ToolSource for CallerToolSource {
             }
         }
         let servers = self
-            .add_user_servers(&tenant, user, &policy, &mut registry)
+            .add_user_servers(&tenant, user, &allowed, &mut registry)
             .await;
         let workspace = WorkspaceInfo {
             root: self.engine.deps().workspace_root(&tenant, user.user_id),
@@ -1282,9 +1377,15 @@ mod tests {
         let a = Owner {
             tenant: TenantId::new(),
             user: UserId::new(),
+            path: None,
         };
-        b.bind("s1".into(), a);
-        assert_eq!(b.owner("s1"), Some(a));
+        b.bind("s1".into(), a.clone());
+        assert_eq!(b.owner("s1"), Some(a.clone()));
+        let on_virtual = Owner {
+            path: Some(VirtualServerName::try_from("support").unwrap()),
+            ..a.clone()
+        };
+        assert_ne!(b.owner("s1"), Some(on_virtual));
         assert_eq!(b.owner("s2"), None);
         b.forget("s1");
         assert_eq!(b.owner("s1"), None);

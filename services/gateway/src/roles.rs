@@ -107,9 +107,10 @@ fn not_found(name: RoleName) -> ApiError {
     ApiError::not_found(format!("role {:?}", name.as_str()))
 }
 
-/// A definition's fields, checked: patterns that parse, areas without repeats.
-fn definition(req: RoleRequest) -> ApiResult<CustomRole> {
-    let description = req.description.unwrap_or_default().trim().to_string();
+/// A description as given: trimmed, at most [`MAX_DESCRIPTION`] characters, no control
+/// characters.
+pub(crate) fn checked_description(raw: Option<String>) -> ApiResult<String> {
+    let description = raw.unwrap_or_default().trim().to_string();
     if description.chars().count() > MAX_DESCRIPTION {
         return Err(ApiError::validation(
             "description",
@@ -122,14 +123,20 @@ fn definition(req: RoleRequest) -> ApiResult<CustomRole> {
             "`description` must not contain control characters",
         ));
     }
-    if req.tools.len() > MAX_ROLE_TOOLS {
+    Ok(description)
+}
+
+/// Tool patterns as given: each parses (`tools[i]` names a bad one), at most
+/// [`MAX_ROLE_TOOLS`], repeats dropped, each in its canonical spelling.
+pub(crate) fn checked_patterns(raw: &[String]) -> ApiResult<Vec<String>> {
+    if raw.len() > MAX_ROLE_TOOLS {
         return Err(ApiError::validation(
             "tools",
-            format!("a role has at most {MAX_ROLE_TOOLS} tool patterns"),
+            format!("at most {MAX_ROLE_TOOLS} tool patterns"),
         ));
     }
-    let mut tools: Vec<String> = Vec::with_capacity(req.tools.len());
-    for (i, raw) in req.tools.iter().enumerate() {
+    let mut tools: Vec<String> = Vec::with_capacity(raw.len());
+    for (i, raw) in raw.iter().enumerate() {
         let p: Permission = raw
             .parse()
             .map_err(|e| ApiError::validation(&format!("tools[{i}]"), format!("{e}")))?;
@@ -138,6 +145,13 @@ fn definition(req: RoleRequest) -> ApiResult<CustomRole> {
             tools.push(p);
         }
     }
+    Ok(tools)
+}
+
+/// A definition's fields, checked: patterns that parse, areas without repeats.
+fn definition(req: RoleRequest) -> ApiResult<CustomRole> {
+    let description = checked_description(req.description)?;
+    let tools = checked_patterns(&req.tools)?;
     let mut areas = req.areas;
     areas.sort();
     areas.dedup();
@@ -148,20 +162,42 @@ fn definition(req: RoleRequest) -> ApiResult<CustomRole> {
     })
 }
 
-/// Change the tenant's roles with `edit`, retrying when another change of the tenant won the
-/// race; then forget the tenant's cached keys here and on the other replicas.
+/// Change the tenant's roles with `edit` (see [`edit_tenant`]).
 async fn edit<T>(
     state: &AppState,
     scope: &TenantScope,
     mut edit: impl FnMut(&mut CustomRoles) -> ApiResult<T>,
 ) -> ApiResult<T> {
-    for _ in 0..EDIT_TRIES {
-        let tenant = tenants::get_own(&state.db, scope).await?;
+    edit_tenant(state, scope, |tenant| {
         let mut roles = tenant.custom_roles.clone();
         let out = edit(&mut roles)?;
-        if let Some(updated) =
-            tenants::set_custom_roles(&state.db, scope, tenant.updated_at, &roles).await?
-        {
+        Ok((out, Part::CustomRoles(roles)))
+    })
+    .await
+}
+
+/// A part of the tenant its admins edit as a whole.
+pub(crate) enum Part {
+    CustomRoles(CustomRoles),
+    McpVirtualServers(agentry_schema::roles::McpVirtualServers),
+}
+
+/// Change a part of the tenant with `edit` (given the tenant as read), retrying when another
+/// change of the tenant won the race; then forget the tenant's cached keys here, tell the other
+/// replicas, and hand the tenant's actors the new row.
+pub(crate) async fn edit_tenant<T>(
+    state: &AppState,
+    scope: &TenantScope,
+    mut edit: impl FnMut(&Tenant) -> ApiResult<(T, Part)>,
+) -> ApiResult<T> {
+    for _ in 0..EDIT_TRIES {
+        let tenant = tenants::get_own(&state.db, scope).await?;
+        let (out, part) = edit(&tenant)?;
+        let part = match &part {
+            Part::CustomRoles(r) => tenants::TenantPart::CustomRoles(r),
+            Part::McpVirtualServers(v) => tenants::TenantPart::McpVirtualServers(v),
+        };
+        if let Some(updated) = tenants::set_part(&state.db, scope, tenant.updated_at, part).await? {
             state.auth.forget_tenant(scope.tenant_id());
             crate::invalidate::announce(
                 state,
@@ -169,9 +205,9 @@ async fn edit<T>(
                     tenant_id: scope.tenant_id(),
                 },
             );
-            // The tenant's actors hold its row for new runs: they get the new roles now.
+            // The tenant's actors hold its row for new runs: they get the change now.
             if let Err(e) = state.engine.tenant_changed(&updated).await {
-                tracing::warn!(error = %e, "telling the engine about the role change failed");
+                tracing::warn!(error = %e, "telling the engine about the tenant change failed");
             }
             return Ok(out);
         }

@@ -16,7 +16,7 @@ use agentry_schema::entities::{
 };
 use agentry_schema::ids::TenantId;
 pub use agentry_schema::policy::{SandboxPolicy, StdioMcpRole, TenantPolicy};
-use agentry_schema::roles::{CustomRole, CustomRoles, RoleName};
+use agentry_schema::roles::{CustomRole, CustomRoles, McpVirtualServers, RoleName};
 use agentry_schema::tenancy::TenantStatus;
 
 use crate::{PageRequest, PlatformScope, Result, StoreError, TenantScope, corrupt, now};
@@ -60,6 +60,8 @@ pub struct Tenant {
     pub policy: TenantPolicy,
     /// The tenant's own roles beside `admin` and `member`.
     pub custom_roles: CustomRoles,
+    /// The tenant's MCP virtual servers (`/mcp/{name}`).
+    pub mcp_virtual_servers: McpVirtualServers,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }
@@ -131,6 +133,11 @@ impl TryFrom<tenant::Model> for Tenant {
                     serde_json::from_value(v).map_err(|e| corrupt("tenant.custom_roles", e))?
                 }
             },
+            mcp_virtual_servers: match m.mcp_virtual_servers {
+                None | Some(Value::Null) => McpVirtualServers::new(),
+                Some(v) => serde_json::from_value(v)
+                    .map_err(|e| corrupt("tenant.mcp_virtual_servers", e))?,
+            },
             created_at: m.created_at,
             updated_at: m.updated_at,
         })
@@ -180,6 +187,7 @@ pub async fn create(
         tool_permissions: Set(new.tool_permissions),
         policy: Set(Some(new.policy.to_json())),
         custom_roles: Set(None),
+        mcp_virtual_servers: Set(None),
         created_at: Set(ts),
         updated_at: Set(ts),
     }
@@ -289,18 +297,32 @@ pub async fn update(
         .try_into()
 }
 
-/// Replace the tenant's custom roles if the tenant was not changed since `seen` (its
-/// `updated_at` when the caller read it): two admins editing roles at once cannot lose each
-/// other's change. `Ok(None)`: it was changed meanwhile; read it again and retry.
-pub async fn set_custom_roles(
+/// A part of the tenant's row that its admins edit as a whole (a JSON column).
+#[derive(Debug, Clone, Copy)]
+pub enum TenantPart<'a> {
+    CustomRoles(&'a CustomRoles),
+    McpVirtualServers(&'a McpVirtualServers),
+}
+
+/// Replace a part of the tenant (its custom roles, its virtual servers) if the tenant was not
+/// changed since `seen` (its `updated_at` when the caller read it): two admins editing at once
+/// cannot lose each other's change. `Ok(None)`: it was changed meanwhile; read it again and
+/// retry.
+pub async fn set_part(
     db: &impl ConnectionTrait,
     scope: &TenantScope,
     seen: DateTime<Utc>,
-    roles: &CustomRoles,
+    part: TenantPart<'_>,
 ) -> Result<Option<Tenant>> {
-    let value = serde_json::to_value(roles).map_err(|e| StoreError::Invalid(e.to_string()))?;
+    let (column, value) = match part {
+        TenantPart::CustomRoles(v) => (tenant::Column::CustomRoles, serde_json::to_value(v)),
+        TenantPart::McpVirtualServers(v) => {
+            (tenant::Column::McpVirtualServers, serde_json::to_value(v))
+        }
+    };
+    let value = value.map_err(|e| StoreError::Invalid(e.to_string()))?;
     let done = tenant::Entity::update_many()
-        .col_expr(tenant::Column::CustomRoles, Expr::value(value))
+        .col_expr(column, Expr::value(value))
         .col_expr(tenant::Column::UpdatedAt, Expr::value(now()))
         .filter(tenant::Column::Id.eq(scope.uuid()))
         .filter(tenant::Column::UpdatedAt.eq(seen))

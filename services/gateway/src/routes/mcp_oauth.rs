@@ -221,6 +221,7 @@ pub async fn sign_in_view(
         ("name" = String, Path, description = "Server name"),
     ),
     responses(
+        (status = 400, description = "`user_id` is not a UUID, or `name` is not a valid server name", body = agentry_schema::ErrorResponse),
         (status = 200, description = "`{authorization_url, expires_at, redirect_uri, scopes}`: open `authorization_url` in a browser before `expires_at`; the authorization server sends the browser back to `redirect_uri`", body = Object),
         (status = 422, description = "The server does not use OAuth sign-in (`auth.type` is not `oauth`, or its grant is `client_credentials`), or its authorization server could not be discovered or refused the registration (`validation_error`, the cause in `message`)", body = agentry_schema::ErrorResponse),
         (status = 401, description = "No usable API key", body = agentry_schema::ErrorResponse),
@@ -315,6 +316,7 @@ pub async fn start_sign_in(
         ("name" = String, Path, description = "Server name"),
     ),
     responses(
+        (status = 400, description = "`user_id` is not a UUID, or `name` is not a valid server name", body = agentry_schema::ErrorResponse),
         (status = 204, description = "The tokens are forgotten (the server's next connection needs a new sign-in)"),
         (status = 401, description = "No usable API key", body = agentry_schema::ErrorResponse),
         (status = 403, description = "The platform admin key (it has no tenant)", body = agentry_schema::ErrorResponse),

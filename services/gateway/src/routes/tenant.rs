@@ -7,8 +7,9 @@
 use actix_web::HttpResponse;
 use actix_web::web::{self, Json};
 use agentry_schema::api::{
-    ApiKeyInfo, CreateApiKeyRequest, CreateUserRequest, CreatedApiKey, Page, RoleInfo, RoleRequest,
-    TenantInfo, UpdateUserRequest, UsageReport, UserInfo,
+    ApiKeyInfo, CreateApiKeyRequest, CreateUserRequest, CreatedApiKey, McpVirtualServerInfo,
+    McpVirtualServerRequest, Page, RoleInfo, RoleRequest, TenantInfo, UpdateUserRequest,
+    UsageReport, UserInfo,
 };
 
 use crate::auth::TenantAdmin;
@@ -21,6 +22,7 @@ use crate::routes::{PageQuery, page_of};
 use crate::state::AppState;
 use crate::tenancy::{self, Actor};
 use crate::views;
+use crate::virtual_servers;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(endpoint("/tenant").get(get_tenant))
@@ -44,7 +46,148 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                 .get(get_role)
                 .put(replace_role)
                 .delete(delete_role),
+        )
+        .service(
+            endpoint("/tenant/mcp-virtual-servers")
+                .get(list_virtual_servers)
+                .post(create_virtual_server),
+        )
+        .service(
+            endpoint("/tenant/mcp-virtual-servers/{name}")
+                .get(get_virtual_server)
+                .put(replace_virtual_server)
+                .delete(delete_virtual_server),
         );
+}
+
+/// The tenant's MCP virtual servers: named subsets of tools served at `/mcp/{name}`.
+#[utoipa::path(
+    get,
+    path = "/api/v1/tenant/mcp-virtual-servers",
+    operation_id = "tenant_list_mcp_virtual_servers",
+    tag = "tenant",
+    responses(
+        (status = 200, description = "Every virtual server of the tenant, by name", body = Vec<McpVirtualServerInfo>),
+        (status = 401, description = "No usable API key", body = agentry_schema::ErrorResponse),
+        (status = 403, description = "Not a tenant admin", body = agentry_schema::ErrorResponse),
+    )
+)]
+pub async fn list_virtual_servers(
+    admin: TenantAdmin,
+    state: web::Data<AppState>,
+) -> ApiResult<Json<Vec<McpVirtualServerInfo>>> {
+    let tenant = agentry_store::tenants::get_own(&state.db, &admin.scope()).await?;
+    Ok(Json(virtual_servers::list(&tenant)))
+}
+
+/// Define an MCP virtual server: the tool patterns `/mcp/{name}` serves (the caller's role
+/// still applies).
+#[utoipa::path(
+    post,
+    path = "/api/v1/tenant/mcp-virtual-servers",
+    operation_id = "tenant_create_mcp_virtual_server",
+    tag = "tenant",
+    request_body = McpVirtualServerRequest,
+    responses(
+        (status = 201, description = "Created", body = McpVirtualServerInfo),
+        (status = 400, description = "The body is not JSON", body = agentry_schema::ErrorResponse),
+        (status = 401, description = "No usable API key", body = agentry_schema::ErrorResponse),
+        (status = 403, description = "Not a tenant admin", body = agentry_schema::ErrorResponse),
+        (status = 409, description = "The tenant already has a virtual server of that name", body = agentry_schema::ErrorResponse),
+        (status = 413, description = "The body is over the size limit", body = agentry_schema::ErrorResponse),
+        (status = 415, description = "The body is not `application/json`", body = agentry_schema::ErrorResponse),
+        (status = 422, description = "A field is invalid (a bad name or pattern, no allowing pattern, too many servers)", body = agentry_schema::ErrorResponse),
+    )
+)]
+pub async fn create_virtual_server(
+    admin: TenantAdmin,
+    state: web::Data<AppState>,
+    body: ApiJson<McpVirtualServerRequest>,
+) -> ApiResult<HttpResponse> {
+    let server = virtual_servers::create(&state, &admin.scope(), body.into_inner()).await?;
+    Ok(HttpResponse::Created().json(server))
+}
+
+/// One MCP virtual server of the tenant.
+#[utoipa::path(
+    get,
+    path = "/api/v1/tenant/mcp-virtual-servers/{name}",
+    operation_id = "tenant_get_mcp_virtual_server",
+    tag = "tenant",
+    params(("name" = String, Path, description = "The virtual server's name")),
+    responses(
+        (status = 200, description = "The virtual server", body = McpVirtualServerInfo),
+        (status = 400, description = "`name` is not a virtual server name", body = agentry_schema::ErrorResponse),
+        (status = 401, description = "No usable API key", body = agentry_schema::ErrorResponse),
+        (status = 403, description = "Not a tenant admin", body = agentry_schema::ErrorResponse),
+        (status = 404, description = "No such virtual server in the tenant", body = agentry_schema::ErrorResponse),
+    )
+)]
+pub async fn get_virtual_server(
+    admin: TenantAdmin,
+    state: web::Data<AppState>,
+    name: ApiPath<param::VirtualServer>,
+) -> ApiResult<Json<McpVirtualServerInfo>> {
+    let tenant = agentry_store::tenants::get_own(&state.db, &admin.scope()).await?;
+    Ok(Json(virtual_servers::get(&tenant, &name.into_inner())?))
+}
+
+/// Replace an MCP virtual server's definition; open sessions on it see the change on their
+/// next `tools/list`.
+#[utoipa::path(
+    put,
+    path = "/api/v1/tenant/mcp-virtual-servers/{name}",
+    operation_id = "tenant_replace_mcp_virtual_server",
+    tag = "tenant",
+    params(("name" = String, Path, description = "The virtual server's name")),
+    request_body = McpVirtualServerRequest,
+    responses(
+        (status = 200, description = "Replaced", body = McpVirtualServerInfo),
+        (status = 400, description = "A bad `name`, or the body is not JSON", body = agentry_schema::ErrorResponse),
+        (status = 401, description = "No usable API key", body = agentry_schema::ErrorResponse),
+        (status = 403, description = "Not a tenant admin", body = agentry_schema::ErrorResponse),
+        (status = 404, description = "No such virtual server in the tenant", body = agentry_schema::ErrorResponse),
+        (status = 409, description = "The tenant was being changed at the same time", body = agentry_schema::ErrorResponse),
+        (status = 413, description = "The body is over the size limit", body = agentry_schema::ErrorResponse),
+        (status = 415, description = "The body is not `application/json`", body = agentry_schema::ErrorResponse),
+        (status = 422, description = "A field is invalid", body = agentry_schema::ErrorResponse),
+    )
+)]
+pub async fn replace_virtual_server(
+    admin: TenantAdmin,
+    state: web::Data<AppState>,
+    name: ApiPath<param::VirtualServer>,
+    body: ApiJson<McpVirtualServerRequest>,
+) -> ApiResult<Json<McpVirtualServerInfo>> {
+    Ok(Json(
+        virtual_servers::replace(&state, &admin.scope(), name.into_inner(), body.into_inner())
+            .await?,
+    ))
+}
+
+/// Delete an MCP virtual server; sessions open on it get 404 on their next request.
+#[utoipa::path(
+    delete,
+    path = "/api/v1/tenant/mcp-virtual-servers/{name}",
+    operation_id = "tenant_delete_mcp_virtual_server",
+    tag = "tenant",
+    params(("name" = String, Path, description = "The virtual server's name")),
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = 400, description = "`name` is not a virtual server name", body = agentry_schema::ErrorResponse),
+        (status = 401, description = "No usable API key", body = agentry_schema::ErrorResponse),
+        (status = 403, description = "Not a tenant admin", body = agentry_schema::ErrorResponse),
+        (status = 404, description = "No such virtual server in the tenant", body = agentry_schema::ErrorResponse),
+        (status = 409, description = "The tenant was being changed at the same time", body = agentry_schema::ErrorResponse),
+    )
+)]
+pub async fn delete_virtual_server(
+    admin: TenantAdmin,
+    state: web::Data<AppState>,
+    name: ApiPath<param::VirtualServer>,
+) -> ApiResult<HttpResponse> {
+    virtual_servers::delete(&state, &admin.scope(), name.into_inner()).await?;
+    Ok(HttpResponse::NoContent().finish())
 }
 
 /// The tenant's roles: `admin` and `member` (with the tool permissions in force), then the

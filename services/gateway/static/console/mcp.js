@@ -16,6 +16,10 @@ const EXAMPLES = [
     server: { name: "github", transport: "http", url: "https://mcp.example.com/mcp", headers: {}, auth: { type: "bearer", token: "" } },
   },
   {
+    title: "A hosted server that signs you in with OAuth",
+    server: { name: "hosted", transport: "http", url: "https://mcp.example.com/mcp", headers: {}, auth: { type: "oauth", grant: "authorization_code" } },
+  },
+  {
     title: "A Python server of your own (stdio)",
     server: { name: "my_tools", transport: "stdio", command: "python3", args: ["-m", "my_mcp_server"], env: { LOG_LEVEL: "info" } },
   },
@@ -40,6 +44,59 @@ function toolList(s) {
   );
 }
 
+/**
+ * An OAuth server's sign-in state, and the button that signs in (or out). `pending` holds the
+ * sign-ins started on this page (name → {url, expires}): while one waits, the page shows its
+ * link and looks at the list every 2 s, so "signed in" shows by itself once the browser tab
+ * has come back through the callback.
+ */
+function signIn(s, base, pending, reload) {
+  const si = s.sign_in;
+  if (!si || si.grant !== "authorization_code") return null;
+  const path = `${base}/${encodeURIComponent(s.name)}/sign-in`;
+  const started = pending.get(s.name);
+  if (si.signed_in || (started && started.expires < Date.now())) pending.delete(s.name);
+  const start = async () => {
+    try {
+      const r = await api("POST", path);
+      hideBanner();
+      pending.set(s.name, { url: r.authorization_url, expires: Date.parse(r.expires_at) || Date.now() + 600_000 });
+      // The authorization server's page opens in a new tab; the link stays on the page in case a
+      // popup blocker stopped it.
+      window.open(r.authorization_url, "_blank", "noopener");
+      reload();
+    } catch (e) {
+      showBanner("Sign-in could not start: " + describe(e));
+    }
+  };
+  const end = async () => {
+    if (!confirm(`Sign out of ${s.name}? Its tools need a new sign-in.`)) return;
+    try {
+      await api("DELETE", path);
+      hideBanner();
+      reload();
+    } catch (e) {
+      showBanner("Not signed out: " + describe(e));
+    }
+  };
+  const waiting = pending.get(s.name);
+  return h(
+    "div",
+    { class: "small sign-in", dataset: { signIn: s.name } },
+    si.signed_in
+      ? h("span", {}, pill("signed in", "status connected"), si.expires_at ? h("span", { class: "muted" }, ` until ${new Date(si.expires_at * 1000).toLocaleString()} `) : " ", h("button", { class: "secondary small", onclick: end }, "Sign out"))
+      : waiting
+        ? h(
+            "span",
+            {},
+            h("a", { href: waiting.url, target: "_blank", rel: "noopener", class: "sign-in-link" }, "Open the sign-in page"),
+            h("span", { class: "muted" }, ` — waiting for you to sign in (until ${new Date(waiting.expires).toLocaleTimeString()}) `),
+            h("button", { class: "secondary small", onclick: start }, "Start again"),
+          )
+        : h("button", { class: "small", onclick: start }, "Sign in"),
+  );
+}
+
 export function mount(root, ctx) {
   const me = ctx.me;
   const base = `/users/${me.user_id}/mcp-servers`;
@@ -47,6 +104,11 @@ export function mount(root, ctx) {
   const formBox = h("div", { class: "card", id: "mcp-form" });
   let alive = true;
   let poll = null;
+  // A server just added or changed connects in the background: `settling` names it, and the
+  // list is looked at again until it has left "disconnected" (a few seconds at most).
+  let settling = null;
+  let settleTries = 0;
+  const pending = new Map();
 
   clear(
     root,
@@ -80,7 +142,10 @@ export function mount(root, ctx) {
     const items = Array.isArray(servers) ? servers : servers.items || [];
     // A server connecting now settles soon: look again until it has.
     clearTimeout(poll);
-    if (items.some((s) => s.status === "connecting")) poll = setTimeout(load, 1000);
+    const unsettled = settling && settleTries++ < 15 && items.some((s) => s.name === settling && s.status === "disconnected");
+    if (!unsettled) settling = null;
+    if (unsettled || items.some((s) => s.status === "connecting")) poll = setTimeout(load, 1000);
+    else if (pending.size) poll = setTimeout(load, 2000);
     clear(
       list,
       items.length === 0
@@ -105,6 +170,7 @@ export function mount(root, ctx) {
                       {},
                       pill(s.disabled ? "disabled" : s.status, "status " + (s.disabled ? "" : s.status)),
                       s.status_message ? h("div", { class: "small error last-error" }, s.status_message) : null,
+                      signIn(s, base, pending, load),
                       toolList(s),
                     ),
                     h("td", { class: "hide-narrow" }, s.transport || ""),
@@ -156,22 +222,33 @@ export function mount(root, ctx) {
     kind.value = transport;
     const url = h("input", { id: "mcp-url", value: s.url || "", placeholder: "https://host/mcp" });
     const headers = h("textarea", { id: "mcp-headers", rows: 2, value: s.headers && Object.keys(s.headers).length ? pretty(s.headers) : "" , placeholder: '{"X-Team": "platform"}' });
-    const authType = h("select", { id: "mcp-auth" }, ...["none", "bearer", "api_key"].map((t) => h("option", { value: t }, t)));
+    const authType = h("select", { id: "mcp-auth" }, ...["none", "bearer", "api_key", "oauth"].map((t) => h("option", { value: t }, t === "oauth" ? "oauth (sign in)" : t)));
     authType.value = (s.auth && (s.auth.type === "bearer_token" ? "bearer" : s.auth.type)) || "none";
     const secret = h("input", { id: "mcp-secret", type: "password", autocomplete: "off", value: (s.auth && (s.auth.token || s.auth.key)) || "", placeholder: "token or key (write-only)" });
+    const oauth = (s.auth && s.auth.type === "oauth" && s.auth) || {};
+    const grant = h("select", { id: "mcp-oauth-grant" }, h("option", { value: "authorization_code" }, "authorization code (each user signs in)"), h("option", { value: "client_credentials" }, "client credentials (a machine client)"));
+    grant.value = oauth.grant || "authorization_code";
+    const clientId = h("input", { id: "mcp-oauth-client-id", value: oauth.client_id || "", placeholder: "empty: register dynamically" });
+    const clientSecret = h("input", { id: "mcp-oauth-client-secret", type: "password", autocomplete: "off", value: oauth.client_secret || "", placeholder: "write-only" });
+    const scopes = h("input", { id: "mcp-oauth-scopes", value: (oauth.scopes || []).join(" "), placeholder: "space-separated; empty: what the server asks for" });
+    const oauthPart = h("div", {}, h("label", {}, "Grant", grant), h("label", {}, "Client id", clientId), h("label", {}, "Client secret", clientSecret), h("label", {}, "Scopes", scopes));
+    const secretPart = h("label", {}, "Token / key", secret);
     const command = h("input", { id: "mcp-command", value: s.command || "", placeholder: "npx" });
     const args = h("textarea", { id: "mcp-args", rows: 2, value: s.args && s.args.length ? JSON.stringify(s.args) : "", placeholder: '["-y", "@modelcontextprotocol/server-filesystem", "/srv"]' });
     const env = h("textarea", { id: "mcp-env", rows: 2, value: s.env && Object.keys(s.env).length ? pretty(s.env) : "", placeholder: '{"LOG_LEVEL": "info"}' });
     const timeout = h("input", { id: "mcp-timeout", type: "number", min: 1, value: s.timeout_secs || "", placeholder: "60" });
     const disabled = h("input", { type: "checkbox", id: "mcp-disabled", checked: !!s.disabled });
     const err = h("p", { class: "error", role: "alert" });
-    const httpPart = h("div", {}, h("label", {}, "URL", url), h("label", {}, "Headers (JSON object; values are secrets, shown as ***)", headers), h("label", {}, "Authentication", authType), h("label", {}, "Token / key", secret));
+    const httpPart = h("div", {}, h("label", {}, "URL", url), h("label", {}, "Headers (JSON object; values are secrets, shown as ***)", headers), h("label", {}, "Authentication", authType), secretPart, oauthPart);
     const stdioPart = h("div", {}, h("label", {}, "Command", command), h("label", {}, "Arguments (JSON array)", args), h("label", {}, "Environment (JSON object; values are secrets, shown as ***)", env));
     const sync = () => {
       httpPart.hidden = kind.value !== "http";
       stdioPart.hidden = kind.value !== "stdio";
+      secretPart.hidden = !["bearer", "api_key"].includes(authType.value);
+      oauthPart.hidden = authType.value !== "oauth";
     };
     kind.addEventListener("change", sync);
+    authType.addEventListener("change", sync);
     sync();
     clear(
       formBox,
@@ -192,6 +269,13 @@ export function mount(root, ctx) {
                 if (Object.keys(hd).length) body.headers = hd;
                 if (authType.value === "bearer") body.auth = { type: "bearer", token: secret.value };
                 else if (authType.value === "api_key") body.auth = { type: "api_key", key: secret.value };
+                else if (authType.value === "oauth") {
+                  body.auth = { type: "oauth", grant: grant.value };
+                  if (clientId.value.trim()) body.auth.client_id = clientId.value.trim();
+                  if (clientSecret.value) body.auth.client_secret = clientSecret.value;
+                  const sc = scopes.value.trim().split(/\s+/).filter(Boolean);
+                  if (sc.length) body.auth.scopes = sc;
+                }
               } else {
                 body.command = command.value.trim();
                 body.args = jsonField("args", args.value, "array");
@@ -206,6 +290,8 @@ export function mount(root, ctx) {
               if (editing) await api("PUT", `${base}/${encodeURIComponent(s.name)}`, body);
               else await api("POST", base, body);
               showForm(null, false);
+              settling = body.disabled ? null : body.name;
+              settleTries = 0;
               load();
             } catch (x) {
               err.textContent = describe(x) + (x.details && x.details.field ? ` [${x.details.field}]` : "");
