@@ -316,11 +316,7 @@ pub async fn server_history_over_rest(ctx: &Ctx) {
     );
 
     // A tool that may only be called as an MCP task is not offered, in the view or over `/mcp`.
-    let everything = json!({"name": "everything",
-        "command": agentry_mcp::testing::node().to_string_lossy(),
-        "args": [agentry_mcp::testing::everything_js().to_string_lossy(), "stdio"]});
-    ctx.ok(Method::POST, &path, &me.key, Some(everything), 201)
-        .await;
+    crate::mcp_server::add_everything(ctx, me).await;
     let got = server_until(
         ctx,
         &me.key,

@@ -140,6 +140,32 @@ pub fn workspace(ctx: &Ctx, t: &TenantFx, m: &Member) -> std::path::PathBuf {
         .join(&m.user_id)
 }
 
+/// A tenant whose members may add stdio MCP servers.
+pub fn stdio_tenant() -> Value {
+    json!({"features_enabled": ["stdio_mcp"], "policy": {"stdio_mcp_role": "member"}})
+}
+
+/// The reference "everything" server (stdio) as `m`'s server `everything`.
+pub fn everything_server() -> Value {
+    json!({
+        "name": "everything",
+        "command": agentry_mcp::testing::node().to_string_lossy(),
+        "args": [agentry_mcp::testing::everything_js().to_string_lossy(), "stdio"],
+    })
+}
+
+/// Add [`everything_server`] as `m`'s server.
+pub async fn add_everything(ctx: &Ctx, m: &Member) {
+    ctx.ok(
+        Method::POST,
+        &crate::mcp::servers_path(&m.user_id),
+        &m.key,
+        Some(everything_server()),
+        201,
+    )
+    .await;
+}
+
 /// The audit rows of the caller's runs whose tool is `tool`, newest run first.
 async fn audited(ctx: &Ctx, key: &str, tool: &str) -> Vec<Value> {
     let runs = ctx
@@ -874,7 +900,7 @@ pub async fn python_sdk_client(ctx: &Ctx) {
 /// pipeline and audited like any `/mcp` call; another user of the tenant, its admin and
 /// another tenant neither see nor call it.
 pub async fn reexports_the_callers_mcp_servers(ctx: &Ctx) {
-    let stdio = json!({"features_enabled": ["stdio_mcp"], "policy": {"stdio_mcp_role": "member"}});
+    let stdio = stdio_tenant();
     let t = ctx.tenant_with(stdio.clone()).await;
     let other = ctx.tenant_with(stdio).await;
     // A server may not take a built-in service's name: `assistants` would pass its tools off
@@ -905,18 +931,7 @@ pub async fn reexports_the_callers_mcp_servers(ctx: &Ctx) {
             r.body
         );
     }
-    ctx.ok(
-        Method::POST,
-        &crate::mcp::servers_path(&t.member.user_id),
-        &t.member.key,
-        Some(json!({
-            "name": "everything",
-            "command": agentry_mcp::testing::node().to_string_lossy(),
-            "args": [agentry_mcp::testing::everything_js().to_string_lossy(), "stdio"],
-        })),
-        201,
-    )
-    .await;
+    add_everything(ctx, &t.member).await;
     let names = |tools: Vec<rmcp::model::Tool>| -> Vec<String> {
         tools.into_iter().map(|t| t.name.to_string()).collect()
     };
@@ -1002,18 +1017,10 @@ pub async fn reexports_the_callers_mcp_servers(ctx: &Ctx) {
 /// pool applies them (here seen through `/mcp`: only the allowed tool, and the third call in a
 /// minute refused by the limit of 2).
 pub async fn rest_policy_of_a_users_server(ctx: &Ctx) {
-    let t = ctx
-        .tenant_with(
-            json!({"features_enabled": ["stdio_mcp"], "policy": {"stdio_mcp_role": "member"}}),
-        )
-        .await;
+    let t = ctx.tenant_with(stdio_tenant()).await;
     let path = crate::mcp::servers_path(&t.member.user_id);
     let server = |extra: Value| {
-        let mut body = json!({
-            "name": "everything",
-            "command": agentry_mcp::testing::node().to_string_lossy(),
-            "args": [agentry_mcp::testing::everything_js().to_string_lossy(), "stdio"],
-        });
+        let mut body = everything_server();
         body.as_object_mut()
             .unwrap()
             .extend(extra.as_object().unwrap().clone());
@@ -1207,21 +1214,10 @@ pub async fn reexports_the_callers_resources_and_prompts(ctx: &Ctx) {
         ArgumentInfo, CompleteRequestParams, GetPromptRequestParams, ReadResourceRequestParams,
         Reference, ResourceContents,
     };
-    let stdio = json!({"features_enabled": ["stdio_mcp"], "policy": {"stdio_mcp_role": "member"}});
+    let stdio = stdio_tenant();
     let t = ctx.tenant_with(stdio.clone()).await;
     let other = ctx.tenant_with(stdio).await;
-    ctx.ok(
-        Method::POST,
-        &crate::mcp::servers_path(&t.member.user_id),
-        &t.member.key,
-        Some(json!({
-            "name": "everything",
-            "command": agentry_mcp::testing::node().to_string_lossy(),
-            "args": [agentry_mcp::testing::everything_js().to_string_lossy(), "stdio"],
-        })),
-        201,
-    )
-    .await;
+    add_everything(ctx, &t.member).await;
     const DOC: &str = "agentry://mcp/everything/demo://resource/static/document/features.md";
     const TEXT_TEMPLATE: &str =
         "agentry://mcp/everything/demo://resource/dynamic/text/{resourceId}";
@@ -1420,22 +1416,11 @@ pub async fn reexports_the_callers_resources_and_prompts(ctx: &Ctx) {
 /// next list and a deletion ends the server's sessions; bad definitions are 422 and change
 /// nothing; members may not define them.
 pub async fn virtual_servers(ctx: &Ctx) {
-    let stdio = json!({"features_enabled": ["stdio_mcp"], "policy": {"stdio_mcp_role": "member"}});
+    let stdio = stdio_tenant();
     let t = ctx.tenant_with(stdio).await;
     let other = ctx.tenant().await;
     let base = "/api/v1/tenant/mcp-virtual-servers";
-    ctx.ok(
-        Method::POST,
-        &crate::mcp::servers_path(&t.member.user_id),
-        &t.member.key,
-        Some(json!({
-            "name": "everything",
-            "command": agentry_mcp::testing::node().to_string_lossy(),
-            "args": [agentry_mcp::testing::everything_js().to_string_lossy(), "stdio"],
-        })),
-        201,
-    )
-    .await;
+    add_everything(ctx, &t.member).await;
 
     // Bad definitions: 422 naming the field, and nothing is made.
     for (body, field) in [

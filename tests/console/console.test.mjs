@@ -427,7 +427,25 @@ try {
   await page.waitForSelector("#usage:has-text('runs')");
   await page.click("#keys button[data-revoke=bob-phone]");
   await page.waitForSelector("#keys tr[data-key=bob-phone] .pill:has-text('revoked')");
+  // An MCP virtual server: a bad pattern is refused with the field named; a good one is listed
+  // with its URL, and an MCP client reaches it there.
+  await page.waitForSelector("#virtual-list:has-text('None yet')");
+  await page.fill("#virtual-name", "desk");
+  await page.fill("#virtual-tools", "files:read_file\nno-colon");
+  await page.click("#virtual-save");
+  await page.waitForSelector("#virtual-form .error:has-text('tools[1]')");
+  await page.fill("#virtual-tools", "files:read_file\nassistants:*");
+  await page.click("#virtual-save");
+  await page.waitForSelector(`#virtual-list tr[data-virtual=desk]:has-text('${BASE}/mcp/desk')`);
+  const init = await fetch(BASE + "/mcp/desk", {
+    method: "POST",
+    headers: { authorization: "Bearer " + aliceKey, "content-type": "application/json", accept: "application/json, text/event-stream" },
+    body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "initialize", params: { protocolVersion: "2025-11-25", capabilities: {}, clientInfo: { name: "console-test", version: "0" } } }),
+  });
+  assert.equal(init.status, 200, await init.text());
   await shot(page, "08-admin-tenant");
+  await page.click("#virtual-list tr[data-virtual=desk] button:has-text('Delete')");
+  await page.waitForSelector("#virtual-list:has-text('None yet')");
   // The server closes bob's socket (1008); the console asks for a key instead of reconnecting.
   await bob.waitForSelector("#login:not([hidden]) #login-error:has-text('refused')");
   await expectSockets(0);

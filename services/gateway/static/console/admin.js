@@ -1,7 +1,7 @@
 // Administration. The platform admin: tenants with their quotas and status, each tenant's users,
 // keys (a new key is shown once; revoke) and usage per day. A tenant admin: their own tenant's
 // status and quotas (read-only: /tenant), users, keys and usage per day (the same views over
-// /tenant/...).
+// /tenant/...), and the tenant's MCP virtual servers.
 
 import { api, all, describe } from "/assets/api.js";
 import { h, clear, pill, when, showBanner, hideBanner } from "/assets/ui.js";
@@ -22,9 +22,11 @@ export function mount(root, ctx, params) {
   else {
     const info = h("div", { class: "card", id: "tenant-info" });
     const box = h("div");
-    clear(root, h("h1", {}, `Tenant ${ctx.me.tenant_name}`), info, box);
+    const virtual = h("div", { class: "card", id: "virtual-servers" });
+    clear(root, h("h1", {}, `Tenant ${ctx.me.tenant_name}`), info, box, virtual);
     tenantInfo(info, state);
     tenantDetail(box, "/tenant", state, ctx.me);
+    virtualServers(virtual, state);
   }
   return () => (state.alive = false);
 }
@@ -183,6 +185,98 @@ function platform(root, state) {
 }
 
 /** Users, keys and usage of one tenant, under `base`. */
+/**
+ * The tenant's MCP virtual servers (docs/mcp.md, "Virtual servers"): named subsets of the tools
+ * `/mcp` offers, served at `/mcp/{name}`, by role patterns. List, add, delete.
+ */
+function virtualServers(box, state) {
+  const list = h("div", { id: "virtual-list" });
+  const name = h("input", { id: "virtual-name", required: true, placeholder: "support" });
+  const description = h("input", { id: "virtual-description", placeholder: "What the support desk's MCP client may use" });
+  const tools = h("textarea", { id: "virtual-tools", rows: 3, placeholder: "files:read_file\ngithub:*\nassistants:ask_support" });
+  const err = h("p", { class: "error", role: "alert" });
+  clear(
+    box,
+    h("h2", {}, "MCP virtual servers"),
+    h("p", { class: "muted small" }, "A named subset of the tools /mcp offers, for an MCP client that should see only those: each caller gets the tools their role allows that these patterns match (service:tool, service:prefix*, service:*, !denial)."),
+    list,
+    h(
+      "form",
+      {
+        id: "virtual-form",
+        onsubmit: async (e) => {
+          e.preventDefault();
+          err.textContent = "";
+          const body = { name: name.value.trim(), description: description.value.trim(), tools: tools.value.split(/\s+/).filter(Boolean) };
+          try {
+            await api("POST", "/tenant/mcp-virtual-servers", body);
+            name.value = description.value = tools.value = "";
+            load();
+          } catch (x) {
+            err.textContent = describe(x) + (x.details && x.details.field ? ` [${x.details.field}]` : "");
+          }
+        },
+      },
+      h("label", {}, "Name", name),
+      h("label", {}, "Description", description),
+      h("label", {}, "Tool patterns (one per line)", tools),
+      h("button", { type: "submit", id: "virtual-save" }, "Add virtual server"),
+      err,
+    ),
+  );
+  load();
+
+  async function load() {
+    let items;
+    try {
+      items = await api("GET", "/tenant/mcp-virtual-servers");
+    } catch (e) {
+      clear(list, h("p", { class: "error" }, describe(e)));
+      return;
+    }
+    if (!state.alive) return;
+    clear(
+      list,
+      items.length === 0
+        ? h("p", { class: "muted small" }, "None yet.")
+        : h(
+            "div",
+            { class: "table-wrap" },
+            h(
+              "table",
+              {},
+              h("thead", {}, h("tr", {}, h("th", {}, "Name"), h("th", {}, "URL"), h("th", {}, "Tools"), h("th", {}, ""))),
+              h(
+                "tbody",
+                {},
+                ...items.map((v) =>
+                  h(
+                    "tr",
+                    { dataset: { virtual: v.name } },
+                    h("td", {}, h("strong", {}, v.name), v.description ? h("div", { class: "small muted" }, v.description) : null),
+                    h("td", { class: "mono small" }, location.origin + v.path),
+                    h("td", { class: "mono small" }, v.tools.join(" ")),
+                    h("td", {}, h("button", { class: "danger small", onclick: () => remove(v.name) }, "Delete")),
+                  ),
+                ),
+              ),
+            ),
+          ),
+    );
+  }
+
+  async function remove(n) {
+    if (!confirm(`Delete the virtual server ${n}? Clients connected to it lose it at once.`)) return;
+    try {
+      await api("DELETE", `/tenant/mcp-virtual-servers/${encodeURIComponent(n)}`);
+      hideBanner();
+      load();
+    } catch (x) {
+      showBanner(describe(x));
+    }
+  }
+}
+
 function tenantDetail(box, base, state, me) {
   const users = h("div", { id: "users" });
   const keys = h("div", { id: "keys" });

@@ -113,7 +113,7 @@ export function mount(root, ctx) {
   clear(
     root,
     h("div", { class: "row" }, h("h1", { class: "grow" }, "MCP servers"), h("button", { class: "secondary", id: "mcp-refresh", onclick: load }, "Refresh")),
-    h("p", { class: "muted" }, "Tools of these servers are offered to your runs as ", h("code", {}, "<server>__<tool>"), ". The status is live: a server connects when a run first needs it, and then lists its tools here."),
+    h("p", { class: "muted" }, "Tools of these servers are offered to your runs as ", h("code", {}, "<server>__<tool>"), ". The status is live: a server connects when it is added (and when a run needs it), and then lists its tools here. An OAuth server shows Sign in until you have signed in to it."),
     list,
     formBox,
     h(
