@@ -32,12 +32,25 @@ async fn approve(authorization_url: &str) -> String {
     r.headers()["location"].to_str().unwrap().to_string()
 }
 
-/// Follow the redirect to Agentry's callback (no API key): status and page.
+/// Follow the redirect to Agentry's callback (no API key) in a browser that did not start the
+/// sign-in (it has no cookie): status and page.
 async fn callback(ctx: &Ctx, location: &str) -> (u16, String) {
+    callback_with(ctx, location, None).await
+}
+
+/// The callback in a browser with `cookie` (`name=value`).
+async fn callback_with(ctx: &Ctx, location: &str, cookie: Option<&str>) -> (u16, String) {
     let url = reqwest::Url::parse(location).unwrap();
     assert_eq!(url.path(), "/api/v1/mcp/oauth/callback", "{location}");
     let local = ctx.url(&format!("{}?{}", url.path(), url.query().unwrap_or("")));
-    let r = reqwest::Client::new().get(local).send().await.unwrap();
+    let mut req = reqwest::Client::new().get(local);
+    if let Some(c) = cookie {
+        req = req.header("cookie", c);
+    }
+    html(req.send().await.unwrap()).await
+}
+
+async fn html(r: reqwest::Response) -> (u16, String) {
     let status = r.status().as_u16();
     let html = r.headers()["content-type"]
         .to_str()
@@ -46,6 +59,33 @@ async fn callback(ctx: &Ctx, location: &str) -> (u16, String) {
     let text = r.text().await.unwrap();
     assert!(html, "{status}: {text}");
     (status, text)
+}
+
+/// The person confirms the sign-in the page shows: its form's fields, posted back.
+async fn confirm(ctx: &Ctx, page: &str) -> (u16, String) {
+    assert!(page.contains("<h1>Confirm the sign-in</h1>"), "{page}");
+    let field = |name: &str| -> Option<String> {
+        let at = page.find(&format!("name=\"{name}\" value=\""))? + name.len() + 15;
+        let v = &page[at..at + page[at..].find('"')?];
+        Some(
+            v.replace("&quot;", "\"")
+                .replace("&lt;", "<")
+                .replace("&gt;", ">")
+                .replace("&amp;", "&"),
+        )
+    };
+    let form: Vec<(&str, String)> = ["code", "state", "iss"]
+        .into_iter()
+        .filter_map(|n| field(n).map(|v| (n, v)))
+        .collect();
+    let r = reqwest::Client::new()
+        .post(ctx.url("/api/v1/mcp/oauth/callback"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(serde_urlencoded::to_string(&form).unwrap())
+        .send()
+        .await
+        .unwrap();
+    html(r).await
 }
 
 fn sign_in_of<'a>(view: &'a Value, name: &str) -> &'a Value {
@@ -209,10 +249,49 @@ pub async fn sign_in_to_a_users_oauth_server(ctx: &Ctx, fake: &FakeModelServer) 
         .unwrap()
         .1
         .to_string();
-    let (status, page) = callback(ctx, &location).await;
+    // This client kept no cookie from the start: it is any browser, so the page asks first,
+    // naming whose account it connects, and nothing is stored until the person confirms.
+    let (status, asked) = callback(ctx, &location).await;
+    assert_eq!(status, 200, "{asked}");
+    assert!(
+        asked.contains("Connect secure for") && asked.contains("If someone sent you this link"),
+        "{asked}"
+    );
+    let stored = || async {
+        agentry_store::mcp_oauth::get_tokens(
+            &ctx.db,
+            &t.scope(),
+            me.user_id.parse().unwrap(),
+            "secure",
+        )
+        .await
+        .unwrap()
+    };
+    assert!(
+        stored().await.is_none(),
+        "nothing stored before the confirmation"
+    );
+    let (status, page) = confirm(ctx, &asked).await;
     assert_eq!(status, 200, "{page}");
     assert!(page.contains("<h1>Signed in</h1>"), "{page}");
-    // Used once: the same answer again is refused.
+    // A confirmation over the body limit is refused like any body.
+    let r = ctx
+        .send(
+            ctx.request(Method::POST, "/api/v1/mcp/oauth/callback", None)
+                .header("content-type", "application/x-www-form-urlencoded")
+                .body(format!("state={}", "x".repeat(crate::ctx::BODY_LIMIT + 1))),
+        )
+        .await;
+    assert_eq!(
+        (r.status, r.code()),
+        (413, "payload_too_large"),
+        "{}",
+        r.body
+    );
+    // Used once: the same answer again is refused, asked for or confirmed.
+    let (status, page) = confirm(ctx, &asked).await;
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains("already used"), "{page}");
     let (status, page) = callback(ctx, &location).await;
     assert_eq!(status, 200, "{page}");
     assert!(
@@ -289,6 +368,40 @@ pub async fn sign_in_to_a_users_oauth_server(ctx: &Ctx, fake: &FakeModelServer) 
         "{listed}"
     );
 
+    // The browser that started a sign-in (the console's fetch gets its cookie) is signed in
+    // without the question; a cookie of another value does not count.
+    let r = ctx
+        .request(
+            Method::POST,
+            &sign_in_path(&t.member2.user_id, "secure"),
+            Some(&t.member2.key),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let set_cookie = r.headers()["set-cookie"].to_str().unwrap().to_string();
+    assert!(
+        set_cookie.contains("HttpOnly")
+            && set_cookie.contains("SameSite=Lax")
+            && set_cookie.contains("Path=/api/v1/mcp/oauth/callback"),
+        "{set_cookie}"
+    );
+    let cookie = set_cookie.split(';').next().unwrap().to_string();
+    let started: Value = r.json().await.unwrap();
+    let theirs_back = approve(started["authorization_url"].as_str().unwrap()).await;
+    let (name, _) = cookie.split_once('=').unwrap();
+    let wrong = format!("{name}=not-the-nonce");
+    let (_, page) = callback_with(ctx, &theirs_back, Some(&wrong)).await;
+    assert!(page.contains("<h1>Confirm the sign-in</h1>"), "{page}");
+    let (status, page) = callback_with(ctx, &theirs_back, Some(&cookie)).await;
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains("<h1>Signed in</h1>"), "{page}");
+    let listed = ctx
+        .ok(Method::GET, &theirs, &t.member2.key, None, 200)
+        .await;
+    assert_eq!(sign_in_of(&listed, "secure")["signed_in"], true, "{listed}");
+
     // A forged state and an expired one are refused, with a page that says what to do.
     let forged = location.replace(&state, "forged-state-value");
     let (status, page) = callback(ctx, &forged).await;
@@ -354,7 +467,9 @@ pub async fn sign_in_to_a_users_oauth_server(ctx: &Ctx, fake: &FakeModelServer) 
         .find(|l| l.starts_with(fixture.url("issuer")))
         .unwrap_or_else(|| panic!("no sign-in link:\n{screen}"))
         .to_string();
-    let (status, page) = callback(ctx, &approve(&link).await).await;
+    // A terminal user's browser holds no cookie of the sign-in: it confirms.
+    let (_, asked) = callback(ctx, &approve(&link).await).await;
+    let (status, page) = confirm(ctx, &asked).await;
     assert_eq!(status, 200, "{page}");
     assert!(page.contains("<h1>Signed in</h1>"), "{page}");
     term.type_at_prompt(3, "/mcp").await;

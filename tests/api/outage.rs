@@ -212,6 +212,24 @@ pub async fn every_keyed_route(ctx: &Ctx, relay: &Relay) {
     for (what, r) in join_all(calls).await {
         assert_database_unavailable(&what, &r);
     }
+    // The OAuth callback takes no key (a browser comes back to it): the same 503.
+    let callback = "/api/v1/mcp/oauth/callback";
+    let r = ctx
+        .send(
+            ctx.request(Method::GET, &format!("{callback}?state=s&code=c"), None)
+                .timeout(Duration::from_secs(30)),
+        )
+        .await;
+    assert_database_unavailable("GET callback", &r);
+    let r = ctx
+        .send(
+            ctx.request(Method::POST, callback, None)
+                .header("content-type", "application/x-www-form-urlencoded")
+                .body("state=s&code=c")
+                .timeout(Duration::from_secs(30)),
+        )
+        .await;
+    assert_database_unavailable("POST callback", &r);
     relay.set(Link::Up).await;
     until_ready_is(ctx, 200).await;
 }

@@ -46,6 +46,7 @@ every response carries `X-Request-Id`. Authenticate with `Authorization: Bearer 
         mcp_oauth::start_sign_in,
         mcp_oauth::sign_out,
         mcp_oauth::callback,
+        mcp_oauth::confirm_callback,
         agents::list_agents,
         agents::create_agent,
         agents::get_agent,
@@ -330,7 +331,16 @@ impl Modify for JsonBodies {
              (`unsupported_media_type`)",
         );
         for (_, op) in all_operations(openapi) {
-            if op.request_body.is_none() {
+            // A form (the OAuth callback's confirmation) documents its own answers.
+            let json_body = match &op.request_body {
+                Some(utoipa::openapi::RefOr::T(body)) => {
+                    body.content.contains_key("application/json")
+                }
+                // A shared body (none is used today) is taken to be JSON.
+                Some(utoipa::openapi::RefOr::Ref(_)) => true,
+                None => false,
+            };
+            if !json_body {
                 continue;
             }
             let responses = &mut op.responses.responses;
@@ -566,7 +576,10 @@ mod tests {
         let mut bodies = 0;
         for (path, item) in doc["paths"].as_object().unwrap() {
             for (method, op) in item.as_object().unwrap() {
-                if op.get("requestBody").is_none() {
+                if op["requestBody"]["content"]
+                    .get("application/json")
+                    .is_none()
+                {
                     continue;
                 }
                 bodies += 1;

@@ -163,6 +163,31 @@ impl std::fmt::Debug for PendingState {
     }
 }
 
+/// The sign-in of `state` without removing it (any tenant, as [`take_state`]): what the
+/// callback shows before the person confirms. `None` when there is none.
+pub async fn peek_state(
+    db: &impl ConnectionTrait,
+    _platform: &PlatformScope,
+    state: &str,
+) -> Result<Option<PendingState>> {
+    Ok(mcp_oauth_state::Entity::find_by_id(state_hash(state))
+        .one(db)
+        .await?
+        .map(PendingState::from))
+}
+
+impl From<mcp_oauth_state::Model> for PendingState {
+    fn from(m: mcp_oauth_state::Model) -> Self {
+        PendingState {
+            tenant_id: m.tenant_id.into(),
+            user_id: m.user_id.into(),
+            server_name: m.server_name,
+            pending_sealed: m.pending_sealed,
+            expires_at: m.expires_at,
+        }
+    }
+}
+
 /// Find and remove the sign-in of `state` (any tenant: the callback knows no tenant before
 /// this, the state is its credential). `None` when there is none, or another request took it
 /// first. An expired one is returned too (and removed): the caller says it expired.
@@ -185,11 +210,5 @@ pub async fn take_state(
     if r.rows_affected == 0 {
         return Ok(None);
     }
-    Ok(Some(PendingState {
-        tenant_id: m.tenant_id.into(),
-        user_id: m.user_id.into(),
-        server_name: m.server_name,
-        pending_sealed: m.pending_sealed,
-        expires_at: m.expires_at,
-    }))
+    Ok(Some(m.into()))
 }

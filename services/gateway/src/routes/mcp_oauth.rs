@@ -6,7 +6,9 @@
 //! - `GET /mcp/oauth/callback?code&state[&iss]` is where the authorization server sends the
 //!   browser back. It takes no API key: the `state` is the credential (random, stored only as
 //!   a hash, bound to the tenant, user and server, used once, expiring after
-//!   [`SIGN_IN_TTL`]). It stores the tokens (sealed) and answers a small HTML page;
+//!   [`SIGN_IN_TTL`]). In the browser that started the sign-in (its cookie) it stores the tokens
+//!   (sealed) and answers a small HTML page; any other browser is first asked to confirm whose
+//!   account it connects (`POST` to the same path);
 //! - `DELETE /users/{user_id}/mcp-servers/{name}/sign-in` forgets the user's tokens.
 //!
 //! The redirect URI is `<mcp.public_url>/api/v1/mcp/oauth/callback` (or the request's own
@@ -17,7 +19,7 @@
 
 use std::sync::Arc;
 
-use actix_web::web::{self, Json};
+use actix_web::web;
 use actix_web::{HttpRequest, HttpResponse};
 use agentry_actors::mcp_pool::UserConfigChanged;
 use agentry_mcp::client::oauth::{self, OAuthTokenStore, OAuthTokens, PendingSignIn, TokenSummary};
@@ -28,7 +30,7 @@ use agentry_sealing::SecretBox;
 use agentry_store::{PlatformScope, TenantScope, mcp_oauth, mcp_servers};
 use async_trait::async_trait;
 use sea_orm::DatabaseConnection;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::auth::TenantCaller;
@@ -42,6 +44,26 @@ use crate::wiring::stored_of;
 pub const SIGN_IN_TTL: chrono::Duration = chrono::Duration::minutes(10);
 /// The callback's path.
 pub const CALLBACK_PATH: &str = "/api/v1/mcp/oauth/callback";
+/// The cookie that binds a sign-in to the browser that started it (its name ends with part of
+/// the state's hash, so several sign-ins can run at once).
+const COOKIE_PREFIX: &str = "agentry_sign_in_";
+
+/// What is sealed for a started sign-in: rmcp's pending state (the PKCE verifier among it) and
+/// the hash of the nonce the starting browser holds as a cookie.
+#[derive(Serialize, Deserialize)]
+struct SealedSignIn {
+    pending: PendingSignIn,
+    browser: String,
+}
+
+fn cookie_name(state: &str) -> String {
+    format!("{COOKIE_PREFIX}{}", &mcp_oauth::state_hash(state)[..16])
+}
+
+/// What the sealed sign-in keeps of the browser's nonce: its SHA-256.
+fn nonce_hash(nonce: &str) -> String {
+    mcp_oauth::state_hash(nonce)
+}
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(
@@ -49,7 +71,11 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .post(start_sign_in)
             .delete(sign_out),
     )
-    .service(endpoint("/mcp/oauth/callback").get(callback));
+    .service(
+        endpoint("/mcp/oauth/callback")
+            .get(callback)
+            .post(confirm_callback),
+    );
 }
 
 /// A user's tokens for one server in the database, sealed, bound to the server's URL (tokens
@@ -236,7 +262,7 @@ pub async fn start_sign_in(
     req: HttpRequest,
     user: ApiPath<param::User>,
     name: ApiPath<param::McpServer>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<HttpResponse> {
     let user = owner(&state, &caller, user.into_inner()).await?;
     let name = name.0.as_str().to_string();
     let (config, platform) = server_of(&state, &caller.scope(), user, &name).await?;
@@ -285,24 +311,44 @@ pub async fn start_sign_in(
     .await
     .map_err(mcp_error)?;
     let expires_at = agentry_store::now() + SIGN_IN_TTL;
+    let nonce = {
+        use base64::Engine as _;
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(rand::random::<[u8; 32]>())
+    };
+    let raw_state = started.pending.state.clone();
+    let scopes = started.pending.scopes.clone();
     let sealed = secrets
-        .seal_json(&started.pending)
+        .seal_json(&SealedSignIn {
+            pending: started.pending,
+            browser: nonce_hash(&nonce),
+        })
         .map_err(|e| ApiError::internal("sealing the sign-in", e))?;
     mcp_oauth::put_state(
         &state.db,
         &caller.scope(),
         user,
         &name,
-        &started.pending.state,
+        &raw_state,
         &sealed,
         expires_at,
     )
     .await?;
-    Ok(Json(json!({
+    // A browser that started the sign-in (the console's fetch) finishes it without a question;
+    // any other browser is asked to confirm whose account it connects (see `callback`).
+    let cookie = actix_web::cookie::Cookie::build(cookie_name(&raw_state), nonce)
+        .path(CALLBACK_PATH)
+        .http_only(true)
+        .same_site(actix_web::cookie::SameSite::Lax)
+        .secure(redirect_uri.starts_with("https://"))
+        .max_age(actix_web::cookie::time::Duration::seconds(
+            SIGN_IN_TTL.num_seconds(),
+        ))
+        .finish();
+    Ok(HttpResponse::Ok().cookie(cookie).json(json!({
         "authorization_url": started.authorization_url,
         "expires_at": expires_at,
         "redirect_uri": redirect_uri,
-        "scopes": started.pending.scopes,
+        "scopes": scopes,
     })))
 }
 
@@ -369,7 +415,7 @@ async fn close(state: &AppState, tenant: TenantId, user: UserId, server: &str) {
 }
 
 /// What the authorization server sends the browser back with.
-#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[derive(Debug, Deserialize, utoipa::IntoParams, utoipa::ToSchema)]
 #[into_params(parameter_in = Query)]
 pub struct CallbackQuery {
     /// The authorization code.
@@ -383,24 +429,33 @@ pub struct CallbackQuery {
     pub error_description: Option<String>,
 }
 
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
 fn page(status: actix_web::http::StatusCode, title: &str, text: &str) -> HttpResponse {
-    let esc = |s: &str| {
-        s.replace('&', "&amp;")
-            .replace('<', "&lt;")
-            .replace('>', "&gt;")
-            .replace('"', "&quot;")
-    };
+    page_with(status, title, &format!("<p>{}</p>", esc(text)))
+}
+
+/// An HTML page: `body` is trusted HTML (its variable parts escaped by the caller). It may post
+/// a form to this origin and nothing else, and no other site may frame it.
+fn page_with(status: actix_web::http::StatusCode, title: &str, body: &str) -> HttpResponse {
     HttpResponse::build(status)
         .content_type("text/html; charset=utf-8")
         .insert_header(("Cache-Control", "no-store"))
         .insert_header(("Referrer-Policy", "no-referrer"))
-        .insert_header(("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'"))
+        .insert_header((
+            "Content-Security-Policy",
+            "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'",
+        ))
         .body(format!(
             "<!doctype html><html><head><meta charset=\"utf-8\"><title>{t}</title>\
              <style>body{{font-family:sans-serif;max-width:36em;margin:4em auto;padding:0 1em}}</style>\
-             </head><body><h1>{t}</h1><p>{x}</p></body></html>",
+             </head><body><h1>{t}</h1>{body}</body></html>",
             t = esc(title),
-            x = esc(text)
         ))
 }
 
@@ -411,6 +466,12 @@ fn failed(text: &str) -> HttpResponse {
 }
 
 /// Where the authorization server sends the browser back after a sign-in.
+///
+/// The browser that started the sign-in (it holds the sign-in's cookie: the console) is signed
+/// in at once. Any other browser — the terminal client's user opening the printed link, or a
+/// person someone else sent a sign-in link to — is first shown whose Agentry account the
+/// sign-in connects, and continues only by confirming (`POST`, below). So a member cannot send
+/// another person their sign-in link and quietly get that person's access at the server.
 #[utoipa::path(
     get,
     path = "/api/v1/mcp/oauth/callback",
@@ -418,27 +479,142 @@ fn failed(text: &str) -> HttpResponse {
     security(()),
     params(CallbackQuery),
     responses(
-        (status = 200, description = "HTML for the person in the browser: \"Signed in\" (the tab can be closed), or \"Sign-in failed\" with the cause (unknown, used or expired `state`, refused by the authorization server, code exchange failed) and what to do", content_type = "text/html"),
+        (status = 200, description = "HTML for the person in the browser: \"Signed in\" (the browser that started the sign-in; the tab can be closed); \"Confirm the sign-in\" naming the Agentry user, tenant and server, with a button that posts the same fields back (any other browser); or \"Sign-in failed\" with the cause (unknown, used or expired `state`, refused by the authorization server, code exchange failed) and what to do", content_type = "text/html"),
+        (status = 503, description = "The database could not be reached (`database_unavailable`, with `Retry-After`): reload the page (a sign-in not yet used is kept)", body = agentry_schema::ErrorResponse),
     )
 )]
 pub async fn callback(
     state: web::Data<AppState>,
+    req: HttpRequest,
     query: web::Query<CallbackQuery>,
 ) -> HttpResponse {
     let q = query.into_inner();
     let Some(raw_state) = q.state.as_deref().filter(|s| !s.is_empty()) else {
         return failed("The link has no sign-in state. Start the sign-in again from Agentry.");
     };
+    let peeked = match mcp_oauth::peek_state(&state.db, &PlatformScope::new(), raw_state).await {
+        Ok(p) => p,
+        Err(e) => return unavailable("reading", e),
+    };
+    let Some(row) = peeked else {
+        return failed(
+            "This sign-in link is unknown or was already used. Start the sign-in again from Agentry.",
+        );
+    };
+    if row.expires_at < agentry_store::now() || q.error.is_some() || no_code(&q) {
+        // Nothing to confirm: finishing reports why (and forgets the sign-in).
+        return finish(&state, q).await;
+    }
+    let browser = req
+        .cookie(&cookie_name(raw_state))
+        .map(|c| nonce_hash(c.value()));
+    let started_here = state
+        .secrets
+        .as_ref()
+        .and_then(|s| {
+            s.open_json::<SealedSignIn>(&row.pending_sealed, "OAuth sign-in")
+                .ok()
+        })
+        .is_some_and(|sealed| Some(sealed.browser) == browser);
+    if started_here {
+        return finish(&state, q).await;
+    }
+    confirm_page(&state, &row, &q).await
+}
+
+/// The person confirmed a sign-in shown by [`callback`]: the same fields, posted as a form.
+#[utoipa::path(
+    post,
+    path = "/api/v1/mcp/oauth/callback",
+    tag = "mcp",
+    security(()),
+    request_body(content = CallbackQuery, content_type = "application/x-www-form-urlencoded"),
+    responses(
+        (status = 200, description = "HTML: \"Signed in\", or \"Sign-in failed\" with the cause (as for `GET`)", content_type = "text/html"),
+        (status = 413, description = "The body is larger than `server.body_limit_bytes` (`payload_too_large`)", body = agentry_schema::ErrorResponse),
+        (status = 503, description = "The database could not be reached (`database_unavailable`, with `Retry-After`): reload the page (a sign-in not yet used is kept)", body = agentry_schema::ErrorResponse),
+    )
+)]
+pub async fn confirm_callback(state: web::Data<AppState>, body: web::Bytes) -> HttpResponse {
+    match serde_urlencoded::from_bytes::<CallbackQuery>(&body) {
+        Ok(q) => finish(&state, q).await,
+        Err(_) => {
+            failed("The confirmation could not be read. Start the sign-in again from Agentry.")
+        }
+    }
+}
+
+fn no_code(q: &CallbackQuery) -> bool {
+    q.code.as_deref().is_none_or(str::is_empty)
+}
+
+/// The database could not be reached: the platform's 503 (`database_unavailable`, with
+/// `Retry-After`), as on every route; the browser's person reloads the page to retry (the
+/// sign-in was not used up).
+fn unavailable(what: &str, e: agentry_store::StoreError) -> HttpResponse {
+    use actix_web::ResponseError as _;
+    tracing::warn!("{what} an OAuth sign-in: {e}");
+    ApiError::from(e).error_response()
+}
+
+/// "Confirm the sign-in": whose Agentry account, which tenant and server; the fields go back by
+/// `POST` when the person confirms.
+async fn confirm_page(
+    state: &AppState,
+    row: &mcp_oauth::PendingState,
+    q: &CallbackQuery,
+) -> HttpResponse {
+    let scope = PlatformScope::new().tenant(row.tenant_id);
+    let user = match agentry_store::users::get(&state.db, &scope, row.user_id).await {
+        Ok(Some(u)) => u.name,
+        Ok(None) => return failed("The Agentry user of this sign-in no longer exists."),
+        Err(e) => return unavailable("reading the user of", e),
+    };
+    let tenant =
+        match agentry_store::tenants::get(&state.db, &PlatformScope::new(), row.tenant_id).await {
+            Ok(Some(t)) => t.name,
+            Ok(None) => return failed("The Agentry tenant of this sign-in no longer exists."),
+            Err(e) => return unavailable("reading the tenant of", e),
+        };
+    let hidden = |name: &str, value: Option<&str>| {
+        value.map_or(String::new(), |v| {
+            format!(
+                "<input type=\"hidden\" name=\"{name}\" value=\"{}\">",
+                esc(v)
+            )
+        })
+    };
+    let body = format!(
+        "<p>This connects the MCP server <b>{server}</b> of the Agentry user <b>{user}</b> \
+         (tenant <b>{tenant}</b>) to the account you just signed in with.</p>\
+         <p>Continue only if you are {user} and started this sign-in yourself. If someone sent \
+         you this link, close this tab: continuing would give their Agentry account your access \
+         at that server.</p>\
+         <form method=\"post\" action=\"{CALLBACK_PATH}\">{code}{st}{iss}\
+         <button type=\"submit\">Connect {server} for {user}</button></form>",
+        server = esc(&row.server_name),
+        user = esc(&user),
+        tenant = esc(&tenant),
+        code = hidden("code", q.code.as_deref()),
+        st = hidden("state", q.state.as_deref()),
+        iss = hidden("iss", q.iss.as_deref()),
+    );
+    page_with(
+        actix_web::http::StatusCode::OK,
+        "Confirm the sign-in",
+        &body,
+    )
+}
+
+/// Take the sign-in of `q.state` (once) and finish it: exchange the code, keep the tokens,
+/// close the user's connection to the server so the next run uses them.
+async fn finish(state: &AppState, q: CallbackQuery) -> HttpResponse {
+    let Some(raw_state) = q.state.as_deref().filter(|s| !s.is_empty()) else {
+        return failed("The link has no sign-in state. Start the sign-in again from Agentry.");
+    };
     let taken = match mcp_oauth::take_state(&state.db, &PlatformScope::new(), raw_state).await {
         Ok(t) => t,
-        Err(e) => {
-            tracing::warn!("reading an OAuth sign-in: {e}");
-            return page(
-                actix_web::http::StatusCode::SERVICE_UNAVAILABLE,
-                "Sign-in failed",
-                "Agentry could not read the sign-in right now. Try again in a minute.",
-            );
-        }
+        Err(e) => return unavailable("reading", e),
     };
     let Some(pending_row) = taken else {
         return failed(
@@ -468,15 +644,15 @@ pub async fn callback(
     let Some(secrets) = state.secrets.as_ref() else {
         return failed("This Agentry server cannot keep OAuth tokens (no encryption key).");
     };
-    let pending: PendingSignIn =
-        match secrets.open_json(&pending_row.pending_sealed, "OAuth sign-in") {
-            Ok(p) => p,
-            Err(e) => {
-                tracing::warn!("opening an OAuth sign-in: {e}");
-                return failed("The sign-in could not be read. Start it again from Agentry.");
-            }
-        };
-    let (config, platform) = match server_of(&state, &scope, user, &name).await {
+    let sealed: SealedSignIn = match secrets.open_json(&pending_row.pending_sealed, "OAuth sign-in")
+    {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::warn!("opening an OAuth sign-in: {e}");
+            return failed("The sign-in could not be read. Start it again from Agentry.");
+        }
+    };
+    let (config, platform) = match server_of(state, &scope, user, &name).await {
         Ok(c) => c,
         Err(_) => return failed(&format!("The MCP server {name:?} no longer exists.")),
     };
@@ -486,11 +662,11 @@ pub async fn callback(
     let tokens = match oauth::finish_sign_in(
         &name,
         http,
-        pending,
+        sealed.pending,
         code,
         raw_state,
         q.iss.as_deref(),
-        guard(&state, platform).as_ref(),
+        guard(state, platform).as_ref(),
     )
     .await
     {
@@ -506,17 +682,20 @@ pub async fn callback(
         url: http.url.clone(),
     };
     if let Err(e) = store.save(tokens).await {
-        tracing::warn!("storing OAuth tokens: {e}");
-        return page(
-            actix_web::http::StatusCode::SERVICE_UNAVAILABLE,
-            "Sign-in failed",
-            "Agentry could not store the sign-in. Try again in a minute.",
-        );
+        use actix_web::ResponseError as _;
+        tracing::warn!("storing the tokens of an OAuth sign-in: {e}");
+        return ApiError::database_unavailable().error_response();
     }
-    close(&state, pending_row.tenant_id, user, &name).await;
-    page(
+    close(state, pending_row.tenant_id, user, &name).await;
+    let mut done = page(
         actix_web::http::StatusCode::OK,
         "Signed in",
         &format!("You are signed in to the MCP server {name:?}. You can close this tab."),
-    )
+    );
+    let mut gone = actix_web::cookie::Cookie::build(cookie_name(raw_state), "")
+        .path(CALLBACK_PATH)
+        .finish();
+    gone.make_removal();
+    let _ = done.add_cookie(&gone);
+    done
 }
