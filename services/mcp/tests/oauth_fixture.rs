@@ -5,8 +5,11 @@
 //! and its protected MCP server refuses what it must (no token, expired, another key, another
 //! audience). Other tests rely on both halves.
 
+mod support;
+
 use std::time::Duration;
 
+use agentry_mcp::client::{ClientHooks, McpConnection, McpServerConfig, StdioLaunch};
 use agentry_mcp::testing::{OAuthFixture, cache_dir};
 use serde_json::{Value, json};
 
@@ -318,4 +321,65 @@ async fn the_fixture_mints_tokens_its_protected_server_refuses_or_accepts() {
         400,
         "a code worked twice"
     );
+}
+
+/// Agentry's client with a `client_credentials` server whose tokens live 36 s: rmcp's manager
+/// refreshes a token with under 30 s left, which a `client_credentials` token cannot (there is
+/// no refresh token), so 7 s after connecting the call would go out without a token and fail.
+/// The client renews the token before that, with the token endpoint, and the call works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_credentials_token_is_renewed_before_it_expires() {
+    support::init_tracing();
+    let fx = OAuthFixture::start(&[
+        "--protected-mcp",
+        "--token-ttl",
+        "36",
+        "--client",
+        "machine:machine-secret",
+    ])
+    .await;
+    let config: McpServerConfig = serde_json::from_value(json!({
+        "name": "machine",
+        "url": fx.url("mcp_url"),
+        "auth": {"type": "oauth", "grant": "client_credentials",
+                 "client_id": "machine", "client_secret": "machine-secret"},
+    }))
+    .unwrap();
+    let conn = McpConnection::connect(
+        &config,
+        ClientHooks::default(),
+        &StdioLaunch::unconfined(std::env::temp_dir()),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("connect: {e}"));
+    let call = |id: &'static str| {
+        let conn = &conn;
+        async move {
+            conn.call_tool("echo", json!({"message": id}), &support::ctx(id))
+                .await
+                .unwrap_or_else(|e| panic!("{id}: {e}"))
+        }
+    };
+    let first = call("first").await;
+    assert!(!first.is_error, "{first:?}");
+    assert!(
+        first.content.to_string().contains("machine: first"),
+        "{first:?}"
+    );
+    let fetched = |seen: &[Value]| {
+        grants(seen)
+            .iter()
+            .filter(|g| **g == ("client_credentials".to_string(), true))
+            .count()
+    };
+    assert_eq!(fetched(&fx.requests().await), 1);
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    let second = call("second").await;
+    assert!(!second.is_error, "{second:?}");
+    assert!(
+        second.content.to_string().contains("machine: second"),
+        "{second:?}"
+    );
+    assert_eq!(fetched(&fx.requests().await), 2, "renewed once");
+    conn.close().await;
 }

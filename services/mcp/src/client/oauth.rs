@@ -27,9 +27,10 @@ use agentry_builtin::net_guard::GuardedResolver;
 use agentry_schema::secret::Secret;
 use async_trait::async_trait;
 use rmcp::transport::auth::{
-    AuthError, AuthorizationManager, ClientCredentialsConfig, CredentialStore, OAuthClientConfig,
-    OAuthHttpClient, OAuthHttpClientFuture, OAuthHttpRedirectPolicy, OAuthHttpRequest, StateStore,
-    StoredAuthorizationState, StoredCredentials,
+    AuthError, AuthorizationManager, AuthorizationMetadata, ClientCredentialsConfig,
+    CredentialStore, OAuthClientConfig, OAuthHttpClient, OAuthHttpClientFuture,
+    OAuthHttpRedirectPolicy, OAuthHttpRequest, StateStore, StoredAuthorizationState,
+    StoredCredentials,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -162,17 +163,107 @@ struct CredentialAdapter {
     client_secret: Option<String>,
     redirect_uri: Option<String>,
     challenge: Option<String>,
+    /// `client_credentials`: how to get a new token when this one is about to expire.
+    renewal: Option<Arc<Renewal>>,
 }
 
-#[async_trait]
-impl CredentialStore for CredentialAdapter {
-    async fn load(&self) -> Result<Option<StoredCredentials>, AuthError> {
+impl CredentialAdapter {
+    fn new(store: Arc<dyn OAuthTokenStore>) -> Self {
+        CredentialAdapter {
+            store,
+            client_secret: None,
+            redirect_uri: None,
+            challenge: None,
+            renewal: None,
+        }
+    }
+
+    async fn stored(&self) -> Result<Option<StoredCredentials>, AuthError> {
         Ok(self
             .store
             .load()
             .await
             .map_err(AuthError::CredentialStoreError)?
             .map(|t| t.credentials))
+    }
+}
+
+/// A `client_credentials` token is renewed when less than this is left of it: more than the
+/// 30 s before expiry at which rmcp's manager tries a refresh, which a `client_credentials`
+/// token cannot have (there is no refresh token), so without renewal the manager would send
+/// requests without a token once it lapses, and every call would fail until a reconnect.
+const RENEW_BEFORE: Duration = Duration::from_secs(35);
+
+/// What it takes to fetch a new `client_credentials` token.
+struct Renewal {
+    server: String,
+    url: String,
+    guard: Option<Arc<GuardedResolver>>,
+    metadata: AuthorizationMetadata,
+    config: ClientCredentialsConfig,
+    /// One renewal at a time; the others then find the new token.
+    running: tokio::sync::Mutex<()>,
+}
+
+impl Renewal {
+    async fn fetch(&self) -> Result<StoredCredentials, AuthError> {
+        let mut manager = new_manager(&self.server, &self.url, self.guard.as_ref())
+            .await
+            .map_err(|e| AuthError::InternalError(e.to_string()))?;
+        manager.set_metadata(self.metadata.clone());
+        let fresh = Arc::new(MemoryTokenStore::new());
+        manager.set_credential_store(CredentialAdapter::new(fresh.clone()));
+        manager.configure_client_credentials(&self.config)?;
+        manager.exchange_client_credentials(&self.config).await?;
+        fresh.get().map(|t| t.credentials).ok_or_else(|| {
+            AuthError::ClientCredentialsError("the token endpoint gave no token".into())
+        })
+    }
+}
+
+/// Whether `c`'s access token has less than [`RENEW_BEFORE`] left (a token without a known
+/// lifetime is kept).
+fn expiring(c: &StoredCredentials) -> bool {
+    // `expires_in` as the token endpoint sent it (oauth2's accessor is on a trait rmcp keeps
+    // to itself).
+    let lifetime = c
+        .token_response
+        .as_ref()
+        .and_then(|t| serde_json::to_value(t).ok())
+        .and_then(|v| v["expires_in"].as_u64())
+        .map(Duration::from_secs);
+    let (Some(lifetime), Some(received_at)) = (lifetime, c.token_received_at) else {
+        return false;
+    };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let left = lifetime
+        .as_secs()
+        .saturating_sub(now.saturating_sub(received_at));
+    left < RENEW_BEFORE.as_secs()
+}
+
+#[async_trait]
+impl CredentialStore for CredentialAdapter {
+    async fn load(&self) -> Result<Option<StoredCredentials>, AuthError> {
+        let stored = self.stored().await?;
+        let Some(renewal) = &self.renewal else {
+            return Ok(stored);
+        };
+        if stored.as_ref().is_some_and(|c| !expiring(c)) {
+            return Ok(stored);
+        }
+        let _one = renewal.running.lock().await;
+        // Another request may have renewed it while this one waited.
+        let stored = self.stored().await?;
+        if stored.as_ref().is_some_and(|c| !expiring(c)) {
+            return Ok(stored);
+        }
+        let fresh = renewal.fetch().await?;
+        tracing::debug!(server = %renewal.server, "renewed the client_credentials token");
+        self.save(fresh.clone()).await?;
+        Ok(Some(fresh))
     }
 
     async fn save(&self, credentials: StoredCredentials) -> Result<(), AuthError> {
@@ -432,6 +523,9 @@ pub(crate) async fn authorized_manager(
         reason: format!("reading the stored tokens: {e}"),
     })?;
     let mut manager = new_manager(server, &cfg.url, guard).await?;
+    // A `client_credentials` token is fetched anew at each connect (and renewed before it
+    // expires): no person is involved, and a kept one may be about to lapse.
+    let stored = stored.filter(|_| oauth.grant == OAuthGrant::AuthorizationCode);
     if let Some(tokens) = stored.filter(OAuthTokens::has_token) {
         let resolution = manager
             .resolve_metadata_from_challenge(tokens.challenge.as_deref())
@@ -439,10 +533,10 @@ pub(crate) async fn authorized_manager(
             .map_err(|e| oauth_error(server, "discovering the authorization server", e))?;
         manager.set_metadata(resolution.metadata);
         manager.set_credential_store(CredentialAdapter {
-            store: store.clone(),
             client_secret: tokens.client_secret.clone(),
             redirect_uri: tokens.redirect_uri.clone(),
             challenge: tokens.challenge.clone(),
+            ..CredentialAdapter::new(store.clone())
         });
         if manager
             .initialize_from_store()
@@ -476,12 +570,7 @@ pub(crate) async fn authorized_manager(
         // `McpError::AuthorizationRequired` (with the challenge a sign-in starts from); one that
         // lets some requests through without a token works until it does not.
         OAuthGrant::AuthorizationCode => {
-            manager.set_credential_store(CredentialAdapter {
-                store,
-                client_secret: None,
-                redirect_uri: None,
-                challenge: None,
-            });
+            manager.set_credential_store(CredentialAdapter::new(store));
             Ok(manager)
         }
         OAuthGrant::ClientCredentials => {
@@ -497,6 +586,7 @@ pub(crate) async fn authorized_manager(
                 &mut manager,
                 &store,
                 challenge,
+                guard,
                 ClientCredentialsRequest {
                     client_id,
                     secret,
@@ -517,12 +607,14 @@ struct ClientCredentialsRequest<'a> {
     url: &'a str,
 }
 
-/// Fetch a `client_credentials` token into `store` (discovery, then the token request).
+/// Fetch a `client_credentials` token into `store` (discovery, then the token request), and
+/// have the manager renew it before it expires ([`Renewal`]).
 async fn client_credentials_token(
     server: &str,
     manager: &mut AuthorizationManager,
     store: &Arc<dyn OAuthTokenStore>,
     challenge: Option<String>,
+    guard: Option<&Arc<GuardedResolver>>,
     request: ClientCredentialsRequest<'_>,
 ) -> Result<(), McpError> {
     let resolution = manager
@@ -530,12 +622,11 @@ async fn client_credentials_token(
         .await
         .map_err(|e| oauth_error(server, "discovering the authorization server", e))?;
     let resource = request.url.to_string();
+    let metadata = resolution.metadata.clone();
     manager.set_metadata(resolution.metadata);
     manager.set_credential_store(CredentialAdapter {
-        store: store.clone(),
-        client_secret: None,
-        redirect_uri: None,
         challenge: challenge.clone(),
+        ..CredentialAdapter::new(store.clone())
     });
     let scopes = if request.scopes.is_empty() {
         manager.select_scopes(None, &[])
@@ -555,6 +646,18 @@ async fn client_credentials_token(
         .exchange_client_credentials(&config)
         .await
         .map_err(|e| oauth_error(server, "fetching a client_credentials token", e))?;
+    manager.set_credential_store(CredentialAdapter {
+        challenge,
+        renewal: Some(Arc::new(Renewal {
+            server: server.to_string(),
+            url: request.url.to_string(),
+            guard: guard.cloned(),
+            metadata,
+            config,
+            running: tokio::sync::Mutex::new(()),
+        })),
+        ..CredentialAdapter::new(store.clone())
+    });
     Ok(())
 }
 
@@ -741,10 +844,10 @@ pub async fn finish_sign_in(
     manager.set_state_store(states);
     let tokens = MemoryTokenStore::new();
     manager.set_credential_store(CredentialAdapter {
-        store: Arc::new(tokens.clone()),
         client_secret: pending.client_secret.clone(),
         redirect_uri: Some(pending.redirect_uri.clone()),
         challenge: pending.challenge.clone(),
+        ..CredentialAdapter::new(Arc::new(tokens.clone()))
     });
     manager
         .exchange_code_for_token_with_issuer(code, state, issuer)
