@@ -1221,4 +1221,108 @@ pub async fn mcp_without_stickiness(trio: &Trio, t: &TenantFx) {
         assert_eq!(res.status, 404, "{}", res.body);
     }
     client.cancel().await.unwrap();
+    virtual_server_on_any_replica(trio, t).await;
+}
+
+/// The tools a `tools/list` answer names (JSON or one SSE event).
+fn listed_tools(r: &crate::ctx::Resp) -> Vec<String> {
+    let msg: Value = match &r.body {
+        Value::String(sse) => sse
+            .lines()
+            .filter_map(|l| l.strip_prefix("data:"))
+            .find_map(|d| serde_json::from_str(d.trim()).ok())
+            .unwrap_or_else(|| panic!("no JSON-RPC message in {sse}")),
+        v => v.clone(),
+    };
+    let mut names: Vec<String> = msg["result"]["tools"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no tools in {msg}"))
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_string())
+        .collect();
+    names.sort();
+    names
+}
+
+/// A virtual server (`/mcp/{name}`) of a session that lives on A, used through the other
+/// replicas: its subset is served wherever the request lands; the same session at `/mcp` is
+/// unknown (404) on every replica; a change made on B is seen by the session on A.
+async fn virtual_server_on_any_replica(trio: &Trio, t: &TenantFx) {
+    let base = "/api/v1/tenant/mcp-virtual-servers";
+    trio.b()
+        .ok(
+            Method::POST,
+            base,
+            &t.admin.key,
+            Some(json!({"name": "desk", "tools": ["files:read_file", "assistants:*"]})),
+            201,
+        )
+        .await;
+    // A learns of the new server from B's announcement (or its cache's expiry).
+    let initialize = json!({
+        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                   "clientInfo": {"name": "raw", "version": "0"}}
+    });
+    let started = Instant::now();
+    let initialized = loop {
+        let r = trio
+            .a()
+            .send(
+                trio.a()
+                    .request(Method::POST, "/mcp/desk", Some(&t.member.key))
+                    .header("accept", "application/json, text/event-stream")
+                    .json(&initialize),
+            )
+            .await;
+        if r.status == 200 || started.elapsed() > GENEROUS {
+            break r;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(initialized.status, 200, "{}", initialized.body);
+    let sid = initialized.headers["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
+    let on = |r: &Ctx, path: &str| {
+        r.request(Method::POST, path, Some(&t.member.key))
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-session-id", &sid)
+            .header("mcp-protocol-version", "2025-11-25")
+            .json(&list)
+    };
+    for r in [trio.b(), trio.c()] {
+        let res = r.send(on(r, "/mcp/desk")).await;
+        assert_eq!(res.status, 200, "{}", res.body);
+        assert_eq!(listed_tools(&res), ["ask_default", "read_file"]);
+    }
+    for r in &trio.replicas {
+        let res = r.send(on(r, "/mcp")).await;
+        assert_eq!(res.status, 404, "the session is desk's: {}", res.body);
+    }
+    trio.c()
+        .ok(
+            Method::PUT,
+            &format!("{base}/desk"),
+            &t.admin.key,
+            Some(json!({"tools": ["files:read_file"]})),
+            200,
+        )
+        .await;
+    let started = Instant::now();
+    loop {
+        let res = trio.b().send(on(trio.b(), "/mcp/desk")).await;
+        assert_eq!(res.status, 200, "{}", res.body);
+        if listed_tools(&res) == ["read_file"] {
+            break;
+        }
+        assert!(
+            started.elapsed() < GENEROUS,
+            "the change on C never reached the session on A: {:?}",
+            listed_tools(&res)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
