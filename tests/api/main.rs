@@ -856,6 +856,21 @@ async fn mcp_server_accepts_tokens_of_an_external_authorization_server() {
     mcp_oauth::python_sdk_oauth(&fx, &ctx).await;
 }
 
+/// `/mcp` asking the authorization server's introspection endpoint (RFC 7662) about opaque
+/// tokens, and about JWTs so a revocation counts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_server_introspects_opaque_and_revoked_tokens() {
+    let fx = agentry_mcp::testing::OAuthFixture::start(&[
+        "--scopes",
+        "mcp other",
+        "--client",
+        "intro:intro-secret",
+    ])
+    .await;
+    let ctx = mcp_oauth::start_introspecting(&fx).await;
+    mcp_oauth::introspected_tokens(&fx, &ctx).await;
+}
+
 /// The official TypeScript SDK and MCP Inspector against `/mcp`, by key and by their own OAuth.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mcp_server_works_with_the_typescript_sdk_and_inspector_by_key_and_oauth() {

@@ -480,3 +480,141 @@ pub async fn start(fx: &OAuthFixture, loopback_allowed: bool) -> Ctx {
     )
     .await
 }
+
+/// Agentry trusting `fx` with its introspection endpoint (RFC 7662) as the client `intro`
+/// (registered with the fixture by `--client intro:intro-secret`), for opaque tokens and, with
+/// `introspect_jwts`, for JWTs too; keys cached 1 s, so a revocation shows within a second.
+pub async fn start_introspecting(fx: &OAuthFixture) -> Ctx {
+    let introspection = format!("{}/introspect", fx.url("issuer"));
+    agentry_trusting(
+        fx,
+        "127.0.0.2/32,127.0.0.1/32",
+        &[
+            ("AGENTRY_MCP__OAUTH__REQUIRED_SCOPES", "mcp"),
+            ("AGENTRY_MCP__OAUTH__INTROSPECTION_URL", &introspection),
+            ("AGENTRY_MCP__OAUTH__INTROSPECTION_CLIENT_ID", "intro"),
+            (
+                "AGENTRY_MCP__OAUTH__INTROSPECTION_CLIENT_SECRET",
+                "intro-secret",
+            ),
+            ("AGENTRY_MCP__OAUTH__INTROSPECT_JWTS", "true"),
+            ("AGENTRY_AUTH__CACHE_TTL_SECS", "1"),
+        ],
+    )
+    .await
+}
+
+/// Opaque tokens are judged by the introspection endpoint: an active one naming a user is that
+/// user; one for another audience, an unknown one, an expired one and one without the required
+/// scope are refused; a JWT the authorization server revokes stops working within the cache's
+/// second; API keys never reach the endpoint.
+pub async fn introspected_tokens(fx: &OAuthFixture, ctx: &Ctx) {
+    let t = ctx.tenant().await;
+    let opaque = |claims: Value| async move {
+        fx.mint(with(claims, json!({"key": "opaque", "scope": "mcp"})))
+            .await
+    };
+    let member = naming(ctx, &t.id, &t.member.user_id);
+    let token = opaque(member.clone()).await;
+    assert!(!token.contains('.'), "an opaque token: {token}");
+    assert_eq!(
+        tool_names(ctx, &token).await,
+        tool_names(ctx, &t.member.key).await
+    );
+    let introspected = || async {
+        fx.requests()
+            .await
+            .iter()
+            .filter(|e| e["endpoint"] == "introspect")
+            .count()
+    };
+    let asked = introspected().await;
+    assert!(asked >= 1, "the endpoint was asked");
+
+    for (token, why) in [
+        (
+            opaque(with(
+                member.clone(),
+                json!({"aud": "https://elsewhere.example/mcp"}),
+            ))
+            .await,
+            "audience",
+        ),
+        (
+            "an-unknown-opaque-token-0123456789".to_string(),
+            "not active",
+        ),
+        (
+            opaque(with(member.clone(), json!({"ttl": -60}))).await,
+            "not active",
+        ),
+    ] {
+        let (status, message, challenge) = refused(ctx, &token).await;
+        assert_eq!(status, 401, "{why}: {message}");
+        assert!(message.contains(why), "{why}: {message}");
+        assert!(challenge.contains("invalid_token"), "{challenge}");
+    }
+    let no_scope = fx
+        .mint(with(
+            member.clone(),
+            json!({"key": "opaque", "scope": "other"}),
+        ))
+        .await;
+    let (status, message, _) = refused(ctx, &no_scope).await;
+    assert_eq!(status, 403, "{message}");
+    // An inactive token is remembered: asking again does not ask the endpoint again.
+    let before = introspected().await;
+    let (status, _, _) = refused(ctx, "an-unknown-opaque-token-0123456789").await;
+    assert_eq!(status, 401);
+    assert_eq!(introspected().await, before);
+
+    // A JWT is checked at the endpoint too (introspect_jwts): revoked, it stops working.
+    let jwt = fx
+        .mint(with(
+            member.clone(),
+            json!({"client_id": "intro", "scope": "mcp"}),
+        ))
+        .await;
+    assert!(looks_like_jwt(&jwt));
+    let r = ctx.send(initialize(ctx, Some(&jwt))).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let revoked = reqwest::Client::new()
+        .post(format!("{}/revoke", fx.url("issuer")))
+        .basic_auth("intro", Some("intro-secret"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("token={jwt}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(revoked.status().as_u16(), 200);
+    let since = Instant::now();
+    loop {
+        let (status, message, _) = refused(ctx, &jwt).await;
+        if status == 401 {
+            assert!(message.contains("not active"), "{message}");
+            break;
+        }
+        assert!(
+            since.elapsed() < Duration::from_secs(10),
+            "a revoked token still works: {status} {message}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // API keys are Agentry's: never sent to the authorization server.
+    let before = introspected().await;
+    let r = ctx.send(initialize(ctx, Some(&t.member.key))).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let r = ctx
+        .send(initialize(
+            ctx,
+            Some("agk_NotAReal_0000000000000000000000000000000000000000"),
+        ))
+        .await;
+    assert_eq!(r.status, 401, "{}", r.body);
+    assert_eq!(introspected().await, before);
+}
+
+fn looks_like_jwt(token: &str) -> bool {
+    token.split('.').count() == 3
+}

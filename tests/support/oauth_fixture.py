@@ -40,16 +40,18 @@ The authorization server (issuer http://127.0.0.1:PORT, no path):
   (RFC 7009; revokes an access token by its jti, or a refresh token).
 
 Test-only routes (under /test; never in a real authorization server):
-- POST /test/mint {claims...,"ttl": s, "key": "current"|"unknown"|"forged"}: a token signed by
+- POST /test/mint {claims...,"ttl": s, "key": "current"|"unknown"|"forged"|"opaque"}: a token signed by
   the server's key ("unknown": by a key it never published, with a kid of its own; "forged": by
-  such a key but under the server's current kid) with the usual claims, overridden by the body's
-  (a claim set to null is removed; "ttl" may be negative for an already expired token);
+  such a key but under the server's current kid; "opaque": a random string whose claims only
+  /introspect tells) with the usual claims, overridden by the body's (a claim set to null is
+  removed; "ttl" may be negative for an already expired token);
 - POST /test/rotate {"keep_old": bool}: a new signing key with a new kid (the JWKS lists it; the
   old key stays listed only with keep_old);
 - POST /test/defaults {"user": ..., "claims": {...}}: the user and claims of later /authorize
   requests that name none;
 - GET /test/requests: what the token endpoint and the protected MCP server saw, oldest first:
-  [{"endpoint": "token", "grant_type", "client_id", "ok"}, {"endpoint": "mcp", "sub", ...}].
+  [{"endpoint": "token", "grant_type", "client_id", "ok"}, {"endpoint": "mcp", "sub", ...},
+  {"endpoint": "introspect", "client_id", "active"}].
 
 With --protected-mcp it also serves, on a second port, an MCP server (the SDK's MCPServer,
 Streamable HTTP at /mcp) that accepts only this issuer's tokens whose `aud` is its own URL
@@ -143,6 +145,9 @@ class AuthServer:
         self.codes: dict[str, Code] = {}
         self.refresh: dict[str, Refresh] = {}
         self.revoked_jti: set[str] = set()
+        # Opaque access tokens (POST /test/mint {"key": "opaque"}) and their claims: only
+        # introspection can tell what they are.
+        self.opaque: dict[str, dict[str, Any]] = {}
         self.keys = [SigningKey()]
         self.seen: list[dict[str, Any]] = []
         for spec in args.client:
@@ -215,6 +220,13 @@ class AuthServer:
 
     def verify(self, token: str, audience: str | None) -> dict[str, Any] | None:
         """The claims of a token this server issued and did not revoke, else None."""
+        if token in self.opaque:
+            claims = self.opaque[token]
+            if claims.get("exp", 0) < time.time() or claims.get("jti") in self.revoked_jti:
+                return None
+            if audience is not None and claims.get("aud") != audience:
+                return None
+            return claims
         try:
             kid = jwt.get_unverified_header(token).get("kid")
         except jwt.PyJWTError:
@@ -469,6 +481,7 @@ def build_app(srv: AuthServer) -> Starlette:
         if isinstance(client, str) or not client.client_secret:
             return oauth_error("invalid_client", "introspection needs a confidential client", 401)
         claims = srv.verify(str(form.get("token") or ""), None)
+        srv.seen.append({"endpoint": "introspect", "client_id": client.client_id, "active": claims is not None})
         if claims is None:
             return JSONResponse({"active": False})
         return JSONResponse({"active": True, "token_type": "Bearer", **claims})
@@ -501,6 +514,10 @@ def build_app(srv: AuthServer) -> Starlette:
         )
         claims.update(body)
         claims = {k: v for k, v in claims.items() if v is not None}
+        if key_choice == "opaque":
+            token = secrets.token_urlsafe(32)
+            srv.opaque[token] = claims
+            return JSONResponse({"access_token": token, "claims": claims})
         key = None
         if key_choice in ("unknown", "forged"):
             key = SigningKey()

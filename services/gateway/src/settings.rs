@@ -277,6 +277,15 @@ pub struct McpOAuthSettings {
     pub jwks_cache_secs: u64,
     /// Clock skew allowed on `exp` and `nbf`.
     pub leeway_secs: u64,
+    /// The authorization server's RFC 7662 introspection endpoint. Set: tokens that are not
+    /// JWTs (opaque tokens) are checked there. Empty: only JWTs are accepted.
+    pub introspection_url: String,
+    /// The client Agentry authenticates as at the introspection endpoint (HTTP Basic).
+    pub introspection_client_id: String,
+    pub introspection_client_secret: Secret,
+    /// Also ask the introspection endpoint about JWTs (after their signature and claims are
+    /// checked), so a revoked token stops working before it expires.
+    pub introspect_jwts: bool,
 }
 
 impl Default for McpOAuthSettings {
@@ -293,6 +302,10 @@ impl Default for McpOAuthSettings {
             required_scopes: Vec::new(),
             jwks_cache_secs: 300,
             leeway_secs: 30,
+            introspection_url: String::new(),
+            introspection_client_id: String::new(),
+            introspection_client_secret: Secret::default(),
+            introspect_jwts: false,
         }
     }
 }
@@ -585,6 +598,7 @@ pub const SECRET_KEYS: &[&str] = &[
     "metrics.token",
     "otel.headers",
     "embeddings.api_key",
+    "mcp.oauth.introspection_client_secret",
 ];
 
 /// The env variable that sets `key` (`auth.admin_key` → `AGENTRY_AUTH__ADMIN_KEY`).
@@ -897,6 +911,29 @@ impl Settings {
         }
         if o.jwks_cache_secs == 0 {
             return Some(("mcp.oauth.jwks_cache_secs", "must be at least 1".into()));
+        }
+        if o.introspection_url.trim().is_empty() {
+            if o.introspect_jwts {
+                return Some((
+                    "mcp.oauth.introspect_jwts",
+                    "needs mcp.oauth.introspection_url".into(),
+                ));
+            }
+        } else {
+            if http_url(&o.introspection_url).is_none() {
+                return Some((
+                    "mcp.oauth.introspection_url",
+                    "must be an http(s) URL".into(),
+                ));
+            }
+            if o.introspection_client_id.trim().is_empty()
+                || o.introspection_client_secret.is_empty()
+            {
+                return Some((
+                    "mcp.oauth.introspection_client_id",
+                    "the introspection endpoint needs a client: set introspection_client_id and introspection_client_secret".into(),
+                ));
+            }
         }
         None
     }
@@ -1404,10 +1441,50 @@ mod tests {
                 "0",
                 "mcp.oauth.jwks_cache_secs",
             ),
+            (
+                "AGENTRY_MCP__OAUTH__INTROSPECT_JWTS",
+                "true",
+                "mcp.oauth.introspect_jwts",
+            ),
+            (
+                "AGENTRY_MCP__OAUTH__INTROSPECTION_URL",
+                "https://login.example/introspect",
+                "mcp.oauth.introspection_client_id",
+            ),
         ] {
             let err = Settings::load_from(None, env(&[issuer, aud, (key, value)])).unwrap_err();
             assert!(err.0.contains(named), "{key}={value}: {err}");
         }
+        // Introspection with its client; the secret is masked in `agentry config`.
+        let s = Settings::load_from(
+            None,
+            env(&[
+                issuer,
+                aud,
+                (
+                    "AGENTRY_MCP__OAUTH__INTROSPECTION_URL",
+                    "https://login.example/introspect",
+                ),
+                ("AGENTRY_MCP__OAUTH__INTROSPECTION_CLIENT_ID", "agentry"),
+                ("AGENTRY_MCP__OAUTH__INTROSPECTION_CLIENT_SECRET", "s3cret"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(s.mcp.oauth.introspection_client_secret.expose(), "s3cret");
+        assert_eq!(
+            s.view()["mcp"]["oauth"]["introspection_client_secret"],
+            "***"
+        );
+        let err = Settings::load_from(
+            None,
+            env(&[
+                issuer,
+                aud,
+                ("AGENTRY_MCP__OAUTH__INTROSPECTION_URL", "not a url"),
+            ]),
+        )
+        .unwrap_err();
+        assert!(err.0.contains("mcp.oauth.introspection_url"), "{err}");
     }
 
     #[test]

@@ -206,7 +206,12 @@ impl KeyResolver {
             }
             return Ok(entry.resolution);
         }
-        let verifier = oauth.filter(|_| super::oauth::looks_like_jwt(key));
+        // A JWT, or with an introspection endpoint any token that is not an API key, is the
+        // authorization server's to judge.
+        let verifier = oauth.filter(|v| {
+            super::oauth::looks_like_jwt(key)
+                || (v.introspects() && !key.starts_with(agentry_store::api_keys::KEY_PREFIX))
+        });
         let (resolution, expires_at) = match verifier {
             Some(v) => v.resolve(db, key).await?,
             None => Self::from_database(db, key).await?,

@@ -6,7 +6,9 @@
 //! server fetches, kept [`McpOAuthSettings::jwks_cache_secs`], fetched again for an unknown
 //! `kid` at most once a second), then `iss` (exactly the issuer), `aud` (the `/mcp` resource),
 //! `exp`/`nbf` and the required scopes. HMAC and `none` tokens are never accepted, and a token's
-//! algorithm must be its key's.
+//! algorithm must be its key's. With an introspection endpoint (RFC 7662), an opaque token is
+//! what that endpoint says it is (active, then the same claim checks), and with
+//! `introspect_jwts` a JWT must be active there too (so a revocation counts).
 //!
 //! The token then names its tenant (`tenant_claim`, by id or name) and a user **of that tenant**
 //! (`user_claim`, by id or name): the user is looked up only inside the tenant the token names,
@@ -40,6 +42,8 @@ use crate::settings::{ClaimMatch, McpOAuthSettings, Settings};
 const REFETCH_AFTER: Duration = Duration::from_secs(1);
 /// How long one fetch of metadata or keys may take.
 const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a token the introspection endpoint called inactive is refused without asking again.
+const INACTIVE_KEPT: Duration = Duration::from_secs(60);
 /// Seconds a client is asked to wait when the keys cannot be fetched.
 const UNAVAILABLE_RETRY_AFTER_SECS: u64 = 5;
 
@@ -54,6 +58,9 @@ pub struct OAuthVerifier {
     keys: moka::sync::Cache<String, Arc<Jwk>>,
     /// One fetch at a time: when the last one was, and the JWKS URL once discovered.
     fetch: tokio::sync::Mutex<FetchState>,
+    /// Tokens the introspection endpoint called inactive (by SHA-256), for a minute: a stream
+    /// of made-up bearer tokens must not become a stream of introspection requests.
+    inactive: moka::sync::Cache<Vec<u8>, ()>,
 }
 
 #[derive(Default)]
@@ -85,9 +92,16 @@ fn not_a_user(message: String) -> ApiError {
 }
 
 fn unavailable(why: impl std::fmt::Display) -> ApiError {
+    unavailable_for("the authorization server's signing keys", why)
+}
+
+/// A 503: `what` (the signing keys, the introspection endpoint) cannot be reached now.
+fn unavailable_for(what: &str, why: impl std::fmt::Display) -> ApiError {
     ApiError::new(
         ErrorCode::ServiceUnavailable,
-        format!("cannot check the bearer token: the authorization server's signing keys cannot be fetched ({why}); try again shortly"),
+        format!(
+            "cannot check the bearer token: {what} cannot be reached ({why}); try again shortly"
+        ),
     )
     .with_retry_after(UNAVAILABLE_RETRY_AFTER_SECS)
 }
@@ -139,6 +153,10 @@ impl OAuthVerifier {
                 jwks_url: Url::parse(o.jwks_url.trim()).ok(),
             }),
             settings: o.clone(),
+            inactive: moka::sync::Cache::builder()
+                .max_capacity(10_000)
+                .time_to_live(INACTIVE_KEPT)
+                .build(),
         }))
     }
 
@@ -257,8 +275,136 @@ impl OAuthVerifier {
         })
     }
 
-    /// The claims of `token` when it is a good token of the issuer for `/mcp`.
+    /// Whether opaque tokens are checked at the introspection endpoint.
+    pub fn introspects(&self) -> bool {
+        !self.settings.introspection_url.trim().is_empty()
+    }
+
+    /// The claims of `token` when it is a good token of the issuer for `/mcp`: a JWT checked
+    /// here (and at the introspection endpoint too with `introspect_jwts`), or an opaque token
+    /// the introspection endpoint says is active.
     pub async fn verify(&self, token: &str) -> Result<Map<String, Value>, ApiError> {
+        if !looks_like_jwt(token) {
+            if !self.introspects() {
+                return Err(invalid("it is not a signed JWT"));
+            }
+            let claims = self.introspect(token).await?;
+            self.check_scopes(&claims)?;
+            return Ok(claims);
+        }
+        let claims = self.verify_jwt(token).await?;
+        if self.settings.introspect_jwts {
+            self.introspect(token).await?;
+        }
+        self.check_scopes(&claims)?;
+        Ok(claims)
+    }
+
+    /// RFC 7662: ask the authorization server whether `token` is active, as the configured
+    /// client; then check what it says as a JWT's claims are checked (`iss` when given, `aud`,
+    /// `exp`, `nbf`). The answer's fields are the token's claims.
+    async fn introspect(&self, token: &str) -> Result<Map<String, Value>, ApiError> {
+        use sha2::Digest as _;
+        let not_active = || {
+            invalid("the authorization server says it is not active (expired, revoked or unknown)")
+        };
+        let digest = sha2::Sha256::digest(token.as_bytes()).to_vec();
+        if self.inactive.contains_key(&digest) {
+            return Err(not_active());
+        }
+        let s = &self.settings;
+        let url = Url::parse(s.introspection_url.trim())
+            .map_err(|e| unavailable_for("the introspection endpoint", e))?;
+        check_parsed(url.clone(), &self.network)
+            .await
+            .map_err(|e| unavailable_for("the introspection endpoint", e))?;
+        let body =
+            serde_urlencoded::to_string([("token", token), ("token_type_hint", "access_token")])
+                .map_err(|e| unavailable_for("the introspection endpoint", e))?;
+        let res = self
+            .http
+            .post(url.clone())
+            .basic_auth(
+                s.introspection_client_id.trim(),
+                Some(s.introspection_client_secret.expose()),
+            )
+            .header("content-type", "application/x-www-form-urlencoded")
+            .header("accept", "application/json")
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| unavailable_for("the introspection endpoint", e))?;
+        if !res.status().is_success() {
+            return Err(unavailable_for(
+                "the introspection endpoint",
+                format!("{url} answered {}", res.status()),
+            ));
+        }
+        let answer: Map<String, Value> = res
+            .json()
+            .await
+            .map_err(|e| unavailable_for("the introspection endpoint", format!("not JSON: {e}")))?;
+        if answer.get("active") != Some(&Value::Bool(true)) {
+            self.inactive.insert(digest, ());
+            return Err(not_active());
+        }
+        if let Some(iss) = answer.get("iss")
+            && iss.as_str() != Some(self.issuer.as_str())
+        {
+            return Err(invalid(format!("it was not issued by {}", self.issuer)));
+        }
+        let audience_ok = match answer.get("aud") {
+            Some(Value::String(a)) => *a == self.audience,
+            Some(Value::Array(list)) => list.iter().any(|a| a.as_str() == Some(&self.audience)),
+            _ => false,
+        };
+        if !audience_ok {
+            return Err(invalid(format!(
+                "its audience (aud) is not {}",
+                self.audience
+            )));
+        }
+        let now = Utc::now().timestamp();
+        let leeway = i64::try_from(s.leeway_secs).unwrap_or(i64::MAX);
+        if let Some(exp) = answer.get("exp").and_then(Value::as_i64)
+            && exp.saturating_add(leeway) < now
+        {
+            return Err(invalid("it has expired"));
+        }
+        if let Some(nbf) = answer.get("nbf").and_then(Value::as_i64)
+            && nbf.saturating_sub(leeway) > now
+        {
+            return Err(invalid("it is not valid yet (nbf)"));
+        }
+        Ok(answer)
+    }
+
+    /// The required scopes are all in the token's `scope`; else 403 `insufficient_scope`.
+    fn check_scopes(&self, claims: &Map<String, Value>) -> Result<(), ApiError> {
+        let granted: Vec<&str> = claims
+            .get("scope")
+            .and_then(Value::as_str)
+            .map(|s| s.split_whitespace().collect())
+            .unwrap_or_default();
+        let missing: Vec<&str> = self
+            .settings
+            .required_scopes
+            .iter()
+            .map(String::as_str)
+            .filter(|s| !granted.contains(s))
+            .collect();
+        if !missing.is_empty() {
+            return Err(ApiError::forbidden(format!(
+                "the token lacks the scope {} that /mcp requires; ask the authorization server for it",
+                missing.join(" ")
+            ))
+            .with_details(json!({"oauth_error": "insufficient_scope", "missing_scopes": missing})));
+        }
+        Ok(())
+    }
+
+    /// The claims of a JWT the issuer signed, for `/mcp`.
+    async fn verify_jwt(&self, token: &str) -> Result<Map<String, Value>, ApiError> {
         let header = jsonwebtoken::decode_header(token)
             .map_err(|e| invalid(format!("it is not a signed JWT ({e})")))?;
         if header.alg.family() == AlgorithmFamily::Hmac {
@@ -302,27 +448,7 @@ impl OAuthVerifier {
                 _ => format!("it cannot be decoded ({e})"),
             })
         })?;
-        let claims = data.claims;
-        let granted: Vec<&str> = claims
-            .get("scope")
-            .and_then(Value::as_str)
-            .map(|s| s.split_whitespace().collect())
-            .unwrap_or_default();
-        let missing: Vec<&str> = self
-            .settings
-            .required_scopes
-            .iter()
-            .map(String::as_str)
-            .filter(|s| !granted.contains(s))
-            .collect();
-        if !missing.is_empty() {
-            return Err(ApiError::forbidden(format!(
-                "the token lacks the scope {} that /mcp requires; ask the authorization server for it",
-                missing.join(" ")
-            ))
-            .with_details(json!({"oauth_error": "insufficient_scope", "missing_scopes": missing})));
-        }
-        Ok(claims)
+        Ok(data.claims)
     }
 
     /// The tenant user a good token names, and when the token expires.
