@@ -1259,21 +1259,15 @@ async fn virtual_server_on_any_replica(trio: &Trio, t: &TenantFx) {
         )
         .await;
     // A learns of the new server from B's announcement (or its cache's expiry).
-    let initialize = json!({
-        "jsonrpc": "2.0", "id": 1, "method": "initialize",
-        "params": {"protocolVersion": "2025-11-25", "capabilities": {},
-                   "clientInfo": {"name": "raw", "version": "0"}}
-    });
     let started = Instant::now();
     let initialized = loop {
         let r = trio
             .a()
-            .send(
-                trio.a()
-                    .request(Method::POST, "/mcp/desk", Some(&t.member.key))
-                    .header("accept", "application/json, text/event-stream")
-                    .json(&initialize),
-            )
+            .send(crate::mcp_server::initialize_at(
+                trio.a(),
+                "/mcp/desk",
+                Some(&t.member.key),
+            ))
             .await;
         if r.status == 200 || started.elapsed() > GENEROUS {
             break r;
