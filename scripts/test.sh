@@ -12,6 +12,10 @@ cd "$(dirname "$0")/.."
 # shellcheck source=scripts/services.sh
 . scripts/services.sh
 
+# A from-scratch build (CI's clean clone) is faster without incremental compilation, whose
+# caches only pay off on the next build of a changed tree.
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+
 if [ -z "${AGENTRY_TEST_POSTGRES_URL:-}" ]; then
   ensure_postgres
   psql -h 127.0.0.1 -U postgres -tc "SELECT 1 FROM pg_database WHERE datname = 'agentry_test'" | grep -q 1 \
@@ -54,6 +58,9 @@ say "cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
 export CI="${CI:-true}"   # every backend runs; nothing is skipped
+# One test more than cores: many tests wait on servers and databases rather than compute
+# (measured on 2 cores: 633 s with 2 at a time, 549 s with 3).
+export NEXTEST_TEST_THREADS="${NEXTEST_TEST_THREADS:-$(( $(nproc) + 1 ))}"
 say "tests"
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --workspace --locked --no-fail-fast "$@"

@@ -533,7 +533,8 @@ async fn one_users_mcp_config_never_changes_anothers() {
     let closed_url = |name: &str| McpServerConfig::http(name, "http://127.0.0.1:9/mcp");
     let names = prop::collection::btree_set("[a-z]{1,6}", 0..4);
     let mut runner = proptest::test_runner::TestRunner::default();
-    for case in 0..100 {
+    // 40 random cases (about 0.35 s each: every lookup tries the closed port).
+    for case in 0..40 {
         let (a_before, a_after, b) = (names.clone(), names.clone(), names.clone())
             .new_tree(&mut runner)
             .unwrap()
