@@ -1164,8 +1164,18 @@ async fn tenant_programs_cannot_reach_the_platform_with_landlock() {
 }
 
 #[tokio::test]
-async fn no_sandboxed_process_survives_a_server_crash() {
-    sandbox::no_orphan_survives_a_crash().await;
+async fn a_killed_server_takes_its_commands_along_with_bwrap() {
+    sandbox::a_killed_server_takes_its_commands_along("bwrap").await;
+}
+
+#[tokio::test]
+async fn a_killed_server_takes_its_commands_along_with_landlock() {
+    sandbox::a_killed_server_takes_its_commands_along("landlock").await;
+}
+
+#[tokio::test]
+async fn a_killed_server_takes_its_commands_along_with_no_sandbox() {
+    sandbox::a_killed_server_takes_its_commands_along("none").await;
 }
 
 // ---- modes and the database lease (issue 13; docs/operations.md, "Running N replicas") ----

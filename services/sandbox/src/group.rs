@@ -61,6 +61,42 @@ pub fn proc_stat(pid: i32) -> Option<(i32, i32, u64)> {
     ))
 }
 
+/// The live (not zombie) descendants of `root`, from the parent links in `/proc`.
+pub fn descendants(root: i32) -> Vec<i32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut children: HashMap<i32, Vec<(i32, bool)>> = HashMap::new();
+    for pid in dir
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+    {
+        let Some(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok() else {
+            continue;
+        };
+        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+            continue;
+        };
+        let mut f = rest.split_whitespace();
+        // Field 3 is the state, field 4 the parent.
+        let zombie = f.next() == Some("Z");
+        if let Some(ppid) = f.next().and_then(|p| p.parse::<i32>().ok()) {
+            children.entry(ppid).or_default().push((pid, zombie));
+        }
+    }
+    let mut out = Vec::new();
+    let mut todo = vec![root];
+    while let Some(p) = todo.pop() {
+        for &(child, zombie) in children.get(&p).map(Vec::as_slice).unwrap_or_default() {
+            if !zombie {
+                out.push(child);
+            }
+            todo.push(child);
+        }
+    }
+    out
+}
+
 /// Live processes of group `pgid` that started no earlier than `start_time`.
 pub fn group_members(pgid: i32, start_time: u64) -> Vec<i32> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
@@ -74,7 +110,7 @@ pub fn group_members(pgid: i32, start_time: u64) -> Vec<i32> {
         .collect()
 }
 
-fn cgroup_pids(cgroup: &Path) -> Vec<i32> {
+pub(crate) fn cgroup_pids(cgroup: &Path) -> Vec<i32> {
     std::fs::read_to_string(cgroup.join("cgroup.procs"))
         .map(|s| s.lines().filter_map(|l| l.trim().parse().ok()).collect())
         .unwrap_or_default()

@@ -668,6 +668,7 @@ impl Sandbox for LocalSandbox {
             cgroup: cgroup.clone(),
             cwd: cwd.clone(),
             in_cgroup: false,
+            server_pid: Some(std::process::id()),
         };
         let json = serde_json::to_string(&launcher_spec)
             .map_err(|e| SandboxError::Setup(format!("encoding the launch: {e}")))?;
