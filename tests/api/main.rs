@@ -34,6 +34,7 @@ mod observability;
 mod one_path;
 mod openai_compat;
 mod operations;
+mod order;
 mod outage;
 mod policy;
 mod profiles;
@@ -1318,4 +1319,45 @@ async fn data_tools_query_postgres_mariadb_and_sqlite_read_only_and_write_report
     let pg = postgres();
     let mysql = (!Backend::MySql.skipped()).then(|| Backend::MySql.url(std::path::Path::new(".")));
     data::data_tools(&ctx, pg, mysql).await;
+}
+
+// ---- a user's instructions run in the order sent (issue 31 item 1) ----
+
+/// 20 trials on each: a 1 s run, then three `chat` frames with `enqueue: true` on the same
+/// WebSocket; the answers come back in the order sent.
+#[tokio::test]
+async fn queued_chats_on_one_socket_run_in_the_order_sent() {
+    let ctx = Ctx::start().await;
+    let t = ctx
+        .tenant_with(serde_json::json!({"requests_per_minute": 0}))
+        .await;
+    order::queued_chats_run_in_the_order_sent(&ctx, &ctx, &t.member.key, 20).await;
+}
+
+#[tokio::test]
+async fn queued_chats_on_one_socket_run_in_the_order_sent_on_postgres() {
+    let Some(url) = postgres_db("order").await else {
+        return;
+    };
+    let ctx = Ctx::start_with(&[], Some(&url)).await;
+    let t = ctx
+        .tenant_with(serde_json::json!({"requests_per_minute": 0}))
+        .await;
+    order::queued_chats_run_in_the_order_sent(&ctx, &ctx, &t.member.key, 20).await;
+}
+
+/// Three replicas on PostgreSQL and Redis: replica C runs the session, the socket is on A (its
+/// queued chats are forwarded to C); then the socket's own replica runs it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queued_chats_forwarded_to_the_owning_replica_run_in_the_order_sent() {
+    let Some(url) = postgres_db("trio_order").await else {
+        return;
+    };
+    let trio = replicas::Trio::start(&url).await;
+    let t = trio
+        .a()
+        .tenant_with(serde_json::json!({"requests_per_minute": 0}))
+        .await;
+    order::queued_chats_run_in_the_order_sent(trio.c(), trio.a(), &t.member.key, 20).await;
+    order::queued_chats_run_in_the_order_sent(trio.b(), trio.b(), &t.member.key, 20).await;
 }

@@ -90,7 +90,8 @@ impl Handler<StartChat> for SessionActor {
             if !msg.enqueue {
                 return Box::pin(fut::ready(Err(EngineError::RunInProgress)));
             }
-            // Queued: stored now (acknowledged means stored), started when its turn comes.
+            // Queued: its place is taken now, in the order messages arrive; it is stored
+            // before the answer (acknowledged means stored) and started when its turn comes.
             let db = self.deps.db.clone();
             let scope = self.scope;
             let new = NewExecution {
@@ -103,18 +104,32 @@ impl Handler<StartChat> for SessionActor {
                 status: ExecutionStatus::Queued,
                 role: Some(msg.user.grant()),
             };
-            let user = msg.user;
-            let request_id = msg.request_id;
+            if let Some(r) = msg.request_id {
+                self.run_requests.insert(run_id, r);
+            }
+            self.run_spans.insert(run_id, span);
+            self.queue.push_back(QueuedRun {
+                run_id,
+                user: msg.user,
+                stored: false,
+            });
             let fut = async move { executions::create(&db, &scope, new).await };
             return Box::pin(fut.into_actor(self).map(move |res, act, ctx| {
-                res.map_err(EngineError::from)?;
-                if let Some(r) = request_id {
-                    act.run_requests.insert(run_id, r);
+                match res {
+                    Ok(_) => {
+                        if let Some(q) = act.queue.iter_mut().find(|q| q.run_id == run_id) {
+                            q.stored = true;
+                        }
+                    }
+                    Err(_) => {
+                        act.queue.retain(|q| q.run_id != run_id);
+                        act.run_requests.remove(&run_id);
+                        act.run_spans.remove(&run_id);
+                    }
                 }
-                act.run_spans.insert(run_id, span);
-                act.queue.push_back(QueuedRun { run_id, user });
                 // The active run may have ended while the row was written.
                 act.start_next(ctx);
+                res.map_err(EngineError::from)?;
                 Ok(ChatAccepted {
                     run_id,
                     queued: true,

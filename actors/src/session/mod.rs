@@ -280,10 +280,14 @@ struct LiveChild {
     progress: SharedProgress,
 }
 
+/// A message waiting behind the active run. Its place in the queue is taken when the message
+/// arrives, so messages run in the order the session received them, whichever row write ends
+/// first; it starts only once its row is `stored`.
 #[derive(Debug, Clone, Copy)]
 struct QueuedRun {
     run_id: RunId,
     user: UserScope,
+    stored: bool,
 }
 
 /// How a run gets its rows written before the loop starts.
@@ -1506,10 +1510,12 @@ impl SessionActor {
         if self.run.is_some() {
             return;
         }
-        if !self.shutting_down
-            && let Some(q) = self.queue.pop_front()
-        {
-            self.start_run(ctx, q.run_id, q.user, RunStart::Queued, 0, None);
+        if !self.shutting_down && !self.queue.is_empty() {
+            // The next message starts once its row is written (it comes back here then).
+            if let Some(q) = self.queue.front().filter(|q| q.stored).copied() {
+                self.queue.pop_front();
+                self.start_run(ctx, q.run_id, q.user, RunStart::Queued, 0, None);
+            }
             return;
         }
         // A run whose end is not recorded yet still holds the session: another replica must
@@ -1663,7 +1669,13 @@ impl SessionActor {
             // Its floor was read after the claim already.
             act.took_lease(ctx, rec.lease.map(|l| Claimed { floor: None, ..l }));
             for (run_id, user) in rec.queued {
-                act.queue.push_back(QueuedRun { run_id, user });
+                if !act.queue.iter().any(|q| q.run_id == run_id) {
+                    act.queue.push_back(QueuedRun {
+                        run_id,
+                        user,
+                        stored: true,
+                    });
+                }
             }
             for (child, parent) in rec.children {
                 act.publish_as(

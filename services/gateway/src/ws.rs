@@ -116,6 +116,7 @@ pub async fn connect(
         request_id: request_id.0,
         shutdown: state.shutdown.clone(),
         socket: req.conn_data::<ConnSocket>().copied(),
+        last_start: None,
         _slot: slot,
     };
     ws::WsResponseBuilder::new(actor, &req, stream)
@@ -191,6 +192,10 @@ pub struct WsConnection {
     shutdown: tokio_util::sync::CancellationToken,
     /// The connection's socket, to end it promptly after the client's close.
     socket: Option<ConnSocket>,
+    /// Answered (or dropped) when the last chat or decision this socket started has its
+    /// answer: the next one waits for it, so the session receives them in the order sent, even
+    /// when they are forwarded to another replica (see [`WsConnection::start`]).
+    last_start: Option<tokio::sync::oneshot::Receiver<()>>,
     _slot: Slot,
 }
 
@@ -320,7 +325,25 @@ impl WsConnection {
     }
 
     /// Start what a checked frame asks for.
+    ///
+    /// Chats and decisions go to the session one at a time, in the order they were sent: each
+    /// waits until the one before has its answer (a chat is accepted once its message is
+    /// stored, queued or started). Sent at once, the second could reach the session first — a
+    /// forwarded command is answered by a task of its own on the owner — and a user's second
+    /// instruction would run before their first. The socket is not held meanwhile: events
+    /// still flow, and a `cancel` (not in this line) goes through at once.
     fn start(&mut self, ctx: &mut ws::WebsocketContext<Self>, frame: ClientFrame) {
+        let (started, next) = tokio::sync::oneshot::channel::<()>();
+        let before = match frame {
+            ClientFrame::Chat(_) | ClientFrame::HitlDecision(_) => self.last_start.replace(next),
+            _ => None,
+        };
+        let in_turn = async move {
+            if let Some(before) = before {
+                // Answered or gone, either way it is this one's turn.
+                let _ = before.await;
+            }
+        };
         let engine = self.engine.clone();
         let handle = self.handle.clone();
         let tenant = self.caller.tenant_arc();
@@ -331,7 +354,8 @@ impl WsConnection {
             ClientFrame::Ping(_) | ClientFrame::Resume(_) => {}
             ClientFrame::Chat(chat) => {
                 let fut = async move {
-                    engine
+                    in_turn.await;
+                    let res = engine
                         .start_chat_for(
                             &handle,
                             &user,
@@ -339,7 +363,9 @@ impl WsConnection {
                             chat.enqueue,
                             Some(request_id),
                         )
-                        .await
+                        .await;
+                    drop(started);
+                    res
                 }
                 .instrument(frame_span("chat", &self.request_id, session_id));
                 ctx.spawn(fut.into_actor(self).map(|res, act, ctx| {
@@ -368,9 +394,12 @@ impl WsConnection {
                     }
                 };
                 let fut = async move {
-                    engine
+                    in_turn.await;
+                    let res = engine
                         .decide(&tenant, &user, session_id, request, d.decision)
-                        .await
+                        .await;
+                    drop(started);
+                    res
                 }
                 .instrument(frame_span(
                     "hitl_decision",
