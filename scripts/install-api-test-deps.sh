@@ -11,7 +11,10 @@
 #     and openai (the official OpenAI SDK: the client of the
 #     `/v1/chat/completions` test, tests/api/openai_compat.rs);
 #   - tmux (the Debian package), which drives `agentry chat` in a real terminal, and
-#     docker-compose (the Debian package), for `docker-compose config`.
+#     docker-compose (the Debian package), for `docker-compose config`;
+#   - promtool, which checks a live server's /metrics (`promtool check metrics`): only the binary,
+#     unpacked from Debian's `prometheus` package into <repo>/.cache/promtool (installing the
+#     package would also start a Prometheus server), unless a promtool is on PATH.
 # Add further Python test tools to PACKAGES (one venv for all of them).
 #
 # Idempotent: a stamp file records the pinned versions; when it matches, the venv is left alone.
@@ -46,6 +49,20 @@ for tool in tmux docker-compose; do
         exit 1
     fi
 done
+
+promtool="$repo_root/.cache/promtool/promtool"
+if ! command -v promtool >/dev/null && [[ ! -x "$promtool" ]]; then
+    echo "unpacking promtool from Debian's prometheus package into $(dirname "$promtool")"
+    deb_dir="$(mktemp -d)"
+    (cd "$deb_dir" && apt-get download -q prometheus >/dev/null 2>&1) \
+        || { [[ $(id -u) -eq 0 ]] && apt-get update -q >/dev/null && (cd "$deb_dir" && apt-get download -q prometheus >/dev/null 2>&1); } \
+        || { echo "promtool is required: apt-get download prometheus (or put promtool on PATH)" >&2; exit 1; }
+    dpkg-deb -x "$deb_dir"/prometheus_*.deb "$deb_dir/root"
+    mkdir -p "$(dirname "$promtool")"
+    cp "$deb_dir/root/usr/bin/promtool" "$promtool"
+    rm -rf "$deb_dir"
+    "$promtool" --version >/dev/null
+fi
 
 if [[ "${1:-}" != "--force" && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
     echo "API test dependencies already installed in $venv"

@@ -315,6 +315,9 @@ pub async fn server_history_over_rest(ctx: &Ctx) {
         "{metrics}"
     );
 
+    // Every family, the per-server ones too, is described and typed as Prometheus wants.
+    crate::observability::passes_promtool(&metrics);
+
     // A tool that may only be called as an MCP task is not offered, in the view or over `/mcp`.
     crate::mcp_server::add_everything(ctx, me).await;
     let got = server_until(

@@ -34,6 +34,62 @@ pub fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// The promtool that checks `/metrics`: `AGENTRY_TEST_PROMTOOL`, the one
+/// `scripts/install-api-test-deps.sh` unpacks into `.cache/promtool`, or `promtool` on PATH.
+fn promtool() -> Option<std::path::PathBuf> {
+    if let Ok(p) = std::env::var("AGENTRY_TEST_PROMTOOL") {
+        return Some(p.into());
+    }
+    let cached =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.cache/promtool/promtool");
+    if cached.exists() {
+        return Some(cached);
+    }
+    std::env::var_os("PATH").and_then(|path| {
+        std::env::split_paths(&path)
+            .map(|d| d.join("promtool"))
+            .find(|p| p.exists())
+    })
+}
+
+/// `promtool check metrics` on a scrape: the exposition parses and passes Prometheus' own lint
+/// (a `# HELP` for every family, counters named `_total`, no gauge named like a counter, …).
+/// Without promtool the check is skipped, saying so; with `CI=true` that fails instead.
+pub fn passes_promtool(text: &str) {
+    let Some(promtool) = promtool() else {
+        assert!(
+            std::env::var("CI").is_err(),
+            "promtool is missing: run scripts/install-api-test-deps.sh"
+        );
+        eprintln!(
+            "SKIPPING `promtool check metrics`: no promtool (scripts/install-api-test-deps.sh)"
+        );
+        return;
+    };
+    use std::io::Write;
+    let mut child = std::process::Command::new(&promtool)
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("running {}: {e}", promtool.display()));
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "`promtool check metrics` refused /metrics ({}):\n{}{}\n--- the page\n{text}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// A snapshot of the engine's metrics for one tenant.
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct Engine {
@@ -182,6 +238,7 @@ pub async fn engine_metrics(ctx: &Ctx) {
         &[("outcome", "decided")],
     );
     assert!(waited >= 0.1, "two waits of at least 50 ms: {waited}");
+    passes_promtool(&text);
     for help in [
         "agentry_live_sessions",
         "agentry_runs_total",

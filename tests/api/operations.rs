@@ -405,6 +405,12 @@ pub async fn metrics_need_the_token_and_cover_models_tools_and_the_process(ctx: 
     assert!(sample(&m, "process_open_fds", &[]) > 3.0, "{m}");
     assert!(sample(&m, "process_max_fds", &[]) >= sample(&m, "process_open_fds", &[]));
     assert!(sample(&m, "process_cpu_seconds_total", &[]) > 0.0, "{m}");
+    assert!(
+        m.contains("# TYPE process_cpu_seconds_total counter\n"),
+        "CPU time only grows: {m}"
+    );
+    // Models, tools, approvals, the process and the pool, as Prometheus itself wants them.
+    crate::observability::passes_promtool(&m);
     let idle = sample(&m, "agentry_db_pool_connections", &[("state", "idle")]);
     let in_use = sample(&m, "agentry_db_pool_connections", &[("state", "in_use")]);
     assert!(idle + in_use >= 1.0, "the pool has a connection: {m}");

@@ -146,11 +146,6 @@ fn describe() {
         metrics::Unit::Bytes,
         "Resident memory of the process"
     );
-    metrics::describe_gauge!(
-        "process_cpu_seconds_total",
-        metrics::Unit::Seconds,
-        "CPU time (user and system) the process used since it started"
-    );
     metrics::describe_gauge!("process_open_fds", "Open file descriptors");
     metrics::describe_gauge!("process_max_fds", "The open file descriptor limit");
     metrics::describe_gauge!(
@@ -169,6 +164,27 @@ fn describe() {
     metrics::describe_counter!(
         "agentry_mcp_reconnects_total",
         "Reconnects of MCP servers that had been connected"
+    );
+    metrics::describe_counter!(
+        "agentry_mcp_server_calls_total",
+        "MCP tools/call requests through the pool by server (a platform server's name, or user:<name>) and outcome (ok, error, timeout, cancelled)"
+    );
+    metrics::describe_histogram!(
+        "agentry_mcp_server_call_duration_seconds",
+        metrics::Unit::Seconds,
+        "MCP tools/call latency by server"
+    );
+    metrics::describe_counter!(
+        "agentry_mcp_server_reconnects_total",
+        "Reconnects of MCP servers that had been connected, by server"
+    );
+    metrics::describe_counter!(
+        "agentry_mcp_server_connect_failures_total",
+        "Failed MCP connect attempts, by server"
+    );
+    metrics::describe_gauge!(
+        "agentry_mcp_server_connections",
+        "MCP client connections by server and state, over every tenant and user"
     );
     metrics::describe_counter!(
         crate::telemetry::SPANS_DROPPED,
@@ -302,13 +318,39 @@ pub async fn render(
     sample_process();
     sample_pool(&state.db);
     sample_statements();
+    let mut body = state.metrics.render();
+    body.push_str(&cpu_seconds_family());
     Ok(HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4; charset=utf-8")
-        .body(state.metrics.render()))
+        .body(body))
 }
 
-/// The process's resident memory, CPU time and file descriptors, from `/proc/self` (Linux; on
-/// other systems these gauges are absent).
+/// `process_cpu_seconds_total`, written here rather than through the recorder: it is a counter
+/// (it only grows), and the recorder's counters are whole numbers while CPU time is counted in
+/// hundredths of a second. Empty where `/proc/self/stat` cannot be read.
+fn cpu_seconds_family() -> String {
+    // Fields 14 and 15 (utime, stime) after the parenthesised command name, in clock ticks;
+    // /proc always counts in USER_HZ, which Linux fixes at 100 for user space.
+    let Some(seconds) = std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|stat| {
+            let (_, rest) = stat.rsplit_once(')')?;
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok());
+            Some((ticks(11)? + ticks(12)?) / 100.0)
+        })
+    else {
+        return String::new();
+    };
+    format!(
+        "# HELP process_cpu_seconds_total CPU time (user and system) the process used since it started\n\
+         # TYPE process_cpu_seconds_total counter\n\
+         process_cpu_seconds_total {seconds}\n"
+    )
+}
+
+/// The process's resident memory and file descriptors, from `/proc/self` (Linux; on other
+/// systems these gauges are absent). CPU time is [`cpu_seconds_family`].
 fn sample_process() {
     if let Ok(status) = std::fs::read_to_string("/proc/self/status")
         && let Some(kb) = status
@@ -317,17 +359,6 @@ fn sample_process() {
             .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
     {
         metrics::gauge!("process_resident_memory_bytes").set(kb * 1024.0);
-    }
-    // Fields 14 and 15 (utime, stime) after the parenthesised command name, in clock ticks;
-    // /proc always counts in USER_HZ, which Linux fixes at 100 for user space.
-    if let Ok(stat) = std::fs::read_to_string("/proc/self/stat")
-        && let Some((_, rest)) = stat.rsplit_once(')')
-    {
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok());
-        if let (Some(utime), Some(stime)) = (ticks(11), ticks(12)) {
-            metrics::gauge!("process_cpu_seconds_total").set((utime + stime) / 100.0);
-        }
     }
     if let Ok(dir) = std::fs::read_dir("/proc/self/fd") {
         metrics::gauge!("process_open_fds").set(dir.count() as f64);
