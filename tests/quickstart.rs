@@ -147,8 +147,34 @@ fn script(blocks: &[Block]) -> String {
     s
 }
 
+/// What the README has a newcomer do before the quickstart, on the same data folder (the
+/// quickstart is run from the repository's top directory, where the README's server keeps
+/// `./agentry-data`): a first start with no admin key configured, which generates one into
+/// `agentry-data/generated-admin-key` (stderr is not a terminal), and the command that start
+/// names, `agentry admin bootstrap acme alice` (admin.md: with `--key-out agentry.key`). Then
+/// the server is stopped, and the quickstart starts its own.
+const README_FIRST: &str = r#"
+agentry serve > "$QS_DIR/readme-serve.log" 2>&1 &
+QS_README_SERVER=$!
+for _ in $(seq 600); do curl -sf -o /dev/null http://127.0.0.1:8000/api/v1/health/ready && break; sleep 0.1; done
+AGENTRY_ADMIN_KEY="$(cat agentry-data/generated-admin-key)" agentry admin bootstrap acme alice --key-out agentry.key | tee "$QS_DIR/readme-bootstrap.log"
+kill $QS_README_SERVER; wait $QS_README_SERVER || true
+"#;
+
 #[test]
 fn the_quickstart_runs_literally_top_to_bottom() {
+    quickstart(None);
+}
+
+/// The README, then the quickstart on the same data folder (issue 31, item 10): `acme` and
+/// `alice` exist already, and the quickstart goes on with them instead of failing silently
+/// (a 409 hidden by `curl -s`, then `TENANT=null` and a key file holding `null`).
+#[test]
+fn the_quickstart_after_the_readme_on_the_same_data_folder() {
+    quickstart(Some(README_FIRST));
+}
+
+fn quickstart(readme_first: Option<&str>) {
     let root_ok = nix_is_root();
     if !root_ok {
         assert!(
@@ -178,8 +204,9 @@ fn the_quickstart_runs_literally_top_to_bottom() {
     );
     let body = format!(
         "set -euo pipefail\n\
-         trap 'kill ${{QS_SERVER:-}} 2>/dev/null || true' EXIT\n\
-         {}",
+         trap 'kill ${{QS_SERVER:-}} ${{QS_README_SERVER:-}} 2>/dev/null || true' EXIT\n\
+         {}{}",
+        readme_first.unwrap_or_default(),
         script(&blocks)
     );
     std::fs::write(dir.path().join("quickstart.sh"), &body).unwrap();
@@ -249,6 +276,27 @@ fn the_quickstart_runs_literally_top_to_bottom() {
     assert!(
         sessions.len() == 2 && sessions[0] == sessions[1],
         "the chat and the rejoin name one session: {sessions:?}\n{all}"
+    );
+    if readme_first.is_some() {
+        // The quickstart went on with the README's tenant, and its key file holds a key.
+        let bootstrap =
+            std::fs::read_to_string(dir.path().join("readme-bootstrap.log")).unwrap_or_default();
+        let tenant = bootstrap
+            .lines()
+            .find_map(|l| l.strip_prefix("tenant acme ("))
+            .and_then(|rest| rest.split(')').next())
+            .unwrap_or_else(|| {
+                panic!("the README's bootstrap named no tenant: {bootstrap}\n{all}")
+            });
+        assert!(
+            stdout.contains(&format!("\"tenant_id\":\"{tenant}\"")),
+            "the quickstart's key is for the README's acme ({tenant})\n{all}"
+        );
+    }
+    let key = std::fs::read_to_string(dir.path().join("agentry.key")).unwrap_or_default();
+    assert!(
+        key.starts_with("agk_"),
+        "agentry.key holds a key: {key:?}\n{all}"
     );
     // The approved write happened, in alice's workspace.
     let written = walk(&dir.path().join("agentry-data/workspaces"))
