@@ -142,8 +142,11 @@ pub trait ModelProvider: Send + Sync {
     }
 }
 
-/// (provider, model, base URL, retries): what makes two platform model clients different.
-type ModelKey = (String, String, String, u32);
+/// (provider, model, base URL, retries, thread): what makes two platform model clients
+/// different. Each thread that runs agent loops gets its own client and so its own connection
+/// pool: a pooled connection's task lives on the thread that opened it, and a request sent
+/// through another thread's connection crossed threads twice per call.
+type ModelKey = (String, String, String, u32, std::thread::ThreadId);
 
 /// How tenants' own model connections are reached: an HTTP client whose DNS resolver refuses
 /// addresses the network policy refuses (so a connection's host name cannot lead to the
@@ -252,6 +255,7 @@ impl TenantConnections {
 pub struct ConfiguredModels {
     base: ModelConfig,
     client: reqwest::Client,
+    clients: Mutex<HashMap<std::thread::ThreadId, reqwest::Client>>,
     cache: Mutex<HashMap<ModelKey, Arc<dyn ChatModel>>>,
     tenants: Option<TenantConnections>,
 }
@@ -261,6 +265,7 @@ impl ConfiguredModels {
         Self {
             base,
             client,
+            clients: Mutex::new(HashMap::new()),
             cache: Mutex::new(HashMap::new()),
             tenants: None,
         }
@@ -275,6 +280,26 @@ impl ConfiguredModels {
 
     pub fn base(&self) -> &ModelConfig {
         &self.base
+    }
+
+    /// This thread's HTTP client: the one given for the first thread that asks, a new one
+    /// with the same defaults for each other (see [`ModelKey`]).
+    fn thread_client(&self) -> reqwest::Client {
+        let me = std::thread::current().id();
+        let Ok(mut clients) = self.clients.lock() else {
+            return self.client.clone();
+        };
+        if clients.is_empty() {
+            clients.insert(me, self.client.clone());
+        }
+        clients
+            .entry(me)
+            .or_insert_with(|| {
+                reqwest::Client::builder()
+                    .build()
+                    .unwrap_or_else(|_| self.client.clone())
+            })
+            .clone()
     }
 
     fn platform_model(
@@ -293,11 +318,12 @@ impl ConfiguredModels {
             cfg.effective_model().to_string(),
             cfg.effective_base_url().unwrap_or_default().to_string(),
             cfg.max_retries,
+            std::thread::current().id(),
         );
         if let Some(m) = self.cache.lock().ok().and_then(|c| c.get(&key).cloned()) {
             return Ok(m);
         }
-        let model = build_model(&cfg, self.client.clone())?;
+        let model = build_model(&cfg, self.thread_client())?;
         if let Ok(mut cache) = self.cache.lock() {
             cache.insert(key, model.clone());
         }
@@ -487,6 +513,12 @@ pub trait ToolProvider: Send + Sync {
 /// Everything a run and the actors share.
 pub struct EngineDeps {
     pub db: DatabaseConnection,
+    /// Where a run's writes go (`agentry_store::writer`): on SQLite one connection that commits
+    /// the writes waiting for it together.
+    pub writer: agentry_store::writer::Writer,
+    /// Set when the server drains for a graceful stop (`Engine::drain`): a session actor
+    /// stopped after that (its HTTP worker's arbiter stopping) is not a crash to restart.
+    pub draining: Arc<std::sync::atomic::AtomicBool>,
     pub models: Arc<dyn ModelProvider>,
     pub tools: Arc<dyn ToolProvider>,
     /// The MCP servers configured for each user; `None` runs without MCP.

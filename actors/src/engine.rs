@@ -117,6 +117,7 @@ impl Engine {
     /// Start the registry. Call inside an actix system. `arbiters` threads carry the session
     /// actors (0: the current arbiter).
     pub fn start(deps: EngineDeps, arbiters: usize, tenant_idle_after: Duration) -> Engine {
+        let deps_draining = deps.draining.clone();
         let deps = Arc::new(deps);
         let pool = Arc::new(ArbiterPool::new(arbiters));
         let desk = Arc::new(crate::hitl::ApprovalDesk::new());
@@ -148,7 +149,7 @@ impl Engine {
             live_sessions,
             quotas: Default::default(),
             make_quota,
-            draining: Default::default(),
+            draining: deps_draining,
         }
     }
 
@@ -360,18 +361,21 @@ impl Engine {
         let quota = self.quota(tenant).await?;
         let stored = sessions::count_by_user(&self.deps.db, &scope, user.user_id).await?;
         quota.reserve_session(user.user_id, stored).await?;
-        let created = sessions::create(
-            &self.deps.db,
-            &scope,
-            NewSession {
-                id: req.id,
-                user_id: user.user_id,
-                assistant_id,
-                auto_approve: req.auto_approve.unwrap_or(false),
-                metadata: req.metadata.unwrap_or(Value::Null),
-            },
-        )
-        .await;
+        let new = NewSession {
+            id: req.id,
+            user_id: user.user_id,
+            assistant_id,
+            auto_approve: req.auto_approve.unwrap_or(false),
+            metadata: req.metadata.unwrap_or(Value::Null),
+        };
+        let created = self
+            .deps
+            .writer
+            .write(move |txn| {
+                let new = new.clone();
+                Box::pin(async move { sessions::create(txn, &scope, new).await })
+            })
+            .await;
         match created {
             Ok(s) => Ok(s),
             Err(e) => {
@@ -410,6 +414,7 @@ impl Engine {
         let held = sup
             .send(StartSession {
                 session: session.clone(),
+                home: Arbiter::try_current(),
             })
             .await?;
         Ok(SessionHandle {
@@ -591,6 +596,12 @@ impl Engine {
                 subscriber: to.into(),
             })
             .await?
+    }
+
+    /// Where the session's stream is now (see [`crate::session::Position`]): subscribe from
+    /// here to get everything numbered after this moment.
+    pub async fn position(&self, handle: &SessionHandle) -> Result<u64, EngineError> {
+        handle.addr.send(crate::session::Position).await?
     }
 
     pub fn unsubscribe(&self, handle: &SessionHandle, id: SubscriptionId) {
@@ -850,7 +861,12 @@ impl Engine {
                 continue;
             };
             let sup = self.supervisor(&tenant).await?;
-            let held = sup.send(StartSession { session }).await?;
+            let held = sup
+                .send(StartSession {
+                    session,
+                    home: None,
+                })
+                .await?;
             if let Some(runs) = missing.remove(&(exec.tenant_id, exec.session_id)) {
                 held.addr.do_send(crate::session::AddMissingDone(runs));
             }

@@ -1361,3 +1361,25 @@ async fn queued_chats_forwarded_to_the_owning_replica_run_in_the_order_sent() {
     order::queued_chats_run_in_the_order_sent(trio.c(), trio.a(), &t.member.key, 20).await;
     order::queued_chats_run_in_the_order_sent(trio.b(), trio.b(), &t.member.key, 20).await;
 }
+
+/// Three replicas on PostgreSQL and Redis, 100 tries: a socket opens on replica A and at once a
+/// chat on replica C starts a run that waits for an approval; A's socket gets every event of
+/// the run, the approval request included (issue 31 item 2).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watcher_on_another_replica_sees_a_run_from_its_start() {
+    let Some(url) = postgres_db("trio_watch").await else {
+        return;
+    };
+    let trio = replicas::Trio::start(&url).await;
+    let t = trio
+        .a()
+        .tenant_with(serde_json::json!({"requests_per_minute": 0}))
+        .await;
+    order::a_watcher_on_another_replica_sees_a_run_from_its_start(
+        trio.c(),
+        trio.a(),
+        &t.member.key,
+        100,
+    )
+    .await;
+}

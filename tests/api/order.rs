@@ -131,3 +131,56 @@ async fn running(ctx: &Ctx, key: &str, sid: &str) {
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
 }
+
+/// A watcher on another replica misses nothing (issue 31, item 2): `tries` times, a socket
+/// opens on `watcher` and at once (no pause after the upgrade) a chat on `owner` starts a run
+/// that stops at an approval. The watcher's socket gets the run's `tool_call` and
+/// `hitl_request`, then — after the run is cancelled — its `done`, with no `seq` skipped
+/// between the first event and the `done`.
+pub async fn a_watcher_on_another_replica_sees_a_run_from_its_start(
+    owner: &Ctx,
+    watcher: &Ctx,
+    key: &str,
+    tries: usize,
+) {
+    let write = r#"/tool write_file {"file_path": "watched.txt", "content": "x"}"#;
+    let mut missed = Vec::new();
+    for attempt in 0..tries {
+        let sid = new_session(owner, key).await;
+        let mut on_owner = watch(owner, key, &sid, None).await;
+        let mut on_watcher = watch(watcher, key, &sid, None).await;
+        send(
+            &mut on_owner,
+            json!({"type": "chat", "payload": {"message": write}}),
+        )
+        .await;
+        let asked = events_until(&mut on_owner, None, |e| e["event_type"] == "hitl_request").await;
+        let run = asked.last().unwrap()["run_id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        send(&mut on_owner, json!({"type": "cancel", "payload": {}})).await;
+        let seen = events_until(&mut on_watcher, None, |e| {
+            e["event_type"] == "done" && e["run_id"] == run.as_str()
+        })
+        .await;
+        let of_run: Vec<&Value> = seen
+            .iter()
+            .filter(|e| e["run_id"] == run.as_str())
+            .collect();
+        let types: Vec<&str> = of_run
+            .iter()
+            .map(|e| e["event_type"].as_str().unwrap_or(""))
+            .collect();
+        let seqs: Vec<u64> = of_run.iter().filter_map(|e| e["seq"].as_u64()).collect();
+        let gap_free = seqs.windows(2).all(|w| w[1] == w[0] + 1);
+        if !types.contains(&"tool_call") || !types.contains(&"hitl_request") || !gap_free {
+            missed.push((attempt, types.join(","), seqs));
+        }
+    }
+    assert!(
+        missed.is_empty(),
+        "{} of {tries} watchers missed events of a run started on another replica right after they connected: {missed:?}",
+        missed.len()
+    );
+}

@@ -158,7 +158,7 @@ pub async fn run_agent(
     let scope = input.tenant.scope();
     let mut agent = Agent {
         recorder: RunRecorder::new(
-            deps.db.clone(),
+            deps.writer.clone(),
             scope,
             input.session_id,
             input.run_id,
@@ -1246,9 +1246,9 @@ impl Agent {
             question: None,
         };
         if reused.is_none() {
-            approvals::create(
-                &self.deps.db,
-                &self.scope,
+            create_approval(
+                &self.deps.writer,
+                self.scope,
                 NewApproval {
                     id,
                     session_id: self.input.session_id,
@@ -1744,9 +1744,9 @@ impl UserInteraction for LoopInteraction {
                 ..question
             }),
         };
-        approvals::create(
-            &self.deps.db,
-            &self.scope,
+        create_approval(
+            &self.deps.writer,
+            self.scope,
             NewApproval {
                 id,
                 session_id: self.session_id,
@@ -1791,9 +1791,18 @@ impl UserInteraction for LoopInteraction {
                 Err(InteractionError::Cancelled),
             ),
         };
-        if let Err(e) =
-            approvals::decide(&self.deps.db, &self.scope, id, status, decision, by).await
-        {
+        let scope = self.scope;
+        let decided = self
+            .deps
+            .writer
+            .write(move |txn| {
+                let decision = decision.clone();
+                Box::pin(
+                    async move { approvals::decide(txn, &scope, id, status, decision, by).await },
+                )
+            })
+            .await;
+        if let Err(e) = decided {
             tracing::warn!(error = %e, "recording an answer failed");
         }
         result
@@ -1819,4 +1828,18 @@ fn shown_to_clients(out: &agentry_tools::tool::ToolOutput) -> Value {
         );
     }
     content
+}
+
+/// Store a request for a person (an approval or a question), through the writer.
+async fn create_approval(
+    writer: &agentry_store::writer::Writer,
+    scope: agentry_store::TenantScope,
+    new: NewApproval,
+) -> Result<(), agentry_store::StoreError> {
+    writer
+        .write(move |txn| {
+            let new = new.clone();
+            Box::pin(async move { approvals::create(txn, &scope, new).await.map(|_| ()) })
+        })
+        .await
 }

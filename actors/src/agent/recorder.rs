@@ -33,8 +33,8 @@ use agentry_store::executions::{self, ExecutionStatus, NewExecution, RunEnd};
 use agentry_store::messages::{self, NewMessage};
 use agentry_store::sessions::{self, SessionState};
 use agentry_store::tool_calls::{self, NewToolCallLog};
-use agentry_store::{StoreError, TenantScope, TransactionTrait};
-use sea_orm::DatabaseConnection;
+use agentry_store::writer::Writer;
+use agentry_store::{StoreError, TenantScope};
 
 use super::checkpoint::RunCheckpoint;
 
@@ -66,7 +66,7 @@ impl StepRows {
 }
 
 pub struct RunRecorder {
-    db: DatabaseConnection,
+    writer: Writer,
     scope: TenantScope,
     session_id: SessionId,
     run_id: RunId,
@@ -82,14 +82,14 @@ pub struct RunRecorder {
 
 impl RunRecorder {
     pub fn new(
-        db: DatabaseConnection,
+        writer: Writer,
         scope: TenantScope,
         session_id: SessionId,
         run_id: RunId,
         fence: Option<i64>,
     ) -> Self {
         RunRecorder {
-            db,
+            writer,
             scope,
             session_id,
             run_id,
@@ -100,52 +100,52 @@ impl RunRecorder {
         }
     }
 
-    /// The first statement of each of the run's transactions in cluster mode.
-    async fn check_fence(&self, txn: &impl sea_orm::ConnectionTrait) -> Result<(), StoreError> {
-        match self.fence {
-            Some(token) => sessions::fence(txn, &self.scope, self.session_id, token).await,
-            None => Ok(()),
-        }
-    }
-
     /// Write a run's starting rows (see [`StartRows`]) and reserve event numbers up to
     /// `reserve_seq`, in one transaction.
     pub async fn start(&self, rows: StartRows, reserve_seq: u64) -> Result<(), StoreError> {
-        let txn = self.db.begin().await?;
-        // First: the session's state and event numbers, with the fencing token's check in the
-        // same statement (cluster mode), which locks the session's row for this transaction.
-        sessions::touch_fenced(
-            &txn,
-            &self.scope,
-            self.session_id,
-            SessionState::Running,
-            Some(reserve_seq),
-            self.fence,
-        )
-        .await?;
-        let message = match rows {
-            StartRows::Fresh(new) => {
-                let input = new.input.clone();
-                executions::insert(&txn, &self.scope, new).await?;
-                Some(input)
-            }
-            StartRows::Queued { input } => {
-                executions::start_queued(&txn, &self.scope, self.run_id).await?;
-                Some(input)
-            }
-            StartRows::Resume => None,
-        };
-        if let Some(text) = message {
-            messages::save_many(
-                &txn,
-                &self.scope,
-                self.session_id,
-                vec![NewMessage::user(text, Some(self.run_id))],
-            )
-            .await?;
-        }
-        txn.commit().await?;
-        Ok(())
+        let (scope, session_id, run_id, fence) =
+            (self.scope, self.session_id, self.run_id, self.fence);
+        self.writer
+            .write(move |txn| {
+                let rows = rows.clone();
+                Box::pin(async move {
+                    // First: the session's state and event numbers, with the fencing token's
+                    // check in the same statement (cluster mode), which locks the session's
+                    // row for this transaction.
+                    sessions::touch_fenced(
+                        txn,
+                        &scope,
+                        session_id,
+                        SessionState::Running,
+                        Some(reserve_seq),
+                        fence,
+                    )
+                    .await?;
+                    let message = match rows {
+                        StartRows::Fresh(new) => {
+                            let input = new.input.clone();
+                            executions::insert(txn, &scope, new).await?;
+                            Some(input)
+                        }
+                        StartRows::Queued { input } => {
+                            executions::start_queued(txn, &scope, run_id).await?;
+                            Some(input)
+                        }
+                        StartRows::Resume => None,
+                    };
+                    if let Some(text) = message {
+                        messages::save_many(
+                            txn,
+                            &scope,
+                            session_id,
+                            vec![NewMessage::user(text, Some(run_id))],
+                        )
+                        .await?;
+                    }
+                    Ok(())
+                })
+            })
+            .await
     }
 
     /// A message of the current step; stored with the step.
@@ -185,47 +185,49 @@ impl RunRecorder {
     /// One transaction: the step's waiting rows, then the checkpoint, and the status change if
     /// there is one. On failure nothing is written and the rows keep waiting (for the end).
     pub async fn commit_step(&mut self, cp: &RunCheckpoint) -> Result<(), StoreError> {
-        let txn = self.db.begin().await?;
-        // First: the fencing token's check (cluster mode), folded into the session's state
-        // change when the step has one.
-        match self.status {
-            Some((_, sess)) => {
-                sessions::touch_fenced(&txn, &self.scope, self.session_id, sess, None, self.fence)
-                    .await?
-            }
-            None => self.check_fence(&txn).await?,
-        }
+        let (scope, session_id, run_id, fence) =
+            (self.scope, self.session_id, self.run_id, self.fence);
+        let status = self.status;
         let rows = self.waiting.clone();
-        for d in &rows.decisions {
-            approvals::record(&txn, &self.scope, d).await?;
-        }
-        messages::save_many(&txn, &self.scope, self.session_id, rows.messages).await?;
-        tool_calls::insert_many(&txn, &self.scope, rows.tool_calls).await?;
-        checkpoints::write(
-            &txn,
-            &self.scope,
-            NewCheckpoint {
-                session_id: self.session_id,
-                execution_id: self.run_id,
-                step: cp.step,
-                node: cp.node.as_str().to_string(),
-                state: cp.to_json(),
-            },
-        )
-        .await?;
-        if let Some((exec, _)) = self.status {
-            executions::update(
-                &txn,
-                &self.scope,
-                self.run_id,
-                exec,
-                cp.step,
-                cp.usage,
-                None,
-            )
+        let checkpoint = NewCheckpoint {
+            session_id,
+            execution_id: run_id,
+            step: cp.step,
+            node: cp.node.as_str().to_string(),
+            state: cp.to_json(),
+        };
+        let (step, usage) = (cp.step, cp.usage);
+        self.writer
+            .write(move |txn| {
+                let rows = rows.clone();
+                let checkpoint = checkpoint.clone();
+                Box::pin(async move {
+                    // First: the fencing token's check (cluster mode), folded into the
+                    // session's state change when the step has one.
+                    match status {
+                        Some((_, sess)) => {
+                            sessions::touch_fenced(txn, &scope, session_id, sess, None, fence)
+                                .await?
+                        }
+                        None => {
+                            if let Some(token) = fence {
+                                sessions::fence(txn, &scope, session_id, token).await?;
+                            }
+                        }
+                    }
+                    for d in &rows.decisions {
+                        approvals::record(txn, &scope, d).await?;
+                    }
+                    messages::save_many(txn, &scope, session_id, rows.messages).await?;
+                    tool_calls::insert_many(txn, &scope, rows.tool_calls).await?;
+                    checkpoints::write(txn, &scope, checkpoint).await?;
+                    if let Some((exec, _)) = status {
+                        executions::update(txn, &scope, run_id, exec, step, usage, None).await?;
+                    }
+                    Ok(())
+                })
+            })
             .await?;
-        }
-        txn.commit().await?;
         self.waiting = StepRows::default();
         self.status = None;
         self.checkpoints += 1;
@@ -245,14 +247,17 @@ impl RunRecorder {
     /// and the whole are bounded ([`END_BOUND`]), after which the caller ends the run failed in
     /// memory and journals it.
     pub async fn end(
-        db: &DatabaseConnection,
+        writer: &Writer,
         scope: &TenantScope,
-        end: &RunEnd,
+        end: &std::sync::Arc<RunEnd>,
     ) -> Result<(), StoreError> {
         use backon::{ExponentialBuilder, Retryable};
         let attempt = || async {
-            match tokio::time::timeout(END_ATTEMPT_TIMEOUT, executions::record_end(db, scope, end))
-                .await
+            match tokio::time::timeout(
+                END_ATTEMPT_TIMEOUT,
+                executions::write_end(writer, scope, end.clone()),
+            )
+            .await
             {
                 Ok(r) => r,
                 Err(_) => Err(StoreError::Db(sea_orm::DbErr::Custom(

@@ -34,7 +34,7 @@ use agentry_schema::ids::{AssistantId, ProfileId, RunId};
 use agentry_store::assistants::{self, Assistant, AssistantSpec};
 use agentry_store::executions::{self, Execution, ExecutionStatus, NewExecution};
 use agentry_store::messages::{self, MessageRole, NewMessage};
-use agentry_store::{TransactionTrait, sessions};
+use agentry_store::sessions;
 use agentry_tools::tool::{CompiledTool, Tool, ToolContext, ToolError, ToolOutput, ToolSpec};
 use async_trait::async_trait;
 use futures::FutureExt;
@@ -545,39 +545,39 @@ impl ChildJob {
         trace_id: Option<String>,
     ) -> Result<(), agentry_store::StoreError> {
         let scope = self.parent.tenant.scope();
-        let txn = self.deps.db.begin().await?;
-        if let Some(token) = self.parent.fence {
-            sessions::fence(&txn, &scope, self.parent.session_id, token).await?;
-        }
-        executions::insert_child(
-            &txn,
-            &scope,
-            NewExecution {
-                id,
-                user_id: self.parent.user_id,
-                session_id: self.parent.session_id,
-                assistant_id: assistant.id.to_string(),
-                input: description.to_string(),
-                trace_id,
-                status: ExecutionStatus::Running,
-                role: Some(agentry_schema::roles::Grant {
-                    role: self.parent.role,
-                    custom: self.parent.custom_role,
-                }),
-            },
-            self.parent.run_id,
-            &self.call_id,
-        )
-        .await?;
-        messages::save_many(
-            &txn,
-            &scope,
+        let (fence, session_id, parent_run) = (
+            self.parent.fence,
             self.parent.session_id,
-            vec![NewMessage::user(description, Some(id))],
-        )
-        .await?;
-        txn.commit().await?;
-        Ok(())
+            self.parent.run_id,
+        );
+        let call_id = self.call_id.clone();
+        let new = NewExecution {
+            id,
+            user_id: self.parent.user_id,
+            session_id,
+            assistant_id: assistant.id.to_string(),
+            input: description.to_string(),
+            trace_id,
+            status: ExecutionStatus::Running,
+            role: Some(agentry_schema::roles::Grant {
+                role: self.parent.role,
+                custom: self.parent.custom_role,
+            }),
+        };
+        let message = NewMessage::user(description, Some(id));
+        self.deps
+            .writer
+            .write(move |txn| {
+                let (new, message, call_id) = (new.clone(), message.clone(), call_id.clone());
+                Box::pin(async move {
+                    if let Some(token) = fence {
+                        sessions::fence(txn, &scope, session_id, token).await?;
+                    }
+                    executions::insert_child(txn, &scope, new, parent_run, &call_id).await?;
+                    messages::save_many(txn, &scope, session_id, vec![message]).await
+                })
+            })
+            .await
     }
 
     /// The result of a call whose child a crash interrupted the parent after starting.

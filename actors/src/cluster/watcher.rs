@@ -185,7 +185,12 @@ async fn take_over(
         return Ok(());
     };
     let sup = engine.supervisor(&tenant).await?;
-    let held = sup.send(StartSession { session }).await?;
+    let held = sup
+        .send(StartSession {
+            session,
+            home: None,
+        })
+        .await?;
     held.addr.send(TakeOver).await?;
     Ok(())
 }

@@ -1,4 +1,5 @@
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Instant;
 
 use actix::prelude::*;
@@ -64,8 +65,23 @@ impl Handler<UserTools> for McpPoolActor {
         let tenant = self.tenant.clone();
         let user = msg.user;
         let patterns = msg.patterns;
-        let load = async move { source.servers_for(&tenant, user).await };
-        Box::pin(load.into_actor(self).then(move |(servers, mut warnings), act, ctx| {
+        let cached = self
+            .configs
+            .get(&user)
+            .filter(|(at, _)| at.elapsed() < super::CONFIG_TTL)
+            .map(|(_, list)| list.clone());
+        let generation = self.configs_generation;
+        let load = async move {
+            match cached {
+                Some(list) => (list, false),
+                None => (Arc::new(source.servers_for(&tenant, user).await), true),
+            }
+        };
+        Box::pin(load.into_actor(self).then(move |(list, read), act, ctx| {
+            if read && act.configs_generation == generation {
+                act.configs.insert(user, (Instant::now(), list.clone()));
+            }
+            let (servers, mut warnings) = (*list).clone();
             let chosen = act.usable(servers, &mut warnings);
             let now = Instant::now();
             let mut ready = Vec::new();
@@ -224,6 +240,7 @@ impl Handler<ServerTools> for McpPoolActor {
 impl Handler<UserConfigChanged> for McpPoolActor {
     type Result = ();
     fn handle(&mut self, msg: UserConfigChanged, _: &mut Self::Context) {
+        self.forget_configs();
         self.close_user(msg.user, msg.server.as_deref());
     }
 }
@@ -257,6 +274,7 @@ impl Handler<ConnectInBackground> for McpPoolActor {
 impl Handler<FileConfigChanged> for McpPoolActor {
     type Result = ();
     fn handle(&mut self, msg: FileConfigChanged, _: &mut Self::Context) {
+        self.forget_configs();
         let affected: Vec<String> = msg
             .0
             .removed
@@ -365,6 +383,7 @@ impl Handler<ConnectionLost> for McpPoolActor {
 impl Handler<TenantUpdated> for McpPoolActor {
     type Result = ();
     fn handle(&mut self, msg: TenantUpdated, _: &mut Self::Context) {
+        self.forget_configs();
         self.tenant = msg.0;
     }
 }

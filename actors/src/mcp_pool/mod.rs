@@ -497,7 +497,21 @@ pub struct McpPoolActor {
     /// This pool's share of `agentry_mcp_connections{state}` and
     /// `agentry_mcp_server_connections{server, state}`, as last added to the gauges.
     published: HashMap<(Option<String>, &'static str), f64>,
+    /// Each user's server list as last read ([`CONFIG_TTL`]), so a run does not read the
+    /// user's MCP configuration from the database every time. Dropped on every change this
+    /// replica hears of (a user's servers, the config file, the tenant), and with
+    /// `configs_generation` bumped so a read in flight at the change is not kept.
+    pub(crate) configs: HashMap<UserId, (Instant, Arc<ServerList>)>,
+    pub(crate) configs_generation: u64,
 }
+
+/// A user's servers and the warnings reading them gave.
+pub(crate) type ServerList = (Vec<PoolServer>, Vec<String>);
+
+/// How long a user's server list is used without reading it again. Changes through any
+/// replica drop it at once (they are broadcast); this bounds what a change made behind the
+/// server's back (straight in the database) takes to count.
+pub(crate) const CONFIG_TTL: Duration = Duration::from_secs(5);
 
 impl McpPoolActor {
     pub fn new(tenant: Arc<Tenant>, source: Arc<dyn McpConfigSource>, cfg: McpPoolConfig) -> Self {
@@ -509,7 +523,15 @@ impl McpPoolActor {
             next_generation: 1,
             stats: HashMap::new(),
             published: HashMap::new(),
+            configs: HashMap::new(),
+            configs_generation: 0,
         }
+    }
+
+    /// Forget every cached server list (see [`McpPoolActor::configs`]).
+    pub(crate) fn forget_configs(&mut self) {
+        self.configs.clear();
+        self.configs_generation += 1;
     }
 
     /// Start connecting `key`; `waiter` (if any) hears the result.

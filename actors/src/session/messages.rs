@@ -84,6 +84,14 @@ pub struct Subscribe {
 
 pub type SubscriptionId = u64;
 
+/// The session's stream position now: the highest `seq` whoever watches it has been sent (on
+/// a watcher in cluster mode, the owner's stream head). A client that is told "connected"
+/// after this was read and then subscribes from it misses nothing numbered after (issue 31,
+/// item 2: a chat sent on another replica right after a WebSocket opened).
+#[derive(Message)]
+#[rtype(result = "Result<u64, EngineError>")]
+pub struct Position;
+
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct Unsubscribe(pub SubscriptionId);

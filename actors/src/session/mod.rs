@@ -532,10 +532,10 @@ impl SessionActor {
             return self.retire(ctx);
         }
         self.leaving = true;
-        let db = self.deps.db.clone();
+        let writer = self.deps.writer.clone();
         let scope = self.scope;
         let sid = self.session.id;
-        let fut = async move { sessions::release_seq(&db, &scope, sid, reserved, last).await };
+        let fut = async move { release_seq(&writer, scope, sid, reserved, last).await };
         // `wait`: nothing else is handled until the numbers are given back; whoever got hold of
         // the session meanwhile is served afterwards (then the actor stays).
         ctx.wait(fut.into_actor(self).map(move |res, act, ctx| {
@@ -641,10 +641,9 @@ impl SessionActor {
             // before it sends above it.
             self.log.reserved = self.log.reserved.min(last);
         }
-        let (db, scope, sid) = (self.deps.db.clone(), self.scope, self.session.id);
+        let (writer, scope, sid) = (self.deps.writer.clone(), self.scope, self.session.id);
         self.releasing = Some(self.deps.runtime.spawn(async move {
-            if all_stored
-                && let Err(e) = sessions::release_seq(&db, &scope, sid, reserved, last).await
+            if all_stored && let Err(e) = release_seq(&writer, scope, sid, reserved, last).await
             {
                 tracing::debug!(error = %e, "giving back unused event numbers failed");
             }
@@ -760,11 +759,15 @@ impl SessionActor {
         };
         let Some(me) = self.me.clone() else { return };
         self.log.reserving = true;
-        let db = self.deps.db.clone();
+        let writer = self.deps.writer.clone();
         let scope = self.scope;
         let sid = self.session.id;
         self.deps.runtime.spawn(async move {
-            let res = sessions::reserve_seq(&db, &scope, sid, upto).await;
+            let res = writer
+                .write(move |txn| {
+                    Box::pin(async move { sessions::reserve_seq(txn, &scope, sid, upto).await })
+                })
+                .await;
             if let Err(e) = &res {
                 tracing::warn!(error = %e, session_id = %sid, "reserving event numbers failed; will retry");
             }
@@ -804,13 +807,15 @@ impl SessionActor {
         let batch = std::mem::take(&mut self.log.unflushed);
         self.log.unflushed_since = None;
         self.log.flushing = true;
-        let db = self.deps.db.clone();
+        let writer = self.deps.writer.clone();
         let scope = self.scope;
         let sid = self.session.id;
         let fence = self.fence;
         let fut = async move {
             // Idempotent: a run's end record may have stored some of these already.
-            let res = store_events::append_missing_fenced(&db, &scope, sid, &batch, fence).await;
+            let batch = std::sync::Arc::new(batch);
+            let res = store_events::write_missing(&writer, &scope, sid, batch.clone(), fence).await;
+            let batch = std::sync::Arc::try_unwrap(batch).unwrap_or_else(|a| (*a).clone());
             (res, batch)
         };
         ctx.spawn(fut.into_actor(self).map(|(res, batch), act, ctx| {
@@ -1109,7 +1114,12 @@ impl SessionActor {
         )
         .instrument(run.span.clone());
         let addr = ctx.address();
-        let handle = self.deps.runtime.spawn(async move {
+        // On the session's own arbiter (the thread of the HTTP worker that opened it, most
+        // often): the loop's events reach the session, and through it the client's socket,
+        // without a thread hand-off. A panic is caught here and restarts the loop; the loop
+        // blocks nothing (its tools and the model are awaited, blocking work goes to
+        // `spawn_blocking`).
+        let handle = actix::spawn(async move {
             let result = AssertUnwindSafe(fut)
                 .catch_unwind()
                 .await
@@ -1353,7 +1363,12 @@ impl SessionActor {
                 .is_none_or(|r| r.run_id != run_id || r.restarts > 0 || r.resumed);
         let deps = self.deps.clone();
         let scope = self.scope;
-        let fut = async move { RunRecorder::end(&deps.db, &scope, &end).await.map(|()| end) };
+        let end = std::sync::Arc::new(end);
+        let fut = async move {
+            RunRecorder::end(&deps.writer, &scope, &end)
+                .await
+                .map(|()| end)
+        };
         ctx.spawn(fut.into_actor(self).map(move |res, act, ctx| match res {
             Ok(_) => {
                 act.stored_upto(done_seq);
@@ -1372,10 +1387,16 @@ impl SessionActor {
                 let deps = act.deps.clone();
                 let scope = act.scope;
                 act.deps.runtime.spawn(async move {
-                    if let Err(e) =
-                        checkpoints::prune(&deps.db, &scope, run_id, deps.config.checkpoint_keep)
-                            .await
-                    {
+                    let keep = deps.config.checkpoint_keep;
+                    let pruned = deps
+                        .writer
+                        .write(move |txn| {
+                            Box::pin(async move {
+                                checkpoints::prune(txn, &scope, run_id, keep).await
+                            })
+                        })
+                        .await;
+                    if let Err(e) = pruned {
                         tracing::warn!(error = %e, %run_id, "pruning checkpoints failed");
                     }
                 });
@@ -1484,7 +1505,11 @@ impl SessionActor {
         let fut = async move {
             let mut written = Vec::new();
             for end in &ends {
-                if executions::record_end(&deps.db, &scope, end).await.is_ok() {
+                let one = std::sync::Arc::new(end.clone());
+                if executions::write_end(&deps.writer, &scope, one)
+                    .await
+                    .is_ok()
+                {
                     written.push(end.run_id);
                 }
             }
@@ -1999,7 +2024,7 @@ async fn prepare_run(
             ((a, agent), Instant::now())
         }
     };
-    let recorder = RunRecorder::new(deps.db.clone(), *scope, session.id, run_id, fence);
+    let recorder = RunRecorder::new(deps.writer.clone(), *scope, session.id, run_id, fence);
     let (rows, resume) = match start {
         RunStart::Fresh { message } => (
             StartRows::Fresh(NewExecution {
@@ -2209,7 +2234,8 @@ impl Actor for SessionActor {
     /// the same subscribers.
     fn stopped(&mut self, _ctx: &mut Self::Context) {
         let crashed = !self.stop_requested;
-        if crashed {
+        let draining = self.deps.draining.load(std::sync::atomic::Ordering::SeqCst);
+        if crashed && !draining {
             tracing::error!(session_id = %self.session.id, "a session actor stopped without being asked to (a handler panicked); storing its events and restarting it");
         }
         self.wind_down(crashed);
@@ -2283,7 +2309,8 @@ impl SessionActor {
             }
         }
         self.close_approvals(None);
-        let restart = (crashed && !self.shutting_down).then(|| {
+        let draining = self.deps.draining.load(std::sync::atomic::Ordering::SeqCst);
+        let restart = (crashed && !self.shutting_down && !draining).then(|| {
             Box::new(RestartSession {
                 session: self.session.clone(),
                 subscribers: std::mem::take(&mut self.subscribers)
@@ -2298,6 +2325,22 @@ impl SessionActor {
             restart,
         });
     }
+}
+
+/// Give back the session's unused event numbers (see [`sessions::release_seq`]), through the
+/// writer.
+async fn release_seq(
+    writer: &agentry_store::writer::Writer,
+    scope: TenantScope,
+    sid: SessionId,
+    reserved: u64,
+    last: u64,
+) -> Result<(), agentry_store::StoreError> {
+    writer
+        .write(move |txn| {
+            Box::pin(async move { sessions::release_seq(txn, &scope, sid, reserved, last).await })
+        })
+        .await
 }
 
 #[cfg(test)]

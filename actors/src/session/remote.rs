@@ -363,6 +363,26 @@ impl StreamHandler<TailItem> for SessionActor {
     fn finished(&mut self, _ctx: &mut Self::Context) {}
 }
 
+impl Handler<super::Position> for SessionActor {
+    type Result = ResponseActFuture<Self, Result<u64, EngineError>>;
+
+    fn handle(&mut self, _: super::Position, _ctx: &mut Self::Context) -> Self::Result {
+        let here = self.log.last_seq();
+        let (watching, tailing) = (self.watching(), self.tail.as_ref().map(|t| t.upto));
+        let (deps, scope, sid) = (self.deps.clone(), self.scope, self.session.id);
+        Box::pin(
+            async move {
+                match (watching, tailing, deps.coordination.clone()) {
+                    (true, Some(upto), _) => Ok(upto.max(here)),
+                    (true, None, Some(c)) => Ok(head(&deps, &c, &scope, sid).await?.max(here)),
+                    _ => Ok(here),
+                }
+            }
+            .into_actor(self),
+        )
+    }
+}
+
 impl Handler<TakeOver> for SessionActor {
     type Result = ();
 

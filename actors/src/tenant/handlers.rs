@@ -18,7 +18,7 @@ impl Handler<StartSession> for TenantSupervisor {
         if let Some(held) = self.live(id) {
             return MessageResult(held);
         }
-        MessageResult(self.start_session(msg.session, Vec::new(), ctx))
+        MessageResult(self.start_session(msg.session, Vec::new(), msg.home, ctx))
     }
 }
 
@@ -29,6 +29,7 @@ impl TenantSupervisor {
         &mut self,
         session: Session,
         subscribers: Vec<Subscriber>,
+        home: Option<ArbiterHandle>,
         ctx: &mut Context<Self>,
     ) -> SessionRef {
         let id = session.id;
@@ -48,7 +49,8 @@ impl TenantSupervisor {
             id,
             instance,
         };
-        let addr = SessionActor::start_in_arbiter(&self.arbiters.pick(), move |_| {
+        let arbiter = home.unwrap_or_else(|| self.arbiters.pick());
+        let addr = SessionActor::start_in_arbiter(&arbiter, move |_| {
             SessionActor::new(session, tenant, deps, quota, mcp, me, residency, desk)
                 .with_subscribers(subscribers)
         });
@@ -132,7 +134,7 @@ impl Handler<SessionStopped> for TenantSupervisor {
         }
         match msg.restart {
             Some(r) if current => {
-                self.start_session(r.session, r.subscribers, ctx);
+                self.start_session(r.session, r.subscribers, None, ctx);
             }
             _ => self.user_maybe_idle(msg.user_id),
         }

@@ -16,6 +16,10 @@ use crate::live_sessions::SessionRef;
 #[rtype(result = "SessionRef")]
 pub struct StartSession {
     pub session: Session,
+    /// Where the session's actor should live: the arbiter of the HTTP worker that asked (its
+    /// WebSocket actor or response stream lives there too, so the run's events reach it without
+    /// crossing threads). `None`: an arbiter of the pool.
+    pub home: Option<actix::ArbiterHandle>,
 }
 
 /// The live actor of a session, if there is one (no start).

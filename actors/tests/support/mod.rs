@@ -139,6 +139,8 @@ impl Harness {
         ));
         let deps = EngineDeps {
             db: db.db.clone(),
+            writer: db.writer.clone(),
+            draining: Default::default(),
             models: Arc::new(ConfiguredModels::new(model_cfg, reqwest::Client::new())),
             tools: if opts.platform_tools {
                 Arc::new(

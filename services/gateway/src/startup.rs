@@ -281,7 +281,10 @@ impl Application {
             settings.metrics.tenant_labels,
             settings.metrics.max_tenant_labels,
         );
-        let parts = crate::wiring::build(&settings, &db, &cluster)?;
+        let writer = agentry_store::writer::Writer::start(&db_options(&settings), &db)
+            .await
+            .context("starting the database writer")?;
+        let parts = crate::wiring::build(&settings, &db, &writer, &cluster)?;
         // Run ends the previous process could not record go to the database before any session
         // numbers an event (docs/operations.md, "What a client sees on crash").
         parts

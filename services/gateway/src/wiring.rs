@@ -207,6 +207,7 @@ fn platform_endpoints(settings: &Settings) -> Vec<std::net::SocketAddr> {
 pub fn build(
     settings: &Settings,
     db: &DatabaseConnection,
+    writer: &agentry_store::writer::Writer,
     cluster: &crate::cluster::Cluster,
 ) -> anyhow::Result<EngineParts> {
     let secrets = SecretBox::from_config(Some(&settings.mcp.encryption_key))
@@ -269,6 +270,8 @@ pub fn build(
     );
     let deps = EngineDeps {
         db: db.clone(),
+        writer: writer.clone(),
+        draining: Default::default(),
         models: Arc::new(
             ConfiguredModels::new(settings.llm.clone(), http).with_tenant_connections(
                 TenantConnections::new(&settings.tools, secrets.clone())

@@ -95,6 +95,13 @@ pub async fn connect(
         .engine
         .open_session(caller.tenant(), &caller.user(), session.id)
         .await?;
+    // The connection's starting point is read before the upgrade is answered: whatever the
+    // session numbers after the client was told it is connected reaches it, even a run started
+    // on another replica before this socket's subscription got there (issue 31 item 2).
+    let initial_after = match query.into_inner().after_seq {
+        Some(after) => after,
+        None => state.engine.position(&handle).await?,
+    };
     let frame_limit = state.settings.server.frame_limit_bytes;
     let heartbeat = Duration::from_secs(state.settings.server.ws_heartbeat_secs);
     let client_timeout = Duration::from_secs(state.settings.server.ws_client_timeout_secs);
@@ -111,7 +118,7 @@ pub async fn connect(
         resyncing: false,
         last_seen: Instant::now(),
         frame_limit,
-        initial_after: query.into_inner().after_seq,
+        initial_after: Some(initial_after),
         fragments: None,
         request_id: request_id.0,
         shutdown: state.shutdown.clone(),

@@ -82,6 +82,31 @@ where
     Ok(())
 }
 
+/// [`append_missing_fenced`] through the writer (its transaction holds the fence's check).
+pub async fn write_missing(
+    writer: &crate::writer::Writer,
+    scope: &TenantScope,
+    session_id: SessionId,
+    events: std::sync::Arc<Vec<ExecutionEvent>>,
+    fence: Option<i64>,
+) -> Result<()> {
+    if events.is_empty() {
+        return Ok(());
+    }
+    let scope = *scope;
+    writer
+        .write(move |txn| {
+            let events = events.clone();
+            Box::pin(async move {
+                if let Some(token) = fence {
+                    crate::sessions::fence(txn, &scope, session_id, token).await?;
+                }
+                append_missing(txn, &scope, session_id, &events).await
+            })
+        })
+        .await
+}
+
 fn row(
     scope: &TenantScope,
     session_id: SessionId,

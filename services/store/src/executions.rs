@@ -361,6 +361,32 @@ where
     C: ConnectionTrait + TransactionTrait,
 {
     let txn = db.begin().await?;
+    record_end_in(&txn, scope, end).await?;
+    txn.commit().await?;
+    Ok(())
+}
+
+/// [`record_end`] through the writer: one job, committed with whatever else waits for it.
+pub async fn write_end(
+    writer: &crate::writer::Writer,
+    scope: &TenantScope,
+    end: std::sync::Arc<RunEnd>,
+) -> Result<()> {
+    let scope = *scope;
+    writer
+        .write(move |txn| {
+            let end = end.clone();
+            Box::pin(async move { record_end_in(txn, &scope, &end).await })
+        })
+        .await
+}
+
+/// [`record_end`]'s statements, inside the caller's transaction.
+pub async fn record_end_in(
+    txn: &impl ConnectionTrait,
+    scope: &TenantScope,
+    end: &RunEnd,
+) -> Result<()> {
     // First, and in one statement: the session goes idle with its event numbers raised past the
     // run's last event, under the owner's fencing token in cluster mode (refused if a newer
     // owner wrote; it locks the session's row like `sessions::fence`).
@@ -368,10 +394,10 @@ where
     // A `task` child's end leaves the session's state to its parent's run (which goes on, or
     // ends with its own end): it only raises the reservation, under the same fence.
     let touched = if end.child {
-        crate::sessions::reserve_fenced(&txn, scope, end.session_id, last_seq, end.fence).await
+        crate::sessions::reserve_fenced(txn, scope, end.session_id, last_seq, end.fence).await
     } else {
         crate::sessions::touch_fenced(
-            &txn,
+            txn,
             scope,
             end.session_id,
             crate::sessions::SessionState::Idle,
@@ -413,24 +439,23 @@ where
         .filter(execution::Column::Id.eq(end.run_id.0))
         .filter(execution::Column::TenantId.eq(scope.uuid()))
         .filter(execution::Column::Status.is_in(UNFINISHED))
-        .exec(&txn)
+        .exec(txn)
         .await?
         .rows_affected
         > 0;
     // Rows of the last step go in only with the end that ends the run: an end written again
     // (its first commit's answer was lost) or after another final status adds nothing twice.
     if ended {
-        crate::messages::save_many(&txn, scope, end.session_id, end.messages.clone()).await?;
-        crate::tool_calls::insert_many(&txn, scope, end.tool_calls.clone()).await?;
+        crate::messages::save_many(txn, scope, end.session_id, end.messages.clone()).await?;
+        crate::tool_calls::insert_many(txn, scope, end.tool_calls.clone()).await?;
     }
-    crate::events::append_missing(&txn, scope, end.session_id, &end.events).await?;
+    crate::events::append_missing(txn, scope, end.session_id, &end.events).await?;
     for d in &end.decisions {
-        crate::approvals::record(&txn, scope, d).await?;
+        crate::approvals::record(txn, scope, d).await?;
     }
     if end.cancel_approvals {
-        crate::approvals::cancel_pending_of_run(&txn, scope, end.run_id).await?;
+        crate::approvals::cancel_pending_of_run(txn, scope, end.run_id).await?;
     }
-    txn.commit().await?;
     Ok(())
 }
 

@@ -56,6 +56,8 @@ impl Backend {
 /// A migrated database for one test. Keeps its SQLite directory alive.
 pub struct TestDb {
     pub db: DatabaseConnection,
+    /// The writer the server would use for this database (its own connection on SQLite).
+    pub writer: crate::writer::Writer,
     pub backend: Backend,
     pub url: String,
     _dir: Option<tempfile::TempDir>,
@@ -95,8 +97,16 @@ impl TestDb {
         if let Err(e) = migrate(&db).await {
             panic!("migrating the {} test database failed: {e}", backend.name());
         }
+        let writer = match crate::writer::Writer::start(&opts, &db).await {
+            Ok(w) => w,
+            Err(e) => panic!(
+                "starting the {} test database's writer: {e}",
+                backend.name()
+            ),
+        };
         Some(TestDb {
             db,
+            writer,
             backend,
             url,
             _dir: Some(dir),
