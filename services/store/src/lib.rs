@@ -280,11 +280,6 @@ pub struct DbOptions {
     pub acquire_timeout: Duration,
 }
 
-/// SQLite reads pages through a memory map of this size instead of copying each into the
-/// connection's cache: a read connection's cache is reset whenever the writer commits, and
-/// copying the pages back in (`pread`) was a tenth of the server's CPU per run at ten clients.
-pub(crate) const SQLITE_MMAP_BYTES: &str = "268435456";
-
 /// Which database family a URL names.
 pub fn backend_of(url: &str) -> Option<DatabaseBackend> {
     let scheme = url.split(':').next().unwrap_or_default();
@@ -340,7 +335,6 @@ pub async fn connect(opts: &DbOptions) -> Result<DatabaseConnection> {
                 .synchronous(sea_orm::sqlx::sqlite::SqliteSynchronous::Normal)
                 .busy_timeout(Duration::from_secs(30))
                 .foreign_keys(true)
-                .pragma("mmap_size", SQLITE_MMAP_BYTES)
         });
     }
     // The pool's acquire timeout is short; opening the pool at start-up may wait longer for a

@@ -222,7 +222,6 @@ async fn open_sqlite_writer(opts: &DbOptions) -> Result<DatabaseConnection> {
                 .synchronous(sea_orm::sqlx::sqlite::SqliteSynchronous::Normal)
                 .busy_timeout(Duration::from_secs(30))
                 .foreign_keys(true)
-                .pragma("mmap_size", crate::SQLITE_MMAP_BYTES)
         });
     let mut db = Database::connect(co).await?;
     db.set_metric_callback(crate::stats::record);
