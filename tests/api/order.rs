@@ -160,10 +160,18 @@ pub async fn a_watcher_on_another_replica_sees_a_run_from_its_start(
             .unwrap()
             .to_string();
         send(&mut on_owner, json!({"type": "cancel", "payload": {}})).await;
-        let seen = events_until(&mut on_watcher, None, |e| {
-            e["event_type"] == "done" && e["run_id"] == run.as_str()
-        })
+        // The server's pings keep a socket that gets nothing from timing out: bound the wait.
+        let seen = tokio::time::timeout(
+            std::time::Duration::from_secs(20),
+            events_until(&mut on_watcher, None, |e| {
+                e["event_type"] == "done" && e["run_id"] == run.as_str()
+            }),
+        )
         .await;
+        let Ok(seen) = seen else {
+            missed.push((attempt, "no done within 20 s".to_string(), Vec::new()));
+            continue;
+        };
         let of_run: Vec<&Value> = seen
             .iter()
             .filter(|e| e["run_id"] == run.as_str())
