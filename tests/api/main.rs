@@ -689,6 +689,7 @@ async fn a_refused_or_black_holed_database_answers_503_fast_and_the_server_recov
     };
     let (relay, ctx) = behind_relay(&url).await;
     outage::refused_and_black_holed(&ctx, &relay).await;
+    outage::a_run_in_flight_ends_failed_and_its_session_takes_the_next_chat(&ctx, &relay).await;
 }
 
 #[test]

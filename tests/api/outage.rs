@@ -360,3 +360,43 @@ pub async fn refused_and_black_holed(ctx: &Ctx, relay: &Relay) {
         assert_eq!(text_of(&evs), "(scripted) You said: again", "{evs:?}");
     }
 }
+
+/// A run in flight when the database goes away ends `failed` (its end could not be written),
+/// and once the database is back the very next chat on the same socket is taken — the session
+/// does not answer `run_in_progress` while the failed run's end waits for its next retry
+/// (issue 31 item 5).
+pub async fn a_run_in_flight_ends_failed_and_its_session_takes_the_next_chat(
+    ctx: &Ctx,
+    relay: &Relay,
+) {
+    let t = ctx.tenant().await;
+    let key = t.member.key.as_str();
+    let sid = new_session(ctx, key).await;
+    let mut ws = ws_connect(ctx, key, &sid).await;
+    let chat = |message: &str| json!({"type": "chat", "payload": {"message": message}});
+    send(&mut ws, chat("/sleep 1500\n/echo in flight")).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    relay.set(Link::Refused).await;
+    let evs = until_done_or_hitl(&mut ws).await;
+    let done = evs.last().unwrap();
+    assert_eq!(done["event_type"], "done", "{evs:?}");
+    assert_eq!(done["data"]["status"], "failed", "{done}");
+
+    relay.set(Link::Up).await;
+    until_ready_is(ctx, 200).await;
+    send(&mut ws, chat("after the outage")).await;
+    let first = next_json(&mut ws).await;
+    assert_ne!(
+        first["event_type"], "error",
+        "the next chat after the outage was refused: {first}"
+    );
+    let mut evs = vec![first.clone()];
+    if first["event_type"] != "done" {
+        evs.extend(until_done_or_hitl(&mut ws).await);
+    }
+    assert_eq!(
+        text_of(&evs),
+        "(scripted) You said: after the outage",
+        "{evs:?}"
+    );
+}

@@ -84,6 +84,20 @@ impl Handler<StartChat> for SessionActor {
             return Box::pin(fut::ready(Err(EngineError::Unavailable)));
         }
         self.last_activity = Instant::now();
+        if self.run.is_none() && self.queue.is_empty() && !self.unrecorded.is_empty() {
+            // The session is free but its last run's end still waits for the database (an
+            // outage): its client already has the run's `done`. Write it now instead of at the
+            // next retry, then take the chat; still down, the chat gets `database_unavailable`
+            // (retry), not `run_in_progress` (issue 31 item 5).
+            let write = self.record_unrecorded();
+            return Box::pin(write.then(move |(), act, ctx| {
+                if act.unrecorded.is_empty() {
+                    <Self as Handler<StartChat>>::handle(act, msg, ctx)
+                } else {
+                    Box::pin(fut::ready(Err(EngineError::DatabaseUnavailable)))
+                }
+            }));
+        }
         let run_id = RunId::new();
         let span = self.run_span(&msg.span, run_id);
         if self.busy() {

@@ -1498,6 +1498,13 @@ impl SessionActor {
         if self.unrecorded.is_empty() || self.unrecorded_tried.elapsed() < UNRECORDED_RETRY {
             return;
         }
+        let write = self.record_unrecorded();
+        ctx.spawn(write);
+    }
+
+    /// Write the unrecorded run ends now; those written are forgotten (idempotent: a timer's
+    /// attempt and a chat's may overlap).
+    pub(super) fn record_unrecorded(&mut self) -> impl ActorFuture<Self, Output = ()> + 'static {
         self.unrecorded_tried = Instant::now();
         let ends = self.unrecorded.clone();
         let deps = self.deps.clone();
@@ -1515,7 +1522,7 @@ impl SessionActor {
             }
             written
         };
-        ctx.spawn(fut.into_actor(self).map(|written, act, _ctx| {
+        fut.into_actor(self).map(|written, act, _ctx| {
             for run_id in written {
                 if let Some(i) = act.unrecorded.iter().position(|e| e.run_id == run_id) {
                     let end = act.unrecorded.remove(i);
@@ -1528,7 +1535,7 @@ impl SessionActor {
             if act.unrecorded.is_empty() && act.run.is_none() && act.queue.is_empty() {
                 act.release_lease();
             }
-        }));
+        })
     }
 
     fn start_next(&mut self, ctx: &mut Context<Self>) {
