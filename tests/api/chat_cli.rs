@@ -307,3 +307,117 @@ pub async fn a_closed_stdout_and_a_missing_key(ctx: &Ctx) {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("401"), "{err}");
 }
+
+/// The request id of the session's last `hitl_request`.
+async fn pending_request(ctx: &Ctx, key: &str, session: &str) -> String {
+    let started = Instant::now();
+    loop {
+        let r = ctx
+            .ok(
+                Method::GET,
+                &format!("/api/v1/sessions/{session}/events?after_seq=0&limit=1000"),
+                key,
+                None,
+                200,
+            )
+            .await;
+        let last = r["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .rev()
+            .find(|e| e["event_type"] == "hitl_request")
+            .map(|e| e["data"]["request_id"].as_str().unwrap().to_string());
+        if let Some(id) = last {
+            return id;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "no hitl_request"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Issue 31 item 6: an approval prompt goes away when its request is decided by anyone. Here
+/// it is approved over REST (as the console would) while the terminal shows `approve?`: the
+/// prompt is withdrawn at once, and the `y` typed next is neither an answer nor a message. The
+/// same after Ctrl-C, which cancels the run while the prompt is up. A line typed at the `> `
+/// prompt that follows is a message again.
+pub async fn an_approval_decided_elsewhere_withdraws_the_prompt(ctx: &Ctx) {
+    let t = ctx.tenant().await;
+    let key = &t.member.key;
+    let term = Term::start(ctx, key, &[]);
+    term.type_at_prompt(
+        1,
+        r#"//tool write_file {"file_path": "elsewhere.txt", "content": "hi"}"#,
+    )
+    .await;
+    term.wait_for("approve? [y]es").await;
+    let session = term.session();
+    let request = pending_request(ctx, key, &session).await;
+    ctx.ok(
+        Method::POST,
+        &format!("/api/v1/sessions/{session}/approvals/{request}"),
+        key,
+        Some(serde_json::json!({"type": "approve"})),
+        200,
+    )
+    .await;
+    let screen = term
+        .wait_for("the approval prompt is withdrawn; a line typed at it is not sent]")
+        .await;
+    assert!(
+        screen.contains("[the request was decided elsewhere"),
+        "{screen}"
+    );
+    term.wait_for("[done: completed").await;
+    // The stale prompt no longer asks for an approval: it was redrawn.
+    term.wait_for("(withdrawn: press Enter)").await;
+    term.type_line("y");
+    term.wait_for("[not sent: \"y\" was typed at a withdrawn prompt")
+        .await;
+    // Then the ordinary prompt, where a line is a message.
+    term.type_at_prompt(2, "a real message").await;
+    term.wait_for("You said: a real message").await;
+    let runs = executions(ctx, key, &session).await;
+    let inputs: Vec<&str> = runs.iter().map(|r| r["input"].as_str().unwrap()).collect();
+    assert_eq!(inputs.len(), 2, "{inputs:?}");
+    assert!(
+        !inputs.contains(&"y"),
+        "the y was sent as a message: {inputs:?}"
+    );
+
+    // Ctrl-C while the prompt is up cancels the run; the prompt goes with the run.
+    term.type_at_prompt(
+        3,
+        r#"//tool write_file {"file_path": "cancelled.txt", "content": "hi"}"#,
+    )
+    .await;
+    // The first approval prompt was redrawn when withdrawn: this is the only one on screen.
+    term.wait_for("approve? [y]es").await;
+    term.key("C-c");
+    term.wait_for("[done: cancelled").await;
+    term.wait_for("[the run ended (cancelled): the approval prompt is withdrawn")
+        .await;
+    term.type_line("y");
+    term.wait_for_n("[not sent: \"y\" was typed at a withdrawn prompt", 2)
+        .await;
+    term.type_at_prompt(4, "after the cancel").await;
+    term.wait_for("You said: after the cancel").await;
+    let runs = executions(ctx, key, &session).await;
+    let inputs: Vec<&str> = runs.iter().map(|r| r["input"].as_str().unwrap()).collect();
+    assert_eq!(inputs.len(), 4, "{inputs:?}");
+    assert!(
+        !inputs.contains(&"y"),
+        "the y was sent as a message: {inputs:?}"
+    );
+    let files = ctx
+        .call(Method::GET, "/api/v1/files/cancelled.txt", Some(key), None)
+        .await;
+    assert_eq!(
+        files.status, 404,
+        "the cancelled call did not run: {}",
+        files.body
+    );
+}

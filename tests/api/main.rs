@@ -1145,6 +1145,12 @@ async fn chat_cli_ctrl_c_cancels_the_run_on_the_server() {
     chat_cli::ctrl_c_cancels_the_run_on_the_server(&Ctx::start().await).await;
 }
 
+/// Issue 31 item 6: `approve?` goes when its request is decided elsewhere or its run ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_cli_withdraws_an_approval_prompt_decided_elsewhere() {
+    chat_cli::an_approval_decided_elsewhere_withdraws_the_prompt(&Ctx::start().await).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chat_cli_gives_up_visibly_when_the_server_is_gone() {
     chat_cli::a_gone_server_is_retried_visibly_then_given_up(&mut Ctx::start().await).await;

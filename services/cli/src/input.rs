@@ -3,8 +3,10 @@
 //! otherwise plain lines from stdin. The chat loop asks for a line only when it wants one
 //! (idle, or a pending approval), so nothing is typed over a streaming answer.
 
+use std::borrow::Cow;
 use std::io::{BufRead, IsTerminal};
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 
 use rustyline::completion::Completer;
 use rustyline::highlight::Highlighter;
@@ -24,8 +26,24 @@ pub enum Input {
     Eof,
 }
 
-/// Lines ending in `\` continue on the next line.
-struct MultiLine;
+/// Lines ending in `\` continue on the next line. Also draws the prompt: while a prompt is
+/// withdrawn ([`Keyboard::withdraw`]) it shows the text that replaced it.
+struct MultiLine {
+    retitle: Arc<Mutex<Option<String>>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// `text` in exactly `width` columns: rustyline places the cursor by the prompt it was given, so
+/// a replacement takes the same room.
+fn fit(text: &str, width: usize) -> String {
+    let mut s: String = text.chars().take(width).collect();
+    let n = s.chars().count();
+    s.extend(std::iter::repeat_n(' ', width - n));
+    s
+}
 
 impl Validator for MultiLine {
     fn validate(&self, ctx: &mut ValidationContext<'_>) -> rustyline::Result<ValidationResult> {
@@ -42,7 +60,19 @@ impl Completer for MultiLine {
 impl Hinter for MultiLine {
     type Hint = String;
 }
-impl Highlighter for MultiLine {}
+impl Highlighter for MultiLine {
+    fn highlight_prompt<'b, 's: 'b, 'p: 'b>(
+        &'s self,
+        prompt: &'p str,
+        default: bool,
+    ) -> Cow<'b, str> {
+        let _ = default;
+        match lock(&self.retitle).as_deref() {
+            Some(text) => Cow::Owned(fit(text, prompt.chars().count())),
+            None => Cow::Borrowed(prompt),
+        }
+    }
+}
 impl Helper for MultiLine {}
 
 /// A typed multi-line entry as the message it stands for: `a\⏎b` is `a⏎b`.
@@ -57,6 +87,8 @@ pub struct Keyboard {
     lines: mpsc::UnboundedReceiver<Input>,
     /// A line was asked for and has not arrived yet.
     pub waiting: bool,
+    /// What the prompt being edited shows instead of the one it was asked with, once withdrawn.
+    retitle: Arc<Mutex<Option<String>>>,
 }
 
 fn history_file() -> Option<PathBuf> {
@@ -71,9 +103,13 @@ impl Keyboard {
         let (line_tx, line_rx) = mpsc::unbounded_channel();
         let (printer_tx, printer_rx) = std::sync::mpsc::channel::<Option<Printer>>();
         let tty = std::io::stdin().is_terminal() && std::io::stdout().is_terminal();
+        let retitle = Arc::new(Mutex::new(None));
+        let shown = retitle.clone();
         std::thread::spawn(move || {
             if tty && let Ok(mut ed) = Editor::<MultiLine, DefaultHistory>::new() {
-                ed.set_helper(Some(MultiLine));
+                ed.set_helper(Some(MultiLine {
+                    retitle: shown.clone(),
+                }));
                 let history = history_file();
                 if let Some(h) = &history {
                     let _ = ed.load_history(h);
@@ -122,6 +158,7 @@ impl Keyboard {
                 asks: ask_tx,
                 lines: line_rx,
                 waiting: false,
+                retitle,
             },
             printer,
         )
@@ -129,8 +166,21 @@ impl Keyboard {
 
     /// Ask for a line with `prompt`, unless one is already being read.
     pub fn ask(&mut self, prompt: &str) {
-        if !self.waiting && self.asks.send(prompt.to_string()).is_ok() {
+        if self.waiting {
+            return;
+        }
+        *lock(&self.retitle) = None;
+        if self.asks.send(prompt.to_string()).is_ok() {
             self.waiting = true;
+        }
+    }
+
+    /// The prompt being edited no longer asks what it asked (an approval decided elsewhere):
+    /// on a terminal it shows `text` from its next redraw (print something to redraw it). The
+    /// line it returns is the caller's to discard.
+    pub fn withdraw(&self, text: &str) {
+        if self.waiting {
+            *lock(&self.retitle) = Some(text.to_string());
         }
     }
 

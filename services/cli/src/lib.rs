@@ -368,6 +368,14 @@ struct Chat {
     keyboard: Option<Keyboard>,
     last_seq: u64,
     pending: Option<HitlRequestData>,
+    /// The run and `seq` of the pending request's `hitl_request`: any later event of that run
+    /// means the request is over (decided here or elsewhere, timed out, the run ended).
+    pending_at: Option<(String, u64)>,
+    /// The line being read answers this request (the keyboard was asked with its prompt).
+    asked_for: Option<String>,
+    /// That request was decided elsewhere while its prompt was up: the prompt is withdrawn and
+    /// the line it returns is not sent anywhere.
+    withdrawn: bool,
     /// A run is going on in the session (ours or another client's).
     running: Option<Instant>,
     cancel_sent: bool,
@@ -417,6 +425,9 @@ pub async fn chat(args: ChatArgs) -> anyhow::Result<i32> {
         keyboard,
         last_seq: 0,
         pending: None,
+        pending_at: None,
+        asked_for: None,
+        withdrawn: false,
         running: None,
         cancel_sent: false,
         waiting_done: false,
@@ -517,6 +528,8 @@ impl Chat {
                 self.screen.mid_line = false;
             }
             k.ask(prompt);
+            self.asked_for = self.pending.as_ref().map(|r| r.request_id.clone());
+            self.withdrawn = false;
             self.screen.prompt_active = true;
         }
     }
@@ -593,6 +606,20 @@ impl Chat {
             return Ok(Step::Continue);
         }
         self.last_seq = self.last_seq.max(ev.seq);
+        let moved_on = self.pending_at.as_ref().is_some_and(|(run, seq)| {
+            *run == ev.run_id
+                && ev.seq > *seq
+                && !matches!(ev.payload, EventPayload::HitlRequest(_))
+        });
+        if moved_on {
+            // The run went on past its request (its call's result, an error, its end): someone
+            // decided it — in the console, over REST, another terminal — or it timed out.
+            let why = match &ev.payload {
+                EventPayload::Done(d) => format!("the run ended ({})", d.status.as_str()),
+                _ => "the request was decided elsewhere".to_string(),
+            };
+            self.close_request(&why);
+        }
         if self.args.json {
             self.screen.show(Out::Stdout(format!("{text}\n")));
         } else if let Some(o) = self.depths.render(&ev) {
@@ -603,7 +630,9 @@ impl Chat {
             EventPayload::Done(_) if ev.parent_run_id.is_some() => {}
             EventPayload::Done(d) => {
                 self.running = None;
-                self.pending = None;
+                if self.pending.is_some() {
+                    self.close_request(&format!("the run ended ({})", d.status.as_str()));
+                }
                 self.cancel_sent = false;
                 if self.waiting_done {
                     return Ok(Step::Exit(if d.status == DoneStatus::Completed {
@@ -632,7 +661,10 @@ impl Chat {
                 };
                 match auto {
                     Some(d) => decide(ws, &req.request_id, d).await?,
-                    None => self.pending = Some(req.clone()),
+                    None => {
+                        self.pending = Some(req.clone());
+                        self.pending_at = Some((ev.run_id.clone(), ev.seq));
+                    }
                 }
             }
             _ => {
@@ -658,8 +690,45 @@ impl Chat {
         Ok(Step::Continue)
     }
 
+    /// The pending request is over without an answer from this terminal. A prompt up for it is
+    /// withdrawn at once: on a terminal it stops asking (redrawn by the note printed here), and
+    /// whatever is typed at it is dropped, never sent as a message or as an answer to something
+    /// else; the next prompt is the ordinary `> `.
+    fn close_request(&mut self, why: &str) {
+        let Some(req) = self.pending.take() else {
+            return;
+        };
+        self.pending_at = None;
+        let asking = self.keyboard.as_ref().is_some_and(|k| k.waiting)
+            && self.asked_for.as_deref() == Some(req.request_id.as_str());
+        if asking && let Some(k) = &self.keyboard {
+            k.withdraw("(withdrawn: press Enter) ");
+            self.withdrawn = true;
+            let what = if req.question.is_some() {
+                "question"
+            } else {
+                "approval"
+            };
+            self.screen.note(&format!(
+                "[{why}: the {what} prompt is withdrawn; a line typed at it is not sent]"
+            ));
+        }
+    }
+
     async fn on_input(&mut self, ws: &mut Ws, got: Input) -> anyhow::Result<Step> {
         self.screen.prompt_active = false;
+        self.asked_for = None;
+        if std::mem::take(&mut self.withdrawn)
+            && let Input::Line(l) = &got
+        {
+            if !l.trim().is_empty() {
+                self.screen.note(&format!(
+                    "[not sent: {:?} was typed at a withdrawn prompt; type at the > prompt]",
+                    input::join_continued(l)
+                ));
+            }
+            return Ok(Step::Continue);
+        }
         let line = match got {
             Input::Eof => {
                 if self.running.is_some() && self.pending.is_none() {
@@ -741,6 +810,7 @@ impl Chat {
                 self.last_seq = 0;
                 self.running = None;
                 self.pending = None;
+                self.pending_at = None;
                 match self.reconnect(None, false).await {
                     Ok(new) => {
                         *ws = new;
@@ -867,7 +937,7 @@ impl Chat {
         }
         // The event stream up to now: where the live stream continues, and what is pending.
         let mut after = 0;
-        let mut waiting: Option<HitlRequestData> = None;
+        let mut waiting: Option<(HitlRequestData, String, u64)> = None;
         loop {
             let page = self
                 .api
@@ -876,7 +946,7 @@ impl Chat {
             for ev in page["events"].as_array().into_iter().flatten() {
                 if let Ok(ev) = serde_json::from_value::<ExecutionEvent>(ev.clone()) {
                     match ev.payload {
-                        EventPayload::HitlRequest(h) => waiting = Some(h),
+                        EventPayload::HitlRequest(h) => waiting = Some((h, ev.run_id, ev.seq)),
                         EventPayload::Done(_) => waiting = None,
                         _ => {}
                     }
@@ -889,11 +959,12 @@ impl Chat {
         }
         self.last_seq = after;
         if info["state"] == "waiting_approval"
-            && let Some(h) = waiting
+            && let Some((h, run, seq)) = waiting
         {
             self.running = Some(Instant::now());
             self.screen.show(Out::Stdout(render::hitl_request(&h)));
             self.pending = Some(h);
+            self.pending_at = Some((run, seq));
         } else if info["state"] == "running" {
             self.running = Some(Instant::now());
         }
