@@ -92,6 +92,9 @@ pub struct CreateSession {
     pub assistant_id: Option<AssistantId>,
     pub metadata: Option<Value>,
     pub auto_approve: Option<bool>,
+    /// Made for one stateless OpenAI-compatible call: not counted against
+    /// `max_sessions_per_user` (docs/openai.md). Never set from a client's input.
+    pub stateless: bool,
 }
 
 /// A message for [`Engine::chat`].
@@ -358,6 +361,18 @@ impl Engine {
             .assistant_id
             .unwrap_or_else(AssistantId::default_assistant);
         crate::session::assistant_exists(&self.deps, &scope, &assistant_id).await?;
+        if req.stateless {
+            // Made for one stateless OpenAI-compatible call: not counted against
+            // max_sessions_per_user (docs/openai.md), so no quota to reserve.
+            let new = NewSession {
+                id: req.id,
+                user_id: user.user_id,
+                assistant_id,
+                auto_approve: req.auto_approve.unwrap_or(false),
+                metadata: req.metadata.unwrap_or(Value::Null),
+            };
+            return Ok(sessions::create_stateless(&self.deps.db, &scope, new).await?);
+        }
         let quota = self.quota(tenant).await?;
         let stored = sessions::count_by_user(&self.deps.db, &scope, user.user_id).await?;
         quota.reserve_session(user.user_id, stored).await?;
@@ -750,29 +765,34 @@ impl Engine {
             held.addr.do_send(Shutdown);
         }
         sessions::delete(&self.deps.db, &tenant.scope(), session.id).await?;
-        if let Ok(quota) = self.quota(tenant).await {
+        if !session.stateless
+            && let Ok(quota) = self.quota(tenant).await
+        {
             quota.release_session(session.user_id);
         }
         Ok(())
     }
 
     /// Sessions the retention sweep deleted (their rows are gone already): stop their actors
-    /// on this replica, if any were live, and give their users' session counts back.
+    /// on this replica, if any were live, and give their users' session counts back (for the
+    /// sessions that counted: `true` in the tuple).
     pub async fn sessions_swept(
         &self,
         tenant: &Tenant,
-        swept: &[(SessionId, agentry_schema::ids::UserId)],
+        swept: &[(SessionId, agentry_schema::ids::UserId, bool)],
     ) -> Result<(), EngineError> {
         if let Some(sup) = self.registry.send(LiveTenant(tenant.id)).await? {
-            for (id, _) in swept {
+            for (id, _, _) in swept {
                 if let Some(held) = sup.send(LiveSession(*id)).await? {
                     held.addr.do_send(Shutdown);
                 }
             }
         }
         let quota = self.quota(tenant).await?;
-        for (_, user) in swept {
-            quota.release_session(*user);
+        for (_, user, counted) in swept {
+            if *counted {
+                quota.release_session(*user);
+            }
         }
         Ok(())
     }

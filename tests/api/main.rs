@@ -1135,6 +1135,19 @@ async fn openai_wire_format_done_marker_and_error_shape() {
     openai_compat::scenario(&Ctx::start().await).await;
 }
 
+/// Issue 31 item 9: a client that hangs up cancels its run.
+#[tokio::test]
+async fn openai_a_client_that_hangs_up_cancels_its_run() {
+    openai_compat::hanging_up_cancels_the_run(&Ctx::start().await).await;
+}
+
+/// Issue 31 item 9: stateless completions never run into `max_sessions_per_user`.
+#[tokio::test]
+async fn openai_stateless_completions_do_not_count_against_max_sessions_per_user() {
+    openai_compat::stateless_completions_do_not_count_against_max_sessions(&Ctx::start().await)
+        .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chat_cli_chats_with_an_approval_and_keeps_slash_commands_local() {
     chat_cli::chat_with_an_approval_and_local_commands(&Ctx::start().await).await;

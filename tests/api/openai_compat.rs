@@ -393,3 +393,204 @@ pub async fn scenario(ctx: &Ctx) {
         sessions_before.as_u64().unwrap() + 1
     );
 }
+
+/// The run of a completion, from its session (a stateless call's session holds only it).
+async fn run_of(ctx: &Ctx, key: &str, session: &str) -> Value {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let page = ctx
+            .ok(
+                Method::GET,
+                &format!("/api/v1/executions?session_id={session}"),
+                key,
+                None,
+                200,
+            )
+            .await;
+        if let Some(run) = page["items"].as_array().and_then(|i| i.first()) {
+            return run.clone();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no run in session {session}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+/// Polls the run until its status is not `queued`/`running`; returns it and how long it took.
+async fn until_ended(ctx: &Ctx, key: &str, run: &str, within: std::time::Duration) -> String {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        let r = ctx
+            .ok(
+                Method::GET,
+                &format!("/api/v1/executions/{run}"),
+                key,
+                None,
+                200,
+            )
+            .await;
+        let status = r["status"].as_str().unwrap().to_string();
+        if !["queued", "running", "waiting_approval"].contains(&status.as_str()) {
+            return status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "run {run} still {status} {within:?} after its client hung up"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+/// Issue 31 item 9: an OpenAI client that hangs up expects generation to stop. A streamed
+/// completion whose run would take 30 s is closed after its first chunk: its run ends
+/// `cancelled` within seconds (the server notices at its next write: a keep-alive each second).
+pub async fn hanging_up_cancels_the_run(ctx: &Ctx) {
+    let t = ctx.tenant().await;
+    let key = &t.member.key;
+    let slow = user("/sleep 30000\nnobody reads this");
+
+    let mut res = completion(
+        ctx,
+        Some(key),
+        json!({"model": "default", "messages": slow, "stream": true}),
+    )
+    .send()
+    .await
+    .unwrap();
+    assert_eq!(res.status(), 200);
+    let session = res.headers()["x-agentry-session"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let first = res.chunk().await.unwrap().expect("the first chunk");
+    assert!(
+        String::from_utf8_lossy(&first).contains("chat.completion.chunk"),
+        "{first:?}"
+    );
+    let run = run_of(ctx, key, &session).await;
+    let run = run["id"]
+        .as_str()
+        .or(run["run_id"].as_str())
+        .unwrap()
+        .to_string();
+    let hung_up = std::time::Instant::now();
+    drop(res);
+    let status = until_ended(ctx, key, &run, std::time::Duration::from_secs(10)).await;
+    assert_eq!(status, "cancelled", "a closed stream cancels its run");
+    eprintln!(
+        "streamed run cancelled {:?} after the client hung up",
+        hung_up.elapsed()
+    );
+}
+
+/// Issue 31 item 9: stateless completions (no session named) do not count against
+/// `max_sessions_per_user`, so a client that sends its whole conversation every time is never
+/// cut off. With a limit of 3, twelve stateless calls all answer; the user's own sessions are
+/// still limited to 3 (a body cannot ask for an uncounted session), and deleting a stateless
+/// session gives no slot back. A stateless call's session can still be continued.
+pub async fn stateless_completions_do_not_count_against_max_sessions(ctx: &Ctx) {
+    let limit = 3;
+    let t = ctx
+        .tenant_with(json!({"max_sessions_per_user": limit, "requests_per_minute": 0}))
+        .await;
+    let key = &t.member.key;
+    let mut made = Vec::new();
+    for i in 0..12 {
+        let r = ctx
+            .send(completion(
+                ctx,
+                Some(key),
+                json!({"model": "default", "messages": user(&format!("/echo call {i}"))}),
+            ))
+            .await;
+        assert_eq!(r.status, 200, "stateless call {i}: {}", r.body);
+        assert_eq!(
+            r.body["choices"][0]["message"]["content"],
+            format!("call {i}")
+        );
+        made.push(r.body["agentry_session_id"].as_str().unwrap().to_string());
+    }
+    // Streamed stateless calls too.
+    let res = completion(
+        ctx,
+        Some(key),
+        json!({"model": "default", "messages": user("/echo streamed"), "stream": true}),
+    )
+    .send()
+    .await
+    .unwrap();
+    assert_eq!(res.status(), 200);
+    assert!(res.text().await.unwrap().ends_with("data: [DONE]\n\n"));
+    // A stateless call's session is continued like any other.
+    let r = ctx
+        .send(
+            completion(
+                ctx,
+                Some(key),
+                json!({"model": "default", "messages": user("/echo again")}),
+            )
+            .header("X-Agentry-Session", &made[0]),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.body["agentry_session_id"], made[0].as_str());
+    // Deleting one gives the user no extra slot.
+    ctx.ok(
+        Method::DELETE,
+        &format!("/api/v1/sessions/{}", made[1]),
+        key,
+        None,
+        204,
+    )
+    .await;
+    // The user's own sessions: exactly the limit.
+    for i in 0..limit {
+        ctx.ok(Method::POST, "/api/v1/sessions", key, Some(json!({})), 201)
+            .await;
+        let _ = i;
+    }
+    let r = ctx
+        .call(
+            Method::POST,
+            "/api/v1/sessions",
+            Some(key),
+            Some(&json!({})),
+        )
+        .await;
+    assert_eq!(r.status, 429, "{}", r.body);
+    assert_eq!(r.details()["quota"], "max_sessions_per_user");
+    // The attack: a client cannot make its own session uncounted.
+    let r = ctx
+        .call(
+            Method::POST,
+            "/api/v1/sessions",
+            Some(key),
+            Some(&json!({"stateless": true})),
+        )
+        .await;
+    assert_eq!(r.status, 422, "{}", r.body);
+    let r = ctx
+        .call(
+            Method::POST,
+            "/api/v1/sessions",
+            Some(key),
+            Some(&json!({"metadata": {"source": "openai"}})),
+        )
+        .await;
+    assert_eq!(r.status, 429, "{}", r.body);
+    // Stateless calls still go on with the user at the limit.
+    let r = ctx
+        .send(completion(
+            ctx,
+            Some(key),
+            json!({"model": "default", "messages": user("/echo still")}),
+        ))
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let listed = ctx
+        .ok(Method::GET, "/api/v1/sessions?limit=1", key, None, 200)
+        .await;
+    assert_eq!(listed["total"], 12 + 1 + limit + 1 - 1, "{listed}");
+}

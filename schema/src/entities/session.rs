@@ -21,6 +21,9 @@ pub struct Model {
     /// Cluster mode: the highest fencing token that wrote for the session (0: none). A write
     /// with a lower token is refused (`agentry_store::sessions::fence`).
     pub fence: i64,
+    /// Made for one stateless OpenAI-compatible call: not counted against
+    /// `max_sessions_per_user` (set by the server only).
+    pub stateless: bool,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

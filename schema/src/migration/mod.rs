@@ -23,6 +23,7 @@ mod m20261126_001100_mcp_server_policy;
 mod m20261126_001200_execution_role;
 mod m20261127_001300_mcp_oauth;
 mod m20261127_001400_mcp_virtual_servers;
+mod m20261129_001500_stateless_sessions;
 
 pub struct Migrator;
 
@@ -49,6 +50,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261126_001200_execution_role::Migration),
             Box::new(m20261127_001300_mcp_oauth::Migration),
             Box::new(m20261127_001400_mcp_virtual_servers::Migration),
+            Box::new(m20261129_001500_stateless_sessions::Migration),
         ]
     }
 }

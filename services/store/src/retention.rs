@@ -88,13 +88,14 @@ pub async fn idle_sessions(
 /// `cutoff` and have no unfinished run, with their messages, checkpoints and events, in one
 /// transaction (the rows are locked while it checks, where the database locks rows). Their
 /// runs, tool-call audit and approvals stay: they are the tenant's audit trail and usage, as
-/// with `DELETE /sessions/{id}`. Returns the sessions deleted.
+/// with `DELETE /sessions/{id}`. Returns the sessions deleted: id, user, and whether it counted
+/// against the user's `max_sessions_per_user` (a stateless OpenAI call's did not).
 pub async fn delete_idle_sessions<C>(
     db: &C,
     scope: &TenantScope,
     candidates: &[SessionId],
     cutoff: DateTime<Utc>,
-) -> Result<Vec<(SessionId, UserId)>>
+) -> Result<Vec<(SessionId, UserId, bool)>>
 where
     C: ConnectionTrait + TransactionTrait,
 {
@@ -102,10 +103,11 @@ where
         return Ok(Vec::new());
     }
     let txn = db.begin().await?;
-    let doomed: Vec<(uuid::Uuid, uuid::Uuid)> = session::Entity::find()
+    let doomed: Vec<(uuid::Uuid, uuid::Uuid, bool)> = session::Entity::find()
         .select_only()
         .column(session::Column::Id)
         .column(session::Column::UserId)
+        .column(session::Column::Stateless)
         .filter(session::Column::TenantId.eq(scope.uuid()))
         .filter(session::Column::Id.is_in(candidates.iter().map(|s| s.0)))
         .filter(session::Column::LastActive.lt(cutoff))
@@ -118,7 +120,7 @@ where
         .into_tuple()
         .all(&txn)
         .await?;
-    let ids: Vec<uuid::Uuid> = doomed.iter().map(|(s, _)| *s).collect();
+    let ids: Vec<uuid::Uuid> = doomed.iter().map(|(s, _, _)| *s).collect();
     if !ids.is_empty() {
         session::Entity::delete_many()
             .filter(session::Column::TenantId.eq(scope.uuid()))
@@ -130,7 +132,7 @@ where
     txn.commit().await?;
     Ok(doomed
         .into_iter()
-        .map(|(s, u)| (s.into(), u.into()))
+        .map(|(s, u, stateless)| (s.into(), u.into(), !stateless))
         .collect())
 }
 

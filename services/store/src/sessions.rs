@@ -55,6 +55,9 @@ pub struct Session {
     pub metadata: Value,
     pub created_at: DateTime<Utc>,
     pub last_active: DateTime<Utc>,
+    /// Made for one stateless OpenAI-compatible call: not counted against
+    /// `max_sessions_per_user` ([`create_stateless`]).
+    pub stateless: bool,
 }
 
 impl TryFrom<session::Model> for Session {
@@ -72,6 +75,7 @@ impl TryFrom<session::Model> for Session {
             metadata: m.metadata,
             created_at: m.created_at,
             last_active: m.last_active,
+            stateless: m.stateless,
         })
     }
 }
@@ -91,6 +95,25 @@ pub async fn create(
     scope: &TenantScope,
     new: NewSession,
 ) -> Result<Session> {
+    insert(db, scope, new, false).await
+}
+
+/// A session made for one stateless OpenAI-compatible call: [`count_by_user`] leaves it out,
+/// so it does not count against `max_sessions_per_user`. Only the server makes these.
+pub async fn create_stateless(
+    db: &impl ConnectionTrait,
+    scope: &TenantScope,
+    new: NewSession,
+) -> Result<Session> {
+    insert(db, scope, new, true).await
+}
+
+async fn insert(
+    db: &impl ConnectionTrait,
+    scope: &TenantScope,
+    new: NewSession,
+    stateless: bool,
+) -> Result<Session> {
     let ts = now();
     let id = new.id.unwrap_or_default();
     let model = session::ActiveModel {
@@ -109,6 +132,7 @@ pub async fn create(
         last_active: Set(ts),
         seq_reserved: Set(0),
         fence: Set(0),
+        stateless: Set(stateless),
     };
     let m = model.insert(db).await.map_err(|e| {
         StoreError::conflict_on_unique(e, || format!("session {id} already exists"))
@@ -491,6 +515,8 @@ async fn list_where(
         .collect()
 }
 
+/// The user's sessions that count against `max_sessions_per_user`: all but those made for
+/// stateless OpenAI-compatible calls.
 pub async fn count_by_user(
     db: &impl ConnectionTrait,
     scope: &TenantScope,
@@ -499,6 +525,7 @@ pub async fn count_by_user(
     Ok(session::Entity::find()
         .filter(session::Column::TenantId.eq(scope.uuid()))
         .filter(session::Column::UserId.eq(user_id.0))
+        .filter(session::Column::Stateless.eq(false))
         .count(db)
         .await?)
 }

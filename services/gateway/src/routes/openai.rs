@@ -37,9 +37,14 @@ use crate::auth::TenantCaller;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::ApiJson;
 use crate::request_id::RequestId;
-use crate::routes::chat::{KEEP_ALIVE, with_keep_alive};
+use crate::routes::chat::with_keep_alive;
 use crate::routes::resource::endpoint;
 use crate::state::AppState;
+
+/// A streamed completion sends a `: keep-alive` comment after this much silence (a tool call,
+/// a slow model). The server learns that a client hung up only when a write fails, so this is
+/// also how soon a closed stream cancels its run (two probes at most).
+const HANG_UP_PROBE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The header (request and response) naming the Agentry session a request continues.
 pub const SESSION_HEADER: &str = "x-agentry-session";
@@ -420,6 +425,9 @@ async fn start(
                     CreateSession {
                         assistant_id: Some(c.assistant.clone()),
                         metadata: Some(json!({"source": "openai"})),
+                        // Not counted against max_sessions_per_user: a stateless client would
+                        // be cut off after that many calls (docs/openai.md).
+                        stateless: true,
                         ..Default::default()
                     },
                 )
@@ -628,6 +636,15 @@ pub async fn chat_completions(
     let mut run = start(&state, &caller, request_id, &c).await?;
     let session = run.session_id();
     let run_id = run.run_id().to_string();
+    // A client that hangs up before the run's end (the request future or the response stream
+    // is dropped) cancels the run, as OpenAI stops generating.
+    let mut hang_up = CancelOnHangUp {
+        state: state.clone(),
+        caller: caller.clone(),
+        session,
+        run: run.run_id(),
+        over: false,
+    };
     if !c.stream {
         let mut outcome = Outcome::default();
         while let Some(ev) = run.next().await {
@@ -638,6 +655,7 @@ pub async fn chat_completions(
                 .take(&state, &caller, session, &ev.event.payload)
                 .await;
         }
+        hang_up.over = true;
         if let Some(e) = outcome.error(session, &run_id) {
             return Err(e);
         }
@@ -675,11 +693,22 @@ pub async fn chat_completions(
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Bytes>();
     let _ = tx.send(first);
     actix_web::rt::spawn(async move {
+        // The whole guard moves into the task (not just its flag): it cancels when this ends.
+        let mut hang_up = hang_up;
         let mut outcome = Outcome::default();
         // Deltas of the current answer sent so far: a final text that came without deltas
         // is sent whole.
         let mut streamed = false;
-        while let Some(ev) = run.next().await {
+        loop {
+            let ev = tokio::select! {
+                ev = run.next() => ev,
+                // The client closed the response: `hang_up` cancels the run as it drops.
+                () = tx.closed() => return,
+            };
+            let Some(ev) = ev else {
+                hang_up.over = true;
+                break;
+            };
             if is_child_noise(&ev.event) {
                 continue;
             }
@@ -724,7 +753,47 @@ pub async fn chat_completions(
         .insert_header((header::CACHE_CONTROL, "no-cache"))
         .insert_header(("x-accel-buffering", "no"))
         .insert_header((SESSION_HEADER, session.to_string()))
-        .streaming(with_keep_alive(frames, KEEP_ALIVE)))
+        .streaming(with_keep_alive(frames, HANG_UP_PROBE)))
+}
+
+/// Cancels the request's run when dropped before the run ended: the client hung up (closed a
+/// stream, gave up waiting for a completion). The cancel is the one `POST
+/// /sessions/{id}/cancel` makes (forwarded to the replica that runs the session).
+struct CancelOnHangUp {
+    state: web::Data<AppState>,
+    caller: TenantCaller,
+    session: SessionId,
+    run: agentry_schema::ids::RunId,
+    /// The run ended (its `done` was read): nothing to cancel.
+    over: bool,
+}
+
+impl Drop for CancelOnHangUp {
+    fn drop(&mut self) {
+        if self.over {
+            return;
+        }
+        let (state, caller, session, run) = (
+            self.state.clone(),
+            self.caller.clone(),
+            self.session,
+            self.run,
+        );
+        actix_web::rt::spawn(async move {
+            match state
+                .engine
+                .cancel(caller.tenant(), &caller.user(), session)
+                .await
+            {
+                Ok(cancelled) => {
+                    tracing::info!(%session, run_id = %cancelled, hung_up = %run, "the client hung up: run cancelled")
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, %session, run_id = %run, "the client hung up; no run to cancel")
+                }
+            }
+        });
+    }
 }
 
 /// The `chat.completion.chunk` frames of one streamed completion.

@@ -350,6 +350,8 @@ pub async fn create_session(
                 assistant_id,
                 metadata: req.metadata,
                 auto_approve: req.auto_approve,
+                // Counted against max_sessions_per_user, whatever the body says.
+                stateless: false,
             },
         )
         .await?;
