@@ -450,6 +450,7 @@ impl Engine {
         cmd: ChatCommand,
     ) -> Result<ChatStarted, EngineError> {
         check_message(&cmd.message)?;
+        self.check_token_budget(tenant).await?;
         let handle = match cmd.session_id {
             Some(id) => self.open_session(tenant, user, id).await?,
             None => {
@@ -524,6 +525,19 @@ impl Engine {
             run_id,
             events,
         })
+    }
+
+    /// A chat over a spent `tokens_per_day` is refused before anything is created for it (a
+    /// session, a message); the run's admission in the session decides all the same. Redis not
+    /// answering is left to that admission, which fails closed.
+    pub async fn check_token_budget(&self, tenant: &Tenant) -> Result<(), EngineError> {
+        if tenant.quotas.tokens_per_day == 0 {
+            return Ok(());
+        }
+        match self.quota(tenant).await?.check_budget().await {
+            Err(e @ crate::quota::QuotaError::Refused(_)) => Err(e.into()),
+            _ => Ok(()),
+        }
     }
 
     async fn discard_session(&self, tenant: &Tenant, user: &UserScope, id: SessionId) {

@@ -6,6 +6,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod admission;
 mod audit;
 mod budget;
 mod chat_cli;
@@ -1391,4 +1392,27 @@ async fn three_replicas_keep_a_users_order_and_a_watcher_misses_nothing() {
         100,
     )
     .await;
+}
+
+// ---- tokens_per_day refuses at admission (issue 31 item 4) ----
+
+/// One node: after the budget is spent, 100 requests at once over every chat route (and chat
+/// frames on open sockets) are all 429 and nothing is stored.
+#[tokio::test]
+async fn a_spent_token_budget_refuses_a_burst_at_admission_and_stores_nothing() {
+    let ctx = Ctx::start().await;
+    admission::a_spent_budget_refuses_a_burst_and_stores_nothing(&[&ctx], 100).await;
+    admission::a_burst_is_admitted_only_as_far_as_the_budget_holds(&[&ctx], 40).await;
+}
+
+/// The same on three replicas over PostgreSQL and Redis.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spent_token_budget_refuses_a_burst_on_three_replicas() {
+    let Some(url) = postgres_db("trio_budget").await else {
+        return;
+    };
+    let trio = replicas::Trio::start(&url).await;
+    let all: Vec<&Ctx> = trio.replicas.iter().collect();
+    admission::a_spent_budget_refuses_a_burst_and_stores_nothing(&all, 99).await;
+    admission::a_burst_is_admitted_only_as_far_as_the_budget_holds(&all, 39).await;
 }

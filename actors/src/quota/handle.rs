@@ -2,7 +2,8 @@
 //! tenant's [`QuotaActor`] on one node ([`LocalQuota`]), or Redis in cluster mode
 //! ([`super::RedisQuota`]). Each question is one hop: one mailbox message or one Lua script.
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use actix::Addr;
 use agentry_schema::ids::{RunId, UserId};
@@ -70,8 +71,20 @@ pub struct TokenTicket {
 pub trait QuotaBackend: Send + Sync + 'static {
     /// One API request or WebSocket work frame of the tenant (requests_per_minute).
     async fn admit_request(&self) -> Result<(), QuotaError>;
+    /// Refused when the tenant's daily token budget is spent (a look: nothing is taken).
+    async fn check_budget(&self) -> Result<(), QuotaError>;
     /// A run wants to start (max_concurrent_runs, and tokens_per_day not spent yet).
     async fn acquire_run(&self, run: RunId) -> Result<(), QuotaError>;
+    /// [`QuotaBackend::acquire_run`], and, when the tenant has a daily budget, `hold` tokens
+    /// reserved for the run's first model call in the same step. The ticket names the hold.
+    async fn admit_run(&self, run: RunId, hold: u64) -> Result<Option<TokenTicket>, QuotaError>;
+    /// A run's first model call: give `held` back and reserve `estimate`, checked as
+    /// [`QuotaBackend::reserve_tokens`] is. Refused, the hold is given back all the same.
+    async fn convert_tokens(
+        &self,
+        held: &TokenTicket,
+        estimate: u64,
+    ) -> Result<TokenTicket, QuotaError>;
     fn release_run(&self, run: RunId);
     /// A model call wants to start: reserve `estimate` tokens of the day's budget.
     async fn reserve_tokens(&self, estimate: u64) -> Result<TokenTicket, QuotaError>;
@@ -90,9 +103,42 @@ pub trait QuotaBackend: Send + Sync + 'static {
     }
 }
 
-/// A tenant's quotas, cheap to clone.
+/// A tenant's quotas, cheap to clone. The handle [`QuotaHandle::admit_run`] returns is the
+/// run's own: it carries the tokens held for the run's first model call.
 #[derive(Clone)]
-pub struct QuotaHandle(Arc<dyn QuotaBackend>);
+pub struct QuotaHandle {
+    backend: Arc<dyn QuotaBackend>,
+    /// The reservation of the last first model call of a run seen through this tenant's
+    /// handles: what admitting the next run holds (0: none seen yet).
+    first_call: Arc<AtomicU64>,
+    /// The run's admission hold, until its first model call takes it over (or the run ends).
+    admission: Option<Arc<Admission>>,
+}
+
+/// Tokens held for a run's first model call since its admission.
+struct Admission {
+    backend: Arc<dyn QuotaBackend>,
+    ticket: Mutex<Option<TokenTicket>>,
+}
+
+impl Admission {
+    fn take(&self) -> Option<TokenTicket> {
+        self.ticket
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+    }
+}
+
+impl Drop for Admission {
+    /// A run dropped without a model call (cancelled, refused at a later step) gives its hold
+    /// back.
+    fn drop(&mut self) {
+        if let Some(t) = self.take() {
+            self.backend.settle_tokens(&t, 0);
+        }
+    }
+}
 
 impl std::fmt::Debug for QuotaHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -102,7 +148,11 @@ impl std::fmt::Debug for QuotaHandle {
 
 impl QuotaHandle {
     pub fn new(backend: impl QuotaBackend) -> Self {
-        QuotaHandle(Arc::new(backend))
+        QuotaHandle {
+            backend: Arc::new(backend),
+            first_call: Arc::new(AtomicU64::new(0)),
+            admission: None,
+        }
     }
 
     /// The single-node keeper: the tenant's quota actor.
@@ -111,24 +161,65 @@ impl QuotaHandle {
     }
 
     pub async fn admit_request(&self) -> Result<(), QuotaError> {
-        self.0.admit_request().await
+        self.backend.admit_request().await
     }
 
+    /// Refused with `tokens_per_day` when the daily budget is spent: asked before anything is
+    /// created for a chat, so a request over a spent budget stores nothing, not even for a
+    /// moment. The run's admission ([`QuotaHandle::admit_run`]) is what decides.
+    pub async fn check_budget(&self) -> Result<(), QuotaError> {
+        self.backend.check_budget().await
+    }
+
+    /// A run wants to start, without holding tokens (see [`QuotaHandle::admit_run`]).
     pub async fn acquire_run(&self, run: RunId) -> Result<(), QuotaError> {
-        self.0.acquire_run(run).await
+        self.backend.acquire_run(run).await
+    }
+
+    /// A run wants to start: its slot (max_concurrent_runs) and, when the tenant has a daily
+    /// budget, its first model call's tokens, held from now — the reservation of the last
+    /// first call this tenant made, or `fallback` before there was one. Admitted while the
+    /// tokens used today plus those reserved (holds included) are below the budget, so a burst
+    /// is admitted only as far as the budget holds. Returns the run's own handle: its first
+    /// [`QuotaHandle::reserve_tokens`] takes the hold over; [`QuotaHandle::release_run`] (or
+    /// dropping every clone) gives back a hold never used.
+    pub async fn admit_run(&self, run: RunId, fallback: u64) -> Result<QuotaHandle, QuotaError> {
+        let hold = match self.first_call.load(Ordering::Relaxed) {
+            0 => fallback,
+            last => last,
+        };
+        let ticket = self.backend.admit_run(run, hold).await?;
+        Ok(QuotaHandle {
+            backend: self.backend.clone(),
+            first_call: self.first_call.clone(),
+            admission: Some(Arc::new(Admission {
+                backend: self.backend.clone(),
+                ticket: Mutex::new(ticket),
+            })),
+        })
     }
 
     pub fn release_run(&self, run: RunId) {
-        self.0.release_run(run)
+        if let Some(t) = self.admission.as_ref().and_then(|a| a.take()) {
+            self.backend.settle_tokens(&t, 0);
+        }
+        self.backend.release_run(run)
     }
 
     /// Reserve `estimate` tokens for one model call. The reservation is given back when the
     /// returned guard is settled with the call's real usage, or dropped (a cancelled call
-    /// counts only the usage it reported: none).
+    /// counts only the usage it reported: none). A run's first call takes over the tokens its
+    /// admission held.
     pub async fn reserve_tokens(&self, estimate: u64) -> Result<TokenReservation, QuotaError> {
-        let ticket = self.0.reserve_tokens(estimate).await?;
+        let ticket = match self.admission.as_ref().and_then(|a| a.take()) {
+            Some(held) => {
+                self.first_call.store(estimate, Ordering::Relaxed);
+                self.backend.convert_tokens(&held, estimate).await?
+            }
+            None => self.backend.reserve_tokens(estimate).await?,
+        };
         Ok(TokenReservation {
-            backend: self.0.clone(),
+            backend: self.backend.clone(),
             ticket: Some(ticket),
         })
     }
@@ -137,7 +228,7 @@ impl QuotaHandle {
     /// may be set later today).
     pub fn count_tokens(&self, used: u64) {
         if used > 0 {
-            self.0.settle_tokens(
+            self.backend.settle_tokens(
                 &TokenTicket {
                     id: String::new(),
                     reserved: 0,
@@ -148,23 +239,23 @@ impl QuotaHandle {
     }
 
     pub async fn reserve_session(&self, user: UserId, stored: u64) -> Result<(), QuotaError> {
-        self.0.reserve_session(user, stored).await
+        self.backend.reserve_session(user, stored).await
     }
 
     pub fn release_session(&self, user: UserId) {
-        self.0.release_session(user)
+        self.backend.release_session(user)
     }
 
     pub fn set_quotas(&self, quotas: Quotas) {
-        self.0.set_quotas(quotas)
+        self.backend.set_quotas(quotas)
     }
 
     pub fn is_alive(&self) -> bool {
-        self.0.is_alive()
+        self.backend.is_alive()
     }
 
     pub fn actor(&self) -> Option<Addr<QuotaActor>> {
-        self.0.actor()
+        self.backend.actor()
     }
 }
 
@@ -209,8 +300,38 @@ impl QuotaBackend for LocalQuota {
         Ok(self.0.send(AdmitRequest).await.map_err(gone)??)
     }
 
+    async fn check_budget(&self) -> Result<(), QuotaError> {
+        Ok(self.0.send(CheckBudget).await.map_err(gone)??)
+    }
+
     async fn acquire_run(&self, _run: RunId) -> Result<(), QuotaError> {
         Ok(self.0.send(AcquireRun).await.map_err(gone)??)
+    }
+
+    async fn admit_run(&self, _run: RunId, hold: u64) -> Result<Option<TokenTicket>, QuotaError> {
+        let held = self.0.send(AdmitRun { hold }).await.map_err(gone)??;
+        Ok((held > 0).then(|| TokenTicket {
+            id: String::new(),
+            reserved: held,
+        }))
+    }
+
+    async fn convert_tokens(
+        &self,
+        held: &TokenTicket,
+        estimate: u64,
+    ) -> Result<TokenTicket, QuotaError> {
+        self.0
+            .send(ConvertTokens {
+                held: held.reserved,
+                estimate,
+            })
+            .await
+            .map_err(gone)??;
+        Ok(TokenTicket {
+            id: String::new(),
+            reserved: estimate,
+        })
     }
 
     fn release_run(&self, _run: RunId) {

@@ -22,6 +22,28 @@ impl Handler<AcquireRun> for QuotaActor {
     }
 }
 
+impl Handler<AdmitRun> for QuotaActor {
+    type Result = Result<u64, super::QuotaRejection>;
+    fn handle(&mut self, msg: AdmitRun, _: &mut Self::Context) -> Self::Result {
+        self.state.admit_run(msg.hold, Utc::now())
+    }
+}
+
+impl Handler<ConvertTokens> for QuotaActor {
+    type Result = QuotaDecision;
+    fn handle(&mut self, msg: ConvertTokens, _: &mut Self::Context) -> QuotaDecision {
+        self.state
+            .convert_tokens(msg.held, msg.estimate, Utc::now())
+    }
+}
+
+impl Handler<CheckBudget> for QuotaActor {
+    type Result = QuotaDecision;
+    fn handle(&mut self, _: CheckBudget, _: &mut Self::Context) -> QuotaDecision {
+        self.state.budget_spent(Utc::now())
+    }
+}
+
 impl Handler<ReleaseRun> for QuotaActor {
     type Result = ();
     fn handle(&mut self, _: ReleaseRun, _: &mut Self::Context) {

@@ -17,6 +17,29 @@ pub struct AdmitRequest;
 #[rtype(result = "QuotaDecision")]
 pub struct AcquireRun;
 
+/// A run wants to start and hold `hold` tokens for its first model call (max_concurrent_runs,
+/// tokens_per_day). Answers the tokens held.
+#[derive(Message)]
+#[rtype(result = "Result<u64, super::QuotaRejection>")]
+pub struct AdmitRun {
+    pub hold: u64,
+}
+
+/// A run's first model call takes over the `held` tokens of its admission and reserves
+/// `estimate`.
+#[derive(Message)]
+#[rtype(result = "QuotaDecision")]
+pub struct ConvertTokens {
+    pub held: u64,
+    pub estimate: u64,
+}
+
+/// Is the daily token budget spent? A look before anything is created for a chat; the run's
+/// admission ([`AdmitRun`]) decides.
+#[derive(Message)]
+#[rtype(result = "QuotaDecision")]
+pub struct CheckBudget;
+
 /// A run ended (its tokens were counted call by call: [`SettleTokens`]).
 #[derive(Message)]
 #[rtype(result = "()")]

@@ -11,6 +11,12 @@
 //! Tokens per day are reserved before each model call ([`QuotaHandle::reserve_tokens`]) and the
 //! reservation is replaced by the call's real usage after it, so parallel runs cannot overshoot
 //! the budget by more than one call's reservation.
+//!
+//! A run's first model call is reserved when the run is admitted ([`QuotaHandle::admit_run`]),
+//! before anything of the run is stored: a burst of requests against a nearly spent budget is
+//! admitted only as far as the budget holds, and the rest is refused with 429 instead of
+//! starting runs whose first model call would then fail. The run's first call turns that hold
+//! into its own reservation.
 
 mod handle;
 mod handlers;
@@ -124,8 +130,8 @@ impl QuotaState {
     }
 
     /// The daily budget is spent when the tokens used today plus those reserved by calls in
-    /// flight reach it.
-    fn budget_spent(&mut self, now: DateTime<Utc>) -> QuotaDecision {
+    /// flight (and held by admitted runs for their first call) reach it.
+    pub fn budget_spent(&mut self, now: DateTime<Utc>) -> QuotaDecision {
         self.roll_day(now);
         let budget = self.quotas.tokens_per_day;
         if budget > 0 && self.tokens_used.saturating_add(self.tokens_reserved) >= budget {
@@ -151,6 +157,31 @@ impl QuotaState {
         }
         self.running += 1;
         Ok(())
+    }
+
+    /// A run wants to start and hold `hold` tokens of the daily budget for its first model call:
+    /// [`QuotaState::acquire_run`], then the hold is reserved (when the tenant has a budget).
+    /// Returns the tokens held.
+    pub fn admit_run(&mut self, hold: u64, now: DateTime<Utc>) -> Result<u64, QuotaRejection> {
+        self.acquire_run(now)?;
+        if self.quotas.tokens_per_day == 0 {
+            return Ok(0);
+        }
+        self.tokens_reserved = self.tokens_reserved.saturating_add(hold);
+        Ok(hold)
+    }
+
+    /// A run's first model call takes over the `held` tokens its admission reserved and
+    /// reserves `estimate` instead, checked as any call is ([`QuotaState::reserve_tokens`], with
+    /// the hold given back first). Refused, the hold is given back all the same.
+    pub fn convert_tokens(
+        &mut self,
+        held: u64,
+        estimate: u64,
+        now: DateTime<Utc>,
+    ) -> QuotaDecision {
+        self.tokens_reserved = self.tokens_reserved.saturating_sub(held);
+        self.reserve_tokens(estimate, now)
     }
 
     /// A run ended (its tokens were counted call by call, [`QuotaState::settle_tokens`]).
@@ -356,6 +387,31 @@ mod tests {
             "overshoot {} over one reservation",
             q.tokens_used() - budget
         );
+    }
+
+    /// A burst of runs against a budget: admission holds each run's first call, so only as
+    /// many runs are admitted as the budget holds; each first call takes its hold over; a run
+    /// that ends before its first call gives its hold back.
+    #[test]
+    fn admission_holds_the_first_call_of_each_run() {
+        let now = Utc::now();
+        let mut q = QuotaState::new(quotas(0, 0, 0, 10_000), 0, now);
+        let admitted = (0..100).filter(|_| q.admit_run(2_000, now).is_ok()).count();
+        assert_eq!(admitted, 5, "5 holds of 2,000 reach the budget of 10,000");
+        assert_eq!(q.admit_run(2_000, now).unwrap_err().quota, "tokens_per_day");
+        // Each first call takes its own hold over (the same size or less: always admitted).
+        for _ in 0..4 {
+            q.convert_tokens(2_000, 1_800, now).unwrap();
+        }
+        assert_eq!(q.tokens_reserved(), 4 * 1_800 + 2_000);
+        // One admitted run is cancelled before its first call: its hold goes back.
+        q.settle_tokens(2_000, 0, now);
+        q.release_run();
+        assert_eq!(q.tokens_reserved(), 4 * 1_800);
+        // No budget: nothing is held.
+        let mut free = QuotaState::new(quotas(0, 0, 0, 0), 0, now);
+        assert_eq!(free.admit_run(2_000, now), Ok(0));
+        assert_eq!(free.tokens_reserved(), 0);
     }
 
     #[test]

@@ -74,7 +74,8 @@ redis.call('PEXPIRE', KEYS[1], 61000)
 return {1, 0}
 ";
 
-/// KEYS: runs, tok:<day>, tokres. ARGV: run limit, run id, lease ms, budget, seed.
+/// KEYS: runs, tok:<day>, tokres. ARGV: run limit, run id, lease ms, budget, seed, and the
+/// member (`<id>:<tokens>`) of the tokens held for the run's first model call ('' for none).
 /// Returns 1, or 0 (max_concurrent_runs) or -1 (tokens_per_day).
 const ACQUIRE_RUN: &str = r"
 local limit, lease, budget = tonumber(ARGV[1]), tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -88,6 +89,32 @@ if limit > 0 and redis.call('ZSCORE', KEYS[1], ARGV[2]) == false
 end
 redis.call('ZADD', KEYS[1], now + lease, ARGV[2])
 redis.call('PEXPIRE', KEYS[1], lease * 2)
+if budget > 0 and ARGV[6] ~= nil and ARGV[6] ~= '' then
+  redis.call('ZADD', KEYS[3], now + lease, ARGV[6])
+  redis.call('PEXPIRE', KEYS[3], lease * 2)
+end
+return 1
+";
+
+/// KEYS: tok:<day>, tokres. ARGV: budget, seed. Returns 1, or 0 when the budget is spent.
+const CHECK_BUDGET: &str = r"
+local budget = tonumber(ARGV[1])
+if budget > 0 and day_tokens(KEYS[1], KEYS[2], ARGV[2], now) >= budget then
+  return 0
+end
+return 1
+";
+
+/// KEYS: tok:<day>, tokres. ARGV: budget, the held member, the new member, lease ms, seed.
+/// The hold goes whatever the answer; then as RESERVE_TOKENS.
+const CONVERT_TOKENS: &str = r"
+local budget, lease = tonumber(ARGV[1]), tonumber(ARGV[4])
+redis.call('ZREM', KEYS[2], ARGV[2])
+if budget > 0 and day_tokens(KEYS[1], KEYS[2], ARGV[5], now) >= budget then
+  return 0
+end
+redis.call('ZADD', KEYS[2], now + lease, ARGV[3])
+redis.call('PEXPIRE', KEYS[2], lease * 2)
 return 1
 ";
 
@@ -151,6 +178,8 @@ struct Scripts {
     admit_request: Script,
     acquire_run: Script,
     reserve_tokens: Script,
+    convert_tokens: Script,
+    check_budget: Script,
     settle_tokens: Script,
     reserve_session: Script,
     release_session: Script,
@@ -166,6 +195,8 @@ fn scripts() -> &'static Scripts {
             admit_request: with_now(ADMIT_REQUEST),
             acquire_run: with_tokens(ACQUIRE_RUN),
             reserve_tokens: with_tokens(RESERVE_TOKENS),
+            convert_tokens: with_tokens(CONVERT_TOKENS),
+            check_budget: with_tokens(CHECK_BUDGET),
             settle_tokens: Script::new(SETTLE_TOKENS),
             reserve_session: Script::new(RESERVE_SESSION),
             release_session: Script::new(RELEASE_SESSION),
@@ -346,26 +377,57 @@ impl QuotaBackend for RedisQuota {
         }))
     }
 
+    async fn check_budget(&self) -> Result<(), QuotaError> {
+        let budget = self.quotas().tokens_per_day;
+        if budget == 0 {
+            return Ok(());
+        }
+        let now = Utc::now();
+        let (day, res) = (self.day_key(now), self.key("tokres"));
+        let mut inv = scripts().check_budget.key(&day);
+        inv.key(&res);
+        inv.arg(budget).arg(self.seed(now));
+        match self.run::<i64>(inv).await? {
+            1 => Ok(()),
+            _ => Err(self.budget_refusal(budget)),
+        }
+    }
+
     async fn acquire_run(&self, run: RunId) -> Result<(), QuotaError> {
+        self.admit_run(run, 0).await.map(|_| ())
+    }
+
+    async fn admit_run(&self, run: RunId, hold: u64) -> Result<Option<TokenTicket>, QuotaError> {
         let q = self.quotas();
         let now = Utc::now();
         let (runs, day, res) = (self.key("runs"), self.day_key(now), self.key("tokres"));
         let id = run.to_string();
+        let held = (q.tokens_per_day > 0 && hold > 0).then(|| TokenTicket {
+            id: format!("{}:{hold}", uuid::Uuid::new_v4()),
+            reserved: hold,
+        });
         let mut inv = scripts().acquire_run.key(&runs);
         inv.key(&day).key(&res);
         inv.arg(q.max_concurrent_runs)
             .arg(&id)
             .arg(self.lease_ms())
             .arg(q.tokens_per_day)
-            .arg(self.seed(now));
+            .arg(self.seed(now))
+            .arg(held.as_ref().map_or("", |t| t.id.as_str()));
         // Held before the answer: a lease taken by a script whose answer is lost is renewed
         // (and released at the run's end) all the same.
         lock(&self.0.runs).insert(id.clone());
+        if let Some(t) = &held {
+            lock(&self.0.reservations).insert(t.id.clone());
+        }
         let answer: Result<i64, _> = self.run(inv).await;
         match answer {
-            Ok(1) => Ok(()),
+            Ok(1) => Ok(held),
             Ok(code) => {
                 lock(&self.0.runs).remove(&id);
+                if let Some(t) = &held {
+                    lock(&self.0.reservations).remove(&t.id);
+                }
                 if code == -1 {
                     Err(self.budget_refusal(q.tokens_per_day))
                 } else {
@@ -377,7 +439,47 @@ impl QuotaBackend for RedisQuota {
                 }
             }
             Err(e) => {
+                if let Some(t) = &held {
+                    self.settle_tokens(t, 0);
+                }
                 self.release_run(run);
+                Err(e)
+            }
+        }
+    }
+
+    async fn convert_tokens(
+        &self,
+        held: &TokenTicket,
+        estimate: u64,
+    ) -> Result<TokenTicket, QuotaError> {
+        let budget = self.quotas().tokens_per_day;
+        let now = Utc::now();
+        let member = format!("{}:{estimate}", uuid::Uuid::new_v4());
+        let (day, res) = (self.day_key(now), self.key("tokres"));
+        let mut inv = scripts().convert_tokens.key(&day);
+        inv.key(&res);
+        inv.arg(budget)
+            .arg(&held.id)
+            .arg(&member)
+            .arg(self.lease_ms())
+            .arg(self.seed(now));
+        lock(&self.0.reservations).remove(&held.id);
+        lock(&self.0.reservations).insert(member.clone());
+        let ticket = TokenTicket {
+            id: member.clone(),
+            reserved: estimate,
+        };
+        match self.run::<i64>(inv).await {
+            Ok(1) => Ok(ticket),
+            Ok(_) => {
+                lock(&self.0.reservations).remove(&member);
+                Err(self.budget_refusal(budget))
+            }
+            Err(e) => {
+                // Neither may stay: the hold and the new member are taken out (or expire).
+                self.settle_tokens(held, 0);
+                self.settle_tokens(&ticket, 0);
                 Err(e)
             }
         }

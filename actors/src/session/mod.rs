@@ -986,12 +986,17 @@ impl SessionActor {
             let reserve = base + SEQ_BLOCK;
             let fence = claimed.as_ref().map(|c| c.token);
             let res = async {
-                match quota.acquire_run(run_id).await {
-                    Ok(()) => {}
+                // Admitted with its first model call's tokens held (issue 31 item 4): the
+                // run's own handle goes to the run, whose first call takes the hold over.
+                let quota = match quota
+                    .admit_run(run_id, deps.config.reserve_output_tokens.saturating_mul(2))
+                    .await
+                {
+                    Ok(admitted) => admitted,
                     // A run interrupted by a restart goes on even over the limit.
-                    Err(crate::quota::QuotaError::Refused(_)) if resuming => {}
+                    Err(crate::quota::QuotaError::Refused(_)) if resuming => quota.clone(),
                     Err(e) => return Err(e.into()),
-                }
+                };
                 // From here the slot is given back however this ends, even if this future is
                 // dropped (the actor stopped or panicked).
                 let slot = RunSlot {

@@ -414,6 +414,8 @@ async fn start(
     c: &Checked,
 ) -> ApiResult<RunStream> {
     let (tenant, user) = (caller.tenant(), caller.user());
+    // A spent daily budget is refused before the stateless session is made.
+    state.engine.check_token_budget(tenant).await?;
     let (session, created) = match c.session {
         Some(id) => (id, false),
         None => {
