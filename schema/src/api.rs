@@ -171,6 +171,10 @@ pub struct WhoAmI {
     /// The caller's custom role (then `role` is `member`): its tool patterns and REST areas.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub custom_role: Option<String>,
+    /// The REST areas a custom role may use (every other answers 403); absent for the
+    /// built-in roles, which may use them all. A client shows only what the caller may use.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub areas: Option<Vec<crate::roles::RestArea>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key_id: Option<String>,
 }

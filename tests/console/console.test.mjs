@@ -92,6 +92,32 @@ async function noHorizontalScroll(page, what) {
   assert.deepEqual(wide, [], `${what}: boxes wider than 390px`);
 }
 
+/**
+ * Every approval or question card of the conversation: drawn inside the card of the tool call it
+ * gated, above that call's result (live and on replay), and with no stray text such as `null`.
+ */
+async function checkCards(page, count, when) {
+  const cards = await page.evaluate(() =>
+    [...document.querySelectorAll(".msg.hitl")].map((c) => {
+      const tool = c.closest(".msg.tool");
+      const result = tool && tool.querySelector(":scope > .result");
+      return {
+        request: c.dataset.request,
+        text: c.textContent,
+        above: !!result && !!(c.compareDocumentPosition(result) & Node.DOCUMENT_POSITION_FOLLOWING),
+        result: result ? result.textContent : null,
+      };
+    }),
+  );
+  assert.equal(cards.length, count, `${when}: ${JSON.stringify(cards)}`);
+  for (const c of cards) {
+    assert.ok(c.above, `${when}: the card ${c.request} is drawn above the result it gated: ${JSON.stringify(c)}`);
+    assert.doesNotMatch(c.text, /\bnull\b|undefined/, `${when}: stray text in the card ${c.request}`);
+  }
+  // The approved, edited and answered ones have their results below them (the rejected one ran nothing).
+  for (const i of [0, 1, 3, 4]) assert.ok(cards[i].result.includes("✓ result"), `${when}: card ${i} has its result: ${JSON.stringify(cards[i])}`);
+}
+
 const browser = await chromium.launch({
   executablePath: process.env.CHROMIUM,
   headless: true,
@@ -211,6 +237,9 @@ try {
   await q.locator(".decision:has-text('Answered by you: blue')").waitFor();
   await page.waitForFunction(() => document.querySelectorAll(".done-line[data-status=completed]").length === 4);
 
+  log("chat: each approval and question card is drawn above the result it gated, with no stray text");
+  await checkCards(page, 5, "live");
+
   log("chat: Markdown, and model output cannot run script");
   hostileShown = true;
   await page.fill("#message", "/echo # Notes\n\n**bold** and `code`\n\n```\nfn main() {}\n```\n\n```python\ndef report(x):\n    return \"done\"  # ok\n```\n\n![report](" + PNG_DATA_URI + ")\n\n<img src=x onerror=\"window.pwned=1\"><script>window.pwned=2</script>");
@@ -247,6 +276,7 @@ try {
   await page.waitForSelector(".msg.assistant h1:has-text('Notes')");
   assert.equal(await page.locator(".done-line").count(), 6, "each run's end shown once");
   await page.locator(".hitl").nth(4).locator(".decision:has-text('Answered by you: blue')").waitFor();
+  await checkCards(page, 5, "replayed");
   await expectSockets(1);
   // Switching sessions and pages never leaves a socket behind.
   await page.click("#new-chat");
@@ -453,6 +483,50 @@ try {
   assert.equal(await bob.evaluate(() => localStorage.getItem("agentry.key")), null, "a refused key is forgotten");
   await shot(bob, "09-revoked");
   await bob.context().close();
+
+  // ---- custom roles: named, assignable, and only the pages the role may use ----
+  log("custom roles: assignable in the admin page");
+  const alice = { authorization: "Bearer " + aliceKey, "content-type": "application/json" };
+  const made = await fetch(BASE + "/api/v1/tenant/roles", {
+    method: "POST",
+    headers: alice,
+    body: JSON.stringify({ name: "auditor", description: "reads the runs", tools: [], areas: ["audit"] }),
+  });
+  assert.equal(made.status, 201, await made.text());
+  await page.click("#nav a[data-area=runs]");
+  await page.click("#nav a[data-area=admin]");
+  await page.waitForSelector("#users select[data-role-of=bob] option[value=auditor]", { state: "attached" });
+  assert.equal(await page.inputValue("#users select[data-role-of=bob]"), "member");
+  await page.selectOption("#users select[data-role-of=bob]", "auditor");
+  const roleOf = async (name) => {
+    const users = await (await fetch(BASE + "/api/v1/tenant/users?limit=200", { headers: alice })).json();
+    const u = users.items.find((x) => x.name === name);
+    return u && (u.custom_role || u.role);
+  };
+  for (let i = 0; (await roleOf("bob")) !== "auditor"; i++) {
+    assert.ok(i < 100, "bob got the custom role");
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  await page.waitForFunction(() => document.querySelector("#users select[data-role-of=bob]")?.value === "auditor");
+  await page.fill("#user-name", "carol");
+  await page.selectOption("#user-role", "auditor");
+  await page.click("#user-create button[type=submit]");
+  await page.waitForSelector("#users select[data-role-of=carol]");
+  assert.equal(await page.inputValue("#users select[data-role-of=carol]"), "auditor");
+  assert.equal(await roleOf("carol"), "auditor");
+  const carolKey = await createKey("carol", "carol-desk");
+
+  log("custom roles: the holder sees the role's name and its pages only");
+  const carol = await newPage(browser);
+  await login(carol, carolKey);
+  await carol.waitForSelector("#nav a[data-area=runs]");
+  assert.deepEqual(await carol.$$eval("#nav a", (as) => as.map((a) => a.dataset.area)), ["runs"], "only the runs page (audit)");
+  assert.match(await carol.textContent("#who"), /· auditor$/, "the custom role's name, not member");
+  await carol.goto(BASE + "/#/chat");
+  await carol.waitForSelector("#nav a[data-area=runs].active");
+  await carol.waitForSelector("#runs-list");
+  await shot(carol, "09b-custom-role");
+  await carol.context().close();
 
   // ---- 390 px ----
   log("390 px wide");

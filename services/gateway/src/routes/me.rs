@@ -30,6 +30,7 @@ pub async fn who_am_i(caller: Caller) -> Json<WhoAmI> {
             user_id: None,
             role: None,
             custom_role: None,
+            areas: None,
             key_id: None,
         },
         Caller::Tenant(t) => WhoAmI {
@@ -39,6 +40,12 @@ pub async fn who_am_i(caller: Caller) -> Json<WhoAmI> {
             user_id: Some(t.user_id().to_string()),
             role: Some(t.role()),
             custom_role: t.custom_role().map(|n| n.to_string()),
+            // A role deleted since the key was resolved may use nothing.
+            areas: t.custom_role().map(|n| {
+                t.tenant()
+                    .custom_role(n)
+                    .map_or_else(Vec::new, |r| r.areas.clone())
+            }),
             key_id: t.key_id().map(|k| k.to_string()),
         },
     })

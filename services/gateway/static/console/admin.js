@@ -288,15 +288,24 @@ function tenantDetail(box, base, state, me) {
   loadUsage();
 
   async function loadUsers() {
+    let customRoles = [];
     try {
       userList = await all(`${base}/users`);
+      // The tenant's custom roles (a tenant admin lists them; the platform admin has no such
+      // route, and is offered those its users already hold).
+      if (base === "/tenant") customRoles = (await api("GET", "/tenant/roles")).filter((r) => !r.builtin).map((r) => r.name);
     } catch (e) {
       clear(users, h("p", { class: "error" }, describe(e)));
       return;
     }
     if (!state.alive) return;
+    for (const u of userList) if (u.custom_role && !customRoles.includes(u.custom_role)) customRoles.push(u.custom_role);
+    const roleNames = ["member", "admin", ...customRoles];
+    // A built-in role is `role`; a custom one is `custom_role` (its holder's `role` is member).
+    const roleBody = (r) => (r === "admin" || r === "member" ? { role: r } : { custom_role: r });
+    const roleOptions = (selected) => roleNames.map((r) => h("option", { value: r, selected: r === selected }, r));
     const name = h("input", { id: "user-name", placeholder: "name", required: true, class: "grow" });
-    const role = h("select", { id: "user-role" }, h("option", { value: "member" }, "member"), h("option", { value: "admin" }, "admin"));
+    const role = h("select", { id: "user-role", "aria-label": "role" }, ...roleOptions("member"));
     const err = h("p", { class: "error", role: "alert" });
     clear(
       users,
@@ -315,7 +324,22 @@ function tenantDetail(box, base, state, me) {
                 "tr",
                 { dataset: { user: u.name } },
                 h("td", {}, u.name, u.disabled ? " " : null, u.disabled ? pill("disabled", "error") : null, h("div", { class: "mono small muted" }, u.id)),
-                h("td", {}, u.role),
+                h(
+                  "td",
+                  {},
+                  me && me.user_id === u.id
+                    ? h("span", { class: "user-role" }, u.custom_role || u.role)
+                    : h(
+                        "select",
+                        {
+                          class: "user-role",
+                          "aria-label": `role of ${u.name}`,
+                          dataset: { roleOf: u.name },
+                          onchange: (e) => patchUser(u, roleBody(e.target.value)),
+                        },
+                        ...roleOptions(u.custom_role || u.role),
+                      ),
+                ),
                 h(
                   "td",
                   {},
@@ -336,7 +360,7 @@ function tenantDetail(box, base, state, me) {
           onsubmit: async (e) => {
             e.preventDefault();
             try {
-              await api("POST", `${base}/users`, { name: name.value.trim(), role: role.value });
+              await api("POST", `${base}/users`, { name: name.value.trim(), ...roleBody(role.value) });
               await loadUsers();
               loadKeys();
             } catch (x) {
@@ -391,7 +415,7 @@ function tenantDetail(box, base, state, me) {
               h(
                 "tr",
                 { dataset: { key: k.name } },
-                h("td", {}, k.name, h("div", { class: "mono small muted" }, k.prefix), h("div", { class: "small muted" }, k.role)),
+                h("td", {}, k.name, h("div", { class: "mono small muted" }, k.prefix), h("div", { class: "small muted" }, k.custom_role || k.role)),
                 h("td", { class: "small" }, names.get(k.user_id) || k.user_id.slice(0, 8)),
                 h("td", {}, k.revoked_at ? pill("revoked") : pill("active"), k.expires_at ? h("div", { class: "small muted" }, "expires " + when(k.expires_at)) : null),
                 h("td", {}, k.revoked_at || (me && me.key_id === k.id) ? null : h("button", { class: "danger small", dataset: { revoke: k.name }, onclick: () => revoke(k) }, "Revoke")),

@@ -13,11 +13,14 @@ import * as admin from "/assets/admin.js";
 
 const $ = (id) => document.getElementById(id);
 
+// A custom role may use only the REST areas it lists (`me.areas`; the built-in roles use them
+// all): a page whose API the role may not use is not shown.
+const may = (me, area) => me.kind === "tenant" && (!Array.isArray(me.areas) || me.areas.includes(area));
 const AREAS = [
-  { id: "chat", label: "Chat", page: chat, who: (me) => me.kind === "tenant" },
-  { id: "mcp", label: "MCP servers", page: mcp, who: (me) => me.kind === "tenant" },
-  { id: "runs", label: "Runs", page: runs, who: (me) => me.kind === "tenant" },
-  { id: "agents", label: "Agents", page: agents, who: (me) => me.kind === "tenant" },
+  { id: "chat", label: "Chat", page: chat, who: (me) => may(me, "chat") },
+  { id: "mcp", label: "MCP servers", page: mcp, who: (me) => may(me, "mcp_servers") },
+  { id: "runs", label: "Runs", page: runs, who: (me) => may(me, "audit") },
+  { id: "agents", label: "Agents", page: agents, who: (me) => may(me, "agents") },
   { id: "admin", label: "Admin", page: admin, who: (me) => me.kind === "platform_admin" || me.role === "admin" },
 ];
 
@@ -63,8 +66,16 @@ async function logIn(key, remember) {
   hideBanner();
   $("logout").hidden = false;
   $("who").textContent =
-    me.kind === "platform_admin" ? "platform admin" : `${me.tenant_name} · ${me.role}`;
+    me.kind === "platform_admin" ? "platform admin" : `${me.tenant_name} · ${me.custom_role || me.role}`;
   const areas = AREAS.filter((a) => a.who(me));
+  if (!areas.length) {
+    clear($("nav"));
+    stopPage();
+    if (root) root.remove();
+    root = h("section", { class: "card", id: "no-area" }, `The role ${me.custom_role || me.role} may use none of the console's pages (chat, MCP servers, runs, agents). A tenant admin can change it.`);
+    $("page").append(root);
+    return;
+  }
   clear($("nav"), ...areas.map((a) => h("a", { href: "#/" + a.id, dataset: { area: a.id } }, a.label)));
   $("nav").hidden = false;
   route();
@@ -73,6 +84,7 @@ async function logIn(key, remember) {
 function route() {
   if (!me) return;
   const areas = AREAS.filter((a) => a.who(me));
+  if (!areas.length) return;
   const [id, ...params] = location.hash.replace(/^#\/?/, "").split("/").map(decodeURIComponent);
   const area = areas.find((a) => a.id === id) || areas[0];
   if (area.id !== id) {

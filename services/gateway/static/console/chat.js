@@ -412,7 +412,7 @@ function handleIn(ev, d, replay) {
     case "text":
       return text(d);
     case "tool_call":
-      return toolCall(d);
+      return toolCall(d, ev);
     case "tool_result":
       return toolResult(d);
     case "file_operation":
@@ -472,7 +472,7 @@ function childEvent(ev, d, replay) {
       return addMsg(h("div", { class: "done-line", dataset: { status: d.status } }, `sub-task ${d.status}${d.reason ? " (" + d.reason + ")" : ""} · ${(d.token_usage && d.token_usage.total) || 0} tokens`));
     }
     case "tool_call":
-      return toolCall(d);
+      return toolCall(d, ev);
     case "tool_result":
       return toolResult(d);
     case "file_operation":
@@ -507,7 +507,7 @@ function text(d) {
   log.scrollTop = log.scrollHeight;
 }
 
-function toolCall(d) {
+function toolCall(d, ev) {
   const s = state.view;
   s.current = null;
   const result = h("div", { class: "result" });
@@ -521,7 +521,7 @@ function toolCall(d) {
       result,
     ),
   );
-  s.tools.set(d.tool_call_id, { el, result, progress });
+  s.tools.set(d.tool_call_id, { el, result, progress, run: ev && ev.run_id });
 }
 
 /** Raster images a tool returned, shown inline; the JSON keeps a short stand-in for their data.
@@ -582,29 +582,47 @@ function fileOp(d) {
 
 function hitlCard(ev, d, replay) {
   const s = state.view;
-  const card = h("div", { class: "msg hitl", dataset: { request: d.request_id } });
-  const entry = { card, run: ev.run_id, decided: false, data: d, actions: null };
+  const entry = { card: null, run: ev.run_id, decided: false, data: d, actions: null };
   s.hitl.set(d.request_id, entry);
+  const actions = h("div", { class: "actions" });
+  entry.actions = actions;
+  let body;
   if (d.kind === "question") {
     const q = d.question || {};
-    card.append(h("div", {}, h("strong", {}, "Question: "), q.text || ""));
+    body = [h("div", {}, h("strong", {}, "Question: "), q.text || "")];
   } else {
     const a = (d.action_requests || [])[0] || {};
     // The description repeats the arguments as one line of JSON: show its words, the arguments once.
     const what = String(a.description || "").replace(/ with [[{][\s\S]*$/, "");
-    card.append(
+    body = [
       h("div", {}, h("strong", {}, "Approval needed: "), h("span", { class: "mono" }, a.name || "")),
       what && what !== a.name ? h("div", { class: "small muted" }, what) : null,
       h("pre", { class: "args" }, pretty(a.args)),
       previewDiff(a.args),
-    );
+    ];
   }
-  const actions = h("div", { class: "actions" });
-  entry.actions = actions;
-  card.append(actions);
-  addMsg(card);
+  // Built with h(), which leaves out null parts (a plain append would print "null").
+  const card = h("div", { class: "msg hitl", dataset: { request: d.request_id } }, ...body, actions);
+  entry.card = card;
+  // Drawn with the call it gates, above that call's result (which comes after the decision),
+  // live and on replay alike.
+  const gated = gatedTool(d, ev);
+  if (gated) {
+    gated.el.insertBefore(card, gated.result);
+    const log = s.log;
+    if (log.scrollHeight - log.scrollTop - log.clientHeight < 400) log.scrollTop = log.scrollHeight;
+  } else addMsg(card);
   if (replay) actions.append(h("span", { class: "muted small" }, "checking…"));
   else showControls(entry);
+}
+
+/** The tool card of the call a request gates: an approval names its call; a question (asked by a
+ * tool, or an MCP server during a call) belongs to the run's newest call without a result. */
+function gatedTool(d, ev) {
+  const s = state.view;
+  const id = ((d.action_requests || [])[0] || {}).tool_call_id;
+  if (id) return s.tools.get(id) || null;
+  return [...s.tools.values()].reverse().find((t) => t.run === ev.run_id && !t.result.hasChildNodes()) || null;
 }
 
 /** edit_file's change, before it is made. */
