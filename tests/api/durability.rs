@@ -13,10 +13,12 @@ use agentry_fake_model::{DefaultReply, FakeConfig, FakeModelServer, FakeReply};
 use agentry_schema::ids::{RunId, SessionId};
 use agentry_store::executions::{self, ExecutionFilter, ExecutionStatus};
 use agentry_store::{PageRequest, TenantScope, events, tool_calls};
+use futures::StreamExt;
 use reqwest::Method;
 use serde_json::{Value, json};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
+use tokio_tungstenite::tungstenite::Message;
 
 use crate::ctx::Ctx;
 use crate::fake_model::chat;
@@ -83,19 +85,20 @@ async fn stored(ctx: &Ctx, scope: &TenantScope, session: &str) -> BTreeMap<u64, 
         .collect()
 }
 
-/// Every event a client saw is, at its `seq`, the same event in the store (or not stored at
-/// all: a gap across a crash is allowed, a reuse never).
+/// Every event a client saw is, at its `seq`, the same event in the store: an event leaves
+/// the server only once it is stored, so a crash leaves no gap and never reuses a `seq`.
 fn same_meaning(seen: &[Value], stored: &BTreeMap<u64, Value>, what: &str) {
     let mut last = 0;
     for e in seen {
         let seq = e["seq"].as_u64().unwrap();
         assert!(seq > last, "{what}: seq {seq} after {last}");
         last = seq;
-        if let Some(s) = stored.get(&seq) {
-            assert_eq!(
+        match stored.get(&seq) {
+            Some(s) => assert_eq!(
                 s, e,
                 "{what}: seq {seq} names another event after the restart"
-            );
+            ),
+            None => panic!("{what}: seq {seq} was sent to a client but is not stored: {e}"),
         }
     }
 }
@@ -146,15 +149,30 @@ async fn dones_of(ctx: &Ctx, scope: &TenantScope, session: SessionId, run: RunId
         .collect()
 }
 
-/// kill -9 while a slow model streams: every `seq` the client saw means the same event after
-/// the restart, and the client that resumes from its last `seq` gets the resume notice, then
-/// the rest of the run to its one `done`.
+/// How many sessions stream beside the resumed one when the server is killed.
+const STREAMING_BESIDE: usize = 5;
+
+/// kill -9 while slow models stream in several sessions: every event a client saw is stored
+/// at its `seq` after the restart (no gap, no reuse), and the client that resumes from its
+/// last `seq` gets the resume notice, then the rest of the run to its one `done`.
 pub async fn seqs_keep_their_meaning_across_kill9(ctx: &mut Ctx, fake: &FakeModelServer) {
     let t = ctx.tenant().await;
     let key = t.member.key.clone();
     let sid = new_session(ctx, &key).await;
-    fake.push(long_stream(300, 15));
-    fake.push(FakeReply::text("the resumed answer"));
+    for _ in 0..=STREAMING_BESIDE {
+        fake.push(long_stream(300, 15));
+    }
+    for _ in 0..=STREAMING_BESIDE {
+        fake.push(FakeReply::text("the resumed answer"));
+    }
+    // The sessions beside it start streaming first; the resumed one is read until the kill.
+    let mut beside = Vec::new();
+    for _ in 0..STREAMING_BESIDE {
+        let other = new_session(ctx, &key).await;
+        let mut ws = ws_connect(ctx, &key, &other).await;
+        chat(&mut ws, "stream beside it").await;
+        beside.push((other, ws, Vec::<Value>::new()));
+    }
     let mut ws = ws_connect(ctx, &key, &sid).await;
     chat(&mut ws, "stream for a while").await;
     let mut seen = Vec::new();
@@ -166,19 +184,46 @@ pub async fn seqs_keep_their_meaning_across_kill9(ctx: &mut Ctx, fake: &FakeMode
     {
         seen.push(next_json(&mut ws).await);
     }
+    for (_, ws, got) in &mut beside {
+        while got.iter().filter(|e| e["event_type"] == "text").count() < 10 {
+            got.push(next_json(ws).await);
+        }
+    }
     ctx.server.crash_and_restart().await;
+    // Whatever reached the sockets before the kill was seen by the clients too.
+    for (_, ws, got) in &mut beside {
+        while let Ok(Some(Ok(Message::Text(t)))) =
+            tokio::time::timeout(Duration::from_millis(100), ws.next()).await
+        {
+            got.push(serde_json::from_str(&t).unwrap());
+        }
+    }
+    settled(ctx, &t.scope()).await;
+    for (other, _, got) in &beside {
+        let store = stored(ctx, &t.scope(), other).await;
+        same_meaning(got, &store, "kill -9, a session streaming beside");
+    }
     let last = seen.last().unwrap()["seq"].as_u64().unwrap();
     let mut ws = reconnect(ctx, &key, &sid, last).await;
     let after = until_done(&mut ws).await;
-    let first = &after[0];
-    assert_eq!(first["event_type"], "error", "{after:?}");
+    // First what was sent after `last` before the kill (stored, since nothing leaves the
+    // server unstored), then the resume notice.
+    let notice_at = after
+        .iter()
+        .position(|e| e["event_type"] == "error")
+        .unwrap_or_else(|| panic!("no resume notice: {after:?}"));
+    assert!(
+        after[..notice_at].iter().all(|e| e["event_type"] == "text"),
+        "before the notice only the stream's text sent before the kill: {after:?}"
+    );
+    let first = &after[notice_at];
     assert_eq!(first["data"]["recoverable"], true, "{first}");
     assert!(
         first["data"]["error"]
             .as_str()
             .unwrap()
             .contains("resuming"),
-        "the resumed client gets the resume notice first: {first}"
+        "the resumed client gets the resume notice: {first}"
     );
     let done = after.last().unwrap();
     assert_eq!(done["data"]["status"], "completed", "{done}");

@@ -83,6 +83,8 @@ pub struct RunInput {
     pub quota: crate::quota::QuotaHandle,
     /// A `task` child run: the run that started it (`None`: a person did).
     pub parent: Option<task::ParentRun>,
+    /// The session's history window, read with the run's start (`None`: read it at load).
+    pub history: Option<Vec<agentry_store::messages::Message>>,
 }
 
 /// How a run ended; the session turns it into the `done` event and the execution row.
@@ -667,14 +669,17 @@ impl Agent {
                 all.retain(|m| m.id >= start);
                 all
             }
-            None => messages::last_n(
-                &self.deps.db,
-                &self.scope,
-                self.input.session_id,
-                self.deps.config.history_window.max(1),
-            )
-            .await
-            .map_err(|e| self.store_failed("loading the conversation", e))?,
+            None => match self.input.history.take() {
+                Some(window) => window,
+                None => messages::last_n(
+                    &self.deps.db,
+                    &self.scope,
+                    self.input.session_id,
+                    self.deps.config.history_window.max(1),
+                )
+                .await
+                .map_err(|e| self.store_failed("loading the conversation", e))?,
+            },
         };
         self.window_start = msgs.first().map(|m| m.id).unwrap_or(self.window_start);
         if from_id.is_some() {

@@ -30,7 +30,7 @@ use agentry_schema::ids::{RunId, SessionId};
 use agentry_store::approvals::{self, ApprovalDecision};
 use agentry_store::checkpoints::{self, NewCheckpoint};
 use agentry_store::executions::{self, ExecutionStatus, NewExecution, RunEnd};
-use agentry_store::messages::{self, NewMessage};
+use agentry_store::messages::{self, Message, NewMessage};
 use agentry_store::sessions::{self, SessionState};
 use agentry_store::tool_calls::{self, NewToolCallLog};
 use agentry_store::writer::Writer;
@@ -101,8 +101,16 @@ impl RunRecorder {
     }
 
     /// Write a run's starting rows (see [`StartRows`]) and reserve event numbers up to
-    /// `reserve_seq`, in one transaction.
-    pub async fn start(&self, rows: StartRows, reserve_seq: u64) -> Result<(), StoreError> {
+    /// `reserve_seq`, in one transaction. With `history`, the same job reads back the session's
+    /// last `history` messages (the model's window, the new user message last) on the writer's
+    /// connection: no read of its own through the pool, whose page cache every commit
+    /// invalidates.
+    pub async fn start(
+        &self,
+        rows: StartRows,
+        reserve_seq: u64,
+        history: Option<u64>,
+    ) -> Result<Option<Vec<Message>>, StoreError> {
         let (scope, session_id, run_id, fence) =
             (self.scope, self.session_id, self.run_id, self.fence);
         self.writer
@@ -142,7 +150,10 @@ impl RunRecorder {
                         )
                         .await?;
                     }
-                    Ok(())
+                    match history {
+                        Some(n) => Ok(Some(messages::last_n(txn, &scope, session_id, n).await?)),
+                        None => Ok(None),
+                    }
                 })
             })
             .await

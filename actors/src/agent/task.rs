@@ -399,6 +399,7 @@ impl ChildJob {
         // does not pass to another assistant.
         let session_auto = self.parent.auto_approve && !self.parent.agent.auto_approve;
         let input = RunInput {
+            history: None,
             tenant: self.parent.tenant.clone(),
             user_id: self.parent.user_id,
             // The child acts for the same person: never with more rights.

@@ -312,6 +312,14 @@ impl Handler<RunFinished> for SessionActor {
     }
 }
 
+impl Handler<FlushEvents> for SessionActor {
+    type Result = ();
+    fn handle(&mut self, _: FlushEvents, ctx: &mut Self::Context) {
+        self.log.flush_asked = false;
+        self.flush(ctx);
+    }
+}
+
 impl Handler<SeqReserved> for SessionActor {
     type Result = ();
     fn handle(&mut self, msg: SeqReserved, _: &mut Self::Context) {

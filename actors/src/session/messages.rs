@@ -227,6 +227,12 @@ pub(crate) struct RunFinished {
     pub result: Result<RunOutcome, String>,
 }
 
+/// Write the held events now (see `SessionActor::flush`): sent by the actor to itself when an
+/// event is numbered, so the events of one burst go in one batch.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct FlushEvents;
+
 /// A reservation of event numbers landed (`Some(upto)`) or failed (`None`, retried later).
 #[derive(Message)]
 #[rtype(result = "()")]

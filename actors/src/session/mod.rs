@@ -50,9 +50,6 @@ pub use remote::TakeOver;
 /// replica) within this.
 const ASSISTANT_REUSE: Duration = Duration::from_secs(5);
 
-/// How old a running run's events may get before they are stored ahead of its end.
-const RUN_EVENTS_MAX_AGE: Duration = Duration::from_secs(1);
-
 /// How often an unrecorded run end is tried again.
 const UNRECORDED_RETRY: Duration = Duration::from_secs(2);
 
@@ -75,22 +72,28 @@ const SEQ_LOW_WATER: u64 = 128;
 
 /// How the session log keeps events.
 ///
-/// A `seq`, once sent, never names another event, not even after a crash: an event is sent
-/// only when its `seq` is durably reserved (`sessions.seq_reserved`, which a restart numbers
-/// above), stored, or written to the local journal of unrecorded runs. Events numbered beyond
-/// all three wait in `held`, in order, until a reservation lands.
+/// An event leaves the server only once it is stored (or, while the database is away, written
+/// to the local journal of unrecorded runs): every event a client saw is in `GET …/events`
+/// after any crash, and a `seq`, once sent, never names another event. A numbered event waits
+/// in `held`, in order, while the batch it belongs to is written ([`SessionActor::flush`]);
+/// the write is one writer job, group-committed with every other session's. Event numbers
+/// are still reserved ahead (`sessions.seq_reserved`), so a restart numbers above anything a
+/// crashed actor numbered.
 struct EventLog {
     next_seq: u64,
     /// Sent events, for replay.
     ring: VecDeque<SessionEvent>,
     cap: usize,
-    unflushed: Vec<ExecutionEvent>,
-    /// When the oldest of `unflushed` was sent.
-    unflushed_since: Option<Instant>,
     /// Every event with `seq <= persisted_upto` is in the store; only those may leave the ring,
     /// so a replay never finds a hole between the store and memory.
     persisted_upto: u64,
+    /// A batch of `held` is being written (up to this `seq`).
     flushing: bool,
+    /// A [`FlushEvents`] is on its way to the actor.
+    flush_asked: bool,
+    /// Every `seq <= ending_upto` is carried by a run's end record (written, being written, or
+    /// retried until written): a flush leaves those to it.
+    ending_upto: u64,
     /// Every `seq <= reserved` is durably reserved for this session.
     reserved: u64,
     /// A reservation is being written.
@@ -113,10 +116,10 @@ impl EventLog {
             next_seq: floor + 1,
             ring: VecDeque::new(),
             cap: cap.max(16),
-            unflushed: Vec::new(),
-            unflushed_since: None,
             persisted_upto: floor,
             flushing: false,
+            flush_asked: false,
+            ending_upto: floor,
             reserved: floor,
             reserving: false,
             journaled_upto: floor,
@@ -145,10 +148,7 @@ impl EventLog {
     }
 
     fn sendable(&self, seq: u64) -> bool {
-        seq <= self
-            .reserved
-            .max(self.persisted_upto)
-            .max(self.journaled_upto)
+        seq <= self.persisted_upto.max(self.journaled_upto)
     }
 
     /// A numbered event: what may be sent now (it, or nothing while earlier ones wait).
@@ -178,14 +178,28 @@ impl EventLog {
         out
     }
 
-    /// A sent event stays for replay and is stored.
+    /// A sent (so stored, or journaled) event stays for replay.
     fn keep(&mut self, ev: SessionEvent) {
-        if self.unflushed.is_empty() {
-            self.unflushed_since = Some(Instant::now());
-        }
-        self.unflushed.push((*ev.event).clone());
         self.ring.push_back(ev);
         self.evict();
+    }
+
+    /// The held events to store next: those not stored yet, before the first barrier (a
+    /// child's `done` is stored with its run's end, and what follows it waits for that).
+    fn to_store(&self) -> Vec<ExecutionEvent> {
+        let barrier = self.barriers.first().copied().unwrap_or(u64::MAX);
+        self.held
+            .iter()
+            .take_while(|e| e.event.seq < barrier)
+            .filter(|e| {
+                e.event.seq
+                    > self
+                        .persisted_upto
+                        .max(self.journaled_upto)
+                        .max(self.ending_upto)
+            })
+            .map(|e| (*e.event).clone())
+            .collect()
     }
 
     /// The next reservation to make, if the reserved numbers run low.
@@ -514,7 +528,6 @@ impl SessionActor {
             && self.approvals.is_empty()
             && self.subscribers.is_empty()
             && self.log.held.is_empty()
-            && self.log.unflushed.is_empty()
             && !self.log.flushing
             && !self.log.reserving
     }
@@ -570,7 +583,6 @@ impl SessionActor {
     /// subscriber that comes back replays from there. The other buffers are let go too.
     fn trim_if_unwatched(&mut self) {
         let holding = self.log.ring.capacity() > 0
-            || self.log.unflushed.capacity() > 0
             || self.log.held.capacity() > 0
             || self.assistant.is_some();
         if !holding || self.run.is_some() {
@@ -585,9 +597,6 @@ impl SessionActor {
             self.log.ring.pop_front();
         }
         self.log.ring.shrink_to_fit();
-        if self.log.unflushed.is_empty() && !self.log.flushing {
-            self.log.unflushed = Vec::new();
-        }
         self.log.held.shrink_to_fit();
         if self
             .assistant
@@ -722,7 +731,20 @@ impl SessionActor {
         if let Some(ev) = self.log.accept(ev) {
             self.fan_out(std::iter::once(ev));
         }
+        self.ask_flush();
         self.reserve_ahead();
+    }
+
+    /// Have the held events written soon: a message to this actor, handled after whatever it
+    /// is doing now, so the events numbered meanwhile go in the same batch.
+    fn ask_flush(&mut self) {
+        if self.log.held.is_empty() || self.log.flushing || self.log.flush_asked {
+            return;
+        }
+        if let Some(me) = &self.me {
+            self.log.flush_asked = true;
+            me.do_send(FlushEvents);
+        }
     }
 
     fn fan_out(&mut self, events: impl IntoIterator<Item = SessionEvent>) {
@@ -785,70 +807,48 @@ impl SessionActor {
         }
     }
 
-    /// Write buffered events to the store, one batch at a time. While a run is going its
-    /// events wait for its end (one write with the `done`) until they are
-    /// [`RUN_EVENTS_MAX_AGE`] old: a short run costs no write of its own for its events.
-    fn flush(&mut self, ctx: &mut Context<Self>) {
-        if self.log.flushing || self.log.unflushed.is_empty() {
+    /// Write the held events to the store, one batch at a time, and send them once written.
+    /// A failed write leaves them held; the next tick tries again (retrying at once would spin
+    /// while the database is away).
+    pub(super) fn flush(&mut self, ctx: &mut Context<Self>) {
+        if self.log.flushing {
             return;
         }
-        let young = self
-            .log
-            .unflushed_since
-            .is_some_and(|t| t.elapsed() < RUN_EVENTS_MAX_AGE);
-        if young
-            && self
-                .run
-                .as_ref()
-                .is_some_and(|r| r.phase != Phase::Finishing)
-        {
+        let batch = self.log.to_store();
+        if batch.is_empty() {
+            // Nothing to write, but a journaled or stored event may be waiting to be sent.
+            self.release_held();
             return;
         }
-        let batch = std::mem::take(&mut self.log.unflushed);
-        self.log.unflushed_since = None;
         self.log.flushing = true;
         let writer = self.deps.writer.clone();
         let scope = self.scope;
         let sid = self.session.id;
         let fence = self.fence;
+        let last = batch.last().map(|e| e.seq).unwrap_or_default();
         let fut = async move {
             // Idempotent: a run's end record may have stored some of these already.
-            let batch = std::sync::Arc::new(batch);
-            let res = store_events::write_missing(&writer, &scope, sid, batch.clone(), fence).await;
-            let batch = std::sync::Arc::try_unwrap(batch).unwrap_or_else(|a| (*a).clone());
-            (res, batch)
+            store_events::write_missing(&writer, &scope, sid, std::sync::Arc::new(batch), fence)
+                .await
         };
-        ctx.spawn(fut.into_actor(self).map(|(res, batch), act, ctx| {
+        ctx.spawn(fut.into_actor(self).map(move |res, act, ctx| {
             act.log.flushing = false;
             match res {
-                Ok(()) => {
-                    if let Some(last) = batch.last() {
-                        act.log.persisted_upto = act.log.persisted_upto.max(last.seq);
-                    }
-                    act.log.evict();
-                }
+                Ok(()) => act.stored_upto(last),
                 // A newer owner of the session wrote: these events of this replica's lost run
-                // are not stored (the refusal is logged); the new owner's stream is the one.
+                // are not stored (the refusal is logged) and not sent; the new owner's stream
+                // is the one.
                 Err(agentry_store::StoreError::Fenced { .. }) => {
-                    if let Some(last) = batch.last() {
-                        act.log.persisted_upto = act.log.persisted_upto.max(last.seq);
-                    }
-                    act.log.evict();
+                    act.log.held.retain(|e| e.event.seq > last);
+                    act.stored_upto(last);
                 }
                 Err(e) => {
-                    tracing::warn!(error = %e, session_id = %act.session.id, "storing events failed; will retry");
-                    let mut rest = std::mem::take(&mut act.log.unflushed);
-                    act.log.unflushed = batch;
-                    act.log.unflushed.append(&mut rest);
-                    act.log.unflushed_since = Some(Instant::now());
-                    // The next tick tries again: retrying at once spins while the database is
-                    // away (thousands of failed writes a second).
+                    tracing::warn!(error = %e, session_id = %act.session.id, "storing events failed; they are sent once stored");
                     return;
                 }
             }
-            if !act.log.unflushed.is_empty() {
-                act.flush(ctx);
-            }
+            act.release_held();
+            act.flush(ctx);
         }));
     }
 
@@ -1108,7 +1108,12 @@ impl SessionActor {
         };
         let sink = self.sink(ctx, run_id);
         let Some(run) = self.run.as_mut() else { return };
-        run.input = Some(input.clone());
+        // A restart reads the conversation again: the window read with the start is the first
+        // loop's only.
+        run.input = Some(RunInput {
+            history: None,
+            ..input.clone()
+        });
         run.phase = Phase::Running;
         let fut = run_agent(
             self.deps.clone(),
@@ -1325,6 +1330,7 @@ impl SessionActor {
         let done_seq = done.event.seq;
         let mut events = self.log.not_stored();
         events.push((*done.event).clone());
+        self.log.ending_upto = self.log.ending_upto.max(done_seq);
         if parent.is_some() {
             // A child's `done` keeps its place in the stream: it waits in `held`, with what
             // follows it, until its end is written (see `EventLog::barriers`).
@@ -1491,10 +1497,6 @@ impl SessionActor {
     /// Every event up to `seq` is stored.
     fn stored_upto(&mut self, seq: u64) {
         self.log.persisted_upto = self.log.persisted_upto.max(seq);
-        self.log.unflushed.retain(|e| e.seq > seq);
-        if self.log.unflushed.is_empty() {
-            self.log.unflushed_since = None;
-        }
         self.log.evict();
     }
 
@@ -2061,7 +2063,9 @@ async fn prepare_run(
         // Without a checkpoint it starts again from its stored conversation (see `Restart`).
         RunStart::Resume(cp) => (StartRows::Resume, cp.map(|c| *c)),
     };
-    recorder.start(rows, reserve_seq).await?;
+    let window = matches!(rows, StartRows::Fresh(_) | StartRows::Queued { .. })
+        .then(|| deps.config.history_window.max(1));
+    let history = recorder.start(rows, reserve_seq, window).await?;
     // A session's `auto_approve` counts only while whoever runs it still has the right: a
     // policy tightened after the session was made applies to its next run.
     let auto_approve = (session.auto_approve && tenant.policy().may_auto_approve(user.is_admin()))
@@ -2082,6 +2086,7 @@ async fn prepare_run(
             fence,
             quota,
             parent: None,
+            history,
         },
         assistant_loaded,
     })

@@ -175,7 +175,7 @@ impl From<DbErr> for StoreError {
         if matches!(e, DbErr::RecordNotUpdated | DbErr::RecordNotFound(_)) {
             return StoreError::NotFound("the record (deleted meanwhile)".into());
         }
-        if matches!(e.sql_err(), Some(SqlErr::ForeignKeyConstraintViolation(_))) {
+        if matches!(sql_err(&e), Some(SqlErr::ForeignKeyConstraintViolation(_))) {
             return StoreError::Conflict(
                 "something this change refers to was deleted meanwhile; reload and retry".into(),
             );
@@ -225,7 +225,7 @@ impl StoreError {
 
     /// Turn a unique-constraint violation into `Conflict(what)`, pass anything else through.
     pub(crate) fn conflict_on_unique(err: DbErr, what: impl FnOnce() -> String) -> StoreError {
-        match err.sql_err() {
+        match sql_err(&err) {
             Some(SqlErr::UniqueConstraintViolation(_)) => StoreError::Conflict(what()),
             _ => StoreError::from(err),
         }
@@ -233,6 +233,17 @@ impl StoreError {
 }
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// What constraint a failed statement broke, from sqlx's error or the SQLite writer's
+/// (`writer::sqlite`), which sea-orm's own `DbErr::sql_err` cannot read.
+pub(crate) fn sql_err(e: &DbErr) -> Option<SqlErr> {
+    e.sql_err()
+        .or_else(|| match writer::sqlite::constraint_code(e)? {
+            1555 | 2067 => Some(SqlErr::UniqueConstraintViolation(e.to_string())),
+            787 => Some(SqlErr::ForeignKeyConstraintViolation(e.to_string())),
+            _ => None,
+        })
+}
 
 /// A database that cannot be reached — no pooled connection within the acquire timeout, a
 /// connection refused, reset or dropped mid-query — as opposed to a query the database refused.

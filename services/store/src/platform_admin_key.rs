@@ -104,7 +104,12 @@ pub async fn ensure(db: &impl ConnectionTrait, scope: &PlatformScope) -> Result<
     match row.insert(db).await {
         Ok(_) => Ok(AtStart::Generated(generated)),
         // Another replica inserted first: its key is the one.
-        Err(e) if matches!(e.sql_err(), Some(SqlErr::UniqueConstraintViolation(_))) => {
+        Err(e)
+            if matches!(
+                crate::sql_err(&e),
+                Some(SqlErr::UniqueConstraintViolation(_))
+            ) =>
+        {
             match get(db, scope).await? {
                 Some(existing) => Ok(AtStart::Existing(existing)),
                 None => Err(e.into()),

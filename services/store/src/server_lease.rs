@@ -232,7 +232,12 @@ pub async fn acquire(
                 };
                 match row.insert(db).await {
                     Ok(_) => return Ok(Ok(())),
-                    Err(e) if matches!(e.sql_err(), Some(SqlErr::UniqueConstraintViolation(_))) => {
+                    Err(e)
+                        if matches!(
+                            crate::sql_err(&e),
+                            Some(SqlErr::UniqueConstraintViolation(_))
+                        ) =>
+                    {
                         continue;
                     }
                     Err(e) => return Err(e.into()),

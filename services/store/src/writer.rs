@@ -33,10 +33,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
-use sea_orm::{
-    ConnectOptions, Database, DatabaseBackend, DatabaseConnection, DatabaseTransaction, DbErr,
-    TransactionTrait,
-};
+use sea_orm::{DatabaseBackend, DatabaseConnection, DatabaseTransaction, DbErr, TransactionTrait};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::{DbOptions, Result, StoreError};
@@ -101,7 +98,7 @@ impl Writer {
         if db.get_database_backend() != DatabaseBackend::Sqlite {
             return Ok(Writer::direct(db.clone()));
         }
-        let conn = open_sqlite_writer(opts).await?;
+        let (conn, sqlite) = open_sqlite_writer(opts).await?;
         let (tx, rx) = mpsc::unbounded_channel();
         let (ready_tx, ready_rx) = oneshot::channel();
         std::thread::Builder::new()
@@ -119,7 +116,7 @@ impl Writer {
                 };
                 ON_WRITER.with(|w| w.set(true));
                 let _ = ready_tx.send(Ok(()));
-                rt.block_on(run_queue(conn, rx));
+                rt.block_on(run_queue(conn, sqlite, rx));
             })
             .map_err(|e| StoreError::Db(DbErr::Custom(format!("starting the writer: {e}"))))?;
         ready_rx
@@ -205,30 +202,28 @@ fn timed_out() -> StoreError {
     StoreError::Db(DbErr::ConnectionAcquire(sea_orm::ConnAcquireErr::Timeout))
 }
 
-/// The writer's own connection: the pool's settings, one connection that never goes idle.
-async fn open_sqlite_writer(opts: &DbOptions) -> Result<DatabaseConnection> {
-    let mut co = ConnectOptions::new(opts.url.clone());
-    co.max_connections(1)
-        .min_connections(1)
-        .connect_timeout(opts.connect_timeout)
-        .acquire_timeout(opts.acquire_timeout)
-        .idle_timeout(None)
-        .max_lifetime(None)
-        .test_before_acquire(false)
-        .sqlx_logging(false)
-        .map_sqlx_sqlite_opts(|o| {
-            o.create_if_missing(true)
-                .journal_mode(sea_orm::sqlx::sqlite::SqliteJournalMode::Wal)
-                .synchronous(sea_orm::sqlx::sqlite::SqliteSynchronous::Normal)
-                .busy_timeout(Duration::from_secs(30))
-                .foreign_keys(true)
-        });
-    let mut db = Database::connect(co).await?;
-    db.set_metric_callback(crate::stats::record);
-    Ok(db)
+/// The writer's own connection: a `rusqlite` connection to the pool's file, under the sea-orm
+/// connection the jobs' statements go through (see [`sqlite`]).
+async fn open_sqlite_writer(
+    opts: &DbOptions,
+) -> Result<(DatabaseConnection, Arc<sqlite::SqliteWriter>)> {
+    let options: sea_orm::sqlx::sqlite::SqliteConnectOptions = opts
+        .url
+        .parse()
+        .map_err(|e| StoreError::Invalid(format!("the SQLite database URL: {e}")))?;
+    let writer = Arc::new(sqlite::SqliteWriter::open(options.get_filename())?);
+    let db: DatabaseConnection = sea_orm::DatabaseConnectionType::MockDatabaseConnection(Arc::new(
+        sea_orm::MockDatabaseConnection::new(sqlite::Rows(writer.clone())),
+    ))
+    .into();
+    Ok((db, writer))
 }
 
-async fn run_queue(db: DatabaseConnection, mut rx: mpsc::UnboundedReceiver<Job>) {
+async fn run_queue(
+    db: DatabaseConnection,
+    sqlite: Arc<sqlite::SqliteWriter>,
+    mut rx: mpsc::UnboundedReceiver<Job>,
+) {
     let mut batch: Vec<Job> = Vec::new();
     while let Some(first) = rx.recv().await {
         batch.push(first);
@@ -243,17 +238,17 @@ async fn run_queue(db: DatabaseConnection, mut rx: mpsc::UnboundedReceiver<Job>)
         for job in late {
             (job.finish)(Err(timed_out()));
         }
-        run_batch(&db, ready).await;
+        run_batch(&db, &sqlite, ready).await;
     }
 }
 
 /// All jobs in one transaction; if any fails, each alone.
-async fn run_batch(db: &DatabaseConnection, mut jobs: Vec<Job>) {
+async fn run_batch(db: &DatabaseConnection, sqlite: &sqlite::SqliteWriter, mut jobs: Vec<Job>) {
     if jobs.is_empty() {
         return;
     }
     if jobs.len() > 1 {
-        match together(db, &mut jobs).await {
+        match together(db, sqlite, &mut jobs).await {
             Ok(()) => {
                 for job in jobs {
                     (job.finish)(Ok(()));
@@ -270,31 +265,47 @@ async fn run_batch(db: &DatabaseConnection, mut jobs: Vec<Job>) {
         }
     }
     for mut job in jobs {
-        let res = alone(db, &mut job).await;
+        let res = alone(db, sqlite, &mut job).await;
         (job.finish)(res);
     }
 }
 
-async fn together(db: &DatabaseConnection, jobs: &mut [Job]) -> Result<(), DbErr> {
+/// The jobs in one transaction. `BEGIN`/`COMMIT` are the writer's own (the connection's
+/// cannot report a failed commit).
+async fn together(
+    db: &DatabaseConnection,
+    sqlite: &sqlite::SqliteWriter,
+    jobs: &mut [Job],
+) -> Result<(), DbErr> {
+    sqlite.begin()?;
     let txn = db.begin().await?;
     for job in jobs.iter_mut() {
         if (job.run)(&txn).await.is_err() {
-            txn.rollback().await?;
+            let _ = txn.rollback().await;
+            sqlite.rollback()?;
             return Err(DbErr::Custom("a job of the batch failed".into()));
         }
     }
-    txn.commit().await
+    txn.commit().await?;
+    sqlite.commit()
 }
 
-async fn alone(db: &DatabaseConnection, job: &mut Job) -> Result<()> {
+async fn alone(
+    db: &DatabaseConnection,
+    sqlite: &sqlite::SqliteWriter,
+    job: &mut Job,
+) -> Result<()> {
+    sqlite.begin()?;
     let txn = db.begin().await?;
     match (job.run)(&txn).await {
         Ok(()) => {
             txn.commit().await?;
+            sqlite.commit()?;
             Ok(())
         }
         Err(e) => {
             let _ = txn.rollback().await;
+            let _ = sqlite.rollback();
             Err(e)
         }
     }
@@ -310,6 +321,8 @@ fn clone_err(e: &DbErr) -> DbErr {
         other => DbErr::Conn(sea_orm::RuntimeErr::Internal(other.to_string())),
     }
 }
+
+pub(crate) mod sqlite;
 
 #[cfg(test)]
 mod tests;

@@ -147,3 +147,269 @@ async fn a_job_that_waits_too_long_is_unavailable_and_reads_go_on() {
     slow.await.expect("join").expect("the slow write commits");
     assert_eq!(count(&t).await, 1);
 }
+
+/// Every column type the schema has, written by the writer's own SQLite connection and read
+/// back twice: by the writer (its rows decoded by the entities' column types) and by the pool
+/// (sqlx): both give the model that was written, so what one driver writes the other reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_written_by_the_writer_read_back_the_same_through_both_drivers() {
+    use agentry_schema::entities::{
+        approval, checkpoint, execution, message, session, session_event, tenant, tool_call_log,
+        user,
+    };
+    use sea_orm::{ActiveModelTrait, EntityTrait, IntoActiveModel};
+
+    let (t, w) = sqlite(Duration::from_secs(10)).await;
+    let at = crate::now();
+    let id = || uuid::Uuid::new_v4();
+    let json = serde_json::json!({"k": ["v", 1, true, null], "ünïcode": "\u{1F600}"});
+    let ten = tenant::Model {
+        id: id(),
+        name: "round-trip".into(),
+        status: "active".into(),
+        max_users: 7,
+        max_sessions_per_user: -1,
+        max_mcp_servers: 3,
+        workspace_quota_bytes: 5_000_000_000,
+        requests_per_minute: 60,
+        tokens_per_day: i64::MAX,
+        max_concurrent_runs: 2,
+        features_enabled: json.clone(),
+        tool_permissions: None,
+        policy: Some(serde_json::json!([])),
+        custom_roles: None,
+        mcp_virtual_servers: None,
+        created_at: at,
+        updated_at: at,
+    };
+    let usr = user::Model {
+        id: id(),
+        tenant_id: ten.id,
+        name: "o'brien \"quoted\"".into(),
+        disabled: true,
+        created_at: at,
+        updated_at: at,
+    };
+    let ses = session::Model {
+        id: id(),
+        tenant_id: ten.id,
+        user_id: usr.id,
+        assistant_id: "default".into(),
+        state: "idle".into(),
+        auto_approve: false,
+        metadata: json.clone(),
+        created_at: at,
+        last_active: at,
+        seq_reserved: 1 << 40,
+        fence: 3,
+        stateless: true,
+    };
+    let exe = execution::Model {
+        id: id(),
+        tenant_id: ten.id,
+        user_id: usr.id,
+        session_id: ses.id,
+        assistant_id: "default".into(),
+        input: "hello\0world".into(),
+        status: "running".into(),
+        error: None,
+        input_tokens: 10,
+        output_tokens: 20,
+        total_tokens: 30,
+        steps: 2,
+        trace_id: Some("abc".into()),
+        started_at: at,
+        completed_at: None,
+        updated_at: at,
+        parent_execution_id: None,
+        parent_tool_call_id: None,
+        role: Some("member".into()),
+    };
+    let (ten2, usr2, ses2, exe2) = (ten.clone(), usr.clone(), ses.clone(), exe.clone());
+    let sid = ses.id;
+    let eid = exe.id;
+    let (msg, evt, cp, apr, log) = w
+        .write(move |txn| {
+            let (ten, usr, ses, exe) = (ten2.clone(), usr2.clone(), ses2.clone(), exe2.clone());
+            Box::pin(async move {
+                // `insert` reads each row back through the writer's connection.
+                assert_eq!(
+                    ten.clone()
+                        .into_active_model()
+                        .reset_all()
+                        .insert(txn)
+                        .await?,
+                    ten
+                );
+                assert_eq!(
+                    usr.clone()
+                        .into_active_model()
+                        .reset_all()
+                        .insert(txn)
+                        .await?,
+                    usr
+                );
+                assert_eq!(
+                    ses.clone()
+                        .into_active_model()
+                        .reset_all()
+                        .insert(txn)
+                        .await?,
+                    ses
+                );
+                assert_eq!(
+                    exe.clone()
+                        .into_active_model()
+                        .reset_all()
+                        .insert(txn)
+                        .await?,
+                    exe
+                );
+                let msg = message::ActiveModel {
+                    tenant_id: sea_orm::Set(ten.id),
+                    session_id: sea_orm::Set(sid),
+                    run_id: sea_orm::Set(Some(eid)),
+                    role: sea_orm::Set("assistant".into()),
+                    content: sea_orm::Set("x".repeat(10_000)),
+                    tool_calls: sea_orm::Set(Some(serde_json::json!([{"id": "c1"}]))),
+                    tool_call_id: sea_orm::Set(None),
+                    created_at: sea_orm::Set(at),
+                    ..Default::default()
+                }
+                .insert(txn)
+                .await?;
+                let evt = session_event::ActiveModel {
+                    tenant_id: sea_orm::Set(ten.id),
+                    session_id: sea_orm::Set(sid),
+                    seq: sea_orm::Set(1),
+                    run_id: sea_orm::Set(None),
+                    event_type: sea_orm::Set("done".into()),
+                    event: sea_orm::Set("{}".into()),
+                    created_at: sea_orm::Set(at),
+                    ..Default::default()
+                }
+                .insert(txn)
+                .await?;
+                let cp = checkpoint::ActiveModel {
+                    tenant_id: sea_orm::Set(ten.id),
+                    session_id: sea_orm::Set(sid),
+                    execution_id: sea_orm::Set(eid),
+                    step: sea_orm::Set(i32::MAX),
+                    node: sea_orm::Set("tools".into()),
+                    state: sea_orm::Set(serde_json::json!({"n": 1.5})),
+                    created_at: sea_orm::Set(at),
+                    ..Default::default()
+                }
+                .insert(txn)
+                .await?;
+                let apr = approval::Model {
+                    id: uuid::Uuid::new_v4(),
+                    tenant_id: ten.id,
+                    session_id: sid,
+                    execution_id: eid,
+                    kind: "tool".into(),
+                    tool_call_id: Some("c1".into()),
+                    request: serde_json::json!({}),
+                    status: "approved".into(),
+                    decision: Some(serde_json::json!("yes")),
+                    decided_by: Some(usr.id),
+                    created_at: at,
+                    decided_at: Some(at),
+                }
+                .into_active_model()
+                .reset_all()
+                .insert(txn)
+                .await?;
+                let log = tool_call_log::Model {
+                    id: uuid::Uuid::new_v4(),
+                    tenant_id: ten.id,
+                    session_id: sid,
+                    execution_id: eid,
+                    tool_call_id: "c1".into(),
+                    tool_name: "echo".into(),
+                    input: serde_json::json!({"a": -1}),
+                    output: None,
+                    error: Some("boom".into()),
+                    duration_ms: -5,
+                    approved: Some(false),
+                    approved_by: None,
+                    created_at: at,
+                }
+                .into_active_model()
+                .reset_all()
+                .insert(txn)
+                .await?;
+                Ok((msg, evt, cp, apr, log))
+            })
+        })
+        .await
+        .expect("the writer writes and reads back every type");
+    // The pool (sqlx) reads what the writer (rusqlite) wrote.
+    assert_eq!(
+        tenant::Entity::find_by_id(ten.id).one(&t.db).await.unwrap(),
+        Some(ten)
+    );
+    assert_eq!(
+        user::Entity::find_by_id(usr.id).one(&t.db).await.unwrap(),
+        Some(usr)
+    );
+    assert_eq!(
+        session::Entity::find_by_id(ses.id)
+            .one(&t.db)
+            .await
+            .unwrap(),
+        Some(ses)
+    );
+    assert_eq!(
+        execution::Entity::find_by_id(exe.id)
+            .one(&t.db)
+            .await
+            .unwrap(),
+        Some(exe)
+    );
+    assert_eq!(
+        message::Entity::find_by_id(msg.id)
+            .one(&t.db)
+            .await
+            .unwrap(),
+        Some(msg)
+    );
+    assert_eq!(
+        session_event::Entity::find_by_id(evt.id)
+            .one(&t.db)
+            .await
+            .unwrap(),
+        Some(evt)
+    );
+    assert_eq!(
+        checkpoint::Entity::find_by_id(cp.id)
+            .one(&t.db)
+            .await
+            .unwrap(),
+        Some(cp)
+    );
+    assert_eq!(
+        approval::Entity::find_by_id(apr.id)
+            .one(&t.db)
+            .await
+            .unwrap(),
+        Some(apr)
+    );
+    assert_eq!(
+        tool_call_log::Entity::find_by_id(log.id)
+            .one(&t.db)
+            .await
+            .unwrap(),
+        Some(log)
+    );
+}
+
+/// A unique violation on the writer's connection is still a conflict to the store (sea-orm's
+/// own classification cannot read this connection's errors; the store's does).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_unique_violation_on_the_writer_is_a_conflict_as_before() {
+    let (_t, w) = sqlite(Duration::from_secs(10)).await;
+    w.write(insert("dup".into())).await.expect("first");
+    let err = w.write(insert("dup".into())).await.expect_err("duplicate");
+    assert!(matches!(err, StoreError::Conflict(_)), "{err:?}");
+}
