@@ -413,3 +413,73 @@ async fn a_unique_violation_on_the_writer_is_a_conflict_as_before() {
     let err = w.write(insert("dup".into())).await.expect_err("duplicate");
     assert!(matches!(err, StoreError::Conflict(_)), "{err:?}");
 }
+
+/// PostgreSQL and MySQL: the writer's one connection commits many jobs' writes together, and
+/// a failing job (a duplicate) never loses the others' writes, as on SQLite.
+async fn group_commit_keeps_every_good_write(backend: Backend) {
+    let Some(t) = TestDb::open(backend).await else {
+        return;
+    };
+    let table = format!("writer_probe_{}", uuid::Uuid::new_v4().simple());
+    t.db.execute_unprepared(&format!("CREATE TABLE {table} (v VARCHAR(64) PRIMARY KEY)"))
+        .await
+        .expect("create the probe table");
+    let db_backend = t.db.get_database_backend();
+    let placeholder = if db_backend == DatabaseBackend::Postgres {
+        "$1"
+    } else {
+        "?"
+    };
+    let sql = format!("INSERT INTO {table} (v) VALUES ({placeholder})");
+    let write = |v: String| {
+        let sql = sql.clone();
+        let w = t.writer.clone();
+        tokio::spawn(async move {
+            w.write(move |txn| {
+                let (sql, v) = (sql.clone(), v.clone());
+                Box::pin(async move {
+                    txn.execute_raw(Statement::from_sql_and_values(
+                        db_backend,
+                        sql,
+                        [v.into()],
+                    ))
+                    .await
+                    .map_err(|e| StoreError::conflict_on_unique(e, || "duplicate".into()))?;
+                    Ok(())
+                })
+            })
+            .await
+        })
+    };
+    write("taken".into()).await.expect("join").expect("first");
+    for round in 0..10 {
+        let good: Vec<_> = (0..20).map(|i| write(format!("r{round}-{i}"))).collect();
+        let dup = write("taken".into());
+        for r in futures::future::join_all(good).await {
+            r.expect("join").expect("a good write commits");
+        }
+        let err = dup.await.expect("join").expect_err("the duplicate fails");
+        assert!(matches!(err, StoreError::Conflict(_)), "{err:?}");
+    }
+    let row = t
+        .db
+        .query_one_raw(Statement::from_string(
+            db_backend,
+            format!("SELECT COUNT(*) AS n FROM {table}"),
+        ))
+        .await
+        .expect("count")
+        .expect("a row");
+    let n: i64 = row.try_get("", "n").expect("n");
+    assert_eq!(n, 1 + 10 * 20);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn group_commit_on_postgres_keeps_every_good_write() {
+    group_commit_keeps_every_good_write(Backend::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn group_commit_on_mysql_keeps_every_good_write() {
+    group_commit_keeps_every_good_write(Backend::MySql).await;
+}
