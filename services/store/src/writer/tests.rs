@@ -438,13 +438,9 @@ async fn group_commit_keeps_every_good_write(backend: Backend) {
             w.write(move |txn| {
                 let (sql, v) = (sql.clone(), v.clone());
                 Box::pin(async move {
-                    txn.execute_raw(Statement::from_sql_and_values(
-                        db_backend,
-                        sql,
-                        [v.into()],
-                    ))
-                    .await
-                    .map_err(|e| StoreError::conflict_on_unique(e, || "duplicate".into()))?;
+                    txn.execute_raw(Statement::from_sql_and_values(db_backend, sql, [v.into()]))
+                        .await
+                        .map_err(|e| StoreError::conflict_on_unique(e, || "duplicate".into()))?;
                     Ok(())
                 })
             })
@@ -461,9 +457,8 @@ async fn group_commit_keeps_every_good_write(backend: Backend) {
         let err = dup.await.expect("join").expect_err("the duplicate fails");
         assert!(matches!(err, StoreError::Conflict(_)), "{err:?}");
     }
-    let row = t
-        .db
-        .query_one_raw(Statement::from_string(
+    let row =
+        t.db.query_one_raw(Statement::from_string(
             db_backend,
             format!("SELECT COUNT(*) AS n FROM {table}"),
         ))
