@@ -25,11 +25,8 @@
 //! therefore run more than once before it commits and must not have effects outside its
 //! transaction (the closures are `FnMut` for that reason).
 //!
-//! PostgreSQL and MySQL get the same queue on a thread of their own, over one connection the
-//! writer opens there: every job waiting goes into one transaction, so a burst of small writes
-//! (a run's step, a session's events) costs one commit and one WAL flush for all of them
-//! instead of one each; the same rule for a failing job (each of the batch again alone) and the
-//! same queue deadline hold. Reads and writes outside runs keep the pool.
+//! PostgreSQL and MySQL write concurrently and well: there the writer runs each job in its own
+//! pooled transaction at once (no queue).
 
 use std::cell::Cell;
 use std::sync::{Arc, Mutex};
@@ -70,27 +67,13 @@ pub struct Writer {
     inner: Arc<Inner>,
 }
 
-/// What the writer's thread writes through.
-enum Target {
-    /// The jobs' sea-orm connection and the rusqlite connection under it.
-    Sqlite(DatabaseConnection, Arc<sqlite::SqliteWriter>),
-    /// A one-connection pool of PostgreSQL or MySQL.
-    Pooled(DatabaseConnection),
-}
-
-/// [`Target`] before the writer's thread opened it.
-enum Opening {
-    Sqlite(DatabaseConnection, Arc<sqlite::SqliteWriter>),
-    Pooled(DbOptions),
-}
-
 enum Inner {
-    /// One connection, one thread, a queue (every backend in the server).
+    /// SQLite: one connection, one thread, a queue.
     Queue {
         jobs: mpsc::UnboundedSender<Job>,
         wait: Duration,
     },
-    /// Tests that want no queue: a pooled transaction per job.
+    /// PostgreSQL, MySQL (and tests that want no queue): a pooled transaction per job.
     Direct(DatabaseConnection),
 }
 
@@ -110,19 +93,12 @@ thread_local! {
 
 impl Writer {
     /// The writer for the database `opts` names, beside the pool `db` opened from the same
-    /// options, on a thread of its own: on SQLite its own connection, executing the statements
-    /// itself; on PostgreSQL and MySQL one connection of its own, opened on that thread, whose
-    /// batches are one transaction each (one commit, one WAL flush, for every job waiting).
+    /// options: on SQLite its own connection and thread, elsewhere the pool itself.
     pub async fn start(opts: &DbOptions, db: &DatabaseConnection) -> Result<Writer> {
-        let target = if db.get_database_backend() == DatabaseBackend::Sqlite {
-            let (conn, sqlite) = open_sqlite_writer(opts).await?;
-            Opening::Sqlite(conn, sqlite)
-        } else {
-            Opening::Pooled(DbOptions {
-                max_connections: 1,
-                ..opts.clone()
-            })
-        };
+        if db.get_database_backend() != DatabaseBackend::Sqlite {
+            return Ok(Writer::direct(db.clone()));
+        }
+        let (conn, sqlite) = open_sqlite_writer(opts).await?;
         let (tx, rx) = mpsc::unbounded_channel();
         let (ready_tx, ready_rx) = oneshot::channel();
         std::thread::Builder::new()
@@ -139,21 +115,8 @@ impl Writer {
                     }
                 };
                 ON_WRITER.with(|w| w.set(true));
-                rt.block_on(async move {
-                    let target = match target {
-                        Opening::Sqlite(conn, sqlite) => Target::Sqlite(conn, sqlite),
-                        // Opened here, so the connection's socket is this thread's.
-                        Opening::Pooled(opts) => match crate::connect(&opts).await {
-                            Ok(db) => Target::Pooled(db),
-                            Err(e) => {
-                                let _ = ready_tx.send(Err(e.to_string()));
-                                return;
-                            }
-                        },
-                    };
-                    let _ = ready_tx.send(Ok(()));
-                    run_queue(target, rx).await;
-                });
+                let _ = ready_tx.send(Ok(()));
+                rt.block_on(run_queue(conn, sqlite, rx));
             })
             .map_err(|e| StoreError::Db(DbErr::Custom(format!("starting the writer: {e}"))))?;
         ready_rx
@@ -256,7 +219,11 @@ async fn open_sqlite_writer(
     Ok((db, writer))
 }
 
-async fn run_queue(target: Target, mut rx: mpsc::UnboundedReceiver<Job>) {
+async fn run_queue(
+    db: DatabaseConnection,
+    sqlite: Arc<sqlite::SqliteWriter>,
+    mut rx: mpsc::UnboundedReceiver<Job>,
+) {
     let mut batch: Vec<Job> = Vec::new();
     while let Some(first) = rx.recv().await {
         batch.push(first);
@@ -271,101 +238,74 @@ async fn run_queue(target: Target, mut rx: mpsc::UnboundedReceiver<Job>) {
         for job in late {
             (job.finish)(Err(timed_out()));
         }
-        if let Some(e) = run_batch(&target, ready).await {
-            // The database is unreachable: whatever waits meanwhile would meet the same outage
-            // one batch later (each up to the acquire timeout); it is told now.
-            while let Ok(job) = rx.try_recv() {
-                (job.finish)(Err(StoreError::from(clone_err(&e))));
-            }
-        }
+        run_batch(&db, &sqlite, ready).await;
     }
 }
 
-/// All jobs in one transaction; if any fails, each alone. The error, when the database could
-/// not be reached.
-async fn run_batch(target: &Target, mut jobs: Vec<Job>) -> Option<DbErr> {
+/// All jobs in one transaction; if any fails, each alone.
+async fn run_batch(db: &DatabaseConnection, sqlite: &sqlite::SqliteWriter, mut jobs: Vec<Job>) {
     if jobs.is_empty() {
-        return None;
+        return;
     }
     if jobs.len() > 1 {
-        match together(target, &mut jobs).await {
+        match together(db, sqlite, &mut jobs).await {
             Ok(()) => {
                 for job in jobs {
                     (job.finish)(Ok(()));
                 }
-                return None;
+                return;
             }
             Err(e) if crate::database_unreachable(&e) => {
                 for job in jobs {
                     (job.finish)(Err(StoreError::from(clone_err(&e))));
                 }
-                return Some(e);
+                return;
             }
             Err(_) => {}
         }
     }
-    let mut unreachable = None;
     for mut job in jobs {
-        let res = alone(target, &mut job).await;
-        if let Err(StoreError::Db(e)) = &res
-            && crate::database_unreachable(e)
-        {
-            unreachable = Some(clone_err(e));
-        }
+        let res = alone(db, sqlite, &mut job).await;
         (job.finish)(res);
     }
-    unreachable
 }
 
-/// The jobs in one transaction. On SQLite `BEGIN`/`COMMIT` are the writer's own (the
-/// connection's cannot report a failed commit).
-async fn together(target: &Target, jobs: &mut [Job]) -> Result<(), DbErr> {
-    let (db, sqlite) = match target {
-        Target::Sqlite(db, sqlite) => (db, Some(sqlite)),
-        Target::Pooled(db) => (db, None),
-    };
-    if let Some(sqlite) = sqlite {
-        sqlite.begin()?;
-    }
+/// The jobs in one transaction. `BEGIN`/`COMMIT` are the writer's own (the connection's
+/// cannot report a failed commit).
+async fn together(
+    db: &DatabaseConnection,
+    sqlite: &sqlite::SqliteWriter,
+    jobs: &mut [Job],
+) -> Result<(), DbErr> {
+    sqlite.begin()?;
     let txn = db.begin().await?;
     for job in jobs.iter_mut() {
         if (job.run)(&txn).await.is_err() {
-            txn.rollback().await?;
-            if let Some(sqlite) = sqlite {
-                sqlite.rollback()?;
-            }
+            let _ = txn.rollback().await;
+            sqlite.rollback()?;
             return Err(DbErr::Custom("a job of the batch failed".into()));
         }
     }
     txn.commit().await?;
-    match sqlite {
-        Some(sqlite) => sqlite.commit(),
-        None => Ok(()),
-    }
+    sqlite.commit()
 }
 
-async fn alone(target: &Target, job: &mut Job) -> Result<()> {
-    let (db, sqlite) = match target {
-        Target::Sqlite(db, sqlite) => (db, Some(sqlite)),
-        Target::Pooled(db) => (db, None),
-    };
-    if let Some(sqlite) = sqlite {
-        sqlite.begin()?;
-    }
+async fn alone(
+    db: &DatabaseConnection,
+    sqlite: &sqlite::SqliteWriter,
+    job: &mut Job,
+) -> Result<()> {
+    sqlite.begin()?;
     let txn = db.begin().await?;
     match (job.run)(&txn).await {
         Ok(()) => {
             txn.commit().await?;
-            if let Some(sqlite) = sqlite {
-                sqlite.commit()?;
-            }
+            sqlite.commit()?;
             Ok(())
         }
         Err(e) => {
             let _ = txn.rollback().await;
-            if let Some(sqlite) = sqlite {
-                let _ = sqlite.rollback();
-            }
+            let _ = sqlite.rollback();
             Err(e)
         }
     }

@@ -414,9 +414,9 @@ async fn a_unique_violation_on_the_writer_is_a_conflict_as_before() {
     assert!(matches!(err, StoreError::Conflict(_)), "{err:?}");
 }
 
-/// PostgreSQL and MySQL: the writer's one connection commits many jobs' writes together, and
-/// a failing job (a duplicate) never loses the others' writes, as on SQLite.
-async fn group_commit_keeps_every_good_write(backend: Backend) {
+/// PostgreSQL and MySQL: many concurrent jobs through the writer (a pooled transaction each)
+/// all commit, and a failing job (a duplicate) never loses the others' writes, as on SQLite.
+async fn concurrent_writes_keep_every_good_write(backend: Backend) {
     let Some(t) = TestDb::open(backend).await else {
         return;
     };
@@ -470,11 +470,11 @@ async fn group_commit_keeps_every_good_write(backend: Backend) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn group_commit_on_postgres_keeps_every_good_write() {
-    group_commit_keeps_every_good_write(Backend::Postgres).await;
+async fn concurrent_writes_on_postgres_keep_every_good_write() {
+    concurrent_writes_keep_every_good_write(Backend::Postgres).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn group_commit_on_mysql_keeps_every_good_write() {
-    group_commit_keeps_every_good_write(Backend::MySql).await;
+async fn concurrent_writes_on_mysql_keep_every_good_write() {
+    concurrent_writes_keep_every_good_write(Backend::MySql).await;
 }
