@@ -93,6 +93,10 @@ pub async fn write_missing(
     if events.is_empty() {
         return Ok(());
     }
+    // Unfenced on PostgreSQL/MySQL: the one statement in autocommit.
+    if let (None, Some(db)) = (fence, writer.pooled()) {
+        return append_missing(db, scope, session_id, &events).await;
+    }
     let scope = *scope;
     writer
         .write(move |txn| {

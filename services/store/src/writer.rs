@@ -131,6 +131,16 @@ impl Writer {
         })
     }
 
+    /// The pool a writer without a queue writes through (PostgreSQL, MySQL): a write of one
+    /// statement that needs no other in its transaction may go straight to it, in autocommit
+    /// (one round trip instead of BEGIN, the statement and COMMIT).
+    pub fn pooled(&self) -> Option<&DatabaseConnection> {
+        match &*self.inner {
+            Inner::Direct(db) => Some(db),
+            Inner::Queue { .. } => None,
+        }
+    }
+
     /// A writer without a queue: each job in its own transaction from `db`.
     pub fn direct(db: DatabaseConnection) -> Writer {
         Writer {
