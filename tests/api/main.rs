@@ -1405,13 +1405,10 @@ async fn a_spent_token_budget_refuses_a_burst_at_admission_and_stores_nothing() 
     admission::a_burst_is_admitted_only_as_far_as_the_budget_holds(&[&ctx], 40).await;
 }
 
-/// The same on three replicas over PostgreSQL and Redis.
-///
-/// Ignored: its first CI run (2026-11-29) got `run_in_progress` for a WebSocket frame where
-/// `quota_exceeded` was expected. Not yet diagnosed (likely: in cluster mode a chat reaching the
-/// owner's session is checked for a run in progress before the budget). See issue 31's note.
+/// The same on three replicas over PostgreSQL and Redis: with one socket per replica on the
+/// same session, a frame used to meet another replica's frame in the owner's session and get
+/// `run_in_progress`; the WebSocket adapter now checks the budget first, as REST does.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "run_in_progress instead of quota_exceeded on three replicas (issue 31 item 4, open)"]
 async fn a_spent_token_budget_refuses_a_burst_on_three_replicas() {
     let Some(url) = postgres_db("trio_budget").await else {
         return;

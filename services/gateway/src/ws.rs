@@ -362,15 +362,23 @@ impl WsConnection {
             ClientFrame::Chat(chat) => {
                 let fut = async move {
                     in_turn.await;
-                    let res = engine
-                        .start_chat_for(
-                            &handle,
-                            &user,
-                            chat.message,
-                            chat.enqueue,
-                            Some(request_id),
-                        )
-                        .await;
+                    // A spent `tokens_per_day` is refused before the session is asked: on
+                    // three replicas, frames for one session from several sockets otherwise
+                    // met the first one's admission and got `run_in_progress` (issue 31 item 4).
+                    let res = match engine.check_token_budget(&tenant).await {
+                        Ok(()) => {
+                            engine
+                                .start_chat_for(
+                                    &handle,
+                                    &user,
+                                    chat.message,
+                                    chat.enqueue,
+                                    Some(request_id),
+                                )
+                                .await
+                        }
+                        Err(e) => Err(e),
+                    };
                     drop(started);
                     res
                 }
