@@ -148,13 +148,34 @@ pub async fn save_many(
 /// history, and the next run's, must not hold them — the parent's `task` call and its result
 /// stand for the whole sub-task.
 ///
-/// A correlated `NOT EXISTS` on the run's primary key: one index probe per message looked at
-/// (the window's few dozen), where a `NOT IN` over the session's child runs read all of the
-/// session's runs on every run's history read (it grew with the session: 0.4-0.9 ms per run
-/// after a few hundred runs, the largest SQLite cost of a run).
-fn not_of_child_runs() -> sea_orm::Condition {
+/// On SQLite a correlated `NOT EXISTS` on the run's primary key: one index probe per message
+/// looked at (the window's few dozen), where the `NOT IN` over the session's child runs read
+/// all of the session's runs on every history read (0.4-0.9 ms per run after a few hundred
+/// runs, the largest SQLite cost of a run). PostgreSQL planned the `NOT EXISTS` as a bitmap
+/// scan of every message of the session, sorted (3 ms at 600 messages, growing with the
+/// session), so PostgreSQL and MySQL keep the `NOT IN`, whose plan walks the session's index
+/// backwards and stops at the window.
+fn not_of_child_runs(
+    backend: sea_orm::DatabaseBackend,
+    session_id: SessionId,
+) -> sea_orm::Condition {
     use agentry_schema::entities::execution;
     use sea_orm::sea_query::{Expr, ExprTrait, Query};
+    if backend != sea_orm::DatabaseBackend::Sqlite {
+        let children = Query::select()
+            .column(execution::Column::Id)
+            .from(execution::Entity)
+            .and_where(
+                Expr::col((execution::Entity, execution::Column::SessionId)).eq(session_id.0),
+            )
+            .and_where(
+                Expr::col((execution::Entity, execution::Column::ParentExecutionId)).is_not_null(),
+            )
+            .to_owned();
+        return sea_orm::Condition::any()
+            .add(message::Column::RunId.is_null())
+            .add(message::Column::RunId.not_in_subquery(children));
+    }
     let child = Query::select()
         .expr(Expr::val(1))
         .from(execution::Entity)
@@ -198,7 +219,7 @@ pub async fn list(
     message::Entity::find()
         .filter(message::Column::TenantId.eq(scope.uuid()))
         .filter(message::Column::SessionId.eq(session_id.0))
-        .filter(not_of_child_runs())
+        .filter(not_of_child_runs(db.get_database_backend(), session_id))
         .order_by_asc(message::Column::Id)
         .limit(page.limit)
         .offset(page.offset)
@@ -220,7 +241,7 @@ pub async fn last_n(
     let mut rows: Vec<Message> = message::Entity::find()
         .filter(message::Column::TenantId.eq(scope.uuid()))
         .filter(message::Column::SessionId.eq(session_id.0))
-        .filter(not_of_child_runs())
+        .filter(not_of_child_runs(db.get_database_backend(), session_id))
         .order_by_desc(message::Column::Id)
         .limit(n)
         .all(db)
@@ -240,7 +261,7 @@ pub async fn count(
     Ok(message::Entity::find()
         .filter(message::Column::TenantId.eq(scope.uuid()))
         .filter(message::Column::SessionId.eq(session_id.0))
-        .filter(not_of_child_runs())
+        .filter(not_of_child_runs(db.get_database_backend(), session_id))
         .count(db)
         .await?)
 }
