@@ -9,13 +9,16 @@
 #     (httpx, attrs, python-dateutil): a client generated from /openapi.json must run the
 #     quickstart flow;
 #     and openai (the official OpenAI SDK: the client of the
-#     `/v1/chat/completions` test, tests/api/openai_compat.rs);
+#     `/v1/chat/completions` test, tests/api/openai_compat.rs), and mcp-server-time (a reference
+#     MCP server) with the official Python MCP SDK (`mcp`, with PyJWT and cryptography) it brings,
+#     on which tests/support/oauth_fixture.py, probe_server.py and the Python MCP client tests run;
 #   - tmux (the Debian package), which drives `agentry chat` in a real terminal, and
 #     docker-compose (the Debian package), for `docker-compose config`;
 #   - promtool, which checks a live server's /metrics (`promtool check metrics`): only the binary,
 #     unpacked from Debian's `prometheus` package into <repo>/.cache/promtool (installing the
 #     package would also start a Prometheus server), unless a promtool is on PATH.
-# Add further Python test tools to PACKAGES (one venv for all of them).
+# Add further Python test tools to PACKAGES: one venv for every Python suite (one install, one
+# resolution of their shared dependencies).
 #
 # Idempotent: a stamp file records the pinned versions; when it matches, the venv is left alone.
 # Pass --force to reinstall.
@@ -31,6 +34,7 @@ PACKAGES=(
     "openapi-python-client==0.29.1"
     "python-dateutil==4.0.0"
     "openai==3.51.0"
+    "mcp-server-time==2026.10.19"
 )
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -80,6 +84,8 @@ fi
 "$venv/bin/openapi-python-client" --version >/dev/null
 "$venv/bin/python" -c "import httpx, attrs, dateutil"
 "$venv/bin/python" -c "import helm_python, kubernetes_validate, yaml, pytest, openai; helm_python.helm_sdk_version()"
+test -x "$venv/bin/mcp-server-time"
+"$venv/bin/python" -c "import mcp.server.auth, jwt, cryptography, uvicorn, starlette"
 
 echo "$want" > "$stamp"
 echo "API test dependencies installed in $venv"

@@ -6,8 +6,9 @@
 #   conformance-next/  @modelcontextprotocol/conformance, the next (pre-release) version
 #   clients/  the official TypeScript SDK (@modelcontextprotocol/sdk) and MCP Inspector, the
 #          clients the API tests run against /mcp
-#   venv/  mcp-server-time (PyPI) in a Python virtualenv; with it comes the official Python SDK
-#          (`mcp`, with PyJWT and cryptography), on which tests/support/oauth_fixture.py runs
+# mcp-server-time (PyPI), and with it the official Python SDK on which
+# tests/support/oauth_fixture.py runs, goes into the tests' one Python venv: see
+# scripts/install-api-test-deps.sh.
 #
 # Idempotent: a stamp file records the pinned versions; when it matches, the script exits at once.
 # Pass --force to reinstall.
@@ -19,14 +20,13 @@ CONFORMANCE_VERSION="0.1.16"
 # Measured too: the next conformance release, with the 2026-07-28 client scenarios.
 CONFORMANCE_NEXT_VERSION="0.2.0-alpha.12"
 NODE22_VERSION="22.23.3"
-MCP_SERVER_TIME_VERSION="2026.10.19"
 TS_SDK_VERSION="1.32.2"
 INSPECTOR_VERSION="2.12.0"
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cache="${AGENTRY_MCP_CACHE:-$repo_root/.cache/mcp}"
 stamp="$cache/.installed"
-want="everything=$SERVER_EVERYTHING_VERSION filesystem=$SERVER_FILESYSTEM_VERSION conformance=$CONFORMANCE_VERSION conformance_next=$CONFORMANCE_NEXT_VERSION node=$NODE22_VERSION time=$MCP_SERVER_TIME_VERSION ts_sdk=$TS_SDK_VERSION inspector=$INSPECTOR_VERSION"
+want="everything=$SERVER_EVERYTHING_VERSION filesystem=$SERVER_FILESYSTEM_VERSION conformance=$CONFORMANCE_VERSION conformance_next=$CONFORMANCE_NEXT_VERSION node=$NODE22_VERSION ts_sdk=$TS_SDK_VERSION inspector=$INSPECTOR_VERSION"
 
 if [[ "${1:-}" != "--force" && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
     echo "MCP test servers already installed in $cache"
@@ -34,7 +34,6 @@ if [[ "${1:-}" != "--force" && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; t
 fi
 
 command -v npm >/dev/null || { echo "npm is required (apt-get install nodejs npm)" >&2; exit 1; }
-command -v python3 >/dev/null || { echo "python3 is required" >&2; exit 1; }
 
 mkdir -p "$cache/npm"
 rm -f "$stamp"
@@ -67,22 +66,13 @@ npm install --prefix "$cache/clients" --no-audit --no-fund --loglevel=error --sa
     "@modelcontextprotocol/sdk@$TS_SDK_VERSION" \
     "@modelcontextprotocol/inspector@$INSPECTOR_VERSION"
 
-echo "installing mcp-server-time into $cache/venv"
-if [[ ! -x "$cache/venv/bin/python" ]]; then
-    python3 -m venv "$cache/venv"
-fi
-"$cache/venv/bin/pip" install --quiet --disable-pip-version-check \
-    "mcp-server-time==$MCP_SERVER_TIME_VERSION"
-
 # Entry points the tests use (see services/mcp/tests/support/mod.rs).
 test -f "$cache/npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js"
 test -f "$cache/npm/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js"
-test -x "$cache/venv/bin/mcp-server-time"
 test -x "$cache/npm/node_modules/node/bin/node"
 test -f "$cache/conformance-next/node_modules/@modelcontextprotocol/conformance/dist/index.js"
 test -f "$cache/clients/node_modules/@modelcontextprotocol/sdk/dist/esm/client/index.js"
 test -f "$cache/clients/node_modules/@modelcontextprotocol/inspector/clients/launcher/build/index.js"
-"$cache/venv/bin/python" -c "import mcp.server.auth, jwt, cryptography, uvicorn, starlette"
 
 echo "$want" > "$stamp"
 echo "MCP test servers installed in $cache"

@@ -392,7 +392,7 @@ pub async fn python_sdk_oauth(fx: &OAuthFixture, ctx: &Ctx) {
     let claims = json!({"agentry_tenant": t.id}).to_string();
     let out = tokio::time::timeout(
         Duration::from_secs(120),
-        tokio::process::Command::new(agentry_mcp::testing::cache_dir().join("venv/bin/python"))
+        tokio::process::Command::new(agentry_mcp::testing::venv_dir().join("bin/python"))
             .arg(&script)
             .env("MCP_URL", ctx.url("/mcp"))
             .env("OAUTH_USER", &t.member.user_id)

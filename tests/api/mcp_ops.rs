@@ -26,12 +26,12 @@ fn probe(name: &str, args: &[&str], extra: Value) -> Value {
     body
 }
 
-/// What the sandbox must show a user's probe server: the test cache (the venv, the script's
-/// directory is in the repo) and the Python installation the venv's interpreter links to.
+/// What the sandbox must show a user's probe server: the test caches (the MCP cache, the venv;
+/// the script's directory is in the repo) and the Python installation the venv's interpreter links to.
 pub fn sandbox_paths_for_the_probe() -> String {
     let python = agentry_mcp::testing::require(
-        agentry_mcp::testing::cache_dir().join("venv/bin/python"),
-        "the mcp-server-time venv",
+        agentry_mcp::testing::venv_dir().join("bin/python"),
+        "the test venv",
     );
     let real = std::fs::canonicalize(&python).unwrap();
     let prefix = real.parent().and_then(|p| p.parent()).unwrap();
@@ -45,7 +45,7 @@ pub fn sandbox_paths_for_the_probe() -> String {
         .to_path_buf();
     format!(
         "{},{},{}",
-        agentry_mcp::testing::cache_dir().display(),
+        agentry_mcp::testing::sandbox_read_only_paths(),
         prefix.display(),
         script_dir.display()
     )

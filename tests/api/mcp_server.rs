@@ -837,7 +837,7 @@ pub async fn python_sdk_client(ctx: &Ctx) {
     let ws = workspace(ctx, &t, &t.member);
     std::fs::create_dir_all(&ws).unwrap();
     std::fs::write(ws.join("py.txt"), "hello from the workspace").unwrap();
-    let python = agentry_mcp::testing::cache_dir().join("venv/bin/python");
+    let python = agentry_mcp::testing::venv_dir().join("bin/python");
     assert!(
         python.exists(),
         "{} is missing: run scripts/install-mcp-test-servers.sh",

@@ -153,7 +153,7 @@ async fn spawn(
         // venv): readable inside the sandbox like an operator's install dir.
         .env(
             "AGENTRY_SANDBOX__READ_ONLY_PATHS",
-            agentry_mcp::testing::cache_dir(),
+            agentry_mcp::testing::sandbox_read_only_paths(),
         )
         .stderr(std::process::Stdio::piped())
         .stdout(std::process::Stdio::null())

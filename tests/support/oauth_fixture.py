@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """A real OAuth 2.1 authorization server (and optionally an OAuth-protected MCP server) for tests.
 
-Built on the official Python MCP SDK (`mcp`, in `.cache/mcp/venv`, installed by
-scripts/install-mcp-test-servers.sh) with starlette/uvicorn, PyJWT and cryptography as the SDK
+Built on the official Python MCP SDK (`mcp`, in the tests' one venv `.cache/venv`,
+installed by scripts/install-api-test-deps.sh) with starlette/uvicorn, PyJWT and cryptography as the SDK
 itself uses them. Run it with that venv's python:
 
-    .cache/mcp/venv/bin/python tests/support/oauth_fixture.py [options]
+    .cache/venv/bin/python tests/support/oauth_fixture.py [options]
 
 It binds 127.0.0.1 on free ports and prints ONE JSON line on stdout once it answers:
 

@@ -1,4 +1,4 @@
-"""The official Python MCP SDK client (`mcp`, in .cache/mcp/venv) against an OAuth-protected MCP
+"""The official Python MCP SDK client (`mcp`, in .cache/venv) against an OAuth-protected MCP
 server, doing OAuth itself: 401 → protected-resource metadata → authorization-server metadata →
 dynamic client registration → authorization code with PKCE → token → calls (and a refresh when
 the token expires). The browser step is the test fixture's automatic approval

@@ -1,5 +1,6 @@
 //! Where the MCP reference servers used by tests are installed, and configs for them (feature
-//! `testing`). `scripts/install-mcp-test-servers.sh` installs them into `.cache/mcp`.
+//! `testing`). `scripts/install-mcp-test-servers.sh` installs them into `.cache/mcp`, and
+//! `scripts/install-api-test-deps.sh` the Python ones into the tests' one venv (`.cache/venv`).
 
 use std::path::{Path, PathBuf};
 
@@ -7,8 +8,8 @@ use agentry_schema::secret::Secret;
 
 use crate::client::{McpServerConfig, McpTransportConfig};
 
-pub const INSTALL_HINT: &str =
-    "run scripts/install-mcp-test-servers.sh (installs the MCP test servers into .cache/mcp)";
+pub const INSTALL_HINT: &str = "run scripts/install-mcp-test-servers.sh (installs the MCP test servers into .cache/mcp) \
+     and scripts/install-api-test-deps.sh (the Python venv, .cache/venv)";
 
 /// Where the installed servers are: `AGENTRY_MCP_CACHE` or `<repo>/.cache/mcp`.
 pub fn cache_dir() -> PathBuf {
@@ -16,6 +17,22 @@ pub fn cache_dir() -> PathBuf {
         return PathBuf::from(dir);
     }
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.cache/mcp")
+}
+
+/// The one Python venv of the tests (`AGENTRY_VENV` or `<repo>/.cache/venv`, made by
+/// `scripts/install-api-test-deps.sh`): `mcp-server-time` and with it the official Python MCP
+/// SDK (`mcp`), next to the API checks' tools.
+pub fn venv_dir() -> PathBuf {
+    if let Ok(dir) = std::env::var("AGENTRY_VENV") {
+        return PathBuf::from(dir);
+    }
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.cache/venv")
+}
+
+/// What a sandboxed MCP server from the test installs must be able to read
+/// (`AGENTRY_SANDBOX__READ_ONLY_PATHS`): the MCP cache (node, the npm servers) and the venv.
+pub fn sandbox_read_only_paths() -> String {
+    format!("{},{}", cache_dir().display(), venv_dir().display())
 }
 
 pub fn require(path: PathBuf, what: &str) -> PathBuf {
@@ -54,7 +71,7 @@ pub fn filesystem_js() -> PathBuf {
 
 pub fn time_server() -> PathBuf {
     require(
-        cache_dir().join("venv/bin/mcp-server-time"),
+        venv_dir().join("bin/mcp-server-time"),
         "mcp-server-time",
     )
 }
@@ -111,8 +128,8 @@ pub fn time(name: &str) -> McpServerConfig {
 /// named by the `PROBE_CANCEL_MARKER` env var (see [`set_env`]).
 pub fn probe(name: &str) -> McpServerConfig {
     let python = require(
-        cache_dir().join("venv/bin/python"),
-        "the mcp-server-time venv",
+        venv_dir().join("bin/python"),
+        "the test venv (with mcp-server-time)",
     );
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/probe_server.py");
     McpServerConfig::stdio(name, python.to_string_lossy(), &[&script.to_string_lossy()])
@@ -147,7 +164,7 @@ impl OAuthFixture {
     pub async fn start(args: &[&str]) -> OAuthFixture {
         use tokio::io::AsyncBufReadExt;
         let python = require(
-            cache_dir().join("venv/bin/python"),
+            venv_dir().join("bin/python"),
             "the Python venv with the official MCP SDK (mcp)",
         );
         let script =

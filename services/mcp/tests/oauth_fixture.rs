@@ -10,7 +10,7 @@ mod support;
 use std::time::Duration;
 
 use agentry_mcp::client::{ClientHooks, McpConnection, McpServerConfig, StdioLaunch};
-use agentry_mcp::testing::{OAuthFixture, cache_dir};
+use agentry_mcp::testing::{OAuthFixture, venv_dir};
 use serde_json::{Value, json};
 
 /// Run tests/support/oauth_python_client.py (the official Python SDK client) with `env`.
@@ -19,7 +19,7 @@ async fn python_client(env: &[(&str, &str)]) -> Value {
         .join("../../tests/support/oauth_python_client.py");
     let out = tokio::time::timeout(
         Duration::from_secs(120),
-        tokio::process::Command::new(cache_dir().join("venv/bin/python"))
+        tokio::process::Command::new(venv_dir().join("bin/python"))
             .arg(&script)
             .envs(env.iter().copied())
             .env("NO_PROXY", "127.0.0.1")
