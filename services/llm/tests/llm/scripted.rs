@@ -1,7 +1,7 @@
 //! The scripted model, and the fake server's auto mode (which reuses its decisions) through the
 //! real clients: a `/tool` line becomes a tool call, its result becomes a summary.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

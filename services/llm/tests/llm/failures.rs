@@ -1,7 +1,7 @@
 //! Failures through the real clients over real HTTP: retries (429 with Retry-After, 5xx, timeouts,
 //! connection refused), non-retryable 4xx with the provider's message, streams that break.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant, SystemTime};
 

@@ -5,7 +5,7 @@
 //! cases alternate between an OpenAI and an Anthropic harness, so each wire gets half of them
 //! and every property still has at least 100 in total.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

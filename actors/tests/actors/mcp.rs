@@ -2,7 +2,7 @@
 //! (`@modelcontextprotocol/server-everything`, `@modelcontextprotocol/server-filesystem`),
 //! installed by `scripts/install-mcp-test-servers.sh`.
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};

@@ -5,7 +5,7 @@
 //! (`client::oauth`): every one of both releases except the extensions rmcp does not implement
 //! (listed in [`NOT_RUN`]), and one known failure of 0.1.16 ([`BASELINE`]) that must keep failing.
 
-mod support;
+use crate::support;
 
 use std::process::Command;
 

@@ -1,7 +1,7 @@
 //! The OpenAI-compatible and Anthropic clients against the fake model server over real HTTP:
 //! answers assembled from the wire, and the requests they send.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -5,7 +5,7 @@
 //! and its protected MCP server refuses what it must (no token, expired, another key, another
 //! audience). Other tests rely on both halves.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! `@modelcontextprotocol/server-filesystem` and `mcp-server-time` (PyPI), installed by
 //! `scripts/install-mcp-test-servers.sh`. A missing server fails the test with that hint.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};

@@ -1,7 +1,7 @@
 //! The actor tree and the agent loop, end to end through the real model clients against the fake
 //! model server (OpenAI and Anthropic wire formats), the real built-in tools and a real database.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 
