@@ -9,6 +9,8 @@ pub mod cluster;
 pub mod error;
 pub mod extract;
 pub mod invalidate;
+#[cfg(test)]
+mod layout;
 pub mod mcp_reexport;
 pub mod mcp_server;
 pub mod metrics;

@@ -1078,13 +1078,13 @@ impl Settings {
         if self.session.timeout_secs == 0 {
             return bad("session.timeout_secs", "must be at least 1");
         }
-        if let Err(why) = crate::telemetry::parse_filter(&self.log.level) {
+        if let Err(why) = crate::telemetry::values::parse_filter(&self.log.level) {
             return bad("log.level", &why);
         }
-        if let Err(why) = crate::telemetry::check_endpoint(&self.otel.endpoint) {
+        if let Err(why) = crate::telemetry::values::check_endpoint(&self.otel.endpoint) {
             return bad("otel.endpoint", &why);
         }
-        if let Err(why) = crate::telemetry::parse_headers(self.otel.headers.expose()) {
+        if let Err(why) = crate::telemetry::values::parse_headers(self.otel.headers.expose()) {
             return bad("otel.headers", &why);
         }
         if self.otel.service_name.trim().is_empty() {

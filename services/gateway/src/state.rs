@@ -7,7 +7,7 @@ use std::time::Instant;
 use metrics_exporter_prometheus::PrometheusHandle;
 use sea_orm::DatabaseConnection;
 
-use crate::auth::KeyResolver;
+use crate::auth::cache::KeyResolver;
 use crate::settings::Settings;
 
 pub struct AppState {

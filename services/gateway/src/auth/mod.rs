@@ -16,7 +16,7 @@
 //! message, so a caller cannot tell which. A suspended tenant answers 403 `tenant_suspended`.
 //! None of these types can be built outside this module: holding one is proof of the check.
 
-mod cache;
+pub mod cache;
 pub mod credentials;
 pub mod oauth;
 
