@@ -23,7 +23,7 @@ use serde_json::{Value, json};
 use crate::auth::PlatformAdmin;
 use crate::error::ApiError;
 use crate::settings::Settings;
-use crate::tenancy::{self, Actor};
+use agentry_domain::tenancy::{self, Actor};
 use crate::{routes, views};
 
 #[derive(Args, Debug)]
@@ -274,6 +274,12 @@ impl Failure {
 
 impl From<ApiError> for Failure {
     fn from(e: ApiError) -> Self {
+        Failure::api(e.code, e.message, e.details)
+    }
+}
+
+impl From<agentry_domain::DomainError> for Failure {
+    fn from(e: agentry_domain::DomainError) -> Self {
         Failure::api(e.code, e.message, e.details)
     }
 }
@@ -538,7 +544,7 @@ impl Api {
                 Api::Direct { db, admin, .. } => {
                     let (items, total) = tenancy::list_tenants(
                         db,
-                        admin,
+                        &admin.scope(),
                         PageRequest {
                             limit: 1000,
                             offset,
@@ -623,7 +629,7 @@ impl Api {
             }
             Api::Direct { db, admin, .. } => {
                 let page = routes::page(limit, offset)?;
-                let t = tenancy::tenant(db, admin, tenant).await?;
+                let t = tenancy::tenant(db, &admin.scope(), tenant).await?;
                 let (items, total) = tenancy::list_users(db, &t.scope(), page).await?;
                 Ok(to_json(routes::page_of(items, total, page, views::user)))
             }
@@ -639,7 +645,7 @@ impl Api {
             Api::Direct { db, admin, .. } => {
                 let req: CreateTenantRequest = request(body)?;
                 Ok(to_json(views::tenant(
-                    tenancy::create_tenant(db, admin, req).await?,
+                    tenancy::create_tenant(db, &admin.scope(), req).await?,
                 )))
             }
         }
@@ -657,7 +663,7 @@ impl Api {
             }
             Api::Direct { db, admin, .. } => {
                 let req: CreateUserRequest = request(body)?;
-                let t = tenancy::tenant(db, admin, tenant).await?;
+                let t = tenancy::tenant(db, &admin.scope(), tenant).await?;
                 Ok(to_json(views::user(
                     tenancy::create_user(db, &t, req).await?,
                 )))
@@ -677,7 +683,7 @@ impl Api {
             }
             Api::Direct { db, admin, .. } => {
                 let req: CreateApiKeyRequest = request(body)?;
-                let t = tenancy::tenant(db, admin, tenant).await?;
+                let t = tenancy::tenant(db, &admin.scope(), tenant).await?;
                 let k = tenancy::create_key(db, &t.scope(), req).await?;
                 Ok(to_json(routes::admin::created_key(k)))
             }
@@ -779,7 +785,7 @@ async fn run(api: &Api, command: AdminCommand) -> Outcome<Printed> {
                     }
                     Api::Direct { db, admin, .. } => {
                         let page = routes::page(limit, offset)?;
-                        let (items, total) = tenancy::list_tenants(db, admin, page).await?;
+                        let (items, total) = tenancy::list_tenants(db, &admin.scope(), page).await?;
                         to_json(routes::page_of(items, total, page, views::tenant))
                     }
                 };
@@ -790,7 +796,7 @@ async fn run(api: &Api, command: AdminCommand) -> Outcome<Printed> {
                 let v = match api {
                     Api::Remote { .. } => api.get(&format!("/admin/tenants/{id}")).await?,
                     Api::Direct { db, admin, .. } => {
-                        to_json(views::tenant(tenancy::tenant(db, admin, id).await?))
+                        to_json(views::tenant(tenancy::tenant(db, &admin.scope(), id).await?))
                     }
                 };
                 Ok(pretty(v))
@@ -857,7 +863,7 @@ async fn run(api: &Api, command: AdminCommand) -> Outcome<Printed> {
                             .await?
                     }
                     Api::Direct { db, admin, .. } => {
-                        let t = tenancy::tenant(db, admin, tid).await?;
+                        let t = tenancy::tenant(db, &admin.scope(), tid).await?;
                         to_json(views::user(tenancy::user(db, &t.scope(), uid).await?))
                     }
                 };
@@ -910,7 +916,7 @@ async fn run(api: &Api, command: AdminCommand) -> Outcome<Printed> {
                         .await?
                     }
                     Api::Direct { db, admin, .. } => {
-                        let t = tenancy::tenant(db, admin, tid).await?;
+                        let t = tenancy::tenant(db, &admin.scope(), tid).await?;
                         to_json(views::user(
                             tenancy::update_user_stored(db, &t.scope(), Actor::Platform, uid, req)
                                 .await?,
@@ -965,7 +971,7 @@ async fn run(api: &Api, command: AdminCommand) -> Outcome<Printed> {
                             .await?
                     }
                     Api::Direct { db, admin, .. } => {
-                        let t = tenancy::tenant(db, admin, tid).await?;
+                        let t = tenancy::tenant(db, &admin.scope(), tid).await?;
                         let q = routes::admin::KeysQuery {
                             limit: Some(1000),
                             offset: None,
@@ -986,7 +992,7 @@ async fn run(api: &Api, command: AdminCommand) -> Outcome<Printed> {
                             .await?
                     }
                     Api::Direct { db, admin, .. } => {
-                        let t = tenancy::tenant(db, admin, tid).await?;
+                        let t = tenancy::tenant(db, &admin.scope(), tid).await?;
                         to_json(views::api_key(tenancy::key(db, &t.scope(), kid).await?))
                     }
                 };
@@ -1042,7 +1048,7 @@ async fn run(api: &Api, command: AdminCommand) -> Outcome<Printed> {
                         .await?
                     }
                     Api::Direct { db, admin, .. } => {
-                        let t = tenancy::tenant(db, admin, tid).await?;
+                        let t = tenancy::tenant(db, &admin.scope(), tid).await?;
                         to_json(views::api_key(
                             tenancy::revoke_key_stored(db, &t.scope(), kid).await?,
                         ))
@@ -1069,7 +1075,7 @@ async fn run(api: &Api, command: AdminCommand) -> Outcome<Printed> {
                     api.get(&format!("/admin/tenants/{tid}/usage?{qs}")).await?
                 }
                 Api::Direct { db, admin, .. } => {
-                    let t = tenancy::tenant(db, admin, tid).await?;
+                    let t = tenancy::tenant(db, &admin.scope(), tid).await?;
                     to_json(
                         tenancy::usage_report(db, &t.scope(), from.as_deref(), to.as_deref())
                             .await?,

@@ -5,6 +5,7 @@ use actix_web::http::StatusCode;
 use actix_web::http::header::{self, HeaderValue};
 use actix_web::{HttpResponse, ResponseError};
 use agentry_schema::error::{ErrorCode, ErrorResponse};
+use agentry_domain::DomainError;
 use agentry_store::StoreError;
 use serde_json::Value;
 
@@ -105,12 +106,7 @@ impl ResponseError for ApiError {
     }
 }
 
-/// Seconds a client is asked to wait while the database is unreachable.
-pub const DATABASE_RETRY_AFTER_SECS: u64 = 5;
-
-/// What a client reads while the database is away (never the driver's text).
-pub const DATABASE_UNAVAILABLE: &str =
-    "the database is unreachable; nothing was changed, retry after the Retry-After seconds";
+pub use agentry_domain::error::{DATABASE_RETRY_AFTER_SECS, DATABASE_UNAVAILABLE};
 
 impl ApiError {
     /// The database cannot be reached: 503 `database_unavailable` with `Retry-After`.
@@ -120,18 +116,23 @@ impl ApiError {
     }
 }
 
+/// A domain operation's failure, as every REST answer: the same code, message, details and
+/// retry delay.
+impl From<DomainError> for ApiError {
+    fn from(e: DomainError) -> Self {
+        ApiError {
+            code: e.code,
+            message: e.message,
+            details: e.details,
+            retry_after: e.retry_after,
+        }
+    }
+}
+
+/// The store's failures mean the same on every transport (`agentry_domain::DomainError`).
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
-        match e {
-            StoreError::NotFound(what) => ApiError::not_found(what),
-            StoreError::Conflict(msg) => ApiError::new(ErrorCode::Conflict, msg),
-            StoreError::Invalid(msg) => ApiError::new(ErrorCode::ValidationError, msg),
-            e if e.is_unavailable() => {
-                tracing::warn!(error = %e, "database unreachable");
-                ApiError::database_unavailable()
-            }
-            other => ApiError::internal("database operation failed", other),
-        }
+        DomainError::from(e).into()
     }
 }
 

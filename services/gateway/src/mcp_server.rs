@@ -830,7 +830,7 @@ impl ToolSource for CallerToolSource {
             match on_request_extensions(&context.extensions).and_then(|e| e.get::<VirtualPath>()) {
                 None => None,
                 Some(VirtualPath(name)) => Some(
-                    crate::virtual_servers::tools_of(&tenant, name).ok_or_else(|| {
+                    agentry_domain::virtual_servers::tools_of(&tenant, name).ok_or_else(|| {
                         rmcp::ErrorData::invalid_request(
                             format!("the MCP virtual server {name:?} no longer exists"),
                             None,

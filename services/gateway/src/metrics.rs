@@ -87,20 +87,20 @@ fn describe() {
     );
     metrics::describe_gauge!("agentry_ws_connections", "Open WebSocket connections");
     metrics::describe_counter!(
-        crate::retention::SWEEPS,
+        agentry_domain::retention::SWEEPS,
         "Retention sweeps finished by this process"
     );
     metrics::describe_counter!(
-        crate::retention::REMOVED,
+        agentry_domain::retention::REMOVED,
         "Rows the retention sweep removed, by kind (sessions, checkpoints, memories, events)"
     );
     metrics::describe_histogram!(
-        crate::retention::SWEEP_SECONDS,
+        agentry_domain::retention::SWEEP_SECONDS,
         metrics::Unit::Seconds,
         "How long each retention sweep took"
     );
     metrics::describe_gauge!(
-        crate::retention::SWEEPER,
+        agentry_domain::retention::SWEEPER,
         "1 while this process runs the retention sweep (always on a single node; the duty's holder in a cluster)"
     );
     metrics::describe_histogram!(

@@ -41,3 +41,22 @@ pub struct AppState {
     /// Long-term memory (`/api/v1/memories`), shared with the engine's runs and tools.
     pub memory: Arc<agentry_builtin::memory::MemoryBank>,
 }
+
+impl AppState {
+    /// The domain operations' view of this state (`agentry_domain`): the database, the engine,
+    /// the cluster's coordination and the key cache.
+    pub fn domain(&self) -> agentry_domain::Domain<'_> {
+        agentry_domain::Domain {
+            db: &self.db,
+            engine: &self.engine,
+            coordination: self.cluster.coordination.as_ref(),
+            credentials: &self.auth,
+        }
+    }
+}
+
+impl agentry_domain::HasDomain for AppState {
+    fn domain(&self) -> agentry_domain::Domain<'_> {
+        AppState::domain(self)
+    }
+}

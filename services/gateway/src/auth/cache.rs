@@ -328,6 +328,21 @@ impl KeyResolver {
     }
 }
 
+/// The domain operations make this cache forget what they changed.
+impl agentry_domain::Credentials for KeyResolver {
+    fn forget_tenant(&self, tenant: TenantId) {
+        KeyResolver::forget_tenant(self, tenant);
+    }
+
+    fn forget_key(&self, key: ApiKeyId) {
+        KeyResolver::forget_key(self, key);
+    }
+
+    fn forget_all(&self) {
+        KeyResolver::forget_all(self);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

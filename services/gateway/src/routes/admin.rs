@@ -21,7 +21,7 @@ use crate::extract::{ApiJson, ApiPath, ApiQuery, param};
 use crate::routes::resource::endpoint;
 use crate::routes::{PageQuery, page, page_of};
 use crate::state::AppState;
-use crate::tenancy::{self, Actor};
+use agentry_domain::tenancy::{self, Actor};
 use crate::views;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
@@ -74,7 +74,7 @@ async fn tenant_at(
     admin: &PlatformAdmin,
     id: ApiPath<param::Tenant>,
 ) -> ApiResult<Tenant> {
-    tenancy::tenant(&state.db, admin, id.into_inner()).await
+    Ok(tenancy::tenant(&state.db, &admin.scope(), id.into_inner()).await?)
 }
 
 /// Every tenant, oldest first.
@@ -97,7 +97,7 @@ pub async fn list_tenants(
     query: ApiQuery<PageQuery>,
 ) -> ApiResult<Json<Page<TenantInfo>>> {
     let page = query.0.page()?;
-    let (items, total) = tenancy::list_tenants(&state.db, &admin, page).await?;
+    let (items, total) = tenancy::list_tenants(&state.db, &admin.scope(), page).await?;
     Ok(Json(page_of(items, total, page, views::tenant)))
 }
 
@@ -125,7 +125,7 @@ pub async fn create_tenant(
     state: web::Data<AppState>,
     body: ApiJson<CreateTenantRequest>,
 ) -> ApiResult<HttpResponse> {
-    let t = tenancy::create_tenant(&state.db, &admin, body.into_inner()).await?;
+    let t = tenancy::create_tenant(&state.db, &admin.scope(), body.into_inner()).await?;
     Ok(HttpResponse::Created()
         .insert_header((
             actix_web::http::header::LOCATION,
@@ -187,7 +187,7 @@ pub async fn update_tenant(
 ) -> ApiResult<Json<TenantInfo>> {
     let id = tenant.into_inner();
     Ok(Json(views::tenant(
-        tenancy::update_tenant(&state, &admin, id, body.into_inner()).await?,
+        tenancy::update_tenant(&state.domain(), &admin.scope(), id, body.into_inner()).await?,
     )))
 }
 
@@ -218,7 +218,7 @@ pub async fn replace_tenant(
 ) -> ApiResult<Json<TenantInfo>> {
     let id = tenant.into_inner();
     Ok(Json(views::tenant(
-        tenancy::replace_tenant(&state, &admin, id, body.into_inner()).await?,
+        tenancy::replace_tenant(&state.domain(), &admin.scope(), id, body.into_inner()).await?,
     )))
 }
 
@@ -242,7 +242,7 @@ pub async fn delete_tenant(
     tenant: ApiPath<param::Tenant>,
 ) -> ApiResult<HttpResponse> {
     let id = tenant.into_inner();
-    tenancy::delete_tenant(&state, &admin, id).await?;
+    tenancy::delete_tenant(&state.domain(), &admin.scope(), id).await?;
     Ok(HttpResponse::NoContent().finish())
 }
 
@@ -324,7 +324,7 @@ pub async fn get_user(
     user: ApiPath<param::User>,
 ) -> ApiResult<Json<UserInfo>> {
     let (tid, user_id) = (tenant.into_inner(), user.into_inner());
-    let t = tenancy::tenant(&state.db, &admin, tid).await?;
+    let t = tenancy::tenant(&state.db, &admin.scope(), tid).await?;
     Ok(Json(views::user(
         tenancy::user(&state.db, &t.scope(), user_id).await?,
     )))
@@ -356,9 +356,8 @@ pub async fn update_user(
     body: ApiJson<UpdateUserRequest>,
 ) -> ApiResult<Json<UserInfo>> {
     let (tid, user_id) = (tenant.into_inner(), user.into_inner());
-    let t = tenancy::tenant(&state.db, &admin, tid).await?;
-    let u = tenancy::update_user(
-        &state,
+    let t = tenancy::tenant(&state.db, &admin.scope(), tid).await?;
+    let u = tenancy::update_user(&state.domain(),
         &t.scope(),
         Actor::Platform,
         user_id,
@@ -389,8 +388,8 @@ pub async fn delete_user(
     user: ApiPath<param::User>,
 ) -> ApiResult<HttpResponse> {
     let (tid, user_id) = (tenant.into_inner(), user.into_inner());
-    let t = tenancy::tenant(&state.db, &admin, tid).await?;
-    tenancy::delete_user(&state, &t.scope(), Actor::Platform, user_id).await?;
+    let t = tenancy::tenant(&state.db, &admin.scope(), tid).await?;
+    tenancy::delete_user(&state.domain(), &t.scope(), Actor::Platform, user_id).await?;
     Ok(HttpResponse::NoContent().finish())
 }
 
@@ -509,7 +508,7 @@ pub async fn get_key(
     key: ApiPath<param::Key>,
 ) -> ApiResult<Json<ApiKeyInfo>> {
     let (tid, key_id) = (tenant.into_inner(), key.into_inner());
-    let t = tenancy::tenant(&state.db, &admin, tid).await?;
+    let t = tenancy::tenant(&state.db, &admin.scope(), tid).await?;
     Ok(Json(views::api_key(
         tenancy::key(&state.db, &t.scope(), key_id).await?,
     )))
@@ -536,9 +535,9 @@ pub async fn revoke_key(
     key: ApiPath<param::Key>,
 ) -> ApiResult<Json<ApiKeyInfo>> {
     let (tid, key_id) = (tenant.into_inner(), key.into_inner());
-    let t = tenancy::tenant(&state.db, &admin, tid).await?;
+    let t = tenancy::tenant(&state.db, &admin.scope(), tid).await?;
     Ok(Json(views::api_key(
-        tenancy::revoke_key(&state, &t.scope(), key_id).await?,
+        tenancy::revoke_key(&state.domain(), &t.scope(), key_id).await?,
     )))
 }
 

@@ -16,7 +16,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::extract::{ApiJson, ApiPath, param};
 use crate::routes::resource::endpoint;
 use crate::state::AppState;
-use crate::tenancy::{default_assistant_spec, valid_name};
+use agentry_domain::tenancy::{default_assistant_spec, valid_name};
 use crate::views;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
@@ -117,7 +117,7 @@ fn optional(field: &str, value: Option<String>, max: usize) -> ApiResult<Option<
         .filter(|v| !v.is_empty())
     {
         None => Ok(None),
-        Some(v) => valid_name(field, &v, max).map(Some),
+        Some(v) => Ok(Some(valid_name(field, &v, max)?)),
     }
 }
 
@@ -491,9 +491,9 @@ async fn assistant_changed(state: &AppState, admin: &TenantAdmin, id: &Assistant
     if let Err(e) = state.engine.assistant_changed(admin.tenant_id(), id).await {
         tracing::warn!(error = %e, "telling the engine about the assistant change failed");
     }
-    crate::invalidate::announce(
-        state,
-        crate::invalidate::Change::Assistant {
+    agentry_domain::invalidate::announce(
+        &state.domain(),
+        agentry_domain::invalidate::Change::Assistant {
             tenant_id: admin.tenant_id(),
             assistant_id: id.clone(),
         },

@@ -29,7 +29,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::extract::{ApiJson, ApiPath, param};
 use crate::routes::resource::endpoint;
 use crate::state::AppState;
-use crate::tenancy::valid_name;
+use agentry_domain::tenancy::valid_name;
 use crate::views;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {

@@ -27,7 +27,7 @@ use crate::extract::{ApiJson, ApiPath, param};
 use crate::routes::agents::bounded;
 use crate::routes::resource::endpoint;
 use crate::state::AppState;
-use crate::tenancy::valid_name;
+use agentry_domain::tenancy::valid_name;
 use crate::views;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
@@ -234,9 +234,9 @@ async fn connections_changed(state: &AppState, admin: &TenantAdmin) {
     if let Err(e) = state.engine.assistants_changed(admin.tenant_id()).await {
         tracing::warn!(error = %e, "telling the engine about the model connection change failed");
     }
-    crate::invalidate::announce(
-        state,
-        crate::invalidate::Change::Assistants {
+    agentry_domain::invalidate::announce(
+        &state.domain(),
+        agentry_domain::invalidate::Change::Assistants {
             tenant_id: admin.tenant_id(),
         },
     );

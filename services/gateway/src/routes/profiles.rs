@@ -15,7 +15,7 @@ use crate::extract::{ApiJson, ApiPath, param};
 use crate::routes::agents::{MAX_RECURSION_LIMIT, MAX_TIMEOUT_SECS, bounded, text, valid_tools};
 use crate::routes::resource::endpoint;
 use crate::state::AppState;
-use crate::tenancy::valid_name;
+use agentry_domain::tenancy::valid_name;
 use crate::views;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
@@ -274,9 +274,9 @@ async fn profiles_changed(state: &AppState, admin: &TenantAdmin) {
     if let Err(e) = state.engine.assistants_changed(admin.tenant_id()).await {
         tracing::warn!(error = %e, "telling the engine about the profile change failed");
     }
-    crate::invalidate::announce(
-        state,
-        crate::invalidate::Change::Assistants {
+    agentry_domain::invalidate::announce(
+        &state.domain(),
+        agentry_domain::invalidate::Change::Assistants {
             tenant_id: admin.tenant_id(),
         },
     );

@@ -23,7 +23,7 @@ use crate::auth::{TenantAdmin, TenantCaller};
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{ApiPath, ApiQuery, param};
 use crate::routes::resource::endpoint;
-use crate::skill_bundle;
+use agentry_domain::skill_bundle;
 use crate::state::AppState;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
@@ -130,7 +130,7 @@ impl SkillBody {
     /// The checked skill (see [`skill_bundle`]).
     fn into_skill(self) -> ApiResult<NewSkill> {
         match self {
-            SkillBody::Zip(bytes) => skill_bundle::from_zip(&bytes),
+            SkillBody::Zip(bytes) => Ok(skill_bundle::from_zip(&bytes)?),
             SkillBody::Files(upload) => {
                 let mut files = Vec::with_capacity(upload.files.len());
                 for (i, f) in upload.files.into_iter().enumerate() {
@@ -148,7 +148,7 @@ impl SkillBody {
                     };
                     files.push((f.path, content));
                 }
-                skill_bundle::from_files(files)
+                Ok(skill_bundle::from_files(files)?)
             }
         }
     }

@@ -15,14 +15,14 @@ use agentry_schema::api::{
 use crate::auth::TenantAdmin;
 use crate::error::ApiResult;
 use crate::extract::{ApiJson, ApiPath, ApiQuery, param};
-use crate::roles;
+use agentry_domain::roles;
 use crate::routes::admin::{KeysQuery, UsageQuery, created_key, keys_page};
 use crate::routes::resource::endpoint;
 use crate::routes::{PageQuery, page_of};
 use crate::state::AppState;
-use crate::tenancy::{self, Actor};
+use agentry_domain::tenancy::{self, Actor};
 use crate::views;
-use crate::virtual_servers;
+use agentry_domain::virtual_servers;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(endpoint("/tenant").get(get_tenant))
@@ -104,7 +104,7 @@ pub async fn create_virtual_server(
     state: web::Data<AppState>,
     body: ApiJson<McpVirtualServerRequest>,
 ) -> ApiResult<HttpResponse> {
-    let server = virtual_servers::create(&state, &admin.scope(), body.into_inner()).await?;
+    let server = virtual_servers::create(&state.domain(), &admin.scope(), body.into_inner()).await?;
     Ok(HttpResponse::Created().json(server))
 }
 
@@ -160,7 +160,7 @@ pub async fn replace_virtual_server(
     body: ApiJson<McpVirtualServerRequest>,
 ) -> ApiResult<Json<McpVirtualServerInfo>> {
     Ok(Json(
-        virtual_servers::replace(&state, &admin.scope(), name.into_inner(), body.into_inner())
+        virtual_servers::replace(&state.domain(), &admin.scope(), name.into_inner(), body.into_inner())
             .await?,
     ))
 }
@@ -186,7 +186,7 @@ pub async fn delete_virtual_server(
     state: web::Data<AppState>,
     name: ApiPath<param::VirtualServer>,
 ) -> ApiResult<HttpResponse> {
-    virtual_servers::delete(&state, &admin.scope(), name.into_inner()).await?;
+    virtual_servers::delete(&state.domain(), &admin.scope(), name.into_inner()).await?;
     Ok(HttpResponse::NoContent().finish())
 }
 
@@ -234,7 +234,7 @@ pub async fn create_role(
     state: web::Data<AppState>,
     body: ApiJson<RoleRequest>,
 ) -> ApiResult<HttpResponse> {
-    let role = roles::create(&state, &admin.scope(), body.into_inner()).await?;
+    let role = roles::create(&state.domain(), &admin.scope(), body.into_inner()).await?;
     Ok(HttpResponse::Created().json(role))
 }
 
@@ -289,7 +289,7 @@ pub async fn replace_role(
     body: ApiJson<RoleRequest>,
 ) -> ApiResult<Json<RoleInfo>> {
     Ok(Json(
-        roles::replace(&state, &admin.scope(), name.into_inner(), body.into_inner()).await?,
+        roles::replace(&state.domain(), &admin.scope(), name.into_inner(), body.into_inner()).await?,
     ))
 }
 
@@ -314,7 +314,7 @@ pub async fn delete_role(
     state: web::Data<AppState>,
     name: ApiPath<param::Role>,
 ) -> ApiResult<HttpResponse> {
-    roles::delete(&state, &admin.scope(), name.into_inner()).await?;
+    roles::delete(&state.domain(), &admin.scope(), name.into_inner()).await?;
     Ok(HttpResponse::NoContent().finish())
 }
 
@@ -475,8 +475,7 @@ pub async fn update_user(
     body: ApiJson<UpdateUserRequest>,
 ) -> ApiResult<Json<UserInfo>> {
     let id = id.into_inner();
-    let u = tenancy::update_user(
-        &state,
+    let u = tenancy::update_user(&state.domain(),
         &admin.scope(),
         Actor::TenantAdmin(admin.user_id()),
         id,
@@ -508,8 +507,7 @@ pub async fn delete_user(
     id: ApiPath<param::User>,
 ) -> ApiResult<HttpResponse> {
     let id = id.into_inner();
-    tenancy::delete_user(
-        &state,
+    tenancy::delete_user(&state.domain(),
         &admin.scope(),
         Actor::TenantAdmin(admin.user_id()),
         id,
@@ -616,6 +614,6 @@ pub async fn revoke_key(
 ) -> ApiResult<Json<ApiKeyInfo>> {
     let id = id.into_inner();
     Ok(Json(views::api_key(
-        tenancy::revoke_key(&state, &admin.scope(), id).await?,
+        tenancy::revoke_key(&state.domain(), &admin.scope(), id).await?,
     )))
 }

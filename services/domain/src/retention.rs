@@ -16,13 +16,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use actix_web::web;
 use agentry_schema::ids::{SessionId, TenantId};
 use agentry_store::retention::{self, IdleSession};
 use agentry_store::{PlatformScope, tenants};
 use chrono::{DateTime, Utc};
 
-use crate::state::AppState;
+use tokio_util::sync::CancellationToken;
+
+use crate::HasDomain;
 
 /// The duty's name in Redis (`<prefix>:duty:retention`).
 pub const DUTY: &str = "retention";
@@ -48,18 +49,33 @@ pub struct Removed {
     pub events: u64,
 }
 
-/// Start the sweeper (and, in cluster mode, the loop that holds its duty).
-pub fn spawn(state: web::Data<AppState>) {
-    let holding = Arc::new(AtomicBool::new(state.cluster.coordination.is_none()));
+/// What the sweep keeps (the `retention` settings and `session.retention_days`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Policy {
+    /// Time between two sweeps; the first runs this long after the start.
+    pub interval: Duration,
+    /// Sessions idle longer than this many days go; 0 keeps them.
+    pub session_days: u64,
+    /// Checkpoints kept per session, newest first (besides the newest of each unfinished run).
+    pub checkpoints_per_session: u64,
+    /// Events of runs that ended more than this many days ago go (each run keeps its `done`);
+    /// 0 keeps them.
+    pub event_days: u64,
+}
+
+/// Start the sweeper (and, in cluster mode, the loop that holds its duty) until `shutdown`.
+pub fn spawn(host: Arc<impl HasDomain>, policy: Policy, shutdown: CancellationToken) {
+    let coordination = host.domain().coordination.cloned();
+    let holding = Arc::new(AtomicBool::new(coordination.is_none()));
     metrics::gauge!(SWEEPER).set(if holding.load(Ordering::Relaxed) {
         1.0
     } else {
         0.0
     });
-    if let Some(coordination) = state.cluster.coordination.clone() {
+    if let Some(coordination) = coordination {
         let holding = holding.clone();
-        let shutdown = state.shutdown.clone();
-        actix_web::rt::spawn(async move {
+        let shutdown = shutdown.clone();
+        tokio::task::spawn_local(async move {
             loop {
                 let held = match coordination.claim_duty(DUTY, DUTY_TTL).await {
                     Ok(held) => held,
@@ -96,17 +112,18 @@ pub fn spawn(state: web::Data<AppState>) {
         });
     }
     let mut sweeper = Sweeper {
-        state,
+        host,
+        policy,
         holding,
         events_from: None,
     };
     // On the engine's runtime, beside the runs' database writes, not on the main arbiter.
-    let runtime = sweeper.state.engine.deps().runtime.clone();
+    let runtime = sweeper.host.domain().engine.deps().runtime.clone();
     runtime.spawn(async move {
-        let every = Duration::from_secs(sweeper.state.settings.retention.interval_secs);
+        let every = sweeper.policy.interval;
         loop {
             tokio::select! {
-                _ = sweeper.state.shutdown.cancelled() => return,
+                _ = shutdown.cancelled() => return,
                 _ = tokio::time::sleep(every) => {}
             }
             if !sweeper.holding.load(Ordering::SeqCst) {
@@ -146,8 +163,9 @@ pub fn spawn(state: web::Data<AppState>) {
     });
 }
 
-struct Sweeper {
-    state: web::Data<AppState>,
+struct Sweeper<H> {
+    host: Arc<H>,
+    policy: Policy,
     /// This process runs the sweep (always on a single node; the duty's holder in a cluster).
     holding: Arc<AtomicBool>,
     /// Runs that ended before this have had their events trimmed (in this process's life).
@@ -164,7 +182,7 @@ enum SweepError {
     DutyLost,
 }
 
-impl Sweeper {
+impl<H: HasDomain> Sweeper<H> {
     fn still_mine(&self) -> Result<(), SweepError> {
         if self.holding.load(Ordering::SeqCst) {
             Ok(())
@@ -174,20 +192,20 @@ impl Sweeper {
     }
 
     async fn sweep(&mut self) -> Result<Removed, SweepError> {
-        let settings = &self.state.settings;
+        let policy = self.policy;
         let now = agentry_store::now();
         let mut removed = Removed::default();
-        if settings.session.retention_days > 0 {
-            let days = i64::try_from(settings.session.retention_days).unwrap_or(i64::MAX / 2);
+        if policy.session_days > 0 {
+            let days = i64::try_from(policy.session_days).unwrap_or(i64::MAX / 2);
             let cutoff = now - chrono::Duration::days(days.min(365 * 1000));
             removed.sessions = self.sessions(cutoff).await?;
         }
         removed.checkpoints = self.checkpoints().await?;
         self.still_mine()?;
         removed.memories =
-            retention::expire_memories(&self.state.db, &PlatformScope::new(), now).await?;
-        if settings.retention.event_days > 0 {
-            let days = i64::try_from(settings.retention.event_days).unwrap_or(i64::MAX / 2);
+            retention::expire_memories(self.host.domain().db, &PlatformScope::new(), now).await?;
+        if policy.event_days > 0 {
+            let days = i64::try_from(policy.event_days).unwrap_or(i64::MAX / 2);
             let before = now - chrono::Duration::days(days.min(365 * 1000));
             removed.events = self.events(before).await?;
         }
@@ -200,7 +218,7 @@ impl Sweeper {
         let mut total = 0;
         loop {
             self.still_mine()?;
-            let batch = retention::idle_sessions(&self.state.db, &platform, cutoff, BATCH).await?;
+            let batch = retention::idle_sessions(self.host.domain().db, &platform, cutoff, BATCH).await?;
             let full = batch.len() as u64 == BATCH;
             let mut by_tenant: BTreeMap<TenantId, Vec<SessionId>> = BTreeMap::new();
             for IdleSession {
@@ -213,13 +231,13 @@ impl Sweeper {
             }
             let mut deleted_now = 0;
             for (tenant_id, ids) in by_tenant {
-                let Some(tenant) = tenants::get(&self.state.db, &platform, tenant_id).await? else {
+                let Some(tenant) = tenants::get(self.host.domain().db, &platform, tenant_id).await? else {
                     continue; // deleted meanwhile, with its sessions
                 };
                 let gone =
-                    retention::delete_idle_sessions(&self.state.db, &tenant.scope(), &ids, cutoff)
+                    retention::delete_idle_sessions(self.host.domain().db, &tenant.scope(), &ids, cutoff)
                         .await?;
-                self.state.engine.sessions_swept(&tenant, &gone).await?;
+                self.host.domain().engine.sessions_swept(&tenant, &gone).await?;
                 deleted_now += gone.len() as u64;
             }
             total += deleted_now;
@@ -232,13 +250,13 @@ impl Sweeper {
     }
 
     async fn checkpoints(&self) -> Result<u64, SweepError> {
-        let keep = self.state.settings.retention.checkpoints_per_session;
+        let keep = self.policy.checkpoints_per_session;
         let mut after = None;
         let mut total = 0;
         loop {
             self.still_mine()?;
             let (looked, deleted, last) = retention::prune_checkpoints(
-                &self.state.db,
+                self.host.domain().db,
                 &PlatformScope::new(),
                 keep,
                 after,
@@ -259,7 +277,7 @@ impl Sweeper {
             self.still_mine()?;
             let from = self.events_from;
             let (looked, deleted, newest) =
-                retention::trim_events(&self.state.db, &PlatformScope::new(), from, before, BATCH)
+                retention::trim_events(self.host.domain().db, &PlatformScope::new(), from, before, BATCH)
                     .await?;
             total += deleted;
             self.events_from = newest;

@@ -10,12 +10,13 @@
 
 use std::time::Duration;
 
-use actix_web::web;
+use std::sync::Arc;
+
 use agentry_schema::ids::{ApiKeyId, AssistantId, TenantId};
 use agentry_store::PlatformScope;
 use serde::{Deserialize, Serialize};
 
-use crate::state::AppState;
+use crate::{Domain, HasDomain};
 
 /// What changed, as every replica hears it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -52,8 +53,8 @@ const CHANNEL: &str = "changes";
 
 /// Tell the other replicas (cluster mode; nothing in single-node mode). Best effort: while Redis
 /// is away they rely on the cache TTL.
-pub fn announce(state: &AppState, change: Change) {
-    let Some(c) = state.cluster.coordination.clone() else {
+pub fn announce(domain: &Domain<'_>, change: Change) {
+    let Some(c) = domain.coordination.cloned() else {
         return;
     };
     let envelope = Envelope {
@@ -63,7 +64,7 @@ pub fn announce(state: &AppState, change: Change) {
     let Ok(payload) = serde_json::to_string(&envelope) else {
         return;
     };
-    actix_web::rt::spawn(async move {
+    tokio::task::spawn_local(async move {
         if let Err(e) = c.publish(CHANNEL, &payload).await {
             tracing::warn!(error = %e, "announcing a change to the other replicas failed; their caches expire it by their TTL");
         }
@@ -71,18 +72,18 @@ pub fn announce(state: &AppState, change: Change) {
 }
 
 /// Apply a change another replica announced.
-async fn apply(state: &AppState, change: Change) {
+async fn apply(domain: &Domain<'_>, change: Change) {
     match change {
         Change::Tenant { tenant_id } => {
-            state.auth.forget_tenant(tenant_id);
-            match agentry_store::tenants::get(&state.db, &PlatformScope::new(), tenant_id).await {
+            domain.credentials.forget_tenant(tenant_id);
+            match agentry_store::tenants::get(domain.db, &PlatformScope::new(), tenant_id).await {
                 Ok(Some(tenant)) => {
-                    if let Err(e) = state.engine.tenant_changed(&tenant).await {
+                    if let Err(e) = domain.engine.tenant_changed(&tenant).await {
                         tracing::warn!(error = %e, "applying another replica's tenant change failed");
                     }
                 }
                 Ok(None) => {
-                    if let Err(e) = state.engine.tenant_deleted(tenant_id).await {
+                    if let Err(e) = domain.engine.tenant_deleted(tenant_id).await {
                         tracing::warn!(error = %e, "stopping a tenant another replica deleted failed");
                     }
                 }
@@ -91,13 +92,13 @@ async fn apply(state: &AppState, change: Change) {
                 }
             }
         }
-        Change::Users { tenant_id } => state.auth.forget_tenant(tenant_id),
-        Change::Key { key_id, .. } => state.auth.forget_key(key_id),
+        Change::Users { tenant_id } => domain.credentials.forget_tenant(tenant_id),
+        Change::Key { key_id, .. } => domain.credentials.forget_key(key_id),
         Change::Assistant {
             tenant_id,
             assistant_id,
         } => {
-            if let Err(e) = state
+            if let Err(e) = domain
                 .engine
                 .assistant_changed(tenant_id, &assistant_id)
                 .await
@@ -106,7 +107,7 @@ async fn apply(state: &AppState, change: Change) {
             }
         }
         Change::Assistants { tenant_id } => {
-            if let Err(e) = state.engine.assistants_changed(tenant_id).await {
+            if let Err(e) = domain.engine.assistants_changed(tenant_id).await {
                 tracing::warn!(error = %e, "applying another replica's profile change failed");
             }
         }
@@ -115,11 +116,11 @@ async fn apply(state: &AppState, change: Change) {
 
 /// Listen for the other replicas' changes for as long as the process runs, resubscribing after
 /// Redis comes back (and then dropping the whole key cache: messages sent meanwhile are lost).
-pub fn spawn_listener(state: web::Data<AppState>) {
-    let Some(c) = state.cluster.coordination.clone() else {
+pub fn spawn_listener(host: Arc<impl HasDomain>) {
+    let Some(c) = host.domain().coordination.cloned() else {
         return;
     };
-    actix_web::rt::spawn(async move {
+    tokio::task::spawn_local(async move {
         use futures::StreamExt;
         let mine = c.replica_id().to_string();
         let mut first = true;
@@ -142,7 +143,7 @@ pub fn spawn_listener(state: web::Data<AppState>) {
                 tracing::info!(
                     "listening to the replicas' changes again; dropping the key cache, since changes sent meanwhile were missed"
                 );
-                state.auth.forget_all();
+                host.domain().credentials.forget_all();
             }
             first = false;
             while let Some(msg) = messages.next().await {
@@ -150,7 +151,7 @@ pub fn spawn_listener(state: web::Data<AppState>) {
                     Ok(e) if e.origin == mine => {}
                     Ok(e) => {
                         tracing::debug!(origin = %e.origin, change = ?e.change, "a change from another replica");
-                        apply(&state, e.change).await;
+                        apply(&host.domain(), e.change).await;
                     }
                     Err(e) => {
                         tracing::warn!(error = %e, "an unreadable change on the replicas' channel")

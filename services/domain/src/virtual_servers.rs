@@ -13,9 +13,9 @@ use agentry_store::TenantScope;
 use agentry_store::tenants::Tenant;
 use agentry_tools::rbac::Permissions;
 
-use crate::error::{ApiError, ApiResult};
+use crate::error::{DomainError, DomainResult};
 use crate::roles::{Part, checked_description, checked_patterns, edit_tenant};
-use crate::state::AppState;
+use crate::Domain;
 
 /// Virtual servers per tenant.
 pub const MAX_VIRTUAL_SERVERS: usize = 50;
@@ -29,8 +29,8 @@ fn info(name: &VirtualServerName, def: &McpVirtualServer) -> McpVirtualServerInf
     }
 }
 
-fn not_found(name: &VirtualServerName) -> ApiError {
-    ApiError::not_found(format!("MCP virtual server {:?}", name.as_str()))
+fn not_found(name: &VirtualServerName) -> DomainError {
+    DomainError::not_found(format!("MCP virtual server {:?}", name.as_str()))
 }
 
 /// The tenant's virtual servers by name.
@@ -42,7 +42,7 @@ pub fn list(tenant: &Tenant) -> Vec<McpVirtualServerInfo> {
         .collect()
 }
 
-pub fn get(tenant: &Tenant, name: &VirtualServerName) -> ApiResult<McpVirtualServerInfo> {
+pub fn get(tenant: &Tenant, name: &VirtualServerName) -> DomainResult<McpVirtualServerInfo> {
     tenant
         .mcp_virtual_servers
         .get(name)
@@ -60,11 +60,11 @@ pub fn tools_of(tenant: &Tenant, name: &VirtualServerName) -> Option<Permissions
     }))
 }
 
-fn definition(req: McpVirtualServerRequest) -> ApiResult<McpVirtualServer> {
+fn definition(req: McpVirtualServerRequest) -> DomainResult<McpVirtualServer> {
     let description = checked_description(req.description)?;
     let tools = checked_patterns(&req.tools)?;
     if !tools.iter().any(|t| !t.starts_with('!')) {
-        return Err(ApiError::validation(
+        return Err(DomainError::validation(
             "tools",
             "a virtual server needs at least one tool pattern that allows (not only `!` denials)",
         ));
@@ -73,11 +73,11 @@ fn definition(req: McpVirtualServerRequest) -> ApiResult<McpVirtualServer> {
 }
 
 async fn edit<T>(
-    state: &AppState,
+    domain: &Domain<'_>,
     scope: &TenantScope,
-    mut edit: impl FnMut(&mut McpVirtualServers) -> ApiResult<T>,
-) -> ApiResult<T> {
-    edit_tenant(state, scope, |tenant| {
+    mut edit: impl FnMut(&mut McpVirtualServers) -> DomainResult<T>,
+) -> DomainResult<T> {
+    edit_tenant(domain, scope, |tenant| {
         let mut servers = tenant.mcp_virtual_servers.clone();
         let out = edit(&mut servers)?;
         Ok((out, Part::McpVirtualServers(servers)))
@@ -87,25 +87,25 @@ async fn edit<T>(
 
 #[tracing::instrument(skip_all, fields(tenant_id = %scope.tenant_id()))]
 pub async fn create(
-    state: &AppState,
+    domain: &Domain<'_>,
     scope: &TenantScope,
     req: McpVirtualServerRequest,
-) -> ApiResult<McpVirtualServerInfo> {
+) -> DomainResult<McpVirtualServerInfo> {
     let Some(raw) = req.name.clone() else {
-        return Err(ApiError::validation("name", "`name` is required"));
+        return Err(DomainError::validation("name", "`name` is required"));
     };
     let name = VirtualServerName::try_from(raw.trim())
-        .map_err(|e| ApiError::validation("name", e.to_string()))?;
+        .map_err(|e| DomainError::validation("name", e.to_string()))?;
     let def = definition(req)?;
     let out = info(&name, &def);
-    edit(state, scope, |servers| {
+    edit(domain, scope, |servers| {
         if servers.contains_key(&name) {
-            return Err(ApiError::conflict(format!(
+            return Err(DomainError::conflict(format!(
                 "the tenant already has a virtual server {name:?}; change it with PUT /api/v1/tenant/mcp-virtual-servers/{name}"
             )));
         }
         if servers.len() >= MAX_VIRTUAL_SERVERS {
-            return Err(ApiError::validation(
+            return Err(DomainError::validation(
                 "name",
                 format!(
                     "a tenant has at most {MAX_VIRTUAL_SERVERS} virtual servers; delete one first"
@@ -122,21 +122,21 @@ pub async fn create(
 
 #[tracing::instrument(skip_all, fields(tenant_id = %scope.tenant_id()))]
 pub async fn replace(
-    state: &AppState,
+    domain: &Domain<'_>,
     scope: &TenantScope,
     name: VirtualServerName,
     req: McpVirtualServerRequest,
-) -> ApiResult<McpVirtualServerInfo> {
+) -> DomainResult<McpVirtualServerInfo> {
     if let Some(n) = req.name.as_deref()
         && n.trim() != name.as_str()
     {
-        return Err(ApiError::validation(
+        return Err(DomainError::validation(
             "name",
             "a virtual server cannot be renamed: `name` must be absent or the path's name (create the new one, then delete the old one)",
         ));
     }
     let def = definition(req)?;
-    edit(state, scope, |servers| match servers.get_mut(&name) {
+    edit(domain, scope, |servers| match servers.get_mut(&name) {
         Some(d) => {
             *d = def.clone();
             Ok(())
@@ -151,11 +151,11 @@ pub async fn replace(
 /// Delete a virtual server; sessions open on it end with their next request (404).
 #[tracing::instrument(skip_all, fields(tenant_id = %scope.tenant_id()))]
 pub async fn delete(
-    state: &AppState,
+    domain: &Domain<'_>,
     scope: &TenantScope,
     name: VirtualServerName,
-) -> ApiResult<()> {
-    edit(state, scope, |servers| {
+) -> DomainResult<()> {
+    edit(domain, scope, |servers| {
         servers
             .remove(&name)
             .map(|_| ())

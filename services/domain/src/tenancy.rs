@@ -13,37 +13,36 @@ use agentry_store::api_keys::{self, ApiKey, CreatedKey};
 use agentry_store::assistants::{self, AssistantSpec};
 use agentry_store::tenants::{self, NewTenant, Quotas, Tenant, TenantPolicy, TenantUpdate};
 use agentry_store::users::{self, User};
-use agentry_store::{PageRequest, StoreError, TenantScope, TransactionTrait, usage};
+use agentry_store::{PageRequest, PlatformScope, StoreError, TenantScope, TransactionTrait, usage};
 use agentry_tools::rbac::RolePermissions;
 use chrono::{NaiveDate, Utc};
 use sea_orm::DatabaseConnection;
 use serde_json::Value;
 
-use crate::auth::PlatformAdmin;
-use crate::error::{ApiError, ApiResult};
-use crate::state::AppState;
+use crate::error::{DomainError, DomainResult};
+use crate::Domain;
 
 /// How long a client is told to wait after hitting `max_users`: users are not freed by time,
 /// so this only paces retries while an admin raises the quota or removes a user.
 const MAX_USERS_RETRY_AFTER_SECS: u64 = 60;
 
 /// A trimmed, non-empty name of at most `max` characters without control characters.
-pub fn valid_name(field: &str, raw: &str, max: usize) -> ApiResult<String> {
+pub fn valid_name(field: &str, raw: &str, max: usize) -> DomainResult<String> {
     let name = raw.trim();
     if name.is_empty() {
-        return Err(ApiError::validation(
+        return Err(DomainError::validation(
             field,
             format!("`{field}` must not be empty"),
         ));
     }
     if name.chars().count() > max {
-        return Err(ApiError::validation(
+        return Err(DomainError::validation(
             field,
             format!("`{field}` must be at most {max} characters"),
         ));
     }
     if name.chars().any(char::is_control) {
-        return Err(ApiError::validation(
+        return Err(DomainError::validation(
             field,
             format!("`{field}` must not contain control characters"),
         ));
@@ -51,7 +50,7 @@ pub fn valid_name(field: &str, raw: &str, max: usize) -> ApiResult<String> {
     Ok(name.to_string())
 }
 
-fn valid_features(features: Vec<String>) -> ApiResult<Vec<String>> {
+fn valid_features(features: Vec<String>) -> DomainResult<Vec<String>> {
     let mut out: Vec<String> = Vec::with_capacity(features.len());
     for (i, f) in features.into_iter().enumerate() {
         let ok = !f.is_empty()
@@ -60,7 +59,7 @@ fn valid_features(features: Vec<String>) -> ApiResult<Vec<String>> {
                 c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '_' | '-' | '.')
             });
         if !ok {
-            return Err(ApiError::validation(
+            return Err(DomainError::validation(
                 &format!("features_enabled[{i}]"),
                 format!("feature {f:?} must be 1-64 characters of a-z, 0-9, `_`, `-`, `.`"),
             ));
@@ -72,32 +71,32 @@ fn valid_features(features: Vec<String>) -> ApiResult<Vec<String>> {
     Ok(out)
 }
 
-fn valid_permissions(value: Option<Value>) -> ApiResult<Option<Value>> {
+fn valid_permissions(value: Option<Value>) -> DomainResult<Option<Value>> {
     match value {
         None | Some(Value::Null) => Ok(None),
         Some(v) => {
             RolePermissions::from_json(&v)
-                .map_err(|e| ApiError::validation("tool_permissions", e.to_string()))?;
+                .map_err(|e| DomainError::validation("tool_permissions", e.to_string()))?;
             Ok(Some(v))
         }
     }
 }
 
-fn valid_policy(policy: TenantPolicy) -> ApiResult<TenantPolicy> {
+fn valid_policy(policy: TenantPolicy) -> DomainResult<TenantPolicy> {
     policy
         .validate()
-        .map_err(|e| ApiError::validation(&format!("policy.{}", e.field), e.message))?;
+        .map_err(|e| DomainError::validation(&format!("policy.{}", e.field), e.message))?;
     Ok(policy)
 }
 
 /// The policy after a PATCH: `null` resets it, an object is merged into the current one
 /// (RFC 7396), and the result must be a valid policy.
-fn patched_policy(current: &TenantPolicy, patch: Option<Value>) -> ApiResult<TenantPolicy> {
+fn patched_policy(current: &TenantPolicy, patch: Option<Value>) -> DomainResult<TenantPolicy> {
     let Some(patch) = patch else {
         return Ok(TenantPolicy::default());
     };
     if !patch.is_object() {
-        return Err(ApiError::validation(
+        return Err(DomainError::validation(
             "policy",
             "`policy` must be an object (a merge patch of the policy) or null (the defaults)",
         ));
@@ -110,7 +109,7 @@ fn patched_policy(current: &TenantPolicy, patch: Option<Value>) -> ApiResult<Ten
             p => format!("policy.{p}"),
         };
         let reason = e.inner().to_string();
-        ApiError::validation(&field, format!("invalid field `{field}`: {reason}"))
+        DomainError::validation(&field, format!("invalid field `{field}`: {reason}"))
     })?;
     valid_policy(policy)
 }
@@ -124,9 +123,9 @@ fn in_range<T: PartialOrd + std::fmt::Display + Copy>(
     field: &str,
     value: Option<T>,
     max: T,
-) -> ApiResult<Option<T>> {
+) -> DomainResult<Option<T>> {
     match value {
-        Some(v) if v > max => Err(ApiError::validation(
+        Some(v) if v > max => Err(DomainError::validation(
             field,
             format!("`{field}` must be at most {max} (got {v})"),
         )),
@@ -145,7 +144,7 @@ fn quotas_over(
     requests_per_minute: Option<u32>,
     tokens_per_day: Option<u64>,
     max_concurrent_runs: Option<u32>,
-) -> ApiResult<Quotas> {
+) -> DomainResult<Quotas> {
     let count = |field: &str, v: Option<u32>, base: u32| {
         in_range(field, v, MAX_COUNT_QUOTA).map(|v| v.unwrap_or(base))
     };
@@ -189,9 +188,9 @@ pub fn default_assistant_spec() -> AssistantSpec {
 #[tracing::instrument(skip_all)]
 pub async fn create_tenant(
     db: &DatabaseConnection,
-    admin: &PlatformAdmin,
+    platform: &PlatformScope,
     req: CreateTenantRequest,
-) -> ApiResult<Tenant> {
+) -> DomainResult<Tenant> {
     let name = valid_name("name", &req.name, 128)?;
     let features = valid_features(req.features_enabled.unwrap_or_default())?;
     let permissions = valid_permissions(req.tool_permissions)?;
@@ -209,7 +208,7 @@ pub async fn create_tenant(
     let txn = db.begin().await.map_err(StoreError::from)?;
     let tenant = tenants::create(
         &txn,
-        &admin.scope(),
+        platform,
         NewTenant {
             name,
             quotas,
@@ -227,35 +226,35 @@ pub async fn create_tenant(
 
 pub async fn tenant(
     db: &DatabaseConnection,
-    admin: &PlatformAdmin,
+    platform: &PlatformScope,
     id: TenantId,
-) -> ApiResult<Tenant> {
-    tenants::get(db, &admin.scope(), id)
+) -> DomainResult<Tenant> {
+    tenants::get(db, platform, id)
         .await?
-        .ok_or_else(|| ApiError::not_found(format!("tenant {id}")))
+        .ok_or_else(|| DomainError::not_found(format!("tenant {id}")))
 }
 
 pub async fn list_tenants(
     db: &DatabaseConnection,
-    admin: &PlatformAdmin,
+    platform: &PlatformScope,
     page: PageRequest,
-) -> ApiResult<(Vec<Tenant>, u64)> {
-    Ok(tenants::list(db, &admin.scope(), page).await?)
+) -> DomainResult<(Vec<Tenant>, u64)> {
+    Ok(tenants::list(db, platform, page).await?)
 }
 
 async fn apply_tenant_update(
-    state: &AppState,
-    admin: &PlatformAdmin,
+    domain: &Domain<'_>,
+    platform: &PlatformScope,
     id: TenantId,
     change: TenantUpdate,
-) -> ApiResult<Tenant> {
-    let updated = tenants::update(&state.db, &admin.scope(), id, change).await?;
+) -> DomainResult<Tenant> {
+    let updated = tenants::update(domain.db, platform, id, change).await?;
     // A suspension, a reactivation or new quotas apply to cached keys at once, and to the live
     // actors (a suspended tenant's sessions stop; new quotas apply to the next admission), here
     // and on the other replicas.
-    state.auth.forget_tenant(id);
-    crate::invalidate::announce(state, crate::invalidate::Change::Tenant { tenant_id: id });
-    if let Err(e) = state.engine.tenant_changed(&updated).await {
+    domain.credentials.forget_tenant(id);
+    crate::invalidate::announce(domain, crate::invalidate::Change::Tenant { tenant_id: id });
+    if let Err(e) = domain.engine.tenant_changed(&updated).await {
         tracing::warn!(error = %e, "telling the engine about the tenant change failed");
     }
     Ok(updated)
@@ -263,12 +262,12 @@ async fn apply_tenant_update(
 
 #[tracing::instrument(skip_all, fields(tenant_id = %id))]
 pub async fn update_tenant(
-    state: &AppState,
-    admin: &PlatformAdmin,
+    domain: &Domain<'_>,
+    platform: &PlatformScope,
     id: TenantId,
     req: UpdateTenantRequest,
-) -> ApiResult<Tenant> {
-    let current = tenant(&state.db, admin, id).await?;
+) -> DomainResult<Tenant> {
+    let current = tenant(domain.db, platform, id).await?;
     let change = TenantUpdate {
         name: req
             .name
@@ -296,17 +295,17 @@ pub async fn update_tenant(
             .map(|p| patched_policy(&current.policy, p))
             .transpose()?,
     };
-    apply_tenant_update(state, admin, id, change).await
+    apply_tenant_update(domain, platform, id, change).await
 }
 
 #[tracing::instrument(skip_all, fields(tenant_id = %id))]
 pub async fn replace_tenant(
-    state: &AppState,
-    admin: &PlatformAdmin,
+    domain: &Domain<'_>,
+    platform: &PlatformScope,
     id: TenantId,
     req: ReplaceTenantRequest,
-) -> ApiResult<Tenant> {
-    tenant(&state.db, admin, id).await?;
+) -> DomainResult<Tenant> {
+    tenant(domain.db, platform, id).await?;
     let change = TenantUpdate {
         name: Some(valid_name("name", &req.name, 128)?),
         status: Some(req.status.unwrap_or(TenantStatus::Active)),
@@ -324,22 +323,22 @@ pub async fn replace_tenant(
         tool_permissions: Some(valid_permissions(req.tool_permissions)?),
         policy: Some(valid_policy(req.policy.unwrap_or_default())?),
     };
-    apply_tenant_update(state, admin, id, change).await
+    apply_tenant_update(domain, platform, id, change).await
 }
 
 /// Delete a tenant and everything it owns: its rows, its live actors, its workspaces on disk.
 #[tracing::instrument(skip_all, fields(tenant_id = %id))]
-pub async fn delete_tenant(state: &AppState, admin: &PlatformAdmin, id: TenantId) -> ApiResult<()> {
-    if !tenants::delete(&state.db, &admin.scope(), id).await? {
-        return Err(ApiError::not_found(format!("tenant {id}")));
+pub async fn delete_tenant(domain: &Domain<'_>, platform: &PlatformScope, id: TenantId) -> DomainResult<()> {
+    if !tenants::delete(domain.db, platform, id).await? {
+        return Err(DomainError::not_found(format!("tenant {id}")));
     }
-    state.auth.forget_tenant(id);
-    crate::invalidate::announce(state, crate::invalidate::Change::Tenant { tenant_id: id });
-    if let Err(e) = state.engine.tenant_deleted(id).await {
+    domain.credentials.forget_tenant(id);
+    crate::invalidate::announce(domain, crate::invalidate::Change::Tenant { tenant_id: id });
+    if let Err(e) = domain.engine.tenant_deleted(id).await {
         tracing::warn!(error = %e, "stopping the deleted tenant's actors failed");
     }
     // The rows are gone whatever happens here: a leftover directory is logged, not a 5xx.
-    if let Err(e) = state.engine.remove_tenant_files(id).await {
+    if let Err(e) = domain.engine.remove_tenant_files(id).await {
         tracing::error!(error = %e, "removing the deleted tenant's workspaces failed");
     }
     tracing::info!(tenant_id = %id, "tenant deleted");
@@ -356,13 +355,13 @@ pub async fn create_user(
     db: &DatabaseConnection,
     tenant: &Tenant,
     req: CreateUserRequest,
-) -> ApiResult<User> {
+) -> DomainResult<User> {
     let name = valid_name("name", &req.name, 128)?;
     let role = crate::roles::grant_of(tenant, req.role, req.custom_role.as_deref())?;
     let scope = tenant.scope();
     let limit = tenant.quotas.max_users;
     let over = || {
-        ApiError::quota_exceeded(
+        DomainError::quota_exceeded(
             "max_users",
             u64::from(limit),
             format!(
@@ -384,17 +383,17 @@ pub async fn create_user(
     Ok(user)
 }
 
-pub async fn user(db: &DatabaseConnection, scope: &TenantScope, id: UserId) -> ApiResult<User> {
+pub async fn user(db: &DatabaseConnection, scope: &TenantScope, id: UserId) -> DomainResult<User> {
     users::get(db, scope, id)
         .await?
-        .ok_or_else(|| ApiError::not_found(format!("user {id}")))
+        .ok_or_else(|| DomainError::not_found(format!("user {id}")))
 }
 
 pub async fn list_users(
     db: &DatabaseConnection,
     scope: &TenantScope,
     page: PageRequest,
-) -> ApiResult<(Vec<User>, u64)> {
+) -> DomainResult<(Vec<User>, u64)> {
     Ok(users::list(db, scope, page).await?)
 }
 
@@ -405,9 +404,9 @@ pub enum Actor {
     TenantAdmin(UserId),
 }
 
-fn refuse_self_lockout(actor: Actor, target: UserId, what: &str) -> ApiResult<()> {
+fn refuse_self_lockout(actor: Actor, target: UserId, what: &str) -> DomainResult<()> {
     match actor {
-        Actor::TenantAdmin(me) if me == target => Err(ApiError::conflict(format!(
+        Actor::TenantAdmin(me) if me == target => Err(DomainError::conflict(format!(
             "you cannot {what} yourself: ask another tenant admin (or the platform admin) to do it"
         ))),
         _ => Ok(()),
@@ -416,16 +415,16 @@ fn refuse_self_lockout(actor: Actor, target: UserId, what: &str) -> ApiResult<()
 
 #[tracing::instrument(skip_all, fields(tenant_id = %scope.tenant_id(), user_id = %id))]
 pub async fn update_user(
-    state: &AppState,
+    domain: &Domain<'_>,
     scope: &TenantScope,
     actor: Actor,
     id: UserId,
     req: UpdateUserRequest,
-) -> ApiResult<User> {
-    let updated = update_user_stored(&state.db, scope, actor, id, req).await?;
-    state.auth.forget_tenant(scope.tenant_id());
+) -> DomainResult<User> {
+    let updated = update_user_stored(domain.db, scope, actor, id, req).await?;
+    domain.credentials.forget_tenant(scope.tenant_id());
     crate::invalidate::announce(
-        state,
+        domain,
         crate::invalidate::Change::Users {
             tenant_id: scope.tenant_id(),
         },
@@ -441,7 +440,7 @@ pub async fn update_user_stored(
     actor: Actor,
     id: UserId,
     req: UpdateUserRequest,
-) -> ApiResult<User> {
+) -> DomainResult<User> {
     let grant = match (req.role, req.custom_role) {
         (None, None) => None,
         (role, Some(Some(custom))) => {
@@ -464,23 +463,23 @@ pub async fn update_user_stored(
 /// Delete a user with their keys and their workspace (their sessions stay until deleted).
 #[tracing::instrument(skip_all, fields(tenant_id = %scope.tenant_id(), user_id = %id))]
 pub async fn delete_user(
-    state: &AppState,
+    domain: &Domain<'_>,
     scope: &TenantScope,
     actor: Actor,
     id: UserId,
-) -> ApiResult<()> {
+) -> DomainResult<()> {
     refuse_self_lockout(actor, id, "delete")?;
-    if !users::delete(&state.db, scope, id).await? {
-        return Err(ApiError::not_found(format!("user {id}")));
+    if !users::delete(domain.db, scope, id).await? {
+        return Err(DomainError::not_found(format!("user {id}")));
     }
-    state.auth.forget_tenant(scope.tenant_id());
+    domain.credentials.forget_tenant(scope.tenant_id());
     crate::invalidate::announce(
-        state,
+        domain,
         crate::invalidate::Change::Users {
             tenant_id: scope.tenant_id(),
         },
     );
-    if let Err(e) = state.engine.remove_user_files(scope.tenant_id(), id).await {
+    if let Err(e) = domain.engine.remove_user_files(scope.tenant_id(), id).await {
         tracing::error!(error = %e, "removing the deleted user's workspace failed");
     }
     tracing::info!(tenant_id = %scope.tenant_id(), user_id = %id, "user deleted");
@@ -494,22 +493,22 @@ pub async fn create_key(
     db: &DatabaseConnection,
     scope: &TenantScope,
     req: CreateApiKeyRequest,
-) -> ApiResult<CreatedKey> {
+) -> DomainResult<CreatedKey> {
     let user_id: UserId = req
         .user_id
         .parse()
         .map_err(|e: agentry_schema::ids::InvalidId| {
-            ApiError::validation("user_id", e.to_string())
+            DomainError::validation("user_id", e.to_string())
         })?;
     let name = valid_name("name", &req.name, 128)?;
     let Some(owner) = users::get(db, scope, user_id).await? else {
-        return Err(ApiError::validation(
+        return Err(DomainError::validation(
             "user_id",
             format!("there is no user {user_id} in this tenant"),
         ));
     };
     if owner.disabled {
-        return Err(ApiError::validation(
+        return Err(DomainError::validation(
             "user_id",
             format!("user {user_id} is disabled; enable them first"),
         ));
@@ -525,7 +524,7 @@ pub async fn create_key(
     };
     // A tenant admin's key may have any role of the tenant; anyone else's only the user's own.
     if !owner_grant.is_admin() && role != owner_grant {
-        return Err(ApiError::validation(
+        return Err(DomainError::validation(
             if req.custom_role.is_some() {
                 "custom_role"
             } else {
@@ -539,7 +538,7 @@ pub async fn create_key(
     if let Some(at) = req.expires_at
         && at <= Utc::now()
     {
-        return Err(ApiError::validation(
+        return Err(DomainError::validation(
             "expires_at",
             "`expires_at` must be in the future",
         ));
@@ -555,13 +554,13 @@ pub async fn list_keys(
     scope: &TenantScope,
     user_id: Option<UserId>,
     prefix: Option<&str>,
-) -> ApiResult<Vec<ApiKey>> {
+) -> DomainResult<Vec<ApiKey>> {
     if let Some(p) = prefix
         && (p.is_empty()
             || p.len() > 16
             || !p.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
     {
-        return Err(ApiError::invalid_query(
+        return Err(DomainError::invalid_query(
             "prefix",
             "`prefix` must be 1-16 characters of letters, digits and `_` (e.g. agk_AbCd)",
         ));
@@ -569,20 +568,20 @@ pub async fn list_keys(
     Ok(api_keys::list(db, scope, user_id, prefix).await?)
 }
 
-pub async fn key(db: &DatabaseConnection, scope: &TenantScope, id: ApiKeyId) -> ApiResult<ApiKey> {
+pub async fn key(db: &DatabaseConnection, scope: &TenantScope, id: ApiKeyId) -> DomainResult<ApiKey> {
     api_keys::get(db, scope, id)
         .await?
-        .ok_or_else(|| ApiError::not_found(format!("api key {id}")))
+        .ok_or_else(|| DomainError::not_found(format!("api key {id}")))
 }
 
 /// Revoke a key; it answers 401 from now on (at once on this replica, within the auth cache
 /// TTL on the others).
 #[tracing::instrument(skip_all, fields(tenant_id = %scope.tenant_id(), key_id = %id))]
-pub async fn revoke_key(state: &AppState, scope: &TenantScope, id: ApiKeyId) -> ApiResult<ApiKey> {
-    let key = revoke_key_stored(&state.db, scope, id).await?;
-    state.auth.forget_key(id);
+pub async fn revoke_key(domain: &Domain<'_>, scope: &TenantScope, id: ApiKeyId) -> DomainResult<ApiKey> {
+    let key = revoke_key_stored(domain.db, scope, id).await?;
+    domain.credentials.forget_key(id);
     crate::invalidate::announce(
-        state,
+        domain,
         crate::invalidate::Change::Key {
             tenant_id: scope.tenant_id(),
             key_id: id,
@@ -597,9 +596,9 @@ pub async fn revoke_key_stored(
     db: &DatabaseConnection,
     scope: &TenantScope,
     id: ApiKeyId,
-) -> ApiResult<ApiKey> {
+) -> DomainResult<ApiKey> {
     let key = match api_keys::revoke(db, scope, id).await {
-        Err(StoreError::NotFound(_)) => return Err(ApiError::not_found(format!("api key {id}"))),
+        Err(StoreError::NotFound(_)) => return Err(DomainError::not_found(format!("api key {id}"))),
         other => other?,
     };
     tracing::info!(tenant_id = %scope.tenant_id(), key_id = %id, "API key revoked");
@@ -609,9 +608,9 @@ pub async fn revoke_key_stored(
 /// Longest usage window one request may ask for.
 const MAX_USAGE_DAYS: i64 = 366;
 
-fn parse_day(parameter: &str, raw: &str) -> ApiResult<NaiveDate> {
+fn parse_day(parameter: &str, raw: &str) -> DomainResult<NaiveDate> {
     NaiveDate::parse_from_str(raw, "%Y-%m-%d").map_err(|_| {
-        ApiError::invalid_query(
+        DomainError::invalid_query(
             parameter,
             format!("`{parameter}` must be a date like 2026-11-22 (got {raw:?})"),
         )
@@ -625,7 +624,7 @@ pub async fn usage_report(
     scope: &TenantScope,
     from: Option<&str>,
     to: Option<&str>,
-) -> ApiResult<UsageReport> {
+) -> DomainResult<UsageReport> {
     let today = Utc::now().date_naive();
     let to = match to {
         Some(t) => parse_day("to", t)?,
@@ -636,13 +635,13 @@ pub async fn usage_report(
         None => to - chrono::Duration::days(29),
     };
     if from > to {
-        return Err(ApiError::invalid_query(
+        return Err(DomainError::invalid_query(
             "from",
             "`from` must not be after `to`",
         ));
     }
     if (to - from).num_days() >= MAX_USAGE_DAYS {
-        return Err(ApiError::invalid_query(
+        return Err(DomainError::invalid_query(
             "from",
             format!("ask for at most {MAX_USAGE_DAYS} days at a time"),
         ));
@@ -653,7 +652,7 @@ pub async fn usage_report(
         .and_then(|d| d.and_hms_opt(0, 0, 0))
         .map(|d| d.and_utc());
     let (Some(start), Some(end)) = (start, end) else {
-        return Err(ApiError::invalid_query("to", "the date is out of range"));
+        return Err(DomainError::invalid_query("to", "the date is out of range"));
     };
     let days = usage::by_day(db, scope, start, end).await?;
     let mut totals = UsageTotals::default();

@@ -13,8 +13,8 @@ use agentry_store::tenants::{self, Tenant};
 use agentry_store::users;
 use agentry_tools::rbac::{Permission, RolePermissions};
 
-use crate::error::{ApiError, ApiResult};
-use crate::state::AppState;
+use crate::error::{DomainError, DomainResult};
+use crate::Domain;
 
 /// Custom roles per tenant.
 pub const MAX_CUSTOM_ROLES: usize = 50;
@@ -27,19 +27,19 @@ const EDIT_TRIES: usize = 5;
 
 /// The grant a user or key request names: a built-in role, or a custom role the tenant
 /// defines (member-level, so `role` must be absent or `member` beside it).
-pub fn grant_of(tenant: &Tenant, role: Option<Role>, custom: Option<&str>) -> ApiResult<Grant> {
+pub fn grant_of(tenant: &Tenant, role: Option<Role>, custom: Option<&str>) -> DomainResult<Grant> {
     let Some(custom) = custom else {
         return Ok(role.unwrap_or(Role::Member).into());
     };
     if role == Some(Role::Admin) {
-        return Err(ApiError::validation(
+        return Err(DomainError::validation(
             "role",
             "a custom role is member-level: leave `role` out (or set it to member) when you give `custom_role`",
         ));
     }
-    let name = RoleName::parse(custom).map_err(|e| ApiError::validation("custom_role", e))?;
+    let name = RoleName::parse(custom).map_err(|e| DomainError::validation("custom_role", e))?;
     if tenant.custom_role(name).is_none() {
-        return Err(ApiError::validation(
+        return Err(DomainError::validation(
             "custom_role",
             format!(
                 "the tenant has no role {name:?}; define it first with POST /api/v1/tenant/roles"
@@ -93,7 +93,7 @@ pub fn list(tenant: &Tenant) -> Vec<RoleInfo> {
 }
 
 /// One role by name; 404 for a custom role the tenant does not have.
-pub fn get(tenant: &Tenant, role: Grant) -> ApiResult<RoleInfo> {
+pub fn get(tenant: &Tenant, role: Grant) -> DomainResult<RoleInfo> {
     match role.custom {
         None => Ok(builtin(tenant, role.role)),
         Some(n) => tenant
@@ -103,22 +103,22 @@ pub fn get(tenant: &Tenant, role: Grant) -> ApiResult<RoleInfo> {
     }
 }
 
-fn not_found(name: RoleName) -> ApiError {
-    ApiError::not_found(format!("role {:?}", name.as_str()))
+fn not_found(name: RoleName) -> DomainError {
+    DomainError::not_found(format!("role {:?}", name.as_str()))
 }
 
 /// A description as given: trimmed, at most [`MAX_DESCRIPTION`] characters, no control
 /// characters.
-pub(crate) fn checked_description(raw: Option<String>) -> ApiResult<String> {
+pub(crate) fn checked_description(raw: Option<String>) -> DomainResult<String> {
     let description = raw.unwrap_or_default().trim().to_string();
     if description.chars().count() > MAX_DESCRIPTION {
-        return Err(ApiError::validation(
+        return Err(DomainError::validation(
             "description",
             format!("`description` must be at most {MAX_DESCRIPTION} characters"),
         ));
     }
     if description.chars().any(char::is_control) {
-        return Err(ApiError::validation(
+        return Err(DomainError::validation(
             "description",
             "`description` must not contain control characters",
         ));
@@ -128,9 +128,9 @@ pub(crate) fn checked_description(raw: Option<String>) -> ApiResult<String> {
 
 /// Tool patterns as given: each parses (`tools[i]` names a bad one), at most
 /// [`MAX_ROLE_TOOLS`], repeats dropped, each in its canonical spelling.
-pub(crate) fn checked_patterns(raw: &[String]) -> ApiResult<Vec<String>> {
+pub(crate) fn checked_patterns(raw: &[String]) -> DomainResult<Vec<String>> {
     if raw.len() > MAX_ROLE_TOOLS {
-        return Err(ApiError::validation(
+        return Err(DomainError::validation(
             "tools",
             format!("at most {MAX_ROLE_TOOLS} tool patterns"),
         ));
@@ -139,7 +139,7 @@ pub(crate) fn checked_patterns(raw: &[String]) -> ApiResult<Vec<String>> {
     for (i, raw) in raw.iter().enumerate() {
         let p: Permission = raw
             .parse()
-            .map_err(|e| ApiError::validation(&format!("tools[{i}]"), format!("{e}")))?;
+            .map_err(|e| DomainError::validation(&format!("tools[{i}]"), format!("{e}")))?;
         let p = p.to_string();
         if !tools.contains(&p) {
             tools.push(p);
@@ -149,7 +149,7 @@ pub(crate) fn checked_patterns(raw: &[String]) -> ApiResult<Vec<String>> {
 }
 
 /// A definition's fields, checked: patterns that parse, areas without repeats.
-fn definition(req: RoleRequest) -> ApiResult<CustomRole> {
+fn definition(req: RoleRequest) -> DomainResult<CustomRole> {
     let description = checked_description(req.description)?;
     let tools = checked_patterns(&req.tools)?;
     let mut areas = req.areas;
@@ -164,11 +164,11 @@ fn definition(req: RoleRequest) -> ApiResult<CustomRole> {
 
 /// Change the tenant's roles with `edit` (see [`edit_tenant`]).
 async fn edit<T>(
-    state: &AppState,
+    domain: &Domain<'_>,
     scope: &TenantScope,
-    mut edit: impl FnMut(&mut CustomRoles) -> ApiResult<T>,
-) -> ApiResult<T> {
-    edit_tenant(state, scope, |tenant| {
+    mut edit: impl FnMut(&mut CustomRoles) -> DomainResult<T>,
+) -> DomainResult<T> {
+    edit_tenant(domain, scope, |tenant| {
         let mut roles = tenant.custom_roles.clone();
         let out = edit(&mut roles)?;
         Ok((out, Part::CustomRoles(roles)))
@@ -186,57 +186,57 @@ pub(crate) enum Part {
 /// change of the tenant won the race; then forget the tenant's cached keys here, tell the other
 /// replicas, and hand the tenant's actors the new row.
 pub(crate) async fn edit_tenant<T>(
-    state: &AppState,
+    domain: &Domain<'_>,
     scope: &TenantScope,
-    mut edit: impl FnMut(&Tenant) -> ApiResult<(T, Part)>,
-) -> ApiResult<T> {
+    mut edit: impl FnMut(&Tenant) -> DomainResult<(T, Part)>,
+) -> DomainResult<T> {
     for _ in 0..EDIT_TRIES {
-        let tenant = tenants::get_own(&state.db, scope).await?;
+        let tenant = tenants::get_own(domain.db, scope).await?;
         let (out, part) = edit(&tenant)?;
         let part = match &part {
             Part::CustomRoles(r) => tenants::TenantPart::CustomRoles(r),
             Part::McpVirtualServers(v) => tenants::TenantPart::McpVirtualServers(v),
         };
-        if let Some(updated) = tenants::set_part(&state.db, scope, tenant.updated_at, part).await? {
-            state.auth.forget_tenant(scope.tenant_id());
+        if let Some(updated) = tenants::set_part(domain.db, scope, tenant.updated_at, part).await? {
+            domain.credentials.forget_tenant(scope.tenant_id());
             crate::invalidate::announce(
-                state,
+                domain,
                 crate::invalidate::Change::Tenant {
                     tenant_id: scope.tenant_id(),
                 },
             );
             // The tenant's actors hold its row for new runs: they get the change now.
-            if let Err(e) = state.engine.tenant_changed(&updated).await {
+            if let Err(e) = domain.engine.tenant_changed(&updated).await {
                 tracing::warn!(error = %e, "telling the engine about the tenant change failed");
             }
             return Ok(out);
         }
     }
-    Err(ApiError::conflict(
+    Err(DomainError::conflict(
         "the tenant was being changed by someone else at the same time; try again",
     ))
 }
 
 #[tracing::instrument(skip_all, fields(tenant_id = %scope.tenant_id()))]
 pub async fn create(
-    state: &AppState,
+    domain: &Domain<'_>,
     scope: &TenantScope,
     req: RoleRequest,
-) -> ApiResult<RoleInfo> {
+) -> DomainResult<RoleInfo> {
     let Some(raw) = req.name.clone() else {
-        return Err(ApiError::validation("name", "`name` is required"));
+        return Err(DomainError::validation("name", "`name` is required"));
     };
-    let name = RoleName::parse(raw.trim()).map_err(|e| ApiError::validation("name", e))?;
+    let name = RoleName::parse(raw.trim()).map_err(|e| DomainError::validation("name", e))?;
     let def = definition(req)?;
     let info = custom(name, &def);
-    edit(state, scope, |roles| {
+    edit(domain, scope, |roles| {
         if roles.contains_key(&name) {
-            return Err(ApiError::conflict(format!(
+            return Err(DomainError::conflict(format!(
                 "the tenant already has a role {name:?}; change it with PUT /api/v1/tenant/roles/{name}"
             )));
         }
         if roles.len() >= MAX_CUSTOM_ROLES {
-            return Err(ApiError::validation(
+            return Err(DomainError::validation(
                 "name",
                 format!("a tenant has at most {MAX_CUSTOM_ROLES} custom roles; delete one first"),
             ));
@@ -251,9 +251,9 @@ pub async fn create(
 
 /// A custom role by its path name, for a change: the built-ins are refused (409), anything
 /// else the tenant does not have is 404.
-fn custom_name(tenant_roles: &CustomRoles, role: Grant) -> ApiResult<RoleName> {
+fn custom_name(tenant_roles: &CustomRoles, role: Grant) -> DomainResult<RoleName> {
     let Some(name) = role.custom else {
-        return Err(ApiError::conflict(format!(
+        return Err(DomainError::conflict(format!(
             "{:?} is a built-in role: its tool permissions are the tenant's tool_permissions, which the platform admin sets",
             role.as_str()
         )));
@@ -267,21 +267,21 @@ fn custom_name(tenant_roles: &CustomRoles, role: Grant) -> ApiResult<RoleName> {
 
 #[tracing::instrument(skip_all, fields(tenant_id = %scope.tenant_id()))]
 pub async fn replace(
-    state: &AppState,
+    domain: &Domain<'_>,
     scope: &TenantScope,
     raw: Grant,
     req: RoleRequest,
-) -> ApiResult<RoleInfo> {
+) -> DomainResult<RoleInfo> {
     if let Some(n) = req.name.as_deref()
         && n.trim() != raw.as_str()
     {
-        return Err(ApiError::validation(
+        return Err(DomainError::validation(
             "name",
             "a role cannot be renamed: `name` must be absent or the path's name (create the new role, move its holders, delete the old one)",
         ));
     }
     let def = definition(req)?;
-    let name = edit(state, scope, |roles| {
+    let name = edit(domain, scope, |roles| {
         let name = custom_name(roles, raw)?;
         roles.insert(name, def.clone());
         Ok(name)
@@ -293,17 +293,17 @@ pub async fn replace(
 
 /// Delete a custom role nobody holds (409 naming how many users and keys still do).
 #[tracing::instrument(skip_all, fields(tenant_id = %scope.tenant_id()))]
-pub async fn delete(state: &AppState, scope: &TenantScope, raw: Grant) -> ApiResult<()> {
-    let tenant = tenants::get_own(&state.db, scope).await?;
+pub async fn delete(domain: &Domain<'_>, scope: &TenantScope, raw: Grant) -> DomainResult<()> {
+    let tenant = tenants::get_own(domain.db, scope).await?;
     let name = custom_name(&tenant.custom_roles, raw)?;
-    let (holders, keys) = users::holders_of(&state.db, scope, name).await?;
+    let (holders, keys) = users::holders_of(domain.db, scope, name).await?;
     if holders > 0 || keys > 0 {
-        return Err(ApiError::conflict(format!(
+        return Err(DomainError::conflict(format!(
             "the role {name:?} is held by {holders} user(s) and {keys} unrevoked key(s); give them another role (or revoke the keys) first"
         ))
         .with_details(serde_json::json!({ "users": holders, "keys": keys })));
     }
-    edit(state, scope, |roles| {
+    edit(domain, scope, |roles| {
         roles.remove(&custom_name(roles, raw)?);
         Ok(())
     })

@@ -25,7 +25,7 @@ use agentry_schema::ids::SkillName;
 use agentry_store::skills::NewSkill;
 use serde_json::json;
 
-use crate::error::ApiError;
+use crate::error::DomainError;
 
 /// Files in one skill, `SKILL.md` included.
 pub const MAX_FILES: usize = 100;
@@ -40,17 +40,17 @@ pub const MAX_DESCRIPTION_CHARS: usize = 1024;
 /// The skill's main file.
 pub const SKILL_MD: &str = "SKILL.md";
 
-fn refused(entry: &str, reason: impl Into<String>) -> ApiError {
+fn refused(entry: &str, reason: impl Into<String>) -> DomainError {
     let reason = reason.into();
-    ApiError::new(
+    DomainError::new(
         ErrorCode::ValidationError,
         format!("the skill upload is refused: {entry:?}: {reason}; nothing was stored"),
     )
     .with_details(json!({ "field": "files", "entry": entry, "reason": reason }))
 }
 
-fn too_large(entry: Option<&str>, limit: u64, what: &str) -> ApiError {
-    ApiError::new(
+fn too_large(entry: Option<&str>, limit: u64, what: &str) -> DomainError {
+    DomainError::new(
         ErrorCode::PayloadTooLarge,
         match entry {
             Some(e) => format!(
@@ -64,9 +64,9 @@ fn too_large(entry: Option<&str>, limit: u64, what: &str) -> ApiError {
     .with_details(json!({ "limit_bytes": limit, "entry": entry, "limit": what }))
 }
 
-fn front_matter_error(reason: impl Into<String>) -> ApiError {
+fn front_matter_error(reason: impl Into<String>) -> DomainError {
     let reason = reason.into();
-    ApiError::new(ErrorCode::ValidationError, format!("SKILL.md: {reason}"))
+    DomainError::new(ErrorCode::ValidationError, format!("SKILL.md: {reason}"))
         .with_details(json!({ "field": "SKILL.md", "reason": reason }))
 }
 
@@ -130,7 +130,7 @@ impl Collected {
         }
     }
 
-    fn add(&mut self, path: String, content: Vec<u8>) -> Result<(), ApiError> {
+    fn add(&mut self, path: String, content: Vec<u8>) -> Result<(), DomainError> {
         if !self.seen.insert(path.clone()) {
             return Err(refused(&path, "two entries have this path"));
         }
@@ -156,7 +156,7 @@ impl Collected {
 }
 
 /// Read at most `limit` bytes of `r`; more is [`too_large`].
-fn read_capped(r: impl Read, entry: &str, limit: u64) -> Result<Vec<u8>, ApiError> {
+fn read_capped(r: impl Read, entry: &str, limit: u64) -> Result<Vec<u8>, DomainError> {
     let mut out = Vec::new();
     r.take(limit + 1)
         .read_to_end(&mut out)
@@ -168,9 +168,9 @@ fn read_capped(r: impl Read, entry: &str, limit: u64) -> Result<Vec<u8>, ApiErro
 }
 
 /// Unpack and check a zip archive.
-pub fn from_zip(bytes: &[u8]) -> Result<NewSkill, ApiError> {
+pub fn from_zip(bytes: &[u8]) -> Result<NewSkill, DomainError> {
     let mut archive = zip::ZipArchive::new(std::io::Cursor::new(bytes)).map_err(|e| {
-        ApiError::new(
+        DomainError::new(
             ErrorCode::ValidationError,
             format!("the body is not a zip archive: {e}"),
         )
@@ -223,7 +223,7 @@ pub fn from_zip(bytes: &[u8]) -> Result<NewSkill, ApiError> {
 }
 
 /// Check files given one by one (the JSON form of an upload).
-pub fn from_files(files: Vec<(String, Vec<u8>)>) -> Result<NewSkill, ApiError> {
+pub fn from_files(files: Vec<(String, Vec<u8>)>) -> Result<NewSkill, DomainError> {
     let mut collected = Collected::new();
     for (raw, content) in files {
         let path = check_path(&raw).map_err(|r| refused(&raw, r))?;
@@ -236,7 +236,7 @@ pub fn from_files(files: Vec<(String, Vec<u8>)>) -> Result<NewSkill, ApiError> {
 }
 
 /// `SKILL.md` at the top (or every file in one folder that has it), its front matter parsed.
-fn finish(mut c: Collected) -> Result<NewSkill, ApiError> {
+fn finish(mut c: Collected) -> Result<NewSkill, DomainError> {
     if !c.seen.contains(SKILL_MD) {
         // A zipped folder: `dir/SKILL.md` with everything else under `dir/`.
         let folders: BTreeSet<&str> = c
@@ -281,7 +281,7 @@ fn finish(mut c: Collected) -> Result<NewSkill, ApiError> {
 }
 
 /// Split `SKILL.md` into its front matter's `name` and `description` and the instructions.
-pub fn parse_skill_md(text: &str) -> Result<(SkillName, String, String), ApiError> {
+pub fn parse_skill_md(text: &str) -> Result<(SkillName, String, String), DomainError> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let mut lines = text.split_inclusive('\n');
     let first = lines.next().unwrap_or("");
@@ -313,7 +313,7 @@ pub fn parse_skill_md(text: &str) -> Result<(SkillName, String, String), ApiErro
             "the front matter must be a YAML mapping with `name` and `description`",
         ));
     };
-    let field = |key: &str| -> Result<String, ApiError> {
+    let field = |key: &str| -> Result<String, DomainError> {
         match map.get(key) {
             None | Some(yaml_serde::Value::Null) => Err(front_matter_error(format!(
                 "the front matter has no `{key}`"
@@ -366,7 +366,7 @@ mod tests {
         }
     }
 
-    fn code_and_entry(e: &ApiError) -> (ErrorCode, Option<&str>) {
+    fn code_and_entry(e: &DomainError) -> (ErrorCode, Option<&str>) {
         (e.code, e.details["entry"].as_str())
     }
 
