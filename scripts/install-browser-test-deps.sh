@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs what the web console's browser test (tests/console.rs) needs beyond Rust:
+# Installs what the web console's browser test (tests/api/console.rs) needs beyond Rust:
 #   - Debian's `chromium` (installed by scripts/test.sh next to bubblewrap, or here when run
 #     alone as root), and
 #   - `playwright-core` from npm, pinned, into <repo>/.cache/browser-test (override with

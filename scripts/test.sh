@@ -34,7 +34,7 @@ if ! command -v bwrap >/dev/null 2>&1; then
   $sudo_ apt-get update -qq && $sudo_ apt-get install -y -qq bubblewrap >/dev/null
 fi
 
-# The web console's browser test drives Debian's chromium (tests/console.rs).
+# The web console's browser test drives Debian's chromium (tests/api/console.rs).
 if ! command -v chromium >/dev/null 2>&1; then
   say "installing chromium (the web console's browser test)"
   sudo_=""; [ "$(id -u)" -eq 0 ] || sudo_="sudo"

@@ -1,5 +1,5 @@
 // The web console in a real browser (Debian's chromium driven by playwright-core), against a real
-// `agentry serve` started by tests/console.rs with its built-in scripted model. One scenario,
+// `agentry serve` started by tests/api/console.rs with its built-in scripted model. One scenario,
 // in order: platform admin sets up a tenant; its admin chats with approvals (approve, edit,
 // reject, reload mid-approval), reopens the session's history, manages MCP servers, filters
 // runs, edits an agent; a revoked key fails cleanly; the server counts exactly one WebSocket

@@ -3,7 +3,7 @@ openapi-python-client: as the platform admin a tenant, a user and a key; as that
 session, a chat over REST and the session's messages; and the refusals a hostile or careless
 caller gets, each parsed as the document says it is.
 
-Run by tests/first_run.rs: `python quickstart_flow.py BASE_URL` with the generated package
+Run by tests/api/first_run.rs: `python quickstart_flow.py BASE_URL` with the generated package
 `agentry_client` on PYTHONPATH and the platform admin key in AGENTRY_ADMIN_KEY. Every response
 is parsed strictly: a status the document does not list raises (raise_on_unexpected_status).
 """

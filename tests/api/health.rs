@@ -1,7 +1,7 @@
 //! End to end: the real `agentry` binary on port 0 with SQLite answers the health endpoints and
 //! tags every response with `X-Request-Id`.
 
-mod support;
+use crate::support;
 
 use support::Server;
 

@@ -3,7 +3,7 @@
 //! what `agentry config` shows, a closed stdout, and `serve --host/--port`; and an OTLP
 //! protocol this build does not speak (issue 14).
 
-mod support;
+use crate::support;
 
 use support::{agentry, run};
 

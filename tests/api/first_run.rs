@@ -4,7 +4,7 @@
 //! first tenant and key with no server up (`--direct`) and managing a running one over HTTP —
 //! and a client generated from `/openapi.json` running the quickstart flow.
 
-mod support;
+use crate::support;
 
 use support::{agentry, run};
 

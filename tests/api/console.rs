@@ -4,8 +4,7 @@
 //! `scripts/install-browser-test-deps.sh`). Screenshots of every page land in
 //! `target/console-screenshots/`.
 
-#[path = "support/mod.rs"]
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
