@@ -687,7 +687,7 @@ async fn env_of(ctx: &Ctx, t: &crate::ctx::TenantFx, name: &str) -> Vec<(String,
         crate::mcp::MCP_KEY,
     )))
     .unwrap();
-    let stored = agentry_gateway::wiring::stored_of(&row);
+    let stored = agentry_gateway::mcp_stored::stored_of(&row);
     let config = agentry_mcp::stored::join_from_storage(&stored, Some(&key)).unwrap();
     let agentry_mcp::client::McpTransportConfig::Stdio(s) = config.transport else {
         panic!("a stdio server")

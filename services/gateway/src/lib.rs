@@ -11,6 +11,7 @@ pub mod extract;
 #[cfg(test)]
 mod layout;
 pub mod mcp_reexport;
+pub mod mcp_stored;
 pub mod mcp_server;
 pub mod metrics;
 pub mod openapi;

@@ -14,16 +14,17 @@ use agentry_actors::{
 use agentry_builtin::data::DataSources;
 use agentry_builtin::net_guard::GuardedResolver;
 use agentry_mcp::config_file::McpConfigWatcher;
-use agentry_mcp::stored::{StoredMcpServer, join_from_storage};
+use agentry_mcp::stored::join_from_storage;
 use agentry_schema::ids::UserId;
 use agentry_sealing::SecretBox;
-use agentry_store::mcp_servers::{self, McpServerRow};
+use agentry_store::mcp_servers;
 use agentry_store::tenants::Tenant;
 use anyhow::Context;
 use async_trait::async_trait;
 use sea_orm::DatabaseConnection;
 
 use crate::error::ApiError;
+use crate::mcp_stored::stored_of;
 use crate::settings::Settings;
 
 /// The runtime agent loops run on: multi-threaded, one worker per core, for the life of the
@@ -57,31 +58,6 @@ pub struct McpSources {
     pub file: Option<Arc<McpConfigWatcher>>,
 }
 
-/// A row as [`agentry_mcp::stored`] reads it: `connect_timeout_secs` and `cwd` come from the
-/// policy column (no columns of their own); a policy that cannot be read gives the defaults here
-/// and keeps the server out of runs ([`McpSources::servers_for`]).
-pub fn stored_of(row: &McpServerRow) -> StoredMcpServer {
-    let policy = crate::routes::mcp_servers::RestPolicy::of_row(row)
-        .ok()
-        .flatten()
-        .unwrap_or_default();
-    StoredMcpServer {
-        connect_timeout_secs: policy
-            .connect_timeout_secs
-            .unwrap_or(agentry_mcp::client::config::DEFAULT_CONNECT_TIMEOUT_SECS),
-        cwd: policy.cwd,
-        name: row.name.clone(),
-        transport: row.transport.clone(),
-        command: row.command.clone(),
-        args: row.args.clone(),
-        url: row.url.clone(),
-        env_encrypted: row.env_encrypted.clone(),
-        headers_encrypted: row.headers_encrypted.clone(),
-        disabled: row.disabled,
-        timeout_secs: row.timeout_secs,
-    }
-}
-
 #[async_trait]
 impl McpConfigSource for McpSources {
     async fn servers_for(&self, tenant: &Tenant, user: UserId) -> (Vec<PoolServer>, Vec<String>) {
@@ -113,7 +89,7 @@ impl McpConfigSource for McpSources {
                                 continue;
                             }
                             // An allow-list that cannot be read must not become "every tool".
-                            let policy = match crate::routes::mcp_servers::RestPolicy::of_row(&row)
+                            let policy = match crate::mcp_stored::RestPolicy::of_row(&row)
                             {
                                 Ok(p) => p.map(|p| p.server_policy()).unwrap_or_default(),
                                 Err(e) => {

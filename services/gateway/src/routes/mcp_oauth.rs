@@ -38,7 +38,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::extract::{ApiPath, param};
 use crate::routes::resource::endpoint;
 use crate::state::AppState;
-use crate::wiring::stored_of;
+use crate::mcp_stored::stored_of;
 
 /// How long a started sign-in may take.
 pub const SIGN_IN_TTL: chrono::Duration = chrono::Duration::minutes(10);
