@@ -218,7 +218,8 @@ impl<H: HasDomain> Sweeper<H> {
         let mut total = 0;
         loop {
             self.still_mine()?;
-            let batch = retention::idle_sessions(self.host.domain().db, &platform, cutoff, BATCH).await?;
+            let batch =
+                retention::idle_sessions(self.host.domain().db, &platform, cutoff, BATCH).await?;
             let full = batch.len() as u64 == BATCH;
             let mut by_tenant: BTreeMap<TenantId, Vec<SessionId>> = BTreeMap::new();
             for IdleSession {
@@ -231,13 +232,23 @@ impl<H: HasDomain> Sweeper<H> {
             }
             let mut deleted_now = 0;
             for (tenant_id, ids) in by_tenant {
-                let Some(tenant) = tenants::get(self.host.domain().db, &platform, tenant_id).await? else {
+                let Some(tenant) =
+                    tenants::get(self.host.domain().db, &platform, tenant_id).await?
+                else {
                     continue; // deleted meanwhile, with its sessions
                 };
-                let gone =
-                    retention::delete_idle_sessions(self.host.domain().db, &tenant.scope(), &ids, cutoff)
-                        .await?;
-                self.host.domain().engine.sessions_swept(&tenant, &gone).await?;
+                let gone = retention::delete_idle_sessions(
+                    self.host.domain().db,
+                    &tenant.scope(),
+                    &ids,
+                    cutoff,
+                )
+                .await?;
+                self.host
+                    .domain()
+                    .engine
+                    .sessions_swept(&tenant, &gone)
+                    .await?;
                 deleted_now += gone.len() as u64;
             }
             total += deleted_now;
@@ -276,9 +287,14 @@ impl<H: HasDomain> Sweeper<H> {
         loop {
             self.still_mine()?;
             let from = self.events_from;
-            let (looked, deleted, newest) =
-                retention::trim_events(self.host.domain().db, &PlatformScope::new(), from, before, BATCH)
-                    .await?;
+            let (looked, deleted, newest) = retention::trim_events(
+                self.host.domain().db,
+                &PlatformScope::new(),
+                from,
+                before,
+                BATCH,
+            )
+            .await?;
             total += deleted;
             self.events_from = newest;
             // Short, or a batch of runs that all ended at the same instant as the last: done

@@ -13,8 +13,8 @@ use agentry_store::tenants::{self, Tenant};
 use agentry_store::users;
 use agentry_tools::rbac::{Permission, RolePermissions};
 
-use crate::error::{DomainError, DomainResult};
 use crate::Domain;
+use crate::error::{DomainError, DomainResult};
 
 /// Custom roles per tenant.
 pub const MAX_CUSTOM_ROLES: usize = 50;

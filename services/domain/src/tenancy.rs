@@ -19,8 +19,8 @@ use chrono::{NaiveDate, Utc};
 use sea_orm::DatabaseConnection;
 use serde_json::Value;
 
-use crate::error::{DomainError, DomainResult};
 use crate::Domain;
+use crate::error::{DomainError, DomainResult};
 
 /// How long a client is told to wait after hitting `max_users`: users are not freed by time,
 /// so this only paces retries while an admin raises the quota or removes a user.
@@ -328,7 +328,11 @@ pub async fn replace_tenant(
 
 /// Delete a tenant and everything it owns: its rows, its live actors, its workspaces on disk.
 #[tracing::instrument(skip_all, fields(tenant_id = %id))]
-pub async fn delete_tenant(domain: &Domain<'_>, platform: &PlatformScope, id: TenantId) -> DomainResult<()> {
+pub async fn delete_tenant(
+    domain: &Domain<'_>,
+    platform: &PlatformScope,
+    id: TenantId,
+) -> DomainResult<()> {
     if !tenants::delete(domain.db, platform, id).await? {
         return Err(DomainError::not_found(format!("tenant {id}")));
     }
@@ -568,7 +572,11 @@ pub async fn list_keys(
     Ok(api_keys::list(db, scope, user_id, prefix).await?)
 }
 
-pub async fn key(db: &DatabaseConnection, scope: &TenantScope, id: ApiKeyId) -> DomainResult<ApiKey> {
+pub async fn key(
+    db: &DatabaseConnection,
+    scope: &TenantScope,
+    id: ApiKeyId,
+) -> DomainResult<ApiKey> {
     api_keys::get(db, scope, id)
         .await?
         .ok_or_else(|| DomainError::not_found(format!("api key {id}")))
@@ -577,7 +585,11 @@ pub async fn key(db: &DatabaseConnection, scope: &TenantScope, id: ApiKeyId) -> 
 /// Revoke a key; it answers 401 from now on (at once on this replica, within the auth cache
 /// TTL on the others).
 #[tracing::instrument(skip_all, fields(tenant_id = %scope.tenant_id(), key_id = %id))]
-pub async fn revoke_key(domain: &Domain<'_>, scope: &TenantScope, id: ApiKeyId) -> DomainResult<ApiKey> {
+pub async fn revoke_key(
+    domain: &Domain<'_>,
+    scope: &TenantScope,
+    id: ApiKeyId,
+) -> DomainResult<ApiKey> {
     let key = revoke_key_stored(domain.db, scope, id).await?;
     domain.credentials.forget_key(id);
     crate::invalidate::announce(
@@ -598,7 +610,9 @@ pub async fn revoke_key_stored(
     id: ApiKeyId,
 ) -> DomainResult<ApiKey> {
     let key = match api_keys::revoke(db, scope, id).await {
-        Err(StoreError::NotFound(_)) => return Err(DomainError::not_found(format!("api key {id}"))),
+        Err(StoreError::NotFound(_)) => {
+            return Err(DomainError::not_found(format!("api key {id}")));
+        }
         other => other?,
     };
     tracing::info!(tenant_id = %scope.tenant_id(), key_id = %id, "API key revoked");

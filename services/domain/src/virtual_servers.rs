@@ -13,9 +13,9 @@ use agentry_store::TenantScope;
 use agentry_store::tenants::Tenant;
 use agentry_tools::rbac::Permissions;
 
+use crate::Domain;
 use crate::error::{DomainError, DomainResult};
 use crate::roles::{Part, checked_description, checked_patterns, edit_tenant};
-use crate::Domain;
 
 /// Virtual servers per tenant.
 pub const MAX_VIRTUAL_SERVERS: usize = 50;

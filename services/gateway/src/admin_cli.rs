@@ -23,8 +23,8 @@ use serde_json::{Value, json};
 use crate::auth::PlatformAdmin;
 use crate::error::ApiError;
 use crate::settings::Settings;
-use agentry_domain::tenancy::{self, Actor};
 use crate::{routes, views};
+use agentry_domain::tenancy::{self, Actor};
 
 #[derive(Args, Debug)]
 pub struct AdminArgs {
@@ -785,7 +785,8 @@ async fn run(api: &Api, command: AdminCommand) -> Outcome<Printed> {
                     }
                     Api::Direct { db, admin, .. } => {
                         let page = routes::page(limit, offset)?;
-                        let (items, total) = tenancy::list_tenants(db, &admin.scope(), page).await?;
+                        let (items, total) =
+                            tenancy::list_tenants(db, &admin.scope(), page).await?;
                         to_json(routes::page_of(items, total, page, views::tenant))
                     }
                 };
@@ -795,9 +796,9 @@ async fn run(api: &Api, command: AdminCommand) -> Outcome<Printed> {
                 let id = api.tenant_id(&tenant).await?;
                 let v = match api {
                     Api::Remote { .. } => api.get(&format!("/admin/tenants/{id}")).await?,
-                    Api::Direct { db, admin, .. } => {
-                        to_json(views::tenant(tenancy::tenant(db, &admin.scope(), id).await?))
-                    }
+                    Api::Direct { db, admin, .. } => to_json(views::tenant(
+                        tenancy::tenant(db, &admin.scope(), id).await?,
+                    )),
                 };
                 Ok(pretty(v))
             }

@@ -4,8 +4,8 @@
 use actix_web::http::StatusCode;
 use actix_web::http::header::{self, HeaderValue};
 use actix_web::{HttpResponse, ResponseError};
-use agentry_schema::error::{ErrorCode, ErrorResponse};
 use agentry_domain::DomainError;
+use agentry_schema::error::{ErrorCode, ErrorResponse};
 use agentry_store::StoreError;
 use serde_json::Value;
 

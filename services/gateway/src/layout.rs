@@ -149,7 +149,8 @@ fn paths_in(code: &str) -> Vec<Module> {
     let mut out = Vec::new();
     let mut i = 0;
     while i < chars.len() {
-        let starts = is_ident(chars[i]) && (i == 0 || !(is_ident(chars[i - 1]) || chars[i - 1] == ':'));
+        let starts =
+            is_ident(chars[i]) && (i == 0 || !(is_ident(chars[i - 1]) || chars[i - 1] == ':'));
         if !starts {
             i += 1;
             continue;
@@ -162,7 +163,10 @@ fn paths_in(code: &str) -> Vec<Module> {
                 j += 1;
             }
             segs.push(chars[s..j].iter().collect::<String>());
-            if j + 2 < chars.len() && chars[j] == ':' && chars[j + 1] == ':' && is_ident(chars[j + 2])
+            if j + 2 < chars.len()
+                && chars[j] == ':'
+                && chars[j + 1] == ':'
+                && is_ident(chars[j + 2])
             {
                 j += 2;
             } else {
@@ -181,8 +185,10 @@ fn paths_in(code: &str) -> Vec<Module> {
 fn graph(src: &Path) -> BTreeMap<Module, BTreeSet<Module>> {
     let mut files = Vec::new();
     rust_files(src, &mut files);
-    let modules: BTreeMap<Module, PathBuf> =
-        files.iter().map(|f| (module_of(src, f), f.clone())).collect();
+    let modules: BTreeMap<Module, PathBuf> = files
+        .iter()
+        .map(|f| (module_of(src, f), f.clone()))
+        .collect();
     let mut edges = BTreeMap::new();
     for (module, file) in &modules {
         let code = code_of(&std::fs::read_to_string(file).unwrap());
@@ -219,9 +225,7 @@ fn graph(src: &Path) -> BTreeMap<Module, BTreeSet<Module>> {
                     base
                 }
                 "self" => module.iter().chain(&path[1..]).cloned().collect(),
-                first if children.contains(first) => {
-                    module.iter().chain(&path).cloned().collect()
-                }
+                first if children.contains(first) => module.iter().chain(&path).cloned().collect(),
                 _ => continue,
             };
             let target = (0..=absolute.len())
@@ -430,9 +434,7 @@ fn each_crate_has_at_most_one_integration_test_binary() {
         };
         let binaries: Vec<String> = entries
             .map(|e| e.unwrap().path())
-            .filter(|p| {
-                p.extension().is_some_and(|e| e == "rs") || p.join("main.rs").is_file()
-            })
+            .filter(|p| p.extension().is_some_and(|e| e == "rs") || p.join("main.rs").is_file())
             .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
             .collect();
         if binaries.len() > 1 {

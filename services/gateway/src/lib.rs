@@ -11,8 +11,8 @@ pub mod extract;
 #[cfg(test)]
 mod layout;
 pub mod mcp_reexport;
-pub mod mcp_stored;
 pub mod mcp_server;
+pub mod mcp_stored;
 pub mod metrics;
 pub mod openapi;
 pub mod readiness;

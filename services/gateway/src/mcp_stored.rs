@@ -198,10 +198,7 @@ impl RestPolicy {
 /// policy column (no columns of their own); a policy that cannot be read gives the defaults here
 /// and keeps the server out of runs ([`crate::wiring::McpSources::servers_for`]).
 pub fn stored_of(row: &McpServerRow) -> StoredMcpServer {
-    let policy = RestPolicy::of_row(row)
-        .ok()
-        .flatten()
-        .unwrap_or_default();
+    let policy = RestPolicy::of_row(row).ok().flatten().unwrap_or_default();
     StoredMcpServer {
         connect_timeout_secs: policy
             .connect_timeout_secs
@@ -218,4 +215,3 @@ pub fn stored_of(row: &McpServerRow) -> StoredMcpServer {
         timeout_secs: row.timeout_secs,
     }
 }
-

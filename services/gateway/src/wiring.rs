@@ -89,8 +89,7 @@ impl McpConfigSource for McpSources {
                                 continue;
                             }
                             // An allow-list that cannot be read must not become "every tool".
-                            let policy = match crate::mcp_stored::RestPolicy::of_row(&row)
-                            {
+                            let policy = match crate::mcp_stored::RestPolicy::of_row(&row) {
                                 Ok(p) => p.map(|p| p.server_policy()).unwrap_or_default(),
                                 Err(e) => {
                                     warnings.push(format!(

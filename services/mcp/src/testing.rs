@@ -70,10 +70,7 @@ pub fn filesystem_js() -> PathBuf {
 }
 
 pub fn time_server() -> PathBuf {
-    require(
-        venv_dir().join("bin/mcp-server-time"),
-        "mcp-server-time",
-    )
+    require(venv_dir().join("bin/mcp-server-time"), "mcp-server-time")
 }
 
 /// The official TypeScript SDK (`@modelcontextprotocol/sdk`), for a test's client script.

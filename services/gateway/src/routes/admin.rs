@@ -21,8 +21,8 @@ use crate::extract::{ApiJson, ApiPath, ApiQuery, param};
 use crate::routes::resource::endpoint;
 use crate::routes::{PageQuery, page, page_of};
 use crate::state::AppState;
-use agentry_domain::tenancy::{self, Actor};
 use crate::views;
+use agentry_domain::tenancy::{self, Actor};
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(
@@ -357,7 +357,8 @@ pub async fn update_user(
 ) -> ApiResult<Json<UserInfo>> {
     let (tid, user_id) = (tenant.into_inner(), user.into_inner());
     let t = tenancy::tenant(&state.db, &admin.scope(), tid).await?;
-    let u = tenancy::update_user(&state.domain(),
+    let u = tenancy::update_user(
+        &state.domain(),
         &t.scope(),
         Actor::Platform,
         user_id,

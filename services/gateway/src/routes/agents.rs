@@ -16,8 +16,8 @@ use crate::error::{ApiError, ApiResult};
 use crate::extract::{ApiJson, ApiPath, param};
 use crate::routes::resource::endpoint;
 use crate::state::AppState;
-use agentry_domain::tenancy::{default_assistant_spec, valid_name};
 use crate::views;
+use agentry_domain::tenancy::{default_assistant_spec, valid_name};
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(endpoint("/agents").get(list_agents).post(create_agent))

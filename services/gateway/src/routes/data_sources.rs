@@ -29,8 +29,8 @@ use crate::error::{ApiError, ApiResult};
 use crate::extract::{ApiJson, ApiPath, param};
 use crate::routes::resource::endpoint;
 use crate::state::AppState;
-use agentry_domain::tenancy::valid_name;
 use crate::views;
+use agentry_domain::tenancy::valid_name;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(

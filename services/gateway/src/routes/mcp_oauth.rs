@@ -36,9 +36,9 @@ use serde_json::{Value, json};
 use crate::auth::TenantCaller;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{ApiPath, param};
+use crate::mcp_stored::stored_of;
 use crate::routes::resource::endpoint;
 use crate::state::AppState;
-use crate::mcp_stored::stored_of;
 
 /// How long a started sign-in may take.
 pub const SIGN_IN_TTL: chrono::Duration = chrono::Duration::minutes(10);

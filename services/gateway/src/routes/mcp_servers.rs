@@ -37,9 +37,9 @@ use serde_json::{Value, json};
 use crate::auth::TenantCaller;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{ApiJson, ApiPath, param};
+use crate::mcp_stored::{RestPolicy, stored_of};
 use crate::routes::resource::endpoint;
 use crate::state::AppState;
-use crate::mcp_stored::{RestPolicy, stored_of};
 
 /// Tenants whose users may run local (stdio) MCP servers.
 pub const STDIO_FEATURE: &str = agentry_actors::mcp_pool::STDIO_FEATURE;

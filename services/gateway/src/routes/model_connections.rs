@@ -27,8 +27,8 @@ use crate::extract::{ApiJson, ApiPath, param};
 use crate::routes::agents::bounded;
 use crate::routes::resource::endpoint;
 use crate::state::AppState;
-use agentry_domain::tenancy::valid_name;
 use crate::views;
+use agentry_domain::tenancy::valid_name;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(

@@ -15,8 +15,8 @@ use crate::extract::{ApiJson, ApiPath, param};
 use crate::routes::agents::{MAX_RECURSION_LIMIT, MAX_TIMEOUT_SECS, bounded, text, valid_tools};
 use crate::routes::resource::endpoint;
 use crate::state::AppState;
-use agentry_domain::tenancy::valid_name;
 use crate::views;
+use agentry_domain::tenancy::valid_name;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(

@@ -23,8 +23,8 @@ use crate::auth::{TenantAdmin, TenantCaller};
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{ApiPath, ApiQuery, param};
 use crate::routes::resource::endpoint;
-use agentry_domain::skill_bundle;
 use crate::state::AppState;
+use agentry_domain::skill_bundle;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(

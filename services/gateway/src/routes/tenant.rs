@@ -15,13 +15,13 @@ use agentry_schema::api::{
 use crate::auth::TenantAdmin;
 use crate::error::ApiResult;
 use crate::extract::{ApiJson, ApiPath, ApiQuery, param};
-use agentry_domain::roles;
 use crate::routes::admin::{KeysQuery, UsageQuery, created_key, keys_page};
 use crate::routes::resource::endpoint;
 use crate::routes::{PageQuery, page_of};
 use crate::state::AppState;
-use agentry_domain::tenancy::{self, Actor};
 use crate::views;
+use agentry_domain::roles;
+use agentry_domain::tenancy::{self, Actor};
 use agentry_domain::virtual_servers;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
@@ -104,7 +104,8 @@ pub async fn create_virtual_server(
     state: web::Data<AppState>,
     body: ApiJson<McpVirtualServerRequest>,
 ) -> ApiResult<HttpResponse> {
-    let server = virtual_servers::create(&state.domain(), &admin.scope(), body.into_inner()).await?;
+    let server =
+        virtual_servers::create(&state.domain(), &admin.scope(), body.into_inner()).await?;
     Ok(HttpResponse::Created().json(server))
 }
 
@@ -160,8 +161,13 @@ pub async fn replace_virtual_server(
     body: ApiJson<McpVirtualServerRequest>,
 ) -> ApiResult<Json<McpVirtualServerInfo>> {
     Ok(Json(
-        virtual_servers::replace(&state.domain(), &admin.scope(), name.into_inner(), body.into_inner())
-            .await?,
+        virtual_servers::replace(
+            &state.domain(),
+            &admin.scope(),
+            name.into_inner(),
+            body.into_inner(),
+        )
+        .await?,
     ))
 }
 
@@ -289,7 +295,13 @@ pub async fn replace_role(
     body: ApiJson<RoleRequest>,
 ) -> ApiResult<Json<RoleInfo>> {
     Ok(Json(
-        roles::replace(&state.domain(), &admin.scope(), name.into_inner(), body.into_inner()).await?,
+        roles::replace(
+            &state.domain(),
+            &admin.scope(),
+            name.into_inner(),
+            body.into_inner(),
+        )
+        .await?,
     ))
 }
 
@@ -475,7 +487,8 @@ pub async fn update_user(
     body: ApiJson<UpdateUserRequest>,
 ) -> ApiResult<Json<UserInfo>> {
     let id = id.into_inner();
-    let u = tenancy::update_user(&state.domain(),
+    let u = tenancy::update_user(
+        &state.domain(),
         &admin.scope(),
         Actor::TenantAdmin(admin.user_id()),
         id,
@@ -507,7 +520,8 @@ pub async fn delete_user(
     id: ApiPath<param::User>,
 ) -> ApiResult<HttpResponse> {
     let id = id.into_inner();
-    tenancy::delete_user(&state.domain(),
+    tenancy::delete_user(
+        &state.domain(),
         &admin.scope(),
         Actor::TenantAdmin(admin.user_id()),
         id,
