@@ -12,6 +12,23 @@ cd "$(dirname "$0")/.."
 # shellcheck source=scripts/services.sh
 . scripts/services.sh
 
+# Seconds per step, printed at the end (also when a step fails): docs/ci.md records them.
+step_names=(); step_secs=(); step_start=$SECONDS
+step() { # name: ends the running step, starts this one
+  step_secs+=($(( SECONDS - step_start ))); step_names+=("$1"); step_start=$SECONDS; say "$1"
+}
+breakdown() {
+  step_secs+=($(( SECONDS - step_start )))
+  printf 'test.sh: seconds per step\n' >&2
+  printf '  %5d  %s\n' "${step_secs[0]}" "services, databases, system packages" >&2
+  local i
+  for i in "${!step_names[@]}"; do
+    printf '  %5d  %s\n' "${step_secs[$((i + 1))]}" "${step_names[$i]}" >&2
+  done
+  printf '  %5d  total\n' "$SECONDS" >&2
+}
+trap breakdown EXIT
+
 # A from-scratch build (CI's clean clone) is faster without incremental compilation, whose
 # caches only pay off on the next build of a changed tree.
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
@@ -42,35 +59,38 @@ if ! command -v chromium >/dev/null 2>&1; then
 fi
 
 if [ -x scripts/install-mcp-test-servers.sh ]; then
-  say "installing the MCP reference servers used by the tests"
+  step "installing the MCP reference servers used by the tests"
   scripts/install-mcp-test-servers.sh
 fi
 
-say "installing the API, terminal-client and deployment checks' dependencies (a Python venv, tmux, docker-compose)"
+step "installing the API, terminal-client and deployment checks' dependencies (a Python venv, tmux, docker-compose)"
 scripts/install-api-test-deps.sh
 
-say "installing the browser test's playwright-core (.cache/browser-test)"
+step "installing the browser test's playwright-core (.cache/browser-test)"
 scripts/install-browser-test-deps.sh
 
-say "cargo fmt --check"
+step "cargo fmt --check"
 cargo fmt --all -- --check
-say "cargo clippy"
+step "cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
 export CI="${CI:-true}"   # every backend runs; nothing is skipped
 # One test more than cores: many tests wait on servers and databases rather than compute
 # (measured on 2 cores: 633 s with 2 at a time, 549 s with 3).
 export NEXTEST_TEST_THREADS="${NEXTEST_TEST_THREADS:-$(( $(nproc) + 1 ))}"
-say "tests"
 if cargo nextest --version >/dev/null 2>&1; then
+  step "test build"
+  cargo nextest run --workspace --locked --no-run "$@"
+  step "tests"
   cargo nextest run --workspace --locked --no-fail-fast "$@"
 else
+  step "tests (build and run)"
   cargo test --workspace --locked --no-fail-fast "$@"
 fi
 
 # The Dockerfile, docker-compose.yml and the Helm chart, checked offline (tests/deploy); they ask
 # the binary for its configuration keys.
-say "deployment files (tests/deploy)"
+step "deployment files (tests/deploy)"
 # The test build above made the binary (the integration tests run it). A `cargo build` of its
 # own resolves features without the dev-dependencies and rebuilds much of the tree (~2.5 min of
 # CI's 30), so it runs only when the tests were narrowed by arguments or the binary is missing.
