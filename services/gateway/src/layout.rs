@@ -1,8 +1,9 @@
 //! The code's shape, checked: no import circle between the modules of `services/gateway` or
-//! `actors`, and one integration-test binary per crate (each links the crate's whole tree, so
-//! every extra one costs CI a link).
+//! `actors`, no protocol adapter of the gateway (`protocols/`) importing another, and one
+//! integration-test binary per crate (each links the crate's whole tree, so every extra one
+//! costs CI a link).
 //!
-//! A module is a source file (`auth/mod.rs` is `auth`, `routes/chat.rs` is `routes::chat`). File
+//! A module is a source file (`auth/mod.rs` is `auth`, `protocols/sse.rs` is `protocols::sse`). File
 //! A depends on file B when A names a path into B: `use crate::…`, `crate::…` and `super::…` in
 //! code (comments and `#[cfg(test)] mod tests` are not read), or a child module by its name. A
 //! module and its own submodules (parent ↔ child) are one unit and are not counted. A circle is
@@ -373,6 +374,88 @@ fn the_gateway_has_no_import_circle() {
 #[test]
 fn actors_has_no_import_circle_beyond_the_known_ones() {
     check_circles("actors/src", ACTORS_KNOWN_CIRCLES);
+}
+
+/// The adapters' shared module in `protocols/`: every adapter may use it, it uses none.
+const PROTOCOLS_SHARED: &str = "common";
+
+/// `protocols::<a>…` → `protocols::<b>…` edges between two different adapters (neither the
+/// shared module as the target).
+fn cross_adapter_imports(edges: &BTreeMap<Module, BTreeSet<Module>>) -> Vec<String> {
+    let adapter = |m: &Module| match m.as_slice() {
+        [top, name, ..] if top == "protocols" => Some(name.clone()),
+        _ => None,
+    };
+    let mut out = Vec::new();
+    for (from, targets) in edges {
+        let Some(a) = adapter(from) else { continue };
+        for to in targets {
+            if let Some(b) = adapter(to)
+                && b != a
+                && b != PROTOCOLS_SHARED
+            {
+                out.push(format!("{} → {}", name(from), name(to)));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn no_protocol_adapter_imports_another() {
+    let edges = graph(&repo().join("services/gateway/src"));
+    let adapters: BTreeSet<&str> = edges
+        .keys()
+        .filter(|m| m.len() >= 2 && m[0] == "protocols")
+        .map(|m| m[1].as_str())
+        .collect();
+    assert!(
+        adapters.len() >= 5 && adapters.contains(PROTOCOLS_SHARED),
+        "the protocol adapters were not found: {adapters:?}"
+    );
+    let cross = cross_adapter_imports(&edges);
+    assert!(
+        cross.is_empty(),
+        "a protocol adapter imports another (move what both need to protocols/{PROTOCOLS_SHARED}.rs \
+         or below the gateway):\n{}",
+        cross.join("\n")
+    );
+}
+
+/// The adapter check sees an adapter importing another, and allows the shared module.
+#[test]
+fn the_adapter_check_finds_a_cross_import() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path();
+    std::fs::create_dir_all(src.join("protocols/b")).unwrap();
+    std::fs::write(src.join("lib.rs"), "pub mod protocols;\n").unwrap();
+    std::fs::write(
+        src.join("protocols/mod.rs"),
+        "pub mod a;\npub mod b;\npub mod common;\n",
+    )
+    .unwrap();
+    std::fs::write(src.join("protocols/common.rs"), "pub fn f() {}\n").unwrap();
+    std::fs::write(
+        src.join("protocols/a.rs"),
+        "use crate::protocols::common::f;\n",
+    )
+    .unwrap();
+    std::fs::write(src.join("protocols/b/mod.rs"), "pub mod inner;\n").unwrap();
+    std::fs::write(
+        src.join("protocols/b/inner.rs"),
+        "use super::super::common;\n",
+    )
+    .unwrap();
+    assert_eq!(cross_adapter_imports(&graph(src)), Vec::<String>::new());
+    std::fs::write(
+        src.join("protocols/b/inner.rs"),
+        "fn g() { crate::protocols::a::h() }\n",
+    )
+    .unwrap();
+    assert_eq!(
+        cross_adapter_imports(&graph(src)),
+        vec!["protocols::b::inner → protocols::a".to_string()]
+    );
 }
 
 /// The checker sees a circle when there is one (so the two tests above can fail).

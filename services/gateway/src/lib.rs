@@ -1,6 +1,7 @@
-//! agentry-gateway: the `agentry` binary's library. HTTP, WebSocket and SSE over the actor
-//! system, authentication, the admin API, OpenAPI and metrics; the composition root that wires
-//! the store, the model clients, the tools and the actors together.
+//! agentry-gateway: the `agentry` binary's library. The protocol adapters over the actor system
+//! (`protocols/`: REST chat, SSE, WebSocket, the OpenAI-compatible `/v1`, the MCP server),
+//! the resource routes (`routes/`), authentication, the admin API, OpenAPI and metrics; the
+//! composition root that wires the store, the model clients, the tools and the actors together.
 
 pub mod access;
 pub mod admin_cli;
@@ -10,11 +11,10 @@ pub mod error;
 pub mod extract;
 #[cfg(test)]
 mod layout;
-pub mod mcp_reexport;
-pub mod mcp_server;
 pub mod mcp_stored;
 pub mod metrics;
 pub mod openapi;
+pub mod protocols;
 pub mod readiness;
 pub mod request_id;
 pub mod routes;
@@ -24,7 +24,6 @@ pub mod state;
 pub mod telemetry;
 pub mod views;
 pub mod wiring;
-pub mod ws;
 
 pub use settings::Settings;
 pub use startup::Application;

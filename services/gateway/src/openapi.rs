@@ -6,10 +6,11 @@ use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder
 use utoipa::{Modify, OpenApi};
 use utoipa_swagger_ui::{Config, SwaggerUi};
 
+use crate::protocols::{mcp, openai_chat, rest_chat, sse, ws};
 use crate::routes::resource::endpoint;
 use crate::routes::{
-    admin, agents, chat, data_sources, executions, files, health, mcp_oauth, mcp_servers, me,
-    memories, model_connections, openai, profiles, sessions, skills, tenant,
+    admin, agents, data_sources, executions, files, health, mcp_oauth, mcp_servers, me, memories,
+    model_connections, profiles, sessions, skills, tenant,
 };
 
 #[derive(OpenApi)]
@@ -33,11 +34,11 @@ every response carries `X-Request-Id`. Authenticate with `Authorization: Bearer 
         sessions::delete_session,
         sessions::cancel_run,
         sessions::decide,
-        chat::chat,
-        chat::chat_stream,
-        openai::chat_completions,
-        openai::list_models,
-        crate::ws::connect,
+        rest_chat::chat,
+        sse::chat_stream,
+        openai_chat::chat_completions,
+        openai_chat::list_models,
+        ws::connect,
         mcp_servers::list_servers,
         mcp_servers::get_server,
         mcp_servers::add_server,
@@ -127,9 +128,9 @@ every response carries `X-Request-Id`. Authenticate with `Authorization: Bearer 
         admin::get_key,
         admin::revoke_key,
         admin::usage,
-        crate::mcp_server::root_resource_metadata,
-        crate::mcp_server::mcp_resource_metadata,
-        crate::mcp_server::virtual_resource_metadata,
+        mcp::root_resource_metadata,
+        mcp::mcp_resource_metadata,
+        mcp::virtual_resource_metadata,
         crate::metrics::render,
         crate::routes::page::index,
         openapi_json,

@@ -307,14 +307,14 @@ impl Application {
         // One MCP endpoint (and so one set of MCP sessions) for every worker; in cluster mode
         // the other replicas' sessions are proxied to them.
         let peers = match (&cluster.coordination, &cluster.peer_secret) {
-            (Some(c), Some(secret)) => Some(crate::mcp_server::McpPeers::new(
+            (Some(c), Some(secret)) => Some(crate::protocols::mcp::McpPeers::new(
                 c.clone(),
                 advertised_url(&settings, port),
                 secret.clone(),
             )?),
             _ => None,
         };
-        let mcp = std::sync::Arc::new(crate::mcp_server::McpEndpoint::new(
+        let mcp = std::sync::Arc::new(crate::protocols::mcp::McpEndpoint::new(
             &settings,
             parts.engine.clone(),
             parts.tools.clone(),
@@ -365,13 +365,13 @@ impl Application {
                 .wrap(cors(&state.settings.server.cors_origins))
                 .wrap(from_fn(metrics::track))
                 .wrap(from_fn(errors_as_json))
-                .wrap(from_fn(routes::openai::openai_errors))
+                .wrap(from_fn(crate::protocols::openai_chat::openai_errors))
                 .wrap(from_fn(request_id))
                 .app_data(state.clone())
                 .configure(|cfg| extract::configure(cfg, body_limit))
                 .configure(routes::configure)
-                .configure(routes::openai::configure)
-                .configure(crate::ws::configure)
+                .configure(crate::protocols::openai_chat::configure)
+                .configure(crate::protocols::ws::configure)
                 .configure(|cfg| mcp.configure(cfg))
                 .configure(routes::page::configure)
                 .configure(metrics::configure)
@@ -383,7 +383,7 @@ impl Application {
         // (40 ms on Linux). docs/benchmarks.md measured it.
         .tcp_nodelay(true)
         // A WebSocket ends its connection promptly after a close handshake (`ws::ConnSocket`).
-        .on_connect(crate::ws::remember_socket)
+        .on_connect(crate::protocols::ws::remember_socket)
         .listen(listener)?
         .shutdown_timeout(REQUESTS_GRACE_SECS)
         .disable_signals();

@@ -299,7 +299,10 @@ pub async fn start_sign_in(
         .flatten()
         .map(|t| t.summary().scopes)
         .unwrap_or_default();
-    let redirect_uri = format!("{}{CALLBACK_PATH}", crate::mcp_server::public_base(&req));
+    let redirect_uri = format!(
+        "{}{CALLBACK_PATH}",
+        crate::protocols::mcp::public_base(&req)
+    );
     let started = oauth::begin_sign_in(
         &name,
         http,

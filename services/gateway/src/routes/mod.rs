@@ -1,7 +1,8 @@
 //! HTTP routes, one module per resource; each ends in `configure`. Every resource is declared
 //! with [`resource::endpoint`], which answers other methods with 405 and an `Allow` header.
-//! `WS /ws/chat/{session_id}` lives in [`crate::ws`], mounted outside `/api/v1`; the web page
-//! at `/` in [`page`].
+//! The protocol adapters (chat over REST, SSE, WebSocket, `/v1`, `/mcp`) are not here but in
+//! [`crate::protocols`]; `/chat` and `/chat/stream` are mounted under `/api/v1` below. The web
+//! page at `/` is [`page`].
 
 use actix_web::{HttpRequest, HttpResponse, web};
 use agentry_schema::api::Page;
@@ -14,7 +15,6 @@ use crate::error::{ApiError, ApiResult};
 
 pub mod admin;
 pub mod agents;
-pub mod chat;
 pub mod data_sources;
 pub mod executions;
 pub mod files;
@@ -24,7 +24,6 @@ pub mod mcp_servers;
 pub mod me;
 pub mod memories;
 pub mod model_connections;
-pub mod openai;
 pub mod page;
 pub mod profiles;
 pub mod resource;
@@ -39,7 +38,8 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .configure(health::configure)
             .configure(me::configure)
             .configure(sessions::configure)
-            .configure(chat::configure)
+            .configure(crate::protocols::rest_chat::configure)
+            .configure(crate::protocols::sse::configure)
             .configure(mcp_servers::configure)
             .configure(mcp_oauth::configure)
             .configure(agents::configure)

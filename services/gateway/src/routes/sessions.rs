@@ -23,7 +23,7 @@ use crate::access;
 use crate::auth::TenantCaller;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{ApiJson, ApiPath, ApiQuery, body_id, param};
-use crate::routes::chat::{KEEP_ALIVE, with_keep_alive};
+use crate::protocols::common::{KEEP_ALIVE, with_keep_alive};
 use crate::routes::resource::endpoint;
 use crate::routes::{PageQuery, page, page_of};
 use crate::state::AppState;

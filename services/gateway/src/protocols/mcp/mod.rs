@@ -10,7 +10,7 @@
 //!   elicitation, an MCP cancel cancelling the run;
 //! - the caller's own MCP servers' tools, from the tenant's pool, under the names the agent sees
 //!   (`<server>__<tool>`), narrowed by the same permissions, and their resources, templates and
-//!   prompts ([`crate::mcp_reexport`]).
+//!   prompts ([`reexport`]).
 //!
 //! OAuth-first clients get `WWW-Authenticate: Bearer resource_metadata="…"` on every 401 and the
 //! RFC 9728 protected-resource metadata at `/.well-known/oauth-protected-resource[/mcp]`; the
@@ -24,6 +24,8 @@
 //! approval are asked by elicitation, refused when the client cannot ask; their timeout stands
 //! still while an elicitation waits; every built-in call that got past its arguments writes an
 //! execution and a tool-call audit row ([`McpAudit`]).
+
+pub mod reexport;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -738,7 +740,7 @@ impl CallerToolSource {
     /// that are down are left out, as in a run (the pool reports them as warnings).
     ///
     /// Returns the servers whose resources and prompts the caller may see
-    /// ([`crate::mcp_reexport::visible`]).
+    /// ([`self::reexport::visible`]).
     async fn add_user_servers(
         &self,
         tenant: &Tenant,
@@ -775,7 +777,7 @@ impl CallerToolSource {
         let servers: Vec<_> = reply
             .servers
             .iter()
-            .filter(|s| crate::mcp_reexport::visible(&s.server, &specs, allowed))
+            .filter(|s| self::reexport::visible(&s.server, &specs, allowed))
             .cloned()
             .collect();
         for tool in reply.tools {
@@ -916,7 +918,7 @@ impl ToolSource for CallerToolSource {
             presenter: Some(presenter),
             policy: Arc::new(policy),
             retry: Retry::default(),
-            content: Some(Arc::new(crate::mcp_reexport::ReExported {
+            content: Some(Arc::new(self::reexport::ReExported {
                 servers,
                 audit: Some(audit),
             })),
@@ -1033,7 +1035,7 @@ impl McpAudit {
                 assistant_id: AssistantId::DEFAULT.to_string(),
                 input: match call.tool.name.as_str() {
                     // A resource read or prompt get re-exported from a server of the caller.
-                    m @ (crate::mcp_reexport::READ | crate::mcp_reexport::GET) => {
+                    m @ (self::reexport::READ | self::reexport::GET) => {
                         format!("MCP {m} {}", call.tool.service_tool)
                     }
                     name => format!("MCP tools/call {name}"),

@@ -36,8 +36,8 @@ use utoipa::ToSchema;
 use crate::auth::TenantCaller;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::ApiJson;
+use crate::protocols::common::with_keep_alive;
 use crate::request_id::RequestId;
-use crate::routes::chat::with_keep_alive;
 use crate::routes::resource::endpoint;
 use crate::state::AppState;
 
