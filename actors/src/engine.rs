@@ -293,26 +293,30 @@ impl Engine {
     }
 
     /// An assistant was changed or deleted: live sessions that keep it load it again for
-    /// their next run.
+    /// their next run. Returns once every live session has heard, so a run asked for after
+    /// this returns (a WebSocket frame goes to its session directly, not through the
+    /// supervisor) uses the new assistant.
     pub async fn assistant_changed(
         &self,
         tenant: agentry_schema::ids::TenantId,
         assistant: &agentry_schema::ids::AssistantId,
     ) -> Result<(), EngineError> {
         if let Some(sup) = self.registry.send(LiveTenant(tenant)).await? {
-            sup.do_send(crate::session::AssistantChanged(assistant.clone()));
+            sup.send(crate::session::AssistantChanged(assistant.clone()))
+                .await?;
         }
         Ok(())
     }
 
     /// A profile (or anything else every assistant of the tenant may use) changed: live
-    /// sessions load their assistant again for their next run.
+    /// sessions load their assistant again for their next run. Returns once every live
+    /// session has heard, as [`Engine::assistant_changed`].
     pub async fn assistants_changed(
         &self,
         tenant: agentry_schema::ids::TenantId,
     ) -> Result<(), EngineError> {
         if let Some(sup) = self.registry.send(LiveTenant(tenant)).await? {
-            sup.do_send(crate::session::AssistantsChanged);
+            sup.send(crate::session::AssistantsChanged).await?;
         }
         Ok(())
     }

@@ -202,6 +202,10 @@ impl Handler<GetStatus> for SessionActor {
 impl Handler<AssistantChanged> for SessionActor {
     type Result = ();
     fn handle(&mut self, msg: AssistantChanged, _: &mut Self::Context) {
+        if msg.0 == self.session.assistant_id {
+            // A run starting now may have read the old row: it must not keep it.
+            self.assistant_changes += 1;
+        }
         if self
             .assistant
             .as_ref()
@@ -215,6 +219,7 @@ impl Handler<AssistantChanged> for SessionActor {
 impl Handler<AssistantsChanged> for SessionActor {
     type Result = ();
     fn handle(&mut self, _: AssistantsChanged, _: &mut Self::Context) {
+        self.assistant_changes += 1;
         self.assistant = None;
     }
 }

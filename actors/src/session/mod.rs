@@ -353,6 +353,9 @@ pub struct SessionActor {
     /// The assistant its last run used, and when it was loaded: the next run reuses it for
     /// [`ASSISTANT_REUSE`] (or until this server changes it, [`AssistantChanged`]).
     assistant: Option<(KeptAssistant, Instant)>,
+    /// How many changes to its assistant this actor has heard of: a run start that loaded the
+    /// assistant keeps it only if none came while it loaded (the row it read may be the old one).
+    assistant_changes: u64,
     /// Its place among the process's live sessions (the cap, eviction, who holds it).
     residency: Residency,
     /// Start-up recovery is done: before, the actor's numbering and runs are not known yet.
@@ -493,6 +496,7 @@ impl SessionActor {
             unrecorded: Vec::new(),
             unrecorded_tried: Instant::now(),
             assistant: None,
+            assistant_changes: 0,
             residency,
             recovered: false,
             leaving: false,
@@ -948,6 +952,7 @@ impl SessionActor {
             .as_ref()
             .filter(|(a, at)| a.0.id == session.assistant_id && at.elapsed() < ASSISTANT_REUSE)
             .cloned();
+        let assistant_changes = self.assistant_changes;
         let quota = self.quota.clone();
         let mcp = self.mcp.clone();
         let resuming = matches!(start, RunStart::Resume(_));
@@ -1018,7 +1023,9 @@ impl SessionActor {
             let still_ours = act.run.as_ref().is_some_and(|r| r.run_id == run_id);
             // The run start reserved the next block of event numbers with its session write.
             act.on_reserved(res.is_ok().then_some(reserve));
-            if let Ok((_, p)) = &res {
+            if let Ok((_, p)) = &res
+                && act.assistant_changes == assistant_changes
+            {
                 act.assistant = Some((
                     (p.input.assistant.clone(), p.input.agent.clone()),
                     p.assistant_loaded,

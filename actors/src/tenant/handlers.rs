@@ -77,21 +77,35 @@ impl Handler<LiveSession> for TenantSupervisor {
     }
 }
 
+/// Answers once every live session has handled the change: whoever asked for it (an API
+/// call) answers its client only then, and a run asked for afterwards reaches the session
+/// behind it. A session that stopped meanwhile keeps nothing, so its error is ignored.
 impl Handler<AssistantChanged> for TenantSupervisor {
-    type Result = ();
-    fn handle(&mut self, msg: AssistantChanged, _: &mut Self::Context) {
-        for s in self.sessions.values() {
-            s.addr.do_send(msg.clone());
-        }
+    type Result = ResponseFuture<()>;
+    fn handle(&mut self, msg: AssistantChanged, _: &mut Self::Context) -> Self::Result {
+        let heard: Vec<_> = self
+            .sessions
+            .values()
+            .map(|s| s.addr.send(msg.clone()))
+            .collect();
+        Box::pin(async move {
+            futures::future::join_all(heard).await;
+        })
     }
 }
 
+/// As [`AssistantChanged`]: answers once every live session has heard.
 impl Handler<AssistantsChanged> for TenantSupervisor {
-    type Result = ();
-    fn handle(&mut self, msg: AssistantsChanged, _: &mut Self::Context) {
-        for s in self.sessions.values() {
-            s.addr.do_send(msg.clone());
-        }
+    type Result = ResponseFuture<()>;
+    fn handle(&mut self, msg: AssistantsChanged, _: &mut Self::Context) -> Self::Result {
+        let heard: Vec<_> = self
+            .sessions
+            .values()
+            .map(|s| s.addr.send(msg.clone()))
+            .collect();
+        Box::pin(async move {
+            futures::future::join_all(heard).await;
+        })
     }
 }
 
