@@ -497,6 +497,9 @@ try {
   await page.click("#nav a[data-area=admin]");
   await page.waitForSelector("#users select[data-role-of=bob] option[value=auditor]", { state: "attached" });
   assert.equal(await page.inputValue("#users select[data-role-of=bob]"), "member");
+  // The select shows the choice at once; the page draws the users again once the change is
+  // stored. Typing into the add-user form before that redraw loses what was typed.
+  const bobBefore = await page.$("#users select[data-role-of=bob]");
   await page.selectOption("#users select[data-role-of=bob]", "auditor");
   const roleOf = async (name) => {
     const users = await (await fetch(BASE + "/api/v1/tenant/users?limit=200", { headers: alice })).json();
@@ -507,7 +510,10 @@ try {
     assert.ok(i < 100, "bob got the custom role");
     await new Promise((r) => setTimeout(r, 100));
   }
-  await page.waitForFunction(() => document.querySelector("#users select[data-role-of=bob]")?.value === "auditor");
+  await page.waitForFunction(
+    (before) => !before.isConnected && document.querySelector("#users select[data-role-of=bob]")?.value === "auditor",
+    bobBefore,
+  );
   await page.fill("#user-name", "carol");
   await page.selectOption("#user-role", "auditor");
   await page.click("#user-create button[type=submit]");
