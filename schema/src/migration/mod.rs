@@ -24,6 +24,7 @@ mod m20261126_001200_execution_role;
 mod m20261127_001300_mcp_oauth;
 mod m20261127_001400_mcp_virtual_servers;
 mod m20261129_001500_stateless_sessions;
+mod m20261129_001600_session_scoped_indexes;
 
 pub struct Migrator;
 
@@ -51,6 +52,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261127_001300_mcp_oauth::Migration),
             Box::new(m20261127_001400_mcp_virtual_servers::Migration),
             Box::new(m20261129_001500_stateless_sessions::Migration),
+            Box::new(m20261129_001600_session_scoped_indexes::Migration),
         ]
     }
 }
