@@ -346,6 +346,10 @@ pub async fn connect(opts: &DbOptions) -> Result<DatabaseConnection> {
                 .synchronous(sea_orm::sqlx::sqlite::SqliteSynchronous::Normal)
                 .busy_timeout(Duration::from_secs(30))
                 .foreign_keys(true)
+                // The writer's checkpointer copies the log back ten times a second (writer/sqlite.rs):
+                // a pool connection's occasional write checkpoints inline only if the log has
+                // grown far past that (no writer running, e.g. the admin CLI, or a stuck one).
+                .pragma("wal_autocheckpoint", "16384")
         });
     }
     // The pool's acquire timeout is short; opening the pool at start-up may wait longer for a

@@ -98,7 +98,7 @@ impl Writer {
         if db.get_database_backend() != DatabaseBackend::Sqlite {
             return Ok(Writer::direct(db.clone()));
         }
-        let (conn, sqlite) = open_sqlite_writer(opts).await?;
+        let (conn, sqlite, checkpointer) = open_sqlite_writer(opts).await?;
         let (tx, rx) = mpsc::unbounded_channel();
         let (ready_tx, ready_rx) = oneshot::channel();
         std::thread::Builder::new()
@@ -117,6 +117,8 @@ impl Writer {
                 ON_WRITER.with(|w| w.set(true));
                 let _ = ready_tx.send(Ok(()));
                 rt.block_on(run_queue(conn, sqlite, rx));
+                // The last checkpoint once the last write is in.
+                drop(checkpointer);
             })
             .map_err(|e| StoreError::Db(DbErr::Custom(format!("starting the writer: {e}"))))?;
         ready_rx
@@ -216,17 +218,22 @@ fn timed_out() -> StoreError {
 /// connection the jobs' statements go through (see [`sqlite`]).
 async fn open_sqlite_writer(
     opts: &DbOptions,
-) -> Result<(DatabaseConnection, Arc<sqlite::SqliteWriter>)> {
+) -> Result<(
+    DatabaseConnection,
+    Arc<sqlite::SqliteWriter>,
+    sqlite::Checkpointer,
+)> {
     let options: sea_orm::sqlx::sqlite::SqliteConnectOptions = opts
         .url
         .parse()
         .map_err(|e| StoreError::Invalid(format!("the SQLite database URL: {e}")))?;
     let writer = Arc::new(sqlite::SqliteWriter::open(options.get_filename())?);
+    let checkpointer = sqlite::Checkpointer::start(options.get_filename())?;
     let db: DatabaseConnection = sea_orm::DatabaseConnectionType::MockDatabaseConnection(Arc::new(
         sea_orm::MockDatabaseConnection::new(sqlite::Rows(writer.clone())),
     ))
     .into();
-    Ok((db, writer))
+    Ok((db, writer, checkpointer))
 }
 
 async fn run_queue(
