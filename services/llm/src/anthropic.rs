@@ -210,8 +210,8 @@ impl ChatModel for AnthropicModel {
     }
 
     #[tracing::instrument(level = "debug", skip_all, fields(provider = "anthropic", model = %self.model, stream = self.stream))]
-    async fn stream(&self, request: ChatRequest) -> Result<ChatStream, LlmError> {
-        let body = self.request_body(&request);
+    async fn stream(&self, request: &ChatRequest) -> Result<ChatStream, LlmError> {
+        let body = self.request_body(request);
         let url = self.endpoint();
         let response = self
             .transport

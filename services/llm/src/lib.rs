@@ -186,8 +186,9 @@ pub trait ChatModel: Send + Sync {
     /// The model name sent to the provider.
     fn model(&self) -> &str;
     /// Start a streamed answer. Errors before the first byte (and retries of them) happen here;
-    /// errors mid-stream arrive as stream items.
-    async fn stream(&self, request: ChatRequest) -> Result<ChatStream, LlmError>;
+    /// errors mid-stream arrive as stream items. The request is borrowed: a provider encodes
+    /// it before the call, and the caller keeps it (for a retry, or as its conversation).
+    async fn stream(&self, request: &ChatRequest) -> Result<ChatStream, LlmError>;
 }
 
 /// A whole answer, for callers that do not need the deltas (see [`collect_stream`]).
@@ -220,5 +221,5 @@ pub async fn complete(
     model: &dyn ChatModel,
     request: ChatRequest,
 ) -> Result<ChatResponse, LlmError> {
-    collect_stream(model.stream(request).await?).await
+    collect_stream(model.stream(&request).await?).await
 }

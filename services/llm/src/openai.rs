@@ -77,85 +77,161 @@ impl OpenAiModel {
         format!("{}/chat/completions", self.base_url)
     }
 
-    /// The JSON body sent for `request`.
+    /// The JSON body sent for `request`, as a value (what [`OpenAiModel::request_bytes`]
+    /// sends).
     pub fn request_body(&self, request: &ChatRequest) -> Value {
-        let mut body = Map::new();
-        body.insert("model".into(), json!(self.model));
-        body.insert("messages".into(), Value::Array(wire_messages(request)));
-        if !request.tools.is_empty() {
-            let tools = request
+        serde_json::to_value(self.wire(request)).unwrap_or(Value::Null)
+    }
+
+    /// The body sent for `request`: serialized straight from the request, borrowing its
+    /// messages and tool schemas (a model call's largest allocation was building this body as
+    /// a `serde_json::Value` tree, copying every message and schema, and serializing that).
+    pub fn request_bytes(&self, request: &ChatRequest) -> Result<bytes::Bytes, LlmError> {
+        serde_json::to_vec(&self.wire(request))
+            .map(bytes::Bytes::from)
+            .map_err(|e| LlmError::Decode(format!("encoding the request: {e}")))
+    }
+
+    fn wire<'a>(&'a self, request: &'a ChatRequest) -> WireRequest<'a> {
+        WireRequest {
+            model: &self.model,
+            messages: wire_messages(request),
+            tools: request
                 .tools
                 .iter()
-                .map(|tool| {
-                    json!({
-                        "type": "function",
-                        "function": {
-                            "name": tool.name,
-                            "description": tool.description,
-                            "parameters": tool.parameters,
-                        }
-                    })
+                .map(|tool| WireTool {
+                    kind: "function",
+                    function: WireFunction {
+                        name: &tool.name,
+                        description: &tool.description,
+                        parameters: &tool.parameters,
+                    },
                 })
-                .collect();
-            body.insert("tools".into(), Value::Array(tools));
+                .collect(),
+            temperature: request.temperature.map(temperature_json),
+            max_tokens: request.max_tokens,
+            stream: self.stream,
+            stream_options: self.stream.then_some(StreamOptions {
+                include_usage: true,
+            }),
         }
-        if let Some(temperature) = request.temperature {
-            body.insert("temperature".into(), temperature_json(temperature));
-        }
-        if let Some(max_tokens) = request.max_tokens {
-            body.insert("max_tokens".into(), json!(max_tokens));
-        }
-        body.insert("stream".into(), json!(self.stream));
-        if self.stream {
-            body.insert("stream_options".into(), json!({ "include_usage": true }));
-        }
-        Value::Object(body)
     }
+}
+
+#[derive(serde::Serialize)]
+struct WireRequest<'a> {
+    model: &'a str,
+    messages: Vec<WireMessage<'a>>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tools: Vec<WireTool<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_tokens: Option<u32>,
+    stream: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream_options: Option<StreamOptions>,
+}
+
+#[derive(serde::Serialize)]
+struct StreamOptions {
+    include_usage: bool,
+}
+
+#[derive(serde::Serialize)]
+struct WireTool<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: WireFunction<'a>,
+}
+
+#[derive(serde::Serialize)]
+struct WireFunction<'a> {
+    name: &'a str,
+    description: &'a str,
+    parameters: &'a Value,
+}
+
+#[derive(serde::Serialize)]
+struct WireMessage<'a> {
+    role: &'static str,
+    content: WireContent<'a>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tool_calls: Vec<WireCall<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_call_id: Option<&'a str>,
+}
+
+impl<'a> WireMessage<'a> {
+    fn text(role: &'static str, content: &'a str) -> Self {
+        WireMessage {
+            role,
+            content: WireContent::Text(content),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+        }
+    }
+}
+
+#[derive(serde::Serialize)]
+#[serde(untagged)]
+enum WireContent<'a> {
+    Text(&'a str),
+    /// OpenAI wants `content: null` rather than "" beside tool calls.
+    Null(()),
+    Parts(Value),
+}
+
+#[derive(serde::Serialize)]
+struct WireCall<'a> {
+    id: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: WireCallFunction<'a>,
+}
+
+#[derive(serde::Serialize)]
+struct WireCallFunction<'a> {
+    name: &'a str,
+    /// The arguments as JSON text, as the API wants them.
+    arguments: String,
 }
 
 /// The conversation in chat completions form: the system prompt first, assistant messages with
 /// `tool_calls` (arguments as JSON text), tool results as `tool` messages with `tool_call_id`.
-fn wire_messages(request: &ChatRequest) -> Vec<Value> {
+fn wire_messages(request: &ChatRequest) -> Vec<WireMessage<'_>> {
     let mut messages = Vec::with_capacity(request.messages.len() + 1);
     if let Some(system) = request.system.as_deref().filter(|s| !s.is_empty()) {
-        messages.push(json!({ "role": "system", "content": system }));
+        messages.push(WireMessage::text("system", system));
     }
     let mut pending_images = Vec::new();
     let mut rest = request.messages.iter().peekable();
     while let Some(message) = rest.next() {
         messages.push(match message {
-            ChatMessage::User { content } => json!({ "role": "user", "content": content }),
+            ChatMessage::User { content } => WireMessage::text("user", content),
             ChatMessage::Assistant {
                 content,
                 tool_calls,
-            } => {
-                let mut m = Map::new();
-                m.insert("role".into(), json!("assistant"));
-                // OpenAI wants `content: null` rather than "" beside tool calls.
-                let content = if content.is_empty() && !tool_calls.is_empty() {
-                    Value::Null
+            } => WireMessage {
+                role: "assistant",
+                content: if content.is_empty() && !tool_calls.is_empty() {
+                    WireContent::Null(())
                 } else {
-                    json!(content)
-                };
-                m.insert("content".into(), content);
-                if !tool_calls.is_empty() {
-                    let calls = tool_calls
-                        .iter()
-                        .map(|call| {
-                            json!({
-                                "id": call.id,
-                                "type": "function",
-                                "function": {
-                                    "name": call.name,
-                                    "arguments": call.arguments.to_string(),
-                                }
-                            })
-                        })
-                        .collect();
-                    m.insert("tool_calls".into(), Value::Array(calls));
-                }
-                Value::Object(m)
-            }
+                    WireContent::Text(content)
+                },
+                tool_calls: tool_calls
+                    .iter()
+                    .map(|call| WireCall {
+                        id: &call.id,
+                        kind: "function",
+                        function: WireCallFunction {
+                            name: &call.name,
+                            arguments: call.arguments.to_string(),
+                        },
+                    })
+                    .collect(),
+                tool_call_id: None,
+            },
             ChatMessage::Tool {
                 tool_call_id,
                 content,
@@ -163,7 +239,10 @@ fn wire_messages(request: &ChatRequest) -> Vec<Value> {
                 ..
             } => {
                 pending_images.extend(images.iter().map(|i| (tool_call_id.clone(), i.clone())));
-                json!({ "role": "tool", "tool_call_id": tool_call_id, "content": content })
+                WireMessage {
+                    tool_call_id: Some(tool_call_id),
+                    ..WireMessage::text("tool", content)
+                }
             }
         });
         // A tool message can hold only text: the images of a turn's tool results follow all
@@ -171,14 +250,19 @@ fn wire_messages(request: &ChatRequest) -> Vec<Value> {
         // as one user message of image parts.
         let next_is_tool = matches!(rest.peek(), Some(ChatMessage::Tool { .. }));
         if !next_is_tool && !pending_images.is_empty() {
-            messages.push(images_message(std::mem::take(&mut pending_images)));
+            messages.push(WireMessage {
+                role: "user",
+                content: WireContent::Parts(image_parts(std::mem::take(&mut pending_images))),
+                tool_calls: Vec::new(),
+                tool_call_id: None,
+            });
         }
     }
     messages
 }
 
-/// A user message showing tool results' images (`(tool_call_id, image)`).
-fn images_message(images: Vec<(String, crate::ImagePart)>) -> Value {
+/// The parts of a user message showing tool results' images (`(tool_call_id, image)`).
+fn image_parts(images: Vec<(String, crate::ImagePart)>) -> Value {
     let mut parts = vec![json!({
         "type": "text",
         "text": "Images returned by the tool calls above:",
@@ -190,7 +274,7 @@ fn images_message(images: Vec<(String, crate::ImagePart)>) -> Value {
             "image_url": {"url": format!("data:{};base64,{}", image.mime_type, image.data)},
         }));
     }
-    json!({"role": "user", "content": parts})
+    Value::Array(parts)
 }
 
 #[async_trait]
@@ -204,13 +288,18 @@ impl ChatModel for OpenAiModel {
     }
 
     #[tracing::instrument(level = "debug", skip_all, fields(provider = "openai", model = %self.model, stream = self.stream))]
-    async fn stream(&self, request: ChatRequest) -> Result<ChatStream, LlmError> {
-        let body = self.request_body(&request);
+    async fn stream(&self, request: &ChatRequest) -> Result<ChatStream, LlmError> {
+        let body = self.request_bytes(request)?;
         let url = self.endpoint();
         let response = self
             .transport
             .send("openai", || {
-                let builder = self.transport.client.post(&url).json(&body);
+                let builder = self
+                    .transport
+                    .client
+                    .post(&url)
+                    .header(reqwest::header::CONTENT_TYPE, "application/json")
+                    .body(body.clone());
                 match &self.api_key {
                     Some(key) => builder.bearer_auth(key.expose()),
                     None => builder,
@@ -493,7 +582,8 @@ mod tests {
             ],
             ..ChatRequest::default()
         };
-        let wire = wire_messages(&request);
+        let wire = serde_json::to_value(wire_messages(&request)).unwrap();
+        let wire = wire.as_array().unwrap();
         let roles: Vec<&str> = wire.iter().map(|m| m["role"].as_str().unwrap()).collect();
         assert_eq!(roles, ["user", "assistant", "tool", "tool", "user", "user"]);
         assert_eq!(wire[2]["content"], "[image: image/png, 3 bytes]");

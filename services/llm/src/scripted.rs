@@ -347,9 +347,9 @@ impl ChatModel for ScriptedModel {
         &self.model
     }
 
-    async fn stream(&self, request: ChatRequest) -> Result<ChatStream, LlmError> {
-        let reply = scripted_reply(&request);
-        let usage = estimate_usage(&request, &reply);
+    async fn stream(&self, request: &ChatRequest) -> Result<ChatStream, LlmError> {
+        let reply = scripted_reply(request);
+        let usage = estimate_usage(request, &reply);
         let playback = Playback {
             delay: reply.delay,
             word_delay: self.word_delay,

@@ -49,7 +49,7 @@ async fn the_binary_prints_its_url_and_answers_in_auto_mode() {
     let client = reqwest::Client::new();
     let openai = OpenAiModel::new(client.clone(), &format!("{url}/v1"), None, "bench");
     let started = Instant::now();
-    let mut stream = openai.stream(user("hello from the bench")).await.unwrap();
+    let mut stream = openai.stream(&user("hello from the bench")).await.unwrap();
     assert!(
         started.elapsed() >= Duration::from_millis(200),
         "--latency-ms"

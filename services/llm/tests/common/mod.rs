@@ -88,7 +88,7 @@ pub async fn call(
     model: &dyn ChatModel,
     request: ChatRequest,
 ) -> Result<Vec<StreamEvent>, LlmError> {
-    let stream = model.stream(request).await?;
+    let stream = model.stream(&request).await?;
     let (events, error) = drain(stream).await;
     match error {
         Some(error) => Err(error),

@@ -249,7 +249,7 @@ async fn a_stalled_stream_times_out_after_its_first_chunks() {
                 .in_chunks(3)
                 .with_chunk_delay(Duration::from_secs(3)),
         );
-        let stream = build(&cfg).stream(user("x")).await.unwrap();
+        let stream = build(&cfg).stream(&user("x")).await.unwrap();
         let (events, error) = drain(stream).await;
         assert_eq!(
             error,
@@ -300,7 +300,7 @@ async fn a_stream_that_breaks_mid_way_ends_with_an_error_item() {
         let server = server();
         // message_start/ping (Anthropic) or the role chunk (OpenAI) plus some text, then a break.
         server.push(FakeReply::broken("one two three four five six", 4));
-        let stream = model(&server, wire, true).stream(user("x")).await.unwrap();
+        let stream = model(&server, wire, true).stream(&user("x")).await.unwrap();
         let (events, error) = drain(stream).await;
         assert!(
             !text_of(&events).is_empty(),
@@ -325,7 +325,7 @@ async fn a_stream_that_ends_early_is_a_decode_error() {
     for wire in common::WIRES {
         let server = server();
         server.push(FakeReply::truncated("one two three", 3));
-        let stream = model(&server, wire, true).stream(user("x")).await.unwrap();
+        let stream = model(&server, wire, true).stream(&user("x")).await.unwrap();
         let (events, error) = drain(stream).await;
         assert!(
             !events.iter().any(|e| matches!(e, StreamEvent::Done(_))),
@@ -369,7 +369,7 @@ async fn dropping_the_call_cancels_the_retry_wait() {
     server.push(FakeReply::rate_limited(Some("30")));
     let model = model(&server, Wire::OpenAi, true);
     let started = Instant::now();
-    let outcome = tokio::time::timeout(Duration::from_millis(300), model.stream(user("x"))).await;
+    let outcome = tokio::time::timeout(Duration::from_millis(300), model.stream(&user("x"))).await;
     assert!(outcome.is_err(), "the call should still be waiting");
     assert!(started.elapsed() < Duration::from_secs(5));
     // Nothing is retried once the call is gone.

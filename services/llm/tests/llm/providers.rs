@@ -333,7 +333,7 @@ async fn local_servers_need_no_key() {
         let mut config = common::config(&server, wire, true);
         config.api_key = None;
         let model = common::build(&config);
-        let response = collect_stream(model.stream(user("x")).await.unwrap())
+        let response = collect_stream(model.stream(&user("x")).await.unwrap())
             .await
             .unwrap();
         assert_eq!(response.text, "no key needed");

@@ -60,7 +60,7 @@ async fn scripted_tool_round_trip() {
 async fn scripted_sleep_is_cancelled_by_dropping_the_stream() {
     let model = ScriptedModel::new();
     let started = Instant::now();
-    let mut stream = model.stream(user("/sleep 20000\nhi")).await.unwrap();
+    let mut stream = model.stream(&user("/sleep 20000\nhi")).await.unwrap();
     let first = tokio::time::timeout(Duration::from_millis(200), stream.next()).await;
     assert!(first.is_err(), "nothing may arrive during the sleep");
     drop(stream);
@@ -149,7 +149,7 @@ async fn fake_auto_mode_honours_sleep() {
     let server = server();
     let fake = model(&server, common::Wire::OpenAi, true);
     let started = Instant::now();
-    let response = collect_stream(fake.stream(user("/sleep 400\nhi")).await.unwrap())
+    let response = collect_stream(fake.stream(&user("/sleep 400\nhi")).await.unwrap())
         .await
         .unwrap();
     assert_eq!(response.text, "(scripted) You said: hi");
