@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use agentry_llm::{
     AnthropicModel, ChatModel, Embedder, LlmError, ModelConfig, OpenAiEmbeddings, OpenAiModel,
@@ -12,7 +12,7 @@ use agentry_llm::{
 };
 use agentry_schema::error::ErrorCode;
 use agentry_schema::ids::ModelConnectionId;
-use agentry_schema::ids::{SessionId, TenantId, UserId};
+use agentry_schema::ids::{AssistantId, SessionId, TenantId, UserId};
 use agentry_schema::secret::Secret;
 use agentry_schema::tenancy::Role;
 use agentry_sealing::SecretBox;
@@ -534,6 +534,114 @@ pub struct EngineDeps {
     /// Long-term memory: each run's prompt gets the memories relevant to its message, and
     /// `memory.auto_extract` stores facts after it. `None`: no memory.
     pub memory: Option<Arc<agentry_builtin::memory::MemoryBank>>,
+    /// Assistants the process's runs loaded a moment ago (see [`AssistantCache`]).
+    pub assistants: Arc<AssistantCache>,
+    /// Sessions created here and not started yet (see [`FreshSessions`]).
+    pub fresh_sessions: Arc<FreshSessions>,
+}
+
+/// An assistant with its effective configuration, as a run uses it.
+pub type KeptAssistant = (Assistant, Arc<crate::profiles::AgentConfig>);
+
+/// Sessions this process created that no actor has started for yet (single-node mode): such a
+/// session has no run, no queued run and no event — only its actor makes them — so its actor's
+/// start-up recovery reads nothing (four reads through the pool for every REST run that opens a
+/// session of its own). Taken by the first actor that starts for the session, by start-up
+/// recovery finding stored runs of it, and by a run stored beside its actor (the MCP endpoint's
+/// audit, `Engine::run_recorded_outside`); an entry not taken within ten minutes is forgotten
+/// (its session then recovers by reading, as any other). In cluster mode another replica may
+/// run the session meanwhile: not used there.
+pub struct FreshSessions(moka::sync::Cache<SessionId, ()>);
+
+impl Default for FreshSessions {
+    fn default() -> Self {
+        FreshSessions(
+            moka::sync::Cache::builder()
+                .max_capacity(100_000)
+                .time_to_live(Duration::from_secs(600))
+                .build(),
+        )
+    }
+}
+
+impl FreshSessions {
+    pub(crate) fn created(&self, id: SessionId) {
+        self.0.insert(id, ());
+    }
+
+    /// Whether `id` was created here and not started yet; it is not fresh afterwards.
+    pub(crate) fn take(&self, id: SessionId) -> bool {
+        self.0.remove(&id).is_some()
+    }
+}
+
+/// How long a loaded assistant is used again without reading it (by its session, and by any
+/// session through [`AssistantCache`]), unless a change is told first.
+pub(crate) const ASSISTANT_REUSE: Duration = Duration::from_secs(5);
+
+/// The assistants (with their effective configuration) that runs loaded in the last
+/// [`ASSISTANT_REUSE`], shared by the process's sessions: a new session's first run — every
+/// REST run that opens a session of its own — reads neither its assistant nor its profile
+/// again (two reads per run through the pool, whose page cache every commit empties). The
+/// same bound as a session's own kept assistant: a change made through this server, or told
+/// by another replica (`Engine::assistant_changed`, `Engine::assistants_changed`), drops
+/// entries at once, and a load that a change overtook is not kept (it may have read the old
+/// row).
+pub struct AssistantCache {
+    entries: moka::sync::Cache<(uuid::Uuid, AssistantId), (KeptAssistant, Instant)>,
+    /// How many changes were told: a load keeps its result only if none came meanwhile.
+    changes: std::sync::atomic::AtomicU64,
+}
+
+impl Default for AssistantCache {
+    fn default() -> Self {
+        AssistantCache {
+            entries: moka::sync::Cache::builder()
+                .max_capacity(10_000)
+                .time_to_live(ASSISTANT_REUSE)
+                .build(),
+            changes: Default::default(),
+        }
+    }
+}
+
+impl AssistantCache {
+    pub(crate) fn get(
+        &self,
+        tenant: TenantId,
+        id: &AssistantId,
+    ) -> Option<(KeptAssistant, Instant)> {
+        self.entries
+            .get(&(tenant.0, id.clone()))
+            .filter(|(_, at)| at.elapsed() < ASSISTANT_REUSE)
+    }
+
+    pub(crate) fn changes(&self) -> u64 {
+        self.changes.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Keep what was loaded since [`AssistantCache::changes`] read `seen`, unless a change came.
+    pub(crate) fn keep(&self, tenant: TenantId, kept: (KeptAssistant, Instant), seen: u64) {
+        if self.changes() != seen {
+            return;
+        }
+        let key = (tenant.0, kept.0.0.id.clone());
+        self.entries.insert(key.clone(), kept);
+        // A change between the check and the insert: its invalidation may have come first.
+        if self.changes() != seen {
+            self.entries.invalidate(&key);
+        }
+    }
+
+    /// The tenant's assistant `id` changed (`None`: anything every assistant may use).
+    pub(crate) fn changed(&self, tenant: TenantId, id: Option<&AssistantId>) {
+        self.changes
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        match id {
+            Some(id) => self.entries.invalidate(&(tenant.0, id.clone())),
+            None => self.entries.invalidate_all(),
+        }
+    }
 }
 
 impl EngineDeps {

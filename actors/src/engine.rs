@@ -301,6 +301,7 @@ impl Engine {
         tenant: agentry_schema::ids::TenantId,
         assistant: &agentry_schema::ids::AssistantId,
     ) -> Result<(), EngineError> {
+        self.deps.assistants.changed(tenant, Some(assistant));
         if let Some(sup) = self.registry.send(LiveTenant(tenant)).await? {
             sup.send(crate::session::AssistantChanged(assistant.clone()))
                 .await?;
@@ -315,6 +316,7 @@ impl Engine {
         &self,
         tenant: agentry_schema::ids::TenantId,
     ) -> Result<(), EngineError> {
+        self.deps.assistants.changed(tenant, None);
         if let Some(sup) = self.registry.send(LiveTenant(tenant)).await? {
             sup.send(crate::session::AssistantsChanged).await?;
         }
@@ -378,8 +380,12 @@ impl Engine {
             return Ok(sessions::create_stateless(&self.deps.db, &scope, new).await?);
         }
         let quota = self.quota(tenant).await?;
-        let stored = sessions::count_by_user(&self.deps.db, &scope, user.user_id).await?;
-        quota.reserve_session(user.user_id, stored).await?;
+        // The user's stored sessions are counted only when the quota's keeper has not seen the
+        // user yet (a read of all their sessions per new session otherwise).
+        if !quota.reserve_session(user.user_id, None).await? {
+            let stored = sessions::count_by_user(&self.deps.db, &scope, user.user_id).await?;
+            quota.reserve_session(user.user_id, Some(stored)).await?;
+        }
         let new = NewSession {
             id: req.id,
             user_id: user.user_id,
@@ -396,12 +402,22 @@ impl Engine {
             })
             .await;
         match created {
-            Ok(s) => Ok(s),
+            Ok(s) => {
+                self.deps.fresh_sessions.created(s.id);
+                Ok(s)
+            }
             Err(e) => {
                 quota.release_session(user.user_id);
                 Err(e.into())
             }
         }
+    }
+
+    /// A run of `session` was stored by something other than its actor (the MCP endpoint's
+    /// audit of a tool call): the session's actor, when it starts, recovers by reading what is
+    /// stored (see [`crate::deps::FreshSessions`]).
+    pub fn run_recorded_outside(&self, session: SessionId) {
+        self.deps.fresh_sessions.take(session);
     }
 
     /// Load a session the caller may see: their own, or any of the tenant's for an admin.
@@ -876,6 +892,8 @@ impl Engine {
             if !seen.insert((exec.tenant_id, exec.session_id)) {
                 continue;
             }
+            // Stored runs to recover: whatever this process remembers, the session is not fresh.
+            self.deps.fresh_sessions.take(exec.session_id);
             let Some(tenant) =
                 agentry_store::tenants::get(&self.deps.db, &platform, exec.tenant_id).await?
             else {

@@ -83,8 +83,9 @@ pub struct RunInput {
     pub quota: crate::quota::QuotaHandle,
     /// A `task` child run: the run that started it (`None`: a person did).
     pub parent: Option<task::ParentRun>,
-    /// The session's history window, read with the run's start (`None`: read it at load).
-    pub history: Option<Vec<agentry_store::messages::Message>>,
+    /// The session's history window, brought up to date with the run's start (`None`: read it
+    /// at load). Shared with the session, which keeps it for its next run.
+    pub history: Option<Arc<Vec<agentry_store::messages::Message>>>,
 }
 
 /// How a run ended; the session turns it into the `done` event and the execution row.
@@ -670,7 +671,11 @@ impl Agent {
                 all
             }
             None => match self.input.history.take() {
-                Some(window) => window,
+                Some(window) => {
+                    self.window_start = window.first().map(|m| m.id).unwrap_or(self.window_start);
+                    self.conversation = history::to_chat(&window);
+                    return Ok(());
+                }
                 None => messages::last_n(
                     &self.deps.db,
                     &self.scope,
@@ -810,9 +815,11 @@ impl Agent {
     /// Call the model; stream its text as `text` events. A stream that breaks mid-way is
     /// retried up to the assistant's `max_retries` with `base_delay * 2^n`.
     async fn reason(&mut self, model: &Arc<dyn ChatModel>, tools: &ToolSet) -> Step<ModelAnswer> {
-        let request = ChatRequest {
+        // The conversation goes into the request and comes back after the call (not a copy of
+        // it per call: it is the model request's largest part).
+        let mut request = ChatRequest {
             system: Some(self.system_prompt(tools)),
-            messages: self.conversation.clone(),
+            messages: std::mem::take(&mut self.conversation),
             tools: tools
                 .offered()
                 .map(|s| ToolSchema {
@@ -824,14 +831,25 @@ impl Agent {
             temperature: None,
             max_tokens: None,
         };
+        let answer = self.call_with_retries(model, &request).await;
+        self.conversation = std::mem::take(&mut request.messages);
+        answer
+    }
+
+    /// [`Agent::reason`]'s calls: the first, and the retries of a stream that broke off.
+    async fn call_with_retries(
+        &mut self,
+        model: &Arc<dyn ChatModel>,
+        request: &ChatRequest,
+    ) -> Step<ModelAnswer> {
         let max_retries = self.input.agent.max_retries;
         let mut attempt = 0u32;
         loop {
             // Every attempt is a model call: it reserves its tokens before, and settles the
             // reservation with what it really used after (a cancelled call, with nothing).
-            let reservation = self.reserve_tokens(&request).await?;
+            let reservation = self.reserve_tokens(request).await?;
             let before = self.progress().usage.total;
-            let called = self.call_model(model, request.clone()).await;
+            let called = self.call_model(model, request).await;
             let used = self.progress().usage.total.saturating_sub(before);
             match reservation {
                 Some(r) => r.settle(used),
@@ -913,7 +931,7 @@ impl Agent {
     async fn call_model(
         &mut self,
         model: &Arc<dyn ChatModel>,
-        request: ChatRequest,
+        request: &ChatRequest,
     ) -> Step<Result<ModelAnswer, (LlmError, bool)>> {
         let started = Instant::now();
         // GenAI semantic conventions; usage and finish reason are recorded as the answer ends.
@@ -956,7 +974,7 @@ impl Agent {
     async fn stream_model(
         &mut self,
         model: &Arc<dyn ChatModel>,
-        request: ChatRequest,
+        request: &ChatRequest,
     ) -> Step<Result<ModelAnswer, (LlmError, bool)>> {
         let started = tokio::select! {
             biased;

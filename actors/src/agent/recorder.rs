@@ -80,6 +80,14 @@ pub struct RunRecorder {
     fence: Option<i64>,
 }
 
+/// The history a run's start reads: the last `n` messages with an `id` above `after` (0: the
+/// session's last `n`). A live session keeps its window and reads only what came after it.
+#[derive(Debug, Clone, Copy)]
+pub struct HistoryRead {
+    pub after: i64,
+    pub n: u64,
+}
+
 impl RunRecorder {
     pub fn new(
         writer: Writer,
@@ -102,14 +110,14 @@ impl RunRecorder {
 
     /// Write a run's starting rows (see [`StartRows`]) and reserve event numbers up to
     /// `reserve_seq`, in one transaction. With `history`, the same job reads back the session's
-    /// last `history` messages (the model's window, the new user message last) on the writer's
+    /// last messages (see [`HistoryRead`]; the new user message last) on the writer's
     /// connection: no read of its own through the pool, whose page cache every commit
     /// invalidates.
     pub async fn start(
         &self,
         rows: StartRows,
         reserve_seq: u64,
-        history: Option<u64>,
+        history: Option<HistoryRead>,
     ) -> Result<Option<Vec<Message>>, StoreError> {
         let (scope, session_id, run_id, fence) =
             (self.scope, self.session_id, self.run_id, self.fence);
@@ -151,7 +159,9 @@ impl RunRecorder {
                         .await?;
                     }
                     match history {
-                        Some(n) => Ok(Some(messages::last_n(txn, &scope, session_id, n).await?)),
+                        Some(h) => Ok(Some(
+                            messages::last_n_after(txn, &scope, session_id, h.after, h.n).await?,
+                        )),
                         None => Ok(None),
                     }
                 })

@@ -90,8 +90,9 @@ pub trait QuotaBackend: Send + Sync + 'static {
     async fn reserve_tokens(&self, estimate: u64) -> Result<TokenTicket, QuotaError>;
     /// The call ended having used `used` tokens.
     fn settle_tokens(&self, ticket: &TokenTicket, used: u64);
-    /// `user` wants a new session; `stored` is their count in the database.
-    async fn reserve_session(&self, user: UserId, stored: u64) -> Result<(), QuotaError>;
+    /// `user` wants a new session; `stored` is their count in the database, if read. `Ok(false)`:
+    /// not reserved, the count is needed (ask again with it); with a count, never `Ok(false)`.
+    async fn reserve_session(&self, user: UserId, stored: Option<u64>) -> Result<bool, QuotaError>;
     fn release_session(&self, user: UserId);
     /// The tenant's quotas changed.
     fn set_quotas(&self, quotas: Quotas);
@@ -238,7 +239,14 @@ impl QuotaHandle {
         }
     }
 
-    pub async fn reserve_session(&self, user: UserId, stored: u64) -> Result<(), QuotaError> {
+    /// Reserve one of `user`'s `max_sessions_per_user`; `stored` is how many they have in the
+    /// database, if read. `Ok(false)`: not reserved, the keeper needs the count (ask again with
+    /// it); with a count, never `Ok(false)`.
+    pub async fn reserve_session(
+        &self,
+        user: UserId,
+        stored: Option<u64>,
+    ) -> Result<bool, QuotaError> {
         self.backend.reserve_session(user, stored).await
     }
 
@@ -356,7 +364,7 @@ impl QuotaBackend for LocalQuota {
         });
     }
 
-    async fn reserve_session(&self, user: UserId, stored: u64) -> Result<(), QuotaError> {
+    async fn reserve_session(&self, user: UserId, stored: Option<u64>) -> Result<bool, QuotaError> {
         Ok(self
             .0
             .send(ReserveSession { user, stored })

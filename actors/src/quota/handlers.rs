@@ -66,8 +66,8 @@ impl Handler<SettleTokens> for QuotaActor {
 }
 
 impl Handler<ReserveSession> for QuotaActor {
-    type Result = QuotaDecision;
-    fn handle(&mut self, msg: ReserveSession, _: &mut Self::Context) -> QuotaDecision {
+    type Result = Result<bool, super::QuotaRejection>;
+    fn handle(&mut self, msg: ReserveSession, _: &mut Self::Context) -> Self::Result {
         self.state.reserve_session(msg.user, msg.stored)
     }
 }

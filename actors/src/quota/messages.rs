@@ -60,12 +60,13 @@ pub struct SettleTokens {
     pub used: u64,
 }
 
-/// A user wants a new session; `stored` is their count in the database.
+/// A user wants a new session; `stored` is their count in the database, if it was read (see
+/// [`crate::quota::QuotaState::reserve_session`]).
 #[derive(Message)]
-#[rtype(result = "QuotaDecision")]
+#[rtype(result = "Result<bool, super::QuotaRejection>")]
 pub struct ReserveSession {
     pub user: UserId,
-    pub stored: u64,
+    pub stored: Option<u64>,
 }
 
 /// A session was deleted, or its creation failed after the reservation.

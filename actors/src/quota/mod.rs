@@ -220,11 +220,21 @@ impl QuotaState {
         self.tokens_reserved
     }
 
-    /// A user wants a new session; `stored` is how many they have in the database (used the
-    /// first time this user is seen; afterwards the in-memory count, which includes sessions
-    /// being created right now, wins).
-    pub fn reserve_session(&mut self, user: UserId, stored: u64) -> QuotaDecision {
-        let current = *self.sessions.entry(user).or_insert(stored);
+    /// A user wants a new session; `stored` is how many they have in the database. It is needed
+    /// only the first time this user is seen (afterwards the in-memory count, which includes
+    /// sessions being created right now, wins): without it, a user not seen yet is answered
+    /// `Ok(false)` — read the count and ask again — and one seen is reserved without it (no
+    /// read of the user's sessions per new session).
+    pub fn reserve_session(
+        &mut self,
+        user: UserId,
+        stored: Option<u64>,
+    ) -> Result<bool, QuotaRejection> {
+        let current = match (self.sessions.get(&user), stored) {
+            (Some(n), _) => *n,
+            (None, Some(stored)) => stored,
+            (None, None) => return Ok(false),
+        };
         let limit = self.quotas.max_sessions_per_user;
         if limit > 0 && current >= u64::from(limit) {
             return Err(QuotaRejection {
@@ -234,7 +244,7 @@ impl QuotaState {
             });
         }
         self.sessions.insert(user, current + 1);
-        Ok(())
+        Ok(true)
     }
 
     /// A session of `user` was deleted (or its creation failed).
@@ -313,16 +323,26 @@ mod tests {
     fn sessions_per_user_count_from_the_store_then_in_memory() {
         let mut q = QuotaState::new(quotas(0, 0, 2, 0), 0, Utc::now());
         let (a, b) = (UserId::new(), UserId::new());
-        q.reserve_session(a, 1).unwrap();
+        q.reserve_session(a, Some(1)).unwrap();
         assert_eq!(
-            q.reserve_session(a, 0).unwrap_err().quota,
+            q.reserve_session(a, Some(0)).unwrap_err().quota,
             "max_sessions_per_user"
         );
         q.release_session(a);
-        q.reserve_session(a, 0).unwrap();
-        q.reserve_session(b, 0).unwrap();
-        q.reserve_session(b, 0).unwrap();
-        assert!(q.reserve_session(b, 0).is_err());
+        q.reserve_session(a, Some(0)).unwrap();
+        q.reserve_session(b, Some(0)).unwrap();
+        q.reserve_session(b, Some(0)).unwrap();
+        assert!(q.reserve_session(b, Some(0)).is_err());
+        // Without the stored count: a user not seen yet needs it, one seen does not.
+        let c = UserId::new();
+        assert_eq!(q.reserve_session(c, None), Ok(false));
+        assert_eq!(q.reserve_session(c, Some(1)), Ok(true));
+        assert_eq!(
+            q.reserve_session(c, None).unwrap_err().quota,
+            "max_sessions_per_user"
+        );
+        q.release_session(c);
+        assert_eq!(q.reserve_session(c, None), Ok(true));
     }
 
     #[test]
@@ -421,7 +441,7 @@ mod tests {
         for _ in 0..1000 {
             q.admit_request(Instant::now()).unwrap();
             q.acquire_run(now).unwrap();
-            q.reserve_session(UserId::default(), 0).unwrap();
+            q.reserve_session(UserId::default(), Some(0)).unwrap();
         }
     }
 }

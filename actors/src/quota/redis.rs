@@ -553,13 +553,18 @@ impl QuotaBackend for RedisQuota {
         });
     }
 
-    async fn reserve_session(&self, user: UserId, stored: u64) -> Result<(), QuotaError> {
+    /// Redis seeds a user's count from the database the first time, in the script: the count
+    /// is always asked for.
+    async fn reserve_session(&self, user: UserId, stored: Option<u64>) -> Result<bool, QuotaError> {
+        let Some(stored) = stored else {
+            return Ok(false);
+        };
         let limit = self.quotas().max_sessions_per_user;
         let key = self.key(&format!("s:{user}"));
         let mut inv = scripts().reserve_session.key(&key);
         inv.arg(limit).arg(stored);
         match self.run::<i64>(inv).await? {
-            1 => Ok(()),
+            1 => Ok(true),
             _ => Err(QuotaError::Refused(QuotaRejection {
                 quota: "max_sessions_per_user",
                 limit: u64::from(limit),

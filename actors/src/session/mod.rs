@@ -31,12 +31,12 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::agent::recorder::StartRows;
+use crate::agent::recorder::{HistoryRead, StartRows};
 use crate::agent::sink::{ChildTag, HumanOutcome, HumanRequest, RunSink};
 use crate::agent::{
     Progress, RunCheckpoint, RunInput, RunOutcome, RunRecorder, SharedProgress, run_agent,
 };
-use crate::deps::EngineDeps;
+use crate::deps::{ASSISTANT_REUSE, EngineDeps, KeptAssistant};
 use crate::error::EngineError;
 use crate::hitl::{ApprovalDesk, Waiter};
 use crate::live_sessions::Residency;
@@ -44,11 +44,6 @@ use crate::quota::QuotaHandle;
 use crate::tenant::{RestartSession, SessionStopped};
 pub use messages::*;
 pub use remote::TakeOver;
-
-/// How long a session reuses the assistant it loaded for a run instead of reading it again. A
-/// change made through this server reaches live sessions at once; one made elsewhere (another
-/// replica) within this.
-const ASSISTANT_REUSE: Duration = Duration::from_secs(5);
 
 /// How often an unrecorded run end is tried again.
 const UNRECORDED_RETRY: Duration = Duration::from_secs(2);
@@ -356,6 +351,12 @@ pub struct SessionActor {
     /// How many changes to its assistant this actor has heard of: a run start that loaded the
     /// assistant keeps it only if none came while it loaded (the row it read may be the old one).
     assistant_changes: u64,
+    /// The model's history window as its last run started (the last `history_window` stored
+    /// messages, oldest first): the next run's start reads only the messages stored after it
+    /// ([`HistoryRead`]). Messages are never changed once stored, and a session's own runs
+    /// write theirs one after another, so the window plus what came after it is exactly what
+    /// a full read would return. Let go with the other buffers when nobody watches.
+    window: Option<Arc<Vec<agentry_store::messages::Message>>>,
     /// Its place among the process's live sessions (the cap, eviction, who holds it).
     residency: Residency,
     /// Start-up recovery is done: before, the actor's numbering and runs are not known yet.
@@ -497,6 +498,7 @@ impl SessionActor {
             unrecorded_tried: Instant::now(),
             assistant: None,
             assistant_changes: 0,
+            window: None,
             residency,
             recovered: false,
             leaving: false,
@@ -588,7 +590,8 @@ impl SessionActor {
     fn trim_if_unwatched(&mut self) {
         let holding = self.log.ring.capacity() > 0
             || self.log.held.capacity() > 0
-            || self.assistant.is_some();
+            || self.assistant.is_some()
+            || self.window.is_some();
         if !holding || self.run.is_some() {
             return;
         }
@@ -609,6 +612,7 @@ impl SessionActor {
         {
             self.assistant = None;
         }
+        self.window = None;
         self.queue.shrink_to_fit();
         self.approvals.shrink_to_fit();
         self.run_requests.shrink_to_fit();
@@ -953,6 +957,9 @@ impl SessionActor {
             .filter(|(a, at)| a.0.id == session.assistant_id && at.elapsed() < ASSISTANT_REUSE)
             .cloned();
         let assistant_changes = self.assistant_changes;
+        // Moved, not shared: the run's start extends it in place (see `extend_window`), and it
+        // comes back with the prepared run (a start that fails reads the whole window next).
+        let window = self.window.take();
         let quota = self.quota.clone();
         let mcp = self.mcp.clone();
         let resuming = matches!(start, RunStart::Resume(_));
@@ -1009,7 +1016,8 @@ impl SessionActor {
                     run_id,
                 };
                 prepare_run(
-                    &deps, tenant, kept, &session, run_id, &user, start, mcp, quota, reserve, fence,
+                    &deps, tenant, kept, window, &session, run_id, &user, start, mcp, quota,
+                    reserve, fence,
                 )
                 .await
                 .map(|p| (slot, p))
@@ -1030,6 +1038,9 @@ impl SessionActor {
                     (p.input.assistant.clone(), p.input.agent.clone()),
                     p.assistant_loaded,
                 ));
+                if let Some(window) = &p.input.history {
+                    act.window = Some(window.clone());
+                }
             }
             match res {
                 Ok((slot, prepared)) if still_ours => {
@@ -1864,6 +1875,18 @@ async fn load_recovery(
     session: &Session,
     tail: Option<u64>,
 ) -> Result<Recovery, EngineError> {
+    // A session this process created and has not started an actor for since has nothing to
+    // recover: no run, no event (see [`FreshSessions`]).
+    if deps.coordination.is_none() && deps.fresh_sessions.take(session.id) {
+        return Ok(Recovery {
+            seq_floor: 0,
+            active: None,
+            queued: Vec::new(),
+            lease: None,
+            took_over: false,
+            children: Vec::new(),
+        });
+    }
     let unfinished = executions::active_for_session(&deps.db, scope, session.id).await?;
     let queued_runs = executions::queued_for_session(&deps.db, scope, session.id).await?;
     // Cluster mode: an unfinished (or queued) run is touched only by the replica that owns the
@@ -1986,9 +2009,6 @@ async fn end_if_done(
     Ok(true)
 }
 
-/// An assistant as a session keeps it between runs: its row and its effective settings.
-type KeptAssistant = (Assistant, Arc<crate::profiles::AgentConfig>);
-
 struct PreparedRun {
     input: RunInput,
     /// When its assistant was loaded.
@@ -2015,10 +2035,13 @@ pub(crate) async fn assistant_exists(
     scope: &TenantScope,
     id: &AssistantId,
 ) -> Result<(), EngineError> {
+    if deps.assistants.get(scope.tenant_id(), id).is_some() {
+        return Ok(());
+    }
     load_assistant(deps, scope, id).await.map(|_| ())
 }
 
-#[allow(clippy::too_many_arguments)] // the run's identity, how it starts, its reservation and fence
+#[allow(clippy::too_many_arguments)] // the run's identity, how it starts, what the session kept, its reservation and fence
 /// Write what must be stored before a run starts (DESIGN §1.5: an acknowledged message is in the
 /// database), in one transaction ([`RunRecorder::start`]), and build the loop's input. The
 /// tenant is the one the session holds (kept current by its supervisor), and the assistant the
@@ -2027,6 +2050,7 @@ async fn prepare_run(
     deps: &Arc<EngineDeps>,
     tenant: Arc<Tenant>,
     kept: Option<(KeptAssistant, Instant)>,
+    window: Option<Arc<Vec<agentry_store::messages::Message>>>,
     session: &Session,
     run_id: RunId,
     user: &UserScope,
@@ -2037,12 +2061,16 @@ async fn prepare_run(
     fence: Option<i64>,
 ) -> Result<PreparedRun, EngineError> {
     let scope = &tenant.scope();
+    let kept = kept.or_else(|| deps.assistants.get(tenant.id, &session.assistant_id));
     let ((assistant, agent), assistant_loaded) = match kept {
         Some(kept) => kept,
         None => {
+            let seen = deps.assistants.changes();
             let a = load_assistant(deps, scope, &session.assistant_id).await?;
             let agent = crate::profiles::effective(&deps.db, scope, &a).await?;
-            ((a, agent), Instant::now())
+            let loaded = ((a, agent), Instant::now());
+            deps.assistants.keep(tenant.id, loaded.clone(), seen);
+            loaded
         }
     };
     let recorder = RunRecorder::new(deps.writer.clone(), *scope, session.id, run_id, fence);
@@ -2070,9 +2098,16 @@ async fn prepare_run(
         // Without a checkpoint it starts again from its stored conversation (see `Restart`).
         RunStart::Resume(cp) => (StartRows::Resume, cp.map(|c| *c)),
     };
-    let window = matches!(rows, StartRows::Fresh(_) | StartRows::Queued { .. })
-        .then(|| deps.config.history_window.max(1));
-    let history = recorder.start(rows, reserve_seq, window).await?;
+    let n = deps.config.history_window.max(1);
+    let read =
+        matches!(rows, StartRows::Fresh(_) | StartRows::Queued { .. }).then(|| HistoryRead {
+            after: window.as_ref().and_then(|w| w.last()).map_or(0, |m| m.id),
+            n,
+        });
+    let history = recorder
+        .start(rows, reserve_seq, read)
+        .await?
+        .map(|new| Arc::new(extend_window(window, new, n)));
     // A session's `auto_approve` counts only while whoever runs it still has the right: a
     // policy tightened after the session was made applies to its next run.
     let auto_approve = (session.auto_approve && tenant.policy().may_auto_approve(user.is_admin()))
@@ -2097,6 +2132,28 @@ async fn prepare_run(
         },
         assistant_loaded,
     })
+}
+
+/// The window of the last `n` messages after the stored messages `new` (oldest first, every
+/// one newer than the `kept` window's last). The kept window is reused in place when nothing
+/// else holds it (the previous run's loop let go of it when it built its conversation).
+fn extend_window(
+    kept: Option<Arc<Vec<agentry_store::messages::Message>>>,
+    new: Vec<agentry_store::messages::Message>,
+    n: u64,
+) -> Vec<agentry_store::messages::Message> {
+    let n = usize::try_from(n).unwrap_or(usize::MAX);
+    let mut out = match kept {
+        Some(kept) if new.len() < n => Arc::try_unwrap(kept).unwrap_or_else(|shared| {
+            let from = shared.len().saturating_sub(n - new.len());
+            shared[from..].to_vec()
+        }),
+        _ => Vec::with_capacity(new.len()),
+    };
+    out.extend(new);
+    let excess = out.len().saturating_sub(n);
+    out.drain(..excess);
+    out
 }
 
 fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
@@ -2372,6 +2429,60 @@ mod tests {
     use agentry_schema::roles::{Grant, RoleName};
 
     use super::*;
+
+    fn msgs(ids: std::ops::RangeInclusive<i64>) -> Vec<agentry_store::messages::Message> {
+        ids.map(|id| agentry_store::messages::Message {
+            id,
+            session_id: SessionId::new(),
+            run_id: None,
+            role: agentry_store::messages::MessageRole::User,
+            content: id.to_string(),
+            tool_calls: None,
+            tool_call_id: None,
+            created_at: chrono::Utc::now(),
+        })
+        .collect()
+    }
+
+    fn ids(w: &[agentry_store::messages::Message]) -> Vec<i64> {
+        w.iter().map(|m| m.id).collect()
+    }
+
+    /// The kept window plus what came after it is the last `n`, whatever their sizes.
+    #[test]
+    fn a_kept_window_extended_is_the_last_n() {
+        assert_eq!(
+            ids(&extend_window(None::<Arc<Vec<_>>>, msgs(1..=3), 5)),
+            vec![1, 2, 3]
+        );
+        assert_eq!(
+            ids(&extend_window(Some(Arc::new(msgs(1..=5))), msgs(6..=7), 5)),
+            vec![3, 4, 5, 6, 7]
+        );
+        assert_eq!(
+            ids(&extend_window(Some(Arc::new(msgs(1..=2))), msgs(3..=4), 5)),
+            vec![1, 2, 3, 4]
+        );
+        assert_eq!(
+            ids(&extend_window(Some(Arc::new(msgs(1..=5))), msgs(6..=10), 5)),
+            vec![6, 7, 8, 9, 10]
+        );
+        assert_eq!(
+            ids(&extend_window(Some(Arc::new(msgs(1..=5))), vec![], 5)),
+            vec![1, 2, 3, 4, 5]
+        );
+        assert_eq!(
+            ids(&extend_window(Some(Arc::new(msgs(1..=5))), msgs(6..=6), 1)),
+            vec![6]
+        );
+        // Shared (another holder): copied, not changed.
+        let shared = Arc::new(msgs(1..=5));
+        assert_eq!(
+            ids(&extend_window(Some(shared.clone()), msgs(6..=7), 5)),
+            vec![3, 4, 5, 6, 7]
+        );
+        assert_eq!(ids(&shared), vec![1, 2, 3, 4, 5]);
+    }
 
     #[test]
     fn a_recovered_run_keeps_its_narrower_role_and_never_exceeds_its_user() {

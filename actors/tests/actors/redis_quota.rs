@@ -162,7 +162,7 @@ async fn concurrent_acquisitions_over_replicas_never_over_admit() {
     let user = UserId::new();
     let results = join_all((0..ATTEMPTS).map(|i| {
         let h = hs[i % REPLICAS].clone();
-        tokio::spawn(async move { h.reserve_session(user, 2).await })
+        tokio::spawn(async move { h.reserve_session(user, Some(2)).await })
     }))
     .await;
     let admitted = results
@@ -171,7 +171,7 @@ async fn concurrent_acquisitions_over_replicas_never_over_admit() {
         .count();
     assert_eq!(admitted, sessions as usize - 2, "sessions admitted");
     // Another user has their own count.
-    hs[0].reserve_session(UserId::new(), 0).await.unwrap();
+    hs[0].reserve_session(UserId::new(), Some(0)).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -362,7 +362,7 @@ async fn redis_down_fails_admission_closed() {
             "admit_request" => h.admit_request().await,
             "acquire_run" => h.acquire_run(RunId::new()).await,
             "reserve_tokens" => h.reserve_tokens(10).await.map(|r| r.settle(0)),
-            _ => h.reserve_session(UserId::new(), 0).await,
+            _ => h.reserve_session(UserId::new(), Some(0)).await.map(|_| ()),
         };
         match r {
             Err(QuotaError::Coordination(_)) => {}

@@ -166,6 +166,8 @@ impl Harness {
             runtime: tokio::runtime::Handle::current(),
             coordination: None,
             memory: Some(memory),
+            assistants: Default::default(),
+            fresh_sessions: Default::default(),
         };
         let engine = Engine::start(deps, 0, opts.tenant_idle_after);
         let tenant = tenants::create(

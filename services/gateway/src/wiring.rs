@@ -288,6 +288,8 @@ pub fn build(
         runtime: engine_runtime()?,
         coordination: cluster.coordination.clone(),
         memory: Some(memory.clone()),
+        assistants: Default::default(),
+        fresh_sessions: Default::default(),
     };
     let arbiters = std::thread::available_parallelism()
         .map(|n| n.get())

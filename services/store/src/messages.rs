@@ -238,9 +238,22 @@ pub async fn last_n(
     session_id: SessionId,
     n: u64,
 ) -> Result<Vec<Message>> {
+    last_n_after(db, scope, session_id, 0, n).await
+}
+
+/// [`last_n`] among the messages with an `id` above `after`: what a session that already holds
+/// its window up to `after` reads to bring it up to date.
+pub async fn last_n_after(
+    db: &impl ConnectionTrait,
+    scope: &TenantScope,
+    session_id: SessionId,
+    after: i64,
+    n: u64,
+) -> Result<Vec<Message>> {
     let mut rows: Vec<Message> = message::Entity::find()
         .filter(message::Column::TenantId.eq(scope.uuid()))
         .filter(message::Column::SessionId.eq(session_id.0))
+        .filter(message::Column::Id.gt(after))
         .filter(not_of_child_runs(db.get_database_backend(), session_id))
         .order_by_desc(message::Column::Id)
         .limit(n)

@@ -1025,6 +1025,8 @@ impl McpAudit {
             }
             Err(e) => (ExecutionStatus::Failed, None, Some(e.to_string())),
         };
+        // A run recorded beside the session's actor: its start-up must read what is stored.
+        self.engine.run_recorded_outside(session);
         executions::create(
             &self.db,
             &scope,
