@@ -25,6 +25,24 @@ ensure_postgres() {
   fi
 }
 
+# The API suite runs three tests at a time, and some start three replicas with a pool of 20
+# PostgreSQL connections each: PostgreSQL's default of 100 connections was exhausted ("sorry,
+# too many clients already"), and a test racing 48 requests got 503s from it. A local server
+# gets room for 300 (a restart, once).
+ensure_postgres_room() {
+  local have
+  have=$(psql -h 127.0.0.1 -U postgres -tAc "SHOW max_connections" 2>/dev/null || echo 0)
+  if [ "${have:-0}" -ge 300 ]; then return; fi
+  if command -v pg_ctlcluster >/dev/null && [ -d /etc/postgresql ]; then
+    say "PostgreSQL allows $have connections; raising it to 300 (restart)"
+    psql -h 127.0.0.1 -U postgres -qc "ALTER SYSTEM SET max_connections = 300" >/dev/null
+    pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -1)" main restart || true
+    wait_for "PostgreSQL on 127.0.0.1:5432" pg_isready -h 127.0.0.1 -p 5432
+  else
+    say "PostgreSQL allows only $have connections and cannot be restarted from here: tests that run several replicas at once may be refused connections"
+  fi
+}
+
 ensure_mysql() {
   if mysqladmin -h 127.0.0.1 -uroot ping >/dev/null 2>&1; then return; fi
   if [ -x /usr/sbin/mariadbd ]; then

@@ -35,6 +35,7 @@ export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 
 if [ -z "${AGENTRY_TEST_POSTGRES_URL:-}" ]; then
   ensure_postgres
+  ensure_postgres_room
   psql -h 127.0.0.1 -U postgres -tc "SELECT 1 FROM pg_database WHERE datname = 'agentry_test'" | grep -q 1 \
     || psql -h 127.0.0.1 -U postgres -c "CREATE DATABASE agentry_test" >/dev/null
 fi
