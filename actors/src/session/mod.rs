@@ -1031,13 +1031,14 @@ impl SessionActor {
             let still_ours = act.run.as_ref().is_some_and(|r| r.run_id == run_id);
             // The run start reserved the next block of event numbers with its session write.
             act.on_reserved(res.is_ok().then_some(reserve));
-            if let Ok((_, p)) = &res
-                && act.assistant_changes == assistant_changes
-            {
-                act.assistant = Some((
-                    (p.input.assistant.clone(), p.input.agent.clone()),
-                    p.assistant_loaded,
-                ));
+            if let Ok((_, p)) = &res {
+                if act.assistant_changes == assistant_changes {
+                    act.assistant = Some((
+                        (p.input.assistant.clone(), p.input.agent.clone()),
+                        p.assistant_loaded,
+                    ));
+                }
+                // The window does not depend on the assistant: kept whatever changed meanwhile.
                 if let Some(window) = &p.input.history {
                     act.window = Some(window.clone());
                 }
