@@ -157,36 +157,6 @@ async fn the_benchmark_suite_runs_on_postgres() {
     smoke(Database::parse(&url).unwrap()).await;
 }
 
-/// A fresh PostgreSQL database next to the test one: replicas and single-node servers may not
-/// share a database with the other test's single-node servers (the database lease).
-async fn own_postgres(shared: &str, suffix: &str) -> String {
-    use sea_orm::ConnectionTrait;
-    let (prefix, name) = shared
-        .rsplit_once('/')
-        .expect("a PostgreSQL URL with a database");
-    let (name, query) = match name.split_once('?') {
-        Some((n, q)) => (n, format!("?{q}")),
-        None => (name, String::new()),
-    };
-    let own = format!("{name}_{suffix}");
-    let admin = agentry_store::connect(&agentry_store::DbOptions {
-        url: shared.to_string(),
-        max_connections: 1,
-        connect_timeout: std::time::Duration::from_secs(10),
-        acquire_timeout: std::time::Duration::from_secs(10),
-    })
-    .await
-    .expect("connecting to the test PostgreSQL");
-    for sql in [
-        format!("DROP DATABASE IF EXISTS \"{own}\" WITH (FORCE)"),
-        format!("CREATE DATABASE \"{own}\""),
-    ] {
-        admin.execute_unprepared(&sql).await.expect(&sql);
-    }
-    admin.close().await.ok();
-    format!("{prefix}/{own}{query}")
-}
-
 /// The cluster-mode scenarios (issue 13) on tiny counts: replicas of the real binary on their
 /// own PostgreSQL database and the test Redis; every scenario runs without an error and its
 /// figures add up (the takeover's trial: a run waiting for an approval, resumed on the other
@@ -195,7 +165,7 @@ async fn own_postgres(shared: &str, suffix: &str) -> String {
 async fn the_cluster_scenarios_run_on_postgres_and_redis() {
     let shared = std::env::var("AGENTRY_TEST_POSTGRES_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/agentry_test".into());
-    let url = own_postgres(&shared, "bench_cluster").await;
+    let url = crate::own_postgres(&shared, "bench_cluster").await;
     let redis = std::env::var("AGENTRY_TEST_REDIS_URL")
         .unwrap_or_else(|_| "redis://127.0.0.1:6379/0".into());
     let database = Database::parse(&url).unwrap();

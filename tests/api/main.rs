@@ -64,8 +64,6 @@ mod wsproto;
 
 use ctx::Ctx;
 
-/// The PostgreSQL test server, unless the developer skipped it (never in CI). A configured but
-/// unreachable server fails the test with what to do.
 /// A fresh PostgreSQL database next to `shared` (dropped first if a previous run left it),
 /// for a test whose server is down while other tests' servers start.
 async fn own_postgres(shared: &str, suffix: &str) -> String {
@@ -104,6 +102,8 @@ async fn postgres_db(name: &str) -> Option<String> {
     Some(own_postgres(&shared, name).await)
 }
 
+/// The PostgreSQL test server, unless the developer skipped it (never in CI). A configured but
+/// unreachable server fails the test with what to do.
 fn postgres() -> Option<String> {
     use agentry_store::testing::Backend;
     if Backend::Postgres.skipped() {
