@@ -1156,6 +1156,15 @@ async fn openai_stateless_completions_do_not_count_against_max_sessions_per_user
         .await;
 }
 
+/// Issue 31 item 9: 150 stateless completions with the default quotas all answer.
+#[tokio::test]
+async fn openai_150_stateless_completions_with_default_quotas_all_answer() {
+    openai_compat::a_hundred_and_fifty_stateless_completions_with_default_quotas(
+        &Ctx::start().await,
+    )
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chat_cli_chats_with_an_approval_and_keeps_slash_commands_local() {
     chat_cli::chat_with_an_approval_and_local_commands(&Ctx::start().await).await;

@@ -483,6 +483,61 @@ pub async fn hanging_up_cancels_the_run(ctx: &Ctx) {
         "streamed run cancelled {:?} after the client hung up",
         hung_up.elapsed()
     );
+    // The session's log ends the run once, cancelled: the hang-up's cancel and the run's own
+    // end do not both write a `done`. Read a moment later, so a second one would be there.
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let page = ctx
+        .ok(
+            Method::GET,
+            &format!("/api/v1/sessions/{session}/events"),
+            key,
+            None,
+            200,
+        )
+        .await;
+    let dones: Vec<&Value> = page["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["event_type"] == "done" && e["run_id"] == run.as_str())
+        .collect();
+    assert_eq!(dones.len(), 1, "exactly one done for the run: {page}");
+    assert_eq!(dones[0]["data"]["status"], "cancelled", "{}", dones[0]);
+}
+
+/// Issue 31 item 9, as a client meets it: with the default quotas (`max_sessions_per_user`
+/// 100), 150 stateless completions one after another all answer. Each made a counted session
+/// before, so the 101st was refused with 429.
+pub async fn a_hundred_and_fifty_stateless_completions_with_default_quotas(ctx: &Ctx) {
+    let t = ctx.tenant().await;
+    let key = &t.member.key;
+    let quotas = ctx
+        .ok(
+            Method::GET,
+            &format!("/api/v1/admin/tenants/{}", t.id),
+            ADMIN_KEY,
+            None,
+            200,
+        )
+        .await;
+    assert_eq!(
+        quotas["max_sessions_per_user"], 100,
+        "the default the test is about: {quotas}"
+    );
+    for i in 0..150 {
+        let r = ctx
+            .send(completion(
+                ctx,
+                Some(key),
+                json!({"model": "default", "messages": user(&format!("/echo call {i}"))}),
+            ))
+            .await;
+        assert_eq!(r.status, 200, "stateless call {i} of 150: {}", r.body);
+        assert_eq!(
+            r.body["choices"][0]["message"]["content"],
+            format!("call {i}")
+        );
+    }
 }
 
 /// Issue 31 item 9: stateless completions (no session named) do not count against
