@@ -396,7 +396,7 @@ impl Engine {
         let created = self
             .deps
             .writer
-            .write(move |txn| {
+            .write_for(new.id.map(|s| s.0).unwrap_or_default(), move |txn| {
                 let new = new.clone();
                 Box::pin(async move { sessions::create(txn, &scope, new).await })
             })

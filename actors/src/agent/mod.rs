@@ -1814,11 +1814,11 @@ impl UserInteraction for LoopInteraction {
                 Err(InteractionError::Cancelled),
             ),
         };
-        let scope = self.scope;
+        let (scope, session) = (self.scope, self.session_id);
         let decided = self
             .deps
             .writer
-            .write(move |txn| {
+            .write_for(session.0, move |txn| {
                 let decision = decision.clone();
                 Box::pin(
                     async move { approvals::decide(txn, &scope, id, status, decision, by).await },
@@ -1860,7 +1860,7 @@ async fn create_approval(
     new: NewApproval,
 ) -> Result<(), agentry_store::StoreError> {
     writer
-        .write(move |txn| {
+        .write_for(new.session_id.0, move |txn| {
             let new = new.clone();
             Box::pin(async move { approvals::create(txn, &scope, new).await.map(|_| ()) })
         })

@@ -122,7 +122,7 @@ impl RunRecorder {
         let (scope, session_id, run_id, fence) =
             (self.scope, self.session_id, self.run_id, self.fence);
         self.writer
-            .write(move |txn| {
+            .write_for(session_id.0, move |txn| {
                 let rows = rows.clone();
                 Box::pin(async move {
                     // First: the session's state and event numbers, with the fencing token's
@@ -219,7 +219,7 @@ impl RunRecorder {
         };
         let (step, usage) = (cp.step, cp.usage);
         self.writer
-            .write(move |txn| {
+            .write_for(session_id.0, move |txn| {
                 let rows = rows.clone();
                 let checkpoint = checkpoint.clone();
                 Box::pin(async move {

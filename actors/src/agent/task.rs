@@ -568,7 +568,7 @@ impl ChildJob {
         let message = NewMessage::user(description, Some(id));
         self.deps
             .writer
-            .write(move |txn| {
+            .write_for(session_id.0, move |txn| {
                 let (new, message, call_id) = (new.clone(), message.clone(), call_id.clone());
                 Box::pin(async move {
                     if let Some(token) = fence {

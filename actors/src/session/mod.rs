@@ -794,7 +794,7 @@ impl SessionActor {
         let sid = self.session.id;
         self.deps.runtime.spawn(async move {
             let res = writer
-                .write(move |txn| {
+                .write_for(sid.0, move |txn| {
                     Box::pin(async move { sessions::reserve_seq(txn, &scope, sid, upto).await })
                 })
                 .await;
@@ -1415,12 +1415,12 @@ impl SessionActor {
                     return;
                 }
                 let deps = act.deps.clone();
-                let scope = act.scope;
+                let (scope, sid) = (act.scope, act.session.id);
                 act.deps.runtime.spawn(async move {
                     let keep = deps.config.checkpoint_keep;
                     let pruned = deps
                         .writer
-                        .write(move |txn| {
+                        .write_for(sid.0, move |txn| {
                             Box::pin(async move {
                                 checkpoints::prune(txn, &scope, run_id, keep).await
                             })
@@ -2419,7 +2419,7 @@ async fn release_seq(
     last: u64,
 ) -> Result<(), agentry_store::StoreError> {
     writer
-        .write(move |txn| {
+        .write_for(sid.0, move |txn| {
             Box::pin(async move { sessions::release_seq(txn, &scope, sid, reserved, last).await })
         })
         .await

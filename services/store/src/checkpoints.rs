@@ -75,9 +75,25 @@ pub async fn write(
     scope: &TenantScope,
     new: NewCheckpoint,
 ) -> Result<()> {
-    checkpoint::Entity::insert(row(scope, new))
-        .exec_without_returning(db)
-        .await?;
+    // Inside the writer's transaction: with the other jobs' checkpoints, before the commit.
+    let Some(row) = crate::writer::Deferred::checkpoint(row(scope, new)) else {
+        return Ok(());
+    };
+    insert_rows(db, vec![row]).await
+}
+
+/// Checkpoint rows, in as few statements as the parameter limits allow.
+pub(crate) async fn insert_rows(
+    db: &impl ConnectionTrait,
+    rows: Vec<checkpoint::ActiveModel>,
+) -> Result<()> {
+    let mut rows = rows.into_iter().peekable();
+    while rows.peek().is_some() {
+        let chunk: Vec<_> = rows.by_ref().take(crate::writer::ROWS_PER_INSERT).collect();
+        checkpoint::Entity::insert_many(chunk)
+            .exec_without_returning(db)
+            .await?;
+    }
     Ok(())
 }
 

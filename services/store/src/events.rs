@@ -47,11 +47,33 @@ pub async fn append_missing(
         return Ok(());
     }
     let ts = now();
-    let rows = events.iter().map(|e| row(scope, session_id, e, ts));
-    session_event::Entity::insert_many(rows)
-        .on_conflict_do_nothing_on([session_event::Column::SessionId, session_event::Column::Seq])
-        .exec_without_returning(db)
-        .await?;
+    let rows: Vec<_> = events
+        .iter()
+        .map(|e| row(scope, session_id, e, ts))
+        .collect();
+    // Inside the writer's transaction: with the other jobs' events, before the commit.
+    let Some(rows) = crate::writer::Deferred::events(rows) else {
+        return Ok(());
+    };
+    insert_missing_rows(db, rows).await
+}
+
+/// Event rows, a `seq` already stored (or twice among them) left as it is.
+pub(crate) async fn insert_missing_rows(
+    db: &impl ConnectionTrait,
+    rows: Vec<session_event::ActiveModel>,
+) -> Result<()> {
+    let mut rows = rows.into_iter().peekable();
+    while rows.peek().is_some() {
+        let chunk: Vec<_> = rows.by_ref().take(crate::writer::ROWS_PER_INSERT).collect();
+        session_event::Entity::insert_many(chunk)
+            .on_conflict_do_nothing_on([
+                session_event::Column::SessionId,
+                session_event::Column::Seq,
+            ])
+            .exec_without_returning(db)
+            .await?;
+    }
     Ok(())
 }
 
@@ -93,13 +115,9 @@ pub async fn write_missing(
     if events.is_empty() {
         return Ok(());
     }
-    // Unfenced on PostgreSQL/MySQL: the one statement in autocommit.
-    if let (None, Some(db)) = (fence, writer.pooled()) {
-        return append_missing(db, scope, session_id, &events).await;
-    }
     let scope = *scope;
     writer
-        .write(move |txn| {
+        .write_for(session_id.0, move |txn| {
             let events = events.clone();
             Box::pin(async move {
                 if let Some(token) = fence {

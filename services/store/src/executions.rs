@@ -374,7 +374,7 @@ pub async fn write_end(
 ) -> Result<()> {
     let scope = *scope;
     writer
-        .write(move |txn| {
+        .write_for(end.session_id.0, move |txn| {
             let end = end.clone();
             Box::pin(async move { record_end_in(txn, &scope, &end).await })
         })

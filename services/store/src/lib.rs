@@ -250,14 +250,20 @@ pub(crate) fn sql_err(e: &DbErr) -> Option<SqlErr> {
 pub fn database_unreachable(e: &DbErr) -> bool {
     use sea_orm::sqlx::Error as Sqlx;
     fn sqlx_unreachable(e: &Sqlx) -> bool {
-        matches!(
-            e,
+        match e {
             Sqlx::Io(_)
-                | Sqlx::Tls(_)
-                | Sqlx::PoolTimedOut
-                | Sqlx::PoolClosed
-                | Sqlx::WorkerCrashed
-        )
+            | Sqlx::Tls(_)
+            | Sqlx::PoolTimedOut
+            | Sqlx::PoolClosed
+            | Sqlx::WorkerCrashed => true,
+            // PostgreSQL's goodbye on a connection it ends (shutdown, an operator's
+            // `pg_terminate_backend`, a crash restart, still starting up) and the connection
+            // exception class: the database is away, not the statement wrong.
+            Sqlx::Database(db) => db
+                .code()
+                .is_some_and(|c| matches!(&*c, "57P01" | "57P02" | "57P03") || c.starts_with("08")),
+            _ => false,
+        }
     }
     match e {
         DbErr::ConnectionAcquire(_) | DbErr::Conn(_) => true,
@@ -302,14 +308,9 @@ pub fn backend_of(url: &str) -> Option<DatabaseBackend> {
     }
 }
 
-/// Open a pool of at most `max_connections`. SQLite gets WAL, a busy timeout and foreign keys so
-/// concurrent sessions don't trip over "database is locked".
-///
-/// SQLite keeps a pool of several connections, not one: a one-connection pool (tried in
-/// 5888276 for its lower CPU per run) stalled every request for the acquire timeout whenever a
-/// holder of that connection waited on a second acquisition (the tenant-quota and start-up
-/// recovery tests hung or failed with `database_unavailable` under CI load).
-pub async fn connect(opts: &DbOptions) -> Result<DatabaseConnection> {
+/// The pool options every connection of the server is opened with (the pool's and the
+/// writer's): see [`connect`].
+pub(crate) fn connect_options(opts: &DbOptions) -> Result<ConnectOptions> {
     let backend = backend_of(&opts.url).ok_or_else(|| {
         StoreError::Invalid(format!(
             "database URL must start with sqlite://, postgres:// or mysql:// (got {:?})",
@@ -336,6 +337,7 @@ pub async fn connect(opts: &DbOptions) -> Result<DatabaseConnection> {
     // this machine and cannot go away under the pool. PostgreSQL and MySQL keep the ping: it
     // is what bounds a request by `acquire_timeout` when the network to the database goes
     // silent (a connection used a moment before would otherwise hang in its first statement).
+    // The writer's own connection does without (it bounds each batch itself, writer.rs).
     if backend == DatabaseBackend::Sqlite {
         co.test_before_acquire(false);
     }
@@ -352,6 +354,18 @@ pub async fn connect(opts: &DbOptions) -> Result<DatabaseConnection> {
                 .pragma("wal_autocheckpoint", "16384")
         });
     }
+    Ok(co)
+}
+
+/// Open a pool of at most `max_connections`. SQLite gets WAL, a busy timeout and foreign keys so
+/// concurrent sessions don't trip over "database is locked".
+///
+/// SQLite keeps a pool of several connections, not one: a one-connection pool (tried in
+/// 5888276 for its lower CPU per run) stalled every request for the acquire timeout whenever a
+/// holder of that connection waited on a second acquisition (the tenant-quota and start-up
+/// recovery tests hung or failed with `database_unavailable` under CI load).
+pub async fn connect(opts: &DbOptions) -> Result<DatabaseConnection> {
+    let co = connect_options(opts)?;
     // The pool's acquire timeout is short; opening the pool at start-up may wait longer for a
     // database that is still coming up (`connect_timeout`), trying again while it is unreachable,
     // with the jittered doubling backoff the server uses everywhere (no retry after the deadline).

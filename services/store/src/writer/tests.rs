@@ -414,8 +414,9 @@ async fn a_unique_violation_on_the_writer_is_a_conflict_as_before() {
     assert!(matches!(err, StoreError::Conflict(_)), "{err:?}");
 }
 
-/// PostgreSQL and MySQL: many concurrent jobs through the writer (a pooled transaction each)
-/// all commit, and a failing job (a duplicate) never loses the others' writes, as on SQLite.
+/// PostgreSQL and MySQL: many concurrent jobs through the writer (batched on its one
+/// connection) all commit, and a failing job (a duplicate) never loses the others' writes, as on
+/// SQLite.
 async fn concurrent_writes_keep_every_good_write(backend: Backend) {
     let Some(t) = TestDb::open(backend).await else {
         return;
@@ -477,4 +478,88 @@ async fn concurrent_writes_on_postgres_keep_every_good_write() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_writes_on_mysql_keep_every_good_write() {
     concurrent_writes_keep_every_good_write(Backend::MySql).await;
+}
+
+/// A job of one statement without parameters.
+fn unprepared(sql: String) -> impl super::WriteFn<()> {
+    move |txn| {
+        let sql = sql.clone();
+        Box::pin(async move {
+            txn.execute_unprepared(&sql).await?;
+            Ok(())
+        })
+    }
+}
+
+/// The database drops the writer's connection between two writes (a restart, an idle timeout,
+/// an operator's kill): the next write still commits, on a new connection — the writer does not
+/// ping before each batch, it tries a failed `BEGIN` once more instead.
+async fn a_connection_killed_between_writes_is_replaced(backend: Backend) {
+    let Some(t) = TestDb::open(backend).await else {
+        return;
+    };
+    let table = format!("writer_probe_{}", uuid::Uuid::new_v4().simple());
+    t.db.execute_unprepared(&format!("CREATE TABLE {table} (v VARCHAR(64) PRIMARY KEY)"))
+        .await
+        .expect("create the probe table");
+    let db_backend = t.db.get_database_backend();
+    let insert = |v: &str| unprepared(format!("INSERT INTO {table} (v) VALUES ('{v}')"));
+    t.writer
+        .write(insert("before"))
+        .await
+        .expect("the first write");
+    // The writer's connection, asked on it; killed from the pool.
+    let (own_id, kill) = if db_backend == DatabaseBackend::Postgres {
+        (
+            "SELECT CAST(pg_backend_pid() AS BIGINT) AS id",
+            "SELECT pg_terminate_backend",
+        )
+    } else {
+        ("SELECT CAST(CONNECTION_ID() AS SIGNED) AS id", "KILL ")
+    };
+    let id: i64 = t
+        .writer
+        .write(move |txn| {
+            Box::pin(async move {
+                let row = txn
+                    .query_one_raw(Statement::from_string(db_backend, own_id))
+                    .await?
+                    .expect("a row");
+                Ok(row.try_get::<i64>("", "id").expect("the connection's id"))
+            })
+        })
+        .await
+        .expect("the writer's connection id");
+    let kill = if db_backend == DatabaseBackend::Postgres {
+        format!("{kill}({id})")
+    } else {
+        format!("{kill}{id}")
+    };
+    t.db.execute_unprepared(&kill)
+        .await
+        .expect("kill the writer's connection");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    t.writer
+        .write(insert("after"))
+        .await
+        .expect("the write after the kill commits on a new connection");
+    let row =
+        t.db.query_one_raw(Statement::from_string(
+            db_backend,
+            format!("SELECT COUNT(*) AS n FROM {table}"),
+        ))
+        .await
+        .expect("count")
+        .expect("a row");
+    assert_eq!(row.try_get::<i64>("", "n").expect("n"), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_postgres_connection_killed_between_writes_is_replaced() {
+    a_connection_killed_between_writes_is_replaced(Backend::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mysql_connection_killed_between_writes_is_replaced() {
+    a_connection_killed_between_writes_is_replaced(Backend::MySql).await;
 }
