@@ -201,7 +201,7 @@ pub struct WsConnection {
     socket: Option<ConnSocket>,
     /// Answered (or dropped) when the last chat or decision this socket started has its
     /// answer: the next one waits for it, so the session receives them in the order sent, even
-    /// when they are forwarded to another replica (see [`WsConnection::start`]).
+    /// when they are forwarded to another replica (see [`WsConnection::start_in_turn`]).
     last_start: Option<tokio::sync::oneshot::Receiver<()>>,
     _slot: Slot,
 }
@@ -283,31 +283,10 @@ impl WsConnection {
         match frame {
             ClientFrame::Ping(_) => ctx.text(r#"{"type":"pong","payload":{}}"#),
             ClientFrame::Resume(r) => self.subscribe(ctx, Some(r.after_seq)),
-            // Work starts only for a caller who may still act (the key checked again, through
-            // the auth cache) and within the tenant's requests_per_minute, which counts these
-            // frames as REST counts requests; later frames wait for the answer, so none
-            // overtakes another. A frame over the limit gets an `error` event and the socket
-            // stays open. (Cancel, ping and resume are not counted: they start no work, and a
-            // cancel must get through when the limit is reached.)
-            ClientFrame::Chat(_) | ClientFrame::HitlDecision(_) => {
-                let (state, key) = (self.state.clone(), self.key.clone());
-                let check = async move {
-                    let caller = auth::recheck(&state, &key).await?;
-                    let admitted = state.engine.admit_request(caller.tenant()).await;
-                    Ok::<_, ApiError>((caller, admitted))
-                };
-                ctx.wait(check.into_actor(self).map(|res, act, ctx| match res {
-                    Ok((caller, admitted)) => {
-                        act.caller = caller;
-                        match admitted {
-                            Ok(()) => act.start(ctx, frame),
-                            Err(e) => act.engine_error(ctx, e),
-                        }
-                    }
-                    Err(e) => act.refuse(ctx, e),
-                }));
-            }
-            ClientFrame::Cancel(_) => self.start(ctx, frame),
+            ClientFrame::Chat(_) | ClientFrame::HitlDecision(_) => self.start_in_turn(ctx, frame),
+            // Not in the line of chats and decisions: a cancel must get through at once, also
+            // when the limit is reached (it starts no work and is not counted).
+            ClientFrame::Cancel(_) => self.cancel(ctx),
         }
     }
 
@@ -331,104 +310,111 @@ impl WsConnection {
         self.close_with(ctx, ws::CloseCode::Policy, e.code.as_str());
     }
 
-    /// Start what a checked frame asks for.
+    /// Check and start a chat or a decision, in its turn.
     ///
     /// Chats and decisions go to the session one at a time, in the order they were sent: each
     /// waits until the one before has its answer (a chat is accepted once its message is
     /// stored, queued or started). Sent at once, the second could reach the session first — a
     /// forwarded command is answered by a task of its own on the owner — and a user's second
-    /// instruction would run before their first. The socket is not held meanwhile: events
-    /// still flow, and a `cancel` (not in this line) goes through at once.
-    fn start(&mut self, ctx: &mut ws::WebsocketContext<Self>, frame: ClientFrame) {
-        let (started, next) = tokio::sync::oneshot::channel::<()>();
-        let before = match frame {
-            ClientFrame::Chat(_) | ClientFrame::HitlDecision(_) => self.last_start.replace(next),
-            _ => None,
+    /// instruction would run before their first (issue 31 item 1). The socket is not held
+    /// meanwhile: events still flow, other frames are read, and a `cancel` (not in this line)
+    /// goes through at once.
+    ///
+    /// In its turn, work starts only for a caller who may still act (the key checked again,
+    /// through the auth cache) and within the tenant's `requests_per_minute`, which counts
+    /// these frames as REST counts requests. A frame over a limit gets an `error` event and
+    /// the socket stays open; a caller who may no longer act is told why and the socket closes.
+    fn start_in_turn(&mut self, ctx: &mut ws::WebsocketContext<Self>, frame: ClientFrame) {
+        let (kind, work) = match frame {
+            ClientFrame::Chat(chat) => ("chat", Work::Chat(chat)),
+            ClientFrame::HitlDecision(d) => match d.request_id.parse::<ApprovalId>() {
+                Ok(request) => ("hitl_decision", Work::Decision(request, d.decision)),
+                Err(e) => {
+                    return self.send_error(
+                        ctx,
+                        ErrorCode::InvalidFrame,
+                        format!("hitl_decision: {e}"),
+                    );
+                }
+            },
+            ClientFrame::Cancel(_) | ClientFrame::Ping(_) | ClientFrame::Resume(_) => return,
         };
-        let in_turn = async move {
+        let (started, next) = tokio::sync::oneshot::channel::<()>();
+        let before = self.last_start.replace(next);
+        let (state, key) = (self.state.clone(), self.key.clone());
+        let (engine, handle) = (self.engine.clone(), self.handle.clone());
+        let session_id = self.handle.session.id;
+        let request_id = self.request_id.clone();
+        let fut = async move {
             if let Some(before) = before {
                 // Answered or gone, either way it is this one's turn.
                 let _ = before.await;
             }
-        };
+            let caller = auth::recheck(&state, &key).await?;
+            let res = async {
+                engine.admit_request(caller.tenant()).await?;
+                let (tenant, user) = (caller.tenant_arc(), caller.user());
+                match work {
+                    Work::Chat(chat) => {
+                        // A spent `tokens_per_day` is refused before the session is asked: on
+                        // three replicas, frames for one session from several sockets
+                        // otherwise met the first one's admission and got `run_in_progress`
+                        // (issue 31 item 4).
+                        engine.check_token_budget(&tenant).await?;
+                        engine
+                            .start_chat_for(
+                                &handle,
+                                &user,
+                                chat.message,
+                                chat.enqueue,
+                                Some(request_id),
+                            )
+                            .await
+                            .map(drop)
+                    }
+                    Work::Decision(request, decision) => {
+                        engine
+                            .decide(&tenant, &user, session_id, request, decision)
+                            .await
+                    }
+                }
+            }
+            .await;
+            // The next frame's turn.
+            drop(started);
+            Ok::<_, ApiError>((caller, res))
+        }
+        .instrument(frame_span(kind, &self.request_id, session_id));
+        ctx.spawn(fut.into_actor(self).map(|res, act, ctx| match res {
+            Ok((caller, res)) => {
+                act.caller = caller;
+                if let Err(e) = res {
+                    act.engine_error(ctx, e);
+                }
+            }
+            Err(e) => act.refuse(ctx, e),
+        }));
+    }
+
+    /// Cancel the session's run, at once.
+    fn cancel(&mut self, ctx: &mut ws::WebsocketContext<Self>) {
         let engine = self.engine.clone();
-        let handle = self.handle.clone();
         let tenant = self.caller.tenant_arc();
         let user = self.caller.user();
         let session_id = self.handle.session.id;
-        let request_id = self.request_id.clone();
-        match frame {
-            ClientFrame::Ping(_) | ClientFrame::Resume(_) => {}
-            ClientFrame::Chat(chat) => {
-                let fut = async move {
-                    in_turn.await;
-                    // A spent `tokens_per_day` is refused before the session is asked: on
-                    // three replicas, frames for one session from several sockets otherwise
-                    // met the first one's admission and got `run_in_progress` (issue 31 item 4).
-                    let res = match engine.check_token_budget(&tenant).await {
-                        Ok(()) => {
-                            engine
-                                .start_chat_for(
-                                    &handle,
-                                    &user,
-                                    chat.message,
-                                    chat.enqueue,
-                                    Some(request_id),
-                                )
-                                .await
-                        }
-                        Err(e) => Err(e),
-                    };
-                    drop(started);
-                    res
-                }
-                .instrument(frame_span("chat", &self.request_id, session_id));
-                ctx.spawn(fut.into_actor(self).map(|res, act, ctx| {
-                    if let Err(e) = res {
-                        act.engine_error(ctx, e);
-                    }
-                }));
+        let fut = async move { engine.cancel(&tenant, &user, session_id).await };
+        ctx.spawn(fut.into_actor(self).map(|res, act, ctx| {
+            if let Err(e) = res {
+                act.engine_error(ctx, e);
             }
-            ClientFrame::Cancel(_) => {
-                let fut = async move { engine.cancel(&tenant, &user, session_id).await };
-                ctx.spawn(fut.into_actor(self).map(|res, act, ctx| {
-                    if let Err(e) = res {
-                        act.engine_error(ctx, e);
-                    }
-                }));
-            }
-            ClientFrame::HitlDecision(d) => {
-                let request: ApprovalId = match d.request_id.parse() {
-                    Ok(r) => r,
-                    Err(e) => {
-                        return self.send_error(
-                            ctx,
-                            ErrorCode::InvalidFrame,
-                            format!("hitl_decision: {e}"),
-                        );
-                    }
-                };
-                let fut = async move {
-                    in_turn.await;
-                    let res = engine
-                        .decide(&tenant, &user, session_id, request, d.decision)
-                        .await;
-                    drop(started);
-                    res
-                }
-                .instrument(frame_span(
-                    "hitl_decision",
-                    &self.request_id,
-                    session_id,
-                ));
-                ctx.spawn(fut.into_actor(self).map(|res, act, ctx| {
-                    if let Err(e) = res {
-                        act.engine_error(ctx, e);
-                    }
-                }));
-            }
-        }
+        }));
     }
+}
+
+/// What a chat or decision frame asks for, checked and started in its turn.
+enum Work {
+    Chat(agentry_schema::frames::ChatFrame),
+    Decision(ApprovalId, agentry_schema::frames::Decision),
 }
 
 /// The span of a frame that starts work (a trace of its own; the socket's request id ties it
