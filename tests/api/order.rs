@@ -132,63 +132,102 @@ async fn running(ctx: &Ctx, key: &str, sid: &str) {
     }
 }
 
-/// A watcher on another replica misses nothing (issue 31, item 2): `tries` times, a socket
-/// opens on `watcher` and at once (no pause after the upgrade) a chat on `owner` starts a run
-/// that stops at an approval. The watcher's socket gets the run's `tool_call` and
-/// `hitl_request`, then — after the run is cancelled — its `done`, with no `seq` skipped
-/// between the first event and the `done`.
+/// How many watcher tries run at once: the race is between a socket's subscription and a run's
+/// first events, so tries overlap to keep the test's wall time short (and the replicas busy,
+/// which is when the race showed).
+const WATCHERS_AT_ONCE: usize = 10;
+
+/// A watcher on another replica misses nothing (issue 31, item 2): `tries` times (several at
+/// once), a socket opens on `watcher` and at once (no pause after the upgrade) a chat on
+/// `owner` starts a run that stops at an approval. The watcher's socket gets the run's
+/// `tool_call` and `hitl_request` *while the run waits* (the person watching there sees the
+/// approval prompt, not only the log after the run's end), then — after the run is cancelled —
+/// its `done`, with no `seq` skipped from the first event to the `done`.
 pub async fn a_watcher_on_another_replica_sees_a_run_from_its_start(
     owner: &Ctx,
     watcher: &Ctx,
     key: &str,
     tries: usize,
 ) {
-    let write = r#"/tool write_file {"file_path": "watched.txt", "content": "x"}"#;
-    let mut missed = Vec::new();
-    for attempt in 0..tries {
-        let sid = new_session(owner, key).await;
-        let mut on_owner = watch(owner, key, &sid, None).await;
-        let mut on_watcher = watch(watcher, key, &sid, None).await;
-        send(
-            &mut on_owner,
-            json!({"type": "chat", "payload": {"message": write}}),
-        )
+    use futures::StreamExt;
+    let began = std::time::Instant::now();
+    let missed: Vec<(usize, String, Vec<u64>)> = futures::stream::iter(0..tries)
+        .map(|attempt| one_watcher(owner, watcher, key, attempt))
+        .buffer_unordered(WATCHERS_AT_ONCE)
+        .filter_map(|miss| async move { miss })
+        .collect()
         .await;
-        let asked = events_until(&mut on_owner, None, |e| e["event_type"] == "hitl_request").await;
-        let run = asked.last().unwrap()["run_id"]
-            .as_str()
-            .unwrap()
-            .to_string();
-        send(&mut on_owner, json!({"type": "cancel", "payload": {}})).await;
-        // The server's pings keep a socket that gets nothing from timing out: bound the wait.
-        let seen = tokio::time::timeout(
-            std::time::Duration::from_secs(20),
-            events_until(&mut on_watcher, None, |e| {
-                e["event_type"] == "done" && e["run_id"] == run.as_str()
-            }),
-        )
-        .await;
-        let Ok(seen) = seen else {
-            missed.push((attempt, "no done within 20 s".to_string(), Vec::new()));
-            continue;
-        };
-        let of_run: Vec<&Value> = seen
-            .iter()
-            .filter(|e| e["run_id"] == run.as_str())
-            .collect();
-        let types: Vec<&str> = of_run
-            .iter()
-            .map(|e| e["event_type"].as_str().unwrap_or(""))
-            .collect();
-        let seqs: Vec<u64> = of_run.iter().filter_map(|e| e["seq"].as_u64()).collect();
-        let gap_free = seqs.windows(2).all(|w| w[1] == w[0] + 1);
-        if !types.contains(&"tool_call") || !types.contains(&"hitl_request") || !gap_free {
-            missed.push((attempt, types.join(","), seqs));
-        }
-    }
+    eprintln!(
+        "{tries} watcher tries ({WATCHERS_AT_ONCE} at a time) took {:?}",
+        began.elapsed()
+    );
     assert!(
         missed.is_empty(),
         "{} of {tries} watchers missed events of a run started on another replica right after they connected: {missed:?}",
         missed.len()
     );
+}
+
+/// One try of [`a_watcher_on_another_replica_sees_a_run_from_its_start`]: `None` when the
+/// watcher saw everything, else what it saw.
+async fn one_watcher(
+    owner: &Ctx,
+    watcher: &Ctx,
+    key: &str,
+    attempt: usize,
+) -> Option<(usize, String, Vec<u64>)> {
+    use std::time::Duration;
+    let write = r#"/tool write_file {"file_path": "watched.txt", "content": "x"}"#;
+    let sid = new_session(owner, key).await;
+    let mut on_owner = watch(owner, key, &sid, None).await;
+    let mut on_watcher = watch(watcher, key, &sid, None).await;
+    send(
+        &mut on_owner,
+        json!({"type": "chat", "payload": {"message": write}}),
+    )
+    .await;
+    let asked = events_until(&mut on_owner, None, |e| e["event_type"] == "hitl_request").await;
+    let run = asked.last().unwrap()["run_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // The approval waits for as long as nobody decides: the watcher must get its request
+    // now. (The server's pings keep a socket that gets nothing open: bound the wait.)
+    let live = tokio::time::timeout(
+        Duration::from_secs(10),
+        events_until(&mut on_watcher, None, |e| {
+            e["event_type"] == "hitl_request" && e["run_id"] == run.as_str()
+        }),
+    )
+    .await;
+    send(&mut on_owner, json!({"type": "cancel", "payload": {}})).await;
+    let Ok(mut seen) = live else {
+        return Some((
+            attempt,
+            "no hitl_request within 10 s while the run waited".into(),
+            Vec::new(),
+        ));
+    };
+    let rest = tokio::time::timeout(
+        Duration::from_secs(20),
+        events_until(&mut on_watcher, None, |e| {
+            e["event_type"] == "done" && e["run_id"] == run.as_str()
+        }),
+    )
+    .await;
+    let Ok(rest) = rest else {
+        return Some((attempt, "no done within 20 s".into(), Vec::new()));
+    };
+    seen.extend(rest);
+    let of_run: Vec<&Value> = seen
+        .iter()
+        .filter(|e| e["run_id"] == run.as_str())
+        .collect();
+    let types: Vec<&str> = of_run
+        .iter()
+        .map(|e| e["event_type"].as_str().unwrap_or(""))
+        .collect();
+    let seqs: Vec<u64> = of_run.iter().filter_map(|e| e["seq"].as_u64()).collect();
+    let gap_free = seqs.windows(2).all(|w| w[1] == w[0] + 1);
+    (!types.contains(&"tool_call") || !gap_free).then(|| (attempt, types.join(","), seqs))
 }
