@@ -697,6 +697,17 @@ async fn a_refused_or_black_holed_database_answers_503_fast_and_the_server_recov
     };
     let (relay, ctx) = behind_relay(&url).await;
     outage::refused_and_black_holed(&ctx, &relay).await;
+}
+
+/// Issue 31 item 5: a run in flight when the database goes away gets its failed `done` within
+/// its end's bound, the session's next chat is refused at once while the database is away and
+/// taken as soon as it is back.
+#[tokio::test]
+async fn a_run_in_flight_when_the_database_goes_away_ends_failed_within_its_bound() {
+    let Some(url) = postgres_db("inflight_outage").await else {
+        return;
+    };
+    let (relay, ctx) = behind_relay(&url).await;
     outage::a_run_in_flight_ends_failed_and_its_session_takes_the_next_chat(&ctx, &relay).await;
 }
 
