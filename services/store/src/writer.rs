@@ -30,9 +30,9 @@
 //! is its round trips, not a lock: a pooled transaction per job paid a ping, `BEGIN` and `COMMIT`
 //! around every job's statements and each commit's WAL flush (issue 24 measured 2.4 ms of the
 //! server's CPU and a p99 of 60+ ms per one-tool run at ten clients). Batched, the jobs waiting
-//! share one `BEGIN`/`COMMIT` and one flush, and the connection is never pinged: instead each
-//! batch is bounded by the acquire timeout, and a batch that times out or loses its connection
-//! answers its jobs "database unavailable" (503) and the next batch opens a new connection. A
+//! share one `BEGIN`/`COMMIT` and one flush, and the connection is not pinged (only after 30 s
+//! idle): each batch is bounded by the acquire timeout, and a batch that times out or loses its
+//! connection answers its jobs "database unavailable" (503) and the next batch opens a new one. A
 //! `BEGIN` that fails on a connection the database closed meanwhile (a restart) is tried once
 //! more on a new one. Jobs of several sessions share a transaction, so they must not lock rows
 //! in conflicting orders: the run path's jobs lock only their own session's rows.
@@ -338,6 +338,9 @@ async fn run_queue(
     }
 }
 
+/// A writer connection idle this long is pinged before its next batch.
+const IDLE_PING: Duration = Duration::from_secs(30);
+
 /// What a batch on PostgreSQL or MySQL may take per job, beyond the acquire timeout.
 const PER_JOB: Duration = Duration::from_millis(10);
 
@@ -421,7 +424,7 @@ impl Transactions for SqliteConnection {
 }
 
 /// PostgreSQL's or MySQL's writer connection: a one-connection pool, opened when first used,
-/// never pinged (see the module documentation).
+/// pinged only after a pause (see the module documentation).
 struct ServerConnection {
     options: sea_orm::ConnectOptions,
     pool: Option<DatabaseConnection>,
@@ -431,10 +434,13 @@ struct ServerConnection {
 impl ServerConnection {
     fn new(opts: &DbOptions) -> Result<ServerConnection> {
         let mut options = crate::connect_options(opts)?;
+        // Not pinged before each batch (a round trip per batch); only after a pause long enough
+        // for a proxy or firewall to have dropped it silently, which a batch would otherwise
+        // find by timing out once.
         options
             .max_connections(1)
             .min_connections(0)
-            .test_before_acquire(false)
+            .test_before_acquire_if_idle_for(IDLE_PING)
             .connect_lazy(true);
         Ok(ServerConnection {
             options,
