@@ -20,10 +20,13 @@ pub const WAIT: Duration = Duration::from_secs(60);
 
 /// The next JSON text frame (events, errors, pongs), skipping WebSocket control frames.
 pub async fn next_json(ws: &mut Socket) -> Value {
+    // One deadline for the text frame, not one per frame: the server's pings would otherwise
+    // keep a socket that never gets its event waiting for ever (a silent hang, not a failure).
+    let deadline = tokio::time::Instant::now() + WAIT;
     loop {
-        let msg = tokio::time::timeout(WAIT, ws.next())
+        let msg = tokio::time::timeout_at(deadline, ws.next())
             .await
-            .expect("a frame within 60 s")
+            .expect("a text frame within 60 s")
             .expect("the socket stays open")
             .expect("a well-formed frame");
         if let Message::Text(text) = msg {
