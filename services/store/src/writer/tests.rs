@@ -414,17 +414,36 @@ async fn a_unique_violation_on_the_writer_is_a_conflict_as_before() {
     assert!(matches!(err, StoreError::Conflict(_)), "{err:?}");
 }
 
-/// PostgreSQL and MySQL: many concurrent jobs through the writer (batched on its one
-/// connection) all commit, and a failing job (a duplicate) never loses the others' writes, as on
+/// A probe table of its own in a shared PostgreSQL or MySQL test database.
+async fn probe_table(t: &TestDb) -> String {
+    let table = format!("writer_probe_{}", uuid::Uuid::new_v4().simple());
+    t.db.execute_unprepared(&format!("CREATE TABLE {table} (v VARCHAR(64) PRIMARY KEY)"))
+        .await
+        .expect("create the probe table");
+    table
+}
+
+/// How many rows `table` holds, read through the pool.
+async fn rows_in(t: &TestDb, table: &str) -> i64 {
+    let row =
+        t.db.query_one_raw(Statement::from_string(
+            t.db.get_database_backend(),
+            format!("SELECT COUNT(*) AS n FROM {table}"),
+        ))
+        .await
+        .expect("count")
+        .expect("a row");
+    row.try_get("", "n").expect("n")
+}
+
+/// PostgreSQL and MySQL: many concurrent jobs through the writer (batched on its
+/// connections) all commit, and a failing job (a duplicate) never loses the others' writes, as on
 /// SQLite.
 async fn concurrent_writes_keep_every_good_write(backend: Backend) {
     let Some(t) = TestDb::open(backend).await else {
         return;
     };
-    let table = format!("writer_probe_{}", uuid::Uuid::new_v4().simple());
-    t.db.execute_unprepared(&format!("CREATE TABLE {table} (v VARCHAR(64) PRIMARY KEY)"))
-        .await
-        .expect("create the probe table");
+    let table = probe_table(&t).await;
     let db_backend = t.db.get_database_backend();
     let placeholder = if db_backend == DatabaseBackend::Postgres {
         "$1"
@@ -458,16 +477,7 @@ async fn concurrent_writes_keep_every_good_write(backend: Backend) {
         let err = dup.await.expect("join").expect_err("the duplicate fails");
         assert!(matches!(err, StoreError::Conflict(_)), "{err:?}");
     }
-    let row =
-        t.db.query_one_raw(Statement::from_string(
-            db_backend,
-            format!("SELECT COUNT(*) AS n FROM {table}"),
-        ))
-        .await
-        .expect("count")
-        .expect("a row");
-    let n: i64 = row.try_get("", "n").expect("n");
-    assert_eq!(n, 1 + 10 * 20);
+    assert_eq!(rows_in(&t, &table).await, 1 + 10 * 20);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -498,10 +508,7 @@ async fn a_connection_killed_between_writes_is_replaced(backend: Backend) {
     let Some(t) = TestDb::open(backend).await else {
         return;
     };
-    let table = format!("writer_probe_{}", uuid::Uuid::new_v4().simple());
-    t.db.execute_unprepared(&format!("CREATE TABLE {table} (v VARCHAR(64) PRIMARY KEY)"))
-        .await
-        .expect("create the probe table");
+    let table = probe_table(&t).await;
     let db_backend = t.db.get_database_backend();
     let insert = |v: &str| unprepared(format!("INSERT INTO {table} (v) VALUES ('{v}')"));
     t.writer
@@ -543,15 +550,7 @@ async fn a_connection_killed_between_writes_is_replaced(backend: Backend) {
         .write(insert("after"))
         .await
         .expect("the write after the kill commits on a new connection");
-    let row =
-        t.db.query_one_raw(Statement::from_string(
-            db_backend,
-            format!("SELECT COUNT(*) AS n FROM {table}"),
-        ))
-        .await
-        .expect("count")
-        .expect("a row");
-    assert_eq!(row.try_get::<i64>("", "n").expect("n"), 2);
+    assert_eq!(rows_in(&t, &table).await, 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
