@@ -87,9 +87,7 @@ pub(crate) async fn insert_rows(
     db: &impl ConnectionTrait,
     rows: Vec<checkpoint::ActiveModel>,
 ) -> Result<()> {
-    let mut rows = rows.into_iter().peekable();
-    while rows.peek().is_some() {
-        let chunk: Vec<_> = rows.by_ref().take(crate::writer::ROWS_PER_INSERT).collect();
+    for chunk in crate::writer::per_insert(rows) {
         checkpoint::Entity::insert_many(chunk)
             .exec_without_returning(db)
             .await?;

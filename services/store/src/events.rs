@@ -63,9 +63,7 @@ pub(crate) async fn insert_missing_rows(
     db: &impl ConnectionTrait,
     rows: Vec<session_event::ActiveModel>,
 ) -> Result<()> {
-    let mut rows = rows.into_iter().peekable();
-    while rows.peek().is_some() {
-        let chunk: Vec<_> = rows.by_ref().take(crate::writer::ROWS_PER_INSERT).collect();
+    for chunk in crate::writer::per_insert(rows) {
         session_event::Entity::insert_many(chunk)
             .on_conflict_do_nothing_on([
                 session_event::Column::SessionId,

@@ -172,7 +172,17 @@ impl Deferred {
 }
 
 /// The most rows one deferred insert carries (SQLite allows 32,766 parameters in a statement).
-pub(crate) const ROWS_PER_INSERT: usize = 1000;
+const ROWS_PER_INSERT: usize = 1000;
+
+/// `rows` in the groups one multi-row insert each may carry ([`ROWS_PER_INSERT`]), moved, not
+/// copied.
+pub(crate) fn per_insert<T>(rows: Vec<T>) -> impl Iterator<Item = Vec<T>> {
+    let mut rows = rows.into_iter().peekable();
+    std::iter::from_fn(move || {
+        rows.peek()?;
+        Some(rows.by_ref().take(ROWS_PER_INSERT).collect())
+    })
+}
 
 impl Writer {
     /// The writer for the database `opts` names, beside the pool `db` opened from the same
