@@ -2,8 +2,8 @@
 //!
 //! - [`client`]: the MCP client (stdio and Streamable HTTP servers, on rmcp) and the adapter that
 //!   turns a server's tools into [`Tool`](agentry_tools::tool::Tool)s named `<server>__<tool>`.
-//! - [`server`]: a tool registry served as an MCP server (`agentry tool-server <name>`, and the
-//!   gateway's `/mcp`), calling through the one tool-call pipeline
+//! - [`server`]: a tool registry served as an MCP server (`agentry tool-server <name>`, and
+//!   `/mcp`, whose tools `agentry-mcp-server` picks per request), calling through the one tool-call pipeline
 //!   ([`agentry_tools::pipeline`]).
 //! - [`config_file`]: the MCP config file (YAML or JSON), its per-server policy, and
 //!   [`McpConfigWatcher`](config_file::McpConfigWatcher), which hot-reloads it.

@@ -21,7 +21,7 @@
 //! - Cancellation (`notifications/cancelled`) cancels the tool's context.
 //!
 //! What a request may see comes from a [`ToolSource`]: `agentry tool-server` serves one fixed
-//! registry ([`FixedTools`]); the gateway's `/mcp` resolves the authenticated caller of each
+//! registry ([`FixedTools`]); `/mcp` (`agentry-mcp-server`) resolves the authenticated caller of each
 //! request into that tenant user's tools ([`CallerTools`]), with approvals asked by
 //! elicitation ([`CallerTools::enforce_approval`]) and every call recorded ([`CallAudit`]).
 
@@ -376,7 +376,7 @@ impl ToolServer {
         )
     }
 
-    /// A server whose tools depend on the request (the gateway's `/mcp`). Clones share the
+    /// A server whose tools depend on the request (`/mcp`, `agentry-mcp-server`). Clones share the
     /// calls parked on `input_required`, so one server can be cloned per MCP session.
     pub fn with_source(
         name: impl Into<String>,

@@ -8,7 +8,7 @@
 //! | [`sse`] | `POST /api/v1/chat/stream`: the same request as Server-Sent Events |
 //! | [`ws`] | `WS /ws/chat/{session_id}`: client frames in, events out, several watchers per session |
 //! | [`openai_chat`] | `POST /v1/chat/completions`, `GET /v1/models`: the OpenAI wire format |
-//! | [`mcp`] | `/mcp` and `/mcp/{virtual_server}`: Agentry as an MCP server (Streamable HTTP) |
+//! | [`mcp`] | `/mcp` and `/mcp/{virtual_server}`: Agentry as an MCP server (Streamable HTTP), the HTTP side of `agentry_mcp_server` |
 //!
 //! No adapter imports another (`crate::layout` checks it): what two of them need lives in
 //! [`common`], and the request's authentication (`crate::auth`, the `TenantCaller` extractor),

@@ -301,7 +301,7 @@ pub async fn start_sign_in(
         .unwrap_or_default();
     let redirect_uri = format!(
         "{}{CALLBACK_PATH}",
-        crate::protocols::mcp::public_base(&req)
+        crate::protocols::mcp::metadata::public_base(&req)
     );
     let started = oauth::begin_sign_in(
         &name,
