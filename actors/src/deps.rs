@@ -24,79 +24,8 @@ use agentry_tools::tool::{ToolRegistry, ToolSpec};
 use async_trait::async_trait;
 use sea_orm::DatabaseConnection;
 
-/// Engine knobs, from the server configuration.
-#[derive(Debug, Clone)]
-pub struct EngineConfig {
-    /// How long an approval waits before it counts as a reject.
-    pub hitl_timeout: Duration,
-    /// An idle session actor stops after this long.
-    pub session_timeout: Duration,
-    /// How many stored messages a run sends the model as history.
-    pub history_window: u64,
-    /// How many recent events each session keeps in memory for replay.
-    pub event_ring: usize,
-    /// Checkpoints kept per run once it ends.
-    pub checkpoint_keep: u64,
-    /// The data dir; workspaces live in `{data_dir}/workspaces/{tenant}/{user}`.
-    pub data_dir: PathBuf,
-    /// How many times a crashed run is restarted from its checkpoint before it fails.
-    pub max_restarts: u32,
-    /// After a cancel, how long the loop gets to stop by itself before it is aborted.
-    pub cancel_grace: Duration,
-    /// How often buffered events are written to the database.
-    pub event_flush_interval: Duration,
-    /// Live session actors per process past which the least recently used idle ones stop
-    /// (they start again, from the database, when next used); 0: no cap.
-    pub max_live_sessions: usize,
-    /// Cluster mode: how long a replica's lease on a session's live run lasts unless renewed
-    /// (it is renewed every third of this).
-    pub session_lease_ttl: Duration,
-    /// Cluster mode: a replica silent this long (no heartbeat) is dead, and the others take
-    /// over its sessions that have a run going or waiting.
-    pub replica_ttl: Duration,
-    /// Cluster mode: how long a command forwarded to a session's owner waits for its answer.
-    pub forward_timeout: Duration,
-    /// Tokens each model call reserves of the tenant's `tokens_per_day` for its answer, on top
-    /// of the prompt's estimate (a request's own `max_tokens` wins).
-    pub reserve_output_tokens: u64,
-    pub mcp_pool: crate::mcp_pool::McpPoolConfig,
-    /// Delegation with `task`: depth, fan-out and parallelism (see [`crate::agent::task`]).
-    pub tasks: crate::agent::task::TaskLimits,
-}
-
-impl Default for EngineConfig {
-    fn default() -> Self {
-        EngineConfig {
-            hitl_timeout: Duration::from_secs(300),
-            session_timeout: Duration::from_secs(3600),
-            history_window: 50,
-            event_ring: 1024,
-            checkpoint_keep: 3,
-            data_dir: PathBuf::from("./agentry-data"),
-            max_restarts: 2,
-            cancel_grace: Duration::from_millis(300),
-            event_flush_interval: Duration::from_millis(100),
-            max_live_sessions: 1_000,
-            session_lease_ttl: Duration::from_secs(10),
-            replica_ttl: Duration::from_secs(3),
-            forward_timeout: Duration::from_secs(5),
-            reserve_output_tokens: 1024,
-            mcp_pool: crate::mcp_pool::McpPoolConfig::default(),
-            tasks: crate::agent::task::TaskLimits::default(),
-        }
-    }
-}
-
-/// Which model an assistant's runs use: the platform's (the server's `[llm]` config, with the
-/// assistant's provider/model overrides) or one of the tenant's model connections.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub enum ModelChoice {
-    #[default]
-    Platform,
-    Connection(Arc<ModelConnection>),
-    /// The assistant names a connection that does not exist (any more).
-    Missing(ModelConnectionId),
-}
+use crate::config::EngineConfig;
+use crate::profiles::{AgentConfig, ModelChoice};
 
 /// The model client of a run, and where it comes from.
 #[derive(Clone)]
@@ -131,7 +60,7 @@ pub trait ModelProvider: Send + Sync {
         &self,
         tenant: &Tenant,
         assistant: &Assistant,
-        agent: &crate::profiles::AgentConfig,
+        agent: &AgentConfig,
     ) -> Result<ChosenModel, ModelRefusal>;
 
     /// The delays the agent loop waits between its own retries (a model answer that broke off,
@@ -387,7 +316,7 @@ impl ModelProvider for ConfiguredModels {
         &self,
         tenant: &Tenant,
         assistant: &Assistant,
-        agent: &crate::profiles::AgentConfig,
+        agent: &AgentConfig,
     ) -> Result<ChosenModel, ModelRefusal> {
         match &agent.model {
             ModelChoice::Connection(c) => Ok(ChosenModel {
@@ -480,7 +409,7 @@ pub struct ToolRequest {
     pub session_id: SessionId,
     pub assistant: Assistant,
     /// The assistant's effective settings: its `tools` narrow the set.
-    pub agent: Arc<crate::profiles::AgentConfig>,
+    pub agent: Arc<AgentConfig>,
     /// The tenant's MCP pool, for the user's MCP tools.
     pub mcp: Option<actix::Addr<crate::mcp_pool::McpPoolActor>>,
 }
@@ -541,7 +470,7 @@ pub struct EngineDeps {
 }
 
 /// An assistant with its effective configuration, as a run uses it.
-pub type KeptAssistant = (Assistant, Arc<crate::profiles::AgentConfig>);
+pub type KeptAssistant = (Assistant, Arc<AgentConfig>);
 
 /// Sessions this process created that no actor has started for yet (single-node mode): such a
 /// session has no run, no queued run and no event — only its actor makes them — so its actor's

@@ -18,6 +18,7 @@
 
 pub mod agent;
 pub mod cluster;
+pub mod config;
 pub mod deps;
 pub mod engine;
 pub mod error;
@@ -36,13 +37,15 @@ pub mod tenant;
 pub mod test_hooks;
 pub mod tools;
 
+pub use config::EngineConfig;
 pub use deps::{
-    AllowAll, ChosenModel, ConfiguredModels, EngineConfig, EngineDeps, ModelChoice, ModelProvider,
-    ModelRefusal, TenantConnections, ToolPolicy, ToolProvider, ToolRequest, ToolSet,
+    AllowAll, ChosenModel, ConfiguredModels, EngineDeps, ModelProvider, ModelRefusal,
+    TenantConnections, ToolPolicy, ToolProvider, ToolRequest, ToolSet,
 };
 pub use engine::{
     ChatCommand, ChatStarted, CreateSession, Engine, RunOutput, RunStream, SessionHandle,
     channel_subscriber, check_message,
 };
 pub use error::EngineError;
+pub use profiles::ModelChoice;
 pub use session::{ChatAccepted, SessionEvent, SessionStatus, Subscriber, SubscriptionId};

@@ -3,9 +3,9 @@
 //!
 //! Every tenant supervisor registers the session actors it starts here and touches one each
 //! time it hands it out. Past the cap, the least recently used ones are asked to leave
-//! ([`crate::session::Evict`]); each decides for itself and leaves only when it is idle: no run,
+//! ([`Evict`]); each decides for itself and leaves only when it is idle: no run,
 //! nothing queued, no approval waiting, every event stored, no subscriber and no
-//! [`SessionRef`] held by anyone. An evicted session loses nothing: its next use starts a new
+//! [`LeaseGuard`] held by anyone. An evicted session loses nothing: its next use starts a new
 //! actor that numbers on from the database, so replay and chat continue as before. When every
 //! session over the cap is busy the cap is exceeded until some become idle (the registry
 //! retries every few seconds): a cap never ends or refuses work.
@@ -19,10 +19,15 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use actix::Addr;
+use actix::{Message, Recipient};
 use agentry_schema::ids::SessionId;
 
-use crate::session::{Evict, SessionActor};
+/// Asked of a live session actor when the process holds more than `session.max_live`: leave
+/// if idle and nobody holds it, or stay and say so ([`Residency::refused`]). The session actor
+/// handles it; this module only sends it, so it knows the actors by this message alone.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Evict;
 
 /// One start of one session's actor (a session restarted after eviction is a new instance).
 pub type Instance = u64;
@@ -112,13 +117,6 @@ impl Drop for LeaseGuard {
     }
 }
 
-/// A live session actor's address with a guard that keeps it live while held.
-#[derive(Clone, Debug)]
-pub struct SessionRef {
-    pub addr: Addr<SessionActor>,
-    pub guard: LeaseGuard,
-}
-
 /// A session actor's place in [`LiveSessions`].
 #[derive(Clone)]
 pub struct Residency {
@@ -144,7 +142,8 @@ impl Residency {
 type Key = (SessionId, Instance);
 
 struct Entry {
-    addr: Addr<SessionActor>,
+    /// The actor, to ask it to leave.
+    evict: Recipient<Evict>,
     lease: Arc<Lease>,
     /// Position in `order` (larger: used more recently).
     tick: u64,
@@ -223,7 +222,7 @@ impl LiveSessions {
         &self,
         id: SessionId,
         instance: Instance,
-        addr: Addr<SessionActor>,
+        evict: Recipient<Evict>,
         lease: Arc<Lease>,
     ) {
         let mut inner = self.lock();
@@ -232,7 +231,7 @@ impl LiveSessions {
         inner.entries.insert(
             (id, instance),
             Entry {
-                addr,
+                evict,
                 lease,
                 tick,
                 asked: false,
@@ -303,7 +302,7 @@ impl LiveSessions {
         for key in ask {
             if let Some(e) = inner.entries.get_mut(&key) {
                 e.asked = true;
-                e.addr.do_send(Evict);
+                e.evict.do_send(Evict);
             }
             inner.asked += 1;
         }

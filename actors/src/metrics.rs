@@ -1,6 +1,9 @@
 //! What an operator watches of the engine: its metrics, through the `metrics` facade (the
-//! gateway installs the Prometheus recorder; without one, as in tests, these are no-ops), and
-//! the log line of each run that did not complete.
+//! gateway installs the Prometheus recorder; without one, as in tests, these are no-ops). The
+//! log line of each run that did not complete is the run's outcome's own
+//! (`agent::RunOutcome::log_end`).
+//!
+//! A leaf: the engine's modules report here, so it names none of them.
 
 use std::collections::BTreeSet;
 use std::sync::Mutex;
@@ -8,49 +11,6 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use agentry_schema::events::DoneStatus;
-use agentry_schema::ids::RunId;
-use agentry_store::sessions::Session;
-
-use crate::agent::RunOutcome;
-
-/// A run that failed or timed out is an `error` line; one cancelled, rejected or interrupted a
-/// `warn` line; a completed run is in the access log and the metrics only. Each carries the run,
-/// its session and tenant, the request that started it (when a request did: not a recovered
-/// run) and its trace id (when traces are exported).
-pub fn log_run_end(
-    session: &Session,
-    run_id: RunId,
-    outcome: &RunOutcome,
-    request_id: Option<&str>,
-    trace_id: Option<&str>,
-) {
-    macro_rules! emit {
-        ($level:expr, $message:literal) => {
-            tracing::event!(
-                target: "agentry::runs",
-                $level,
-                %run_id,
-                session_id = %session.id,
-                tenant_id = %session.tenant_id,
-                request_id,
-                trace_id,
-                status = outcome.status.as_str(),
-                reason = outcome.reason.as_deref(),
-                error = outcome.error.as_deref(),
-                steps = outcome.steps,
-                $message
-            )
-        };
-    }
-    match outcome.status {
-        DoneStatus::Completed => {}
-        DoneStatus::Failed | DoneStatus::Timeout => emit!(tracing::Level::ERROR, "run failed"),
-        DoneStatus::Cancelled | DoneStatus::Rejected | DoneStatus::Interrupted => {
-            emit!(tracing::Level::WARN, "run ended early")
-        }
-    }
-}
-
 pub fn record_hitl_wait(waited: Duration, decided: bool) {
     metrics::histogram!("agentry_hitl_wait_seconds", "outcome" => if decided { "decided" } else { "timed_out_or_cancelled" })
         .record(waited.as_secs_f64());

@@ -8,8 +8,9 @@
 
 use std::sync::Arc;
 
-use agentry_schema::ids::ProfileId;
+use agentry_schema::ids::{ModelConnectionId, ProfileId};
 use agentry_store::assistants::Assistant;
+use agentry_store::model_connections::ModelConnection;
 use agentry_store::profiles::{self, ProfileSpec};
 use agentry_store::{StoreError, TenantScope};
 use sea_orm::ConnectionTrait;
@@ -234,6 +235,17 @@ pub async fn find(
         }))
 }
 
+/// Which model an assistant's runs use: the platform's (the server's `[llm]` config, with the
+/// assistant's provider/model overrides) or one of the tenant's model connections.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub enum ModelChoice {
+    #[default]
+    Platform,
+    Connection(Arc<ModelConnection>),
+    /// The assistant names a connection that does not exist (any more).
+    Missing(ModelConnectionId),
+}
+
 /// What a run of an assistant gets: its own settings over its profile's.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AgentConfig {
@@ -249,7 +261,7 @@ pub struct AgentConfig {
     pub timeout_secs: u32,
     pub max_retries: u32,
     /// Which model its runs use (see [`effective`]).
-    pub model: crate::deps::ModelChoice,
+    pub model: ModelChoice,
 }
 
 /// An assistant's settings over its profile's: each field the assistant sets wins; the rest
@@ -271,7 +283,7 @@ pub fn resolve(assistant: &Assistant, profile: &ProfileSpec) -> AgentConfig {
         recursion_limit: a.recursion_limit.unwrap_or(profile.recursion_limit),
         timeout_secs: a.timeout_secs.unwrap_or(profile.timeout_secs),
         max_retries: a.max_retries,
-        model: crate::deps::ModelChoice::Platform,
+        model: ModelChoice::Platform,
     }
 }
 
@@ -292,8 +304,8 @@ pub async fn effective(
     let mut agent = resolve(assistant, &spec);
     if let Some(id) = &assistant.spec.model_connection {
         agent.model = match agentry_store::model_connections::get(db, scope, id).await? {
-            Some(c) => crate::deps::ModelChoice::Connection(Arc::new(c)),
-            None => crate::deps::ModelChoice::Missing(id.clone()),
+            Some(c) => ModelChoice::Connection(Arc::new(c)),
+            None => ModelChoice::Missing(id.clone()),
         };
     }
     Ok(Arc::new(agent))

@@ -128,6 +128,46 @@ impl RunOutcome {
             ..RunOutcome::new(DoneStatus::Failed, Some(code.as_str()), progress)
         }
     }
+
+    /// The log line of the run's end, for an operator: a run that failed or timed out is an
+    /// `error` line; one cancelled, rejected or interrupted a `warn` line; a completed run is in
+    /// the access log and the metrics only. Each carries the run, its session and tenant, the
+    /// request that started it (when a request did: not a recovered run) and its trace id (when
+    /// traces are exported).
+    pub fn log_end(
+        &self,
+        session: &agentry_store::sessions::Session,
+        run_id: RunId,
+        request_id: Option<&str>,
+        trace_id: Option<&str>,
+    ) {
+        let outcome = self;
+        macro_rules! emit {
+            ($level:expr, $message:literal) => {
+                tracing::event!(
+                    target: "agentry::runs",
+                    $level,
+                    %run_id,
+                    session_id = %session.id,
+                    tenant_id = %session.tenant_id,
+                    request_id,
+                    trace_id,
+                    status = outcome.status.as_str(),
+                    reason = outcome.reason.as_deref(),
+                    error = outcome.error.as_deref(),
+                    steps = outcome.steps,
+                    $message
+                )
+            };
+        }
+        match outcome.status {
+            DoneStatus::Completed => {}
+            DoneStatus::Failed | DoneStatus::Timeout => emit!(tracing::Level::ERROR, "run failed"),
+            DoneStatus::Cancelled | DoneStatus::Rejected | DoneStatus::Interrupted => {
+                emit!(tracing::Level::WARN, "run ended early")
+            }
+        }
+    }
 }
 
 /// Usage and steps so far, readable from outside the loop (a cancel or timeout drops the loop

@@ -45,31 +45,11 @@ use tracing::Instrument;
 
 use super::sink::{ChildTag, RunSink};
 use super::{Progress, RunInput, RunOutcome, SharedProgress, run_agent};
+pub use crate::config::TaskLimits;
 use crate::deps::EngineDeps;
 
 /// The tool's name, and its RBAC service and tool (`task:task`, or `task:*`).
 pub const TASK_TOOL: &str = "task";
-
-/// How far delegation goes (`[tasks]` in the server's configuration).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TaskLimits {
-    /// How deep child runs nest: a run a person started is at depth 0, its children at 1.
-    pub max_depth: u32,
-    /// `task` calls one model step may make; the ones past it are refused.
-    pub max_per_step: u32,
-    /// Child runs of one run going at once; more wait for a place.
-    pub max_parallel: u32,
-}
-
-impl Default for TaskLimits {
-    fn default() -> Self {
-        TaskLimits {
-            max_depth: 3,
-            max_per_step: 5,
-            max_parallel: 3,
-        }
-    }
-}
 
 /// Where a child run sits: the run whose call started it, that call, and its depth.
 #[derive(Debug, Clone, PartialEq)]

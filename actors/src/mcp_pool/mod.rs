@@ -18,8 +18,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
-use agentry_builtin::BuiltinConfig;
-use agentry_builtin::net_guard::GuardedResolver;
 use agentry_mcp::client::{
     Catalog, ClientHooks, ConnectionStatus, McpConnection, McpServerConfig, StdioLaunch,
 };
@@ -30,6 +28,7 @@ use agentry_tools::tool::{CompiledTool, Tool};
 use async_trait::async_trait;
 use tokio::sync::oneshot;
 
+pub use crate::config::McpPoolConfig;
 pub use handlers::STDIO_FEATURE;
 pub use messages::*;
 
@@ -66,39 +65,6 @@ pub trait McpConfigSource: Send + Sync {
         _server: &McpServerConfig,
     ) -> Option<Arc<dyn agentry_mcp::client::oauth::OAuthTokenStore>> {
         None
-    }
-}
-
-#[derive(Debug, Clone)]
-pub struct McpPoolConfig {
-    pub health_interval: Duration,
-    pub idle_timeout: Duration,
-    /// How long a run waits for servers that are still connecting before it starts without them.
-    pub connect_wait: Duration,
-    pub backoff_base: Duration,
-    pub backoff_max: Duration,
-    /// Where stdio servers run; the default refuses to start them.
-    pub sandbox: agentry_sandbox::SandboxHandle,
-    /// `{data_dir}/workspaces`: a stdio server runs in `{workspaces}/{tenant}/{user}`, its
-    /// user's workspace. Filled in from the engine's data dir when left empty.
-    pub workspaces: std::path::PathBuf,
-    /// Resolves and checks the host of a user's HTTP server on every connection (the
-    /// operator's servers are not checked). The default refuses private and loopback addresses.
-    pub user_http_guard: Arc<GuardedResolver>,
-}
-
-impl Default for McpPoolConfig {
-    fn default() -> Self {
-        McpPoolConfig {
-            health_interval: Duration::from_secs(30),
-            idle_timeout: Duration::from_secs(600),
-            connect_wait: Duration::from_secs(10),
-            backoff_base: Duration::from_millis(500),
-            backoff_max: Duration::from_secs(60),
-            sandbox: agentry_sandbox::SandboxHandle::default(),
-            workspaces: std::path::PathBuf::new(),
-            user_http_guard: Arc::new(GuardedResolver::new(&BuiltinConfig::default())),
-        }
     }
 }
 

@@ -13,6 +13,7 @@ use super::{QueuedRun, RunStart, SessionActor};
 use crate::agent::sink::HumanOutcome;
 use crate::error::EngineError;
 use crate::hitl::ApprovalClosed;
+use crate::live_sessions::Evict;
 
 impl Handler<Subscribe> for SessionActor {
     type Result = AtomicResponse<Self, Result<SubscriptionId, EngineError>>;

@@ -1,15 +1,18 @@
 //! SessionActor's contract.
 //!
 //! Input (from the gateway, through the engine facade): subscribe, chat, cancel, decide, status,
-//! shutdown. Output (to subscribers): [`SessionEvent`]. Internal (from the session's own run
+//! shutdown; (from the process's live sessions) evict ([`crate::live_sessions::Evict`]).
+//! Output (to subscribers): [`SessionEvent`]; (to its supervisor, a `Recipient` it is given)
+//! [`SessionStopped`]. Internal (from the session's own run
 //! task and approval actors): emit, open approval, run finished, approval closed.
 
 use std::sync::Arc;
 
 use actix::{Message, Recipient};
 use agentry_schema::events::{EventPayload, ExecutionEvent};
-use agentry_schema::ids::{ApprovalId, RunId};
+use agentry_schema::ids::{ApprovalId, RunId, SessionId, UserId};
 use agentry_store::UserScope;
+use agentry_store::sessions::Session;
 use agentry_store::tenants::Tenant;
 use tokio::sync::mpsc;
 
@@ -68,6 +71,26 @@ impl From<mpsc::UnboundedSender<SessionEvent>> for Subscriber {
     fn from(tx: mpsc::UnboundedSender<SessionEvent>) -> Self {
         Subscriber::Channel(tx)
     }
+}
+
+/// Sent by a session actor to its supervisor when it stops. The supervisor hands the actor a
+/// `Recipient` of it, so the session knows nothing of the supervisor.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct SessionStopped {
+    pub session_id: SessionId,
+    pub user_id: UserId,
+    /// Which start of the session actor stopped.
+    pub instance: u64,
+    /// It did not stop but was dropped after a handler panicked: start it again now, for these
+    /// subscribers (its recovery resumes the run it had).
+    pub restart: Option<Box<RestartSession>>,
+}
+
+/// What a crashed session actor's successor starts with (see [`SessionStopped::restart`]).
+pub struct RestartSession {
+    pub session: Session,
+    pub subscribers: Vec<Subscriber>,
 }
 
 // ---- input ----
@@ -158,12 +181,6 @@ pub struct TenantChanged(pub Arc<Tenant>);
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct Shutdown;
-
-/// The process holds more live sessions than `session.max_live`: stop if idle and nobody holds
-/// the session (see [`crate::live_sessions`]); otherwise stay and say so.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct Evict;
 
 // ---- internal ----
 

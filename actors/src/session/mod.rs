@@ -41,7 +41,6 @@ use crate::error::EngineError;
 use crate::hitl::{ApprovalDesk, Waiter};
 use crate::live_sessions::Residency;
 use crate::quota::QuotaHandle;
-use crate::tenant::{RestartSession, SessionStopped};
 pub use messages::*;
 pub use remote::TakeOver;
 
@@ -1296,10 +1295,9 @@ impl SessionActor {
                     .as_ref()
                     .filter(|r| r.run_id == run_id)
                     .and_then(|r| agentry_schema::trace_context::trace_id(&r.span));
-                crate::metrics::log_run_end(
+                logged.log_end(
                     &act.session,
                     run_id,
-                    &logged,
                     request_id.as_deref(),
                     trace_id.as_deref(),
                 );

@@ -5,9 +5,9 @@ use agentry_store::sessions::Session;
 
 use super::messages::*;
 use super::{LiveActor, TenantSupervisor};
-use crate::live_sessions::{Lease, Residency, SessionRef};
+use crate::live_sessions::{Lease, Residency};
 use crate::session::{
-    AssistantChanged, AssistantsChanged, SessionActor, Subscriber, TenantChanged,
+    AssistantChanged, AssistantsChanged, SessionActor, SessionStopped, Subscriber, TenantChanged,
 };
 
 impl Handler<StartSession> for TenantSupervisor {
@@ -63,7 +63,8 @@ impl TenantSupervisor {
                 lease: lease.clone(),
             },
         );
-        self.live_sessions.insert(id, instance, addr.clone(), lease);
+        self.live_sessions
+            .insert(id, instance, addr.clone().recipient(), lease);
         self.idle_since = None;
         crate::metrics::live_sessions(1.0);
         SessionRef { addr, guard }

@@ -1,14 +1,25 @@
 //! TenantSupervisor's contract. Input: get or start a session actor, the quota actor, tenant
-//! changes. Output (to the registry): idle.
+//! changes; from its session actors, [`crate::session::SessionStopped`] (the session's own
+//! output message, through a `Recipient` the supervisor gives each). Output (to the registry):
+//! idle.
 
 use std::sync::Arc;
 
 use actix::{Addr, Message};
-use agentry_schema::ids::{SessionId, TenantId, UserId};
+use agentry_schema::ids::{SessionId, TenantId};
 use agentry_store::sessions::Session;
 use agentry_store::tenants::Tenant;
 
-use crate::live_sessions::SessionRef;
+use crate::live_sessions::LeaseGuard;
+use crate::session::SessionActor;
+
+/// A live session actor's address with a guard that keeps it live while held (see
+/// [`crate::live_sessions`]).
+#[derive(Clone, Debug)]
+pub struct SessionRef {
+    pub addr: Addr<SessionActor>,
+    pub guard: LeaseGuard,
+}
 
 /// The live actor of a session, started if needed. The caller has already loaded and
 /// authorized the row.
@@ -36,24 +47,6 @@ pub struct UpdateTenant(pub Arc<Tenant>);
 #[derive(Message)]
 #[rtype(result = "usize")]
 pub struct LiveCount;
-
-/// Sent by a session actor when it stops.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct SessionStopped {
-    pub session_id: SessionId,
-    pub user_id: UserId,
-    /// Which start of the session actor stopped.
-    pub instance: u64,
-    /// It did not stop but was dropped after a handler panicked: start it again now, for these
-    /// subscribers (its recovery resumes the run it had).
-    pub restart: Option<Box<RestartSession>>,
-}
-
-pub struct RestartSession {
-    pub session: Session,
-    pub subscribers: Vec<crate::session::Subscriber>,
-}
 
 /// Sent to the registry: no live sessions for a while; the supervisor stopped.
 #[derive(Message)]

@@ -17,7 +17,7 @@ use agentry_store::tenants::Tenant;
 
 use crate::deps::EngineDeps;
 use crate::hitl::ApprovalDesk;
-use crate::live_sessions::{Instance, Lease, LiveSessions, SessionRef};
+use crate::live_sessions::{Instance, Lease, LiveSessions};
 use crate::mcp_pool::{McpPoolActor, UserIdle};
 use crate::quota::QuotaHandle;
 use crate::session::SessionActor;

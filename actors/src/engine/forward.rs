@@ -24,7 +24,7 @@ use serde_json::{Value, json};
 use crate::error::EngineError;
 use agentry_store::tenants::Tenant;
 
-use crate::engine::{Engine, SessionHandle};
+use super::{Engine, SessionHandle};
 use crate::session::ChatAccepted;
 
 /// How many owners a command follows before it gives up (the session moved meanwhile).

@@ -1,6 +1,12 @@
 //! The engine facade: transport-neutral operations that REST, WebSocket and SSE all call
 //! (CONVENTIONS 6). Each loads and authorizes what it needs from the store, then talks to the
 //! actors.
+//!
+//! A command for a session another replica runs goes there (`forward`). Starting this
+//! replica's part in the cluster (`Engine::start_cluster`) lives in [`crate::cluster`], which
+//! takes the engine: the engine knows nothing of the watcher.
+
+mod forward;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -154,13 +160,6 @@ impl Engine {
             make_quota,
             draining: deps_draining,
         }
-    }
-
-    /// Cluster mode: take this replica's part in the cluster (the replicas' bus, answering
-    /// commands forwarded here; the heartbeat; the failover watcher). Call once, after
-    /// [`Engine::with_quotas`]. A no-op in single-node mode.
-    pub fn start_cluster(&self) {
-        crate::cluster::start(self);
     }
 
     /// How many session actors are live in this process (at most about
