@@ -361,7 +361,17 @@ async fn run_server_queue(mut conn: ServerConnection, mut rx: mpsc::UnboundedRec
         // The acquire timeout bounds a batch as it bounded a pooled connection's check; a big
         // batch (a queue that grew while the database was away) gets time for its work on top,
         // so that it cannot time out every time it is tried.
-        let bound = conn.wait + PER_JOB * u32::try_from(batch.len()).unwrap_or(u32::MAX);
+        let mut bound = conn.wait;
+        if conn.pool.is_none() {
+            // A connection to open (after a failed batch, e.g. while the database is away): its
+            // jobs may have waited most of their time behind that batch already, and a new
+            // connection's attempt of a whole acquire timeout more would make them wait twice
+            // the promised bound. No job waits longer than its deadline in all.
+            if let Some(last) = batch.iter().map(|j| j.deadline).max() {
+                bound = bound.min(last.saturating_duration_since(Instant::now()));
+            }
+        }
+        let bound = bound + PER_JOB * u32::try_from(batch.len()).unwrap_or(u32::MAX);
         if tokio::time::timeout(bound, run_batch(&mut conn, &mut batch, &mut done))
             .await
             .is_err()
