@@ -78,7 +78,8 @@ cargo fmt --all -- --check
 # then compiled them all again (docs/ci.md). Exported, so that the tests and the deployment
 # step reuse that build instead of compiling without the wrapper.
 if [ -z "${RUSTC_WORKSPACE_WRAPPER:-}" ]; then
-  RUSTC_WORKSPACE_WRAPPER="$(command -v clippy-driver)"
+  RUSTC_WORKSPACE_WRAPPER="$(command -v clippy-driver)" \
+    || { echo "test.sh: clippy-driver not found (rustup component add clippy)" >&2; exit 1; }
   export RUSTC_WORKSPACE_WRAPPER
   export CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
 fi
