@@ -562,3 +562,52 @@ async fn a_postgres_connection_killed_between_writes_is_replaced() {
 async fn a_mysql_connection_killed_between_writes_is_replaced() {
     a_connection_killed_between_writes_is_replaced(Backend::MySql).await;
 }
+
+/// A database that accepts connections and never answers (a silent network): a job queued behind
+/// a batch that is timing out gets its answer within its own bound, not after a second whole
+/// acquire timeout of the next batch's new connection (an outage test found 2 + 2 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_queued_behind_a_timed_out_batch_waits_no_longer_than_its_bound() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = listener.local_addr().expect("address").port();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            held.push(socket); // accepted, never read or answered
+        }
+    });
+    let url = format!("postgres://postgres@127.0.0.1:{port}/silent");
+    let acquire_timeout = Duration::from_secs(1);
+    let mut co = sea_orm::ConnectOptions::new(url.clone());
+    co.connect_lazy(true).acquire_timeout(acquire_timeout);
+    let db = sea_orm::Database::connect(co).await.expect("a lazy pool");
+    let opts = DbOptions {
+        url,
+        max_connections: 1,
+        connect_timeout: Duration::from_secs(5),
+        acquire_timeout,
+    };
+    let w = Writer::start(&opts, &db).await.expect("start the writer");
+    let first = {
+        let w = w.clone();
+        tokio::spawn(async move { w.write(insert("first".into())).await })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let asked = std::time::Instant::now();
+    let err = w
+        .write(insert("second".into()))
+        .await
+        .expect_err("the database never answers");
+    let took = asked.elapsed();
+    assert!(err.is_unavailable(), "{err:?}");
+    // Its bound is the acquire timeout (1 s) plus 10 ms per job; behind the first batch it used
+    // to take about 1.5 s (the rest of the first batch, then a whole new attempt).
+    assert!(
+        took < Duration::from_millis(1_300),
+        "answered after {took:?}"
+    );
+    let first = first.await.expect("join").expect_err("never answers");
+    assert!(first.is_unavailable(), "{first:?}");
+}
