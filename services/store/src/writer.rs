@@ -486,16 +486,23 @@ impl ServerConnection {
 
 impl Transactions for ServerConnection {
     async fn begin(&mut self) -> Result<DatabaseTransaction, DbErr> {
-        match self.pool().await?.begin().await {
-            Ok(txn) => Ok(txn),
+        let opened = self.pool.is_some();
+        let res = match self.pool().await?.begin().await {
             // Closed under us since the last batch (a restart of the database): nothing was
             // done yet, so once more on a new connection.
-            Err(e) if crate::database_unreachable(&e) => {
+            Err(e) if opened && crate::database_unreachable(&e) => {
                 self.reset();
                 self.pool().await?.begin().await
             }
-            Err(e) => Err(e),
+            res => res,
+        };
+        // No connection to be had (the database refuses or is away): the next batch must open
+        // one again, and is bounded by its jobs' deadlines as such (a refused database used to
+        // cost a job queued behind this batch a second whole acquire timeout: 2 + 2 s).
+        if res.as_ref().is_err_and(crate::database_unreachable) {
+            self.reset();
         }
+        res
     }
     async fn commit(&mut self, txn: DatabaseTransaction) -> Result<(), DbErr> {
         let res = txn.commit().await;

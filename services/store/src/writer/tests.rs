@@ -578,7 +578,38 @@ async fn a_job_queued_behind_a_timed_out_batch_waits_no_longer_than_its_bound() 
             held.push(socket); // accepted, never read or answered
         }
     });
-    let url = format!("postgres://postgres@127.0.0.1:{port}/silent");
+    queued_behind_a_failing_batch(port).await;
+}
+
+/// A database that refuses connections (stopped): a `BEGIN` that could not get a connection
+/// leaves none behind, so the next batch knows it must connect again and is bounded by its jobs'
+/// deadlines. The outage test found 2 + 2 s on `POST /chat/stream` and `POST /sessions` (two of
+/// six runs) while the pool a failed batch had opened was kept: the next batch, thinking it had
+/// a connection, waited a whole acquire timeout more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_begin_that_cannot_connect_leaves_no_connection_behind() {
+    let port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        listener.local_addr().expect("address").port()
+    }; // closed: connections to it are refused
+    let opts = DbOptions {
+        url: format!("postgres://postgres@127.0.0.1:{port}/away"),
+        max_connections: 1,
+        connect_timeout: Duration::from_secs(5),
+        acquire_timeout: Duration::from_millis(300),
+    };
+    let mut conn = super::ServerConnection::new(&opts).expect("options");
+    let err = super::Transactions::begin(&mut conn)
+        .await
+        .expect_err("the database refuses");
+    assert!(crate::database_unreachable(&err), "{err:?}");
+    assert!(conn.pool.is_none(), "the failed connection's pool was kept");
+}
+
+/// A write queued 0.5 s after another on a writer whose database at `port` never lets a batch
+/// through: the second is told "unavailable" within its own bound.
+async fn queued_behind_a_failing_batch(port: u16) {
+    let url = format!("postgres://postgres@127.0.0.1:{port}/away");
     let acquire_timeout = Duration::from_secs(1);
     let mut co = sea_orm::ConnectOptions::new(url.clone());
     co.connect_lazy(true).acquire_timeout(acquire_timeout);
