@@ -385,8 +385,12 @@ impl Engine {
             let stored = sessions::count_by_user(&self.deps.db, &scope, user.user_id).await?;
             quota.reserve_session(user.user_id, Some(stored)).await?;
         }
+        // The id is chosen here, not by the insert, so that the creation goes through the
+        // session's own writer connection like its later writes (without one, every new
+        // session's creation queued on the same connection of the four).
+        let id = req.id.unwrap_or_default();
         let new = NewSession {
-            id: req.id,
+            id: Some(id),
             user_id: user.user_id,
             assistant_id,
             auto_approve: req.auto_approve.unwrap_or(false),
@@ -395,7 +399,7 @@ impl Engine {
         let created = self
             .deps
             .writer
-            .write_for(new.id.map(|s| s.0).unwrap_or_default(), move |txn| {
+            .write_for(id.0, move |txn| {
                 let new = new.clone();
                 Box::pin(async move { sessions::create(txn, &scope, new).await })
             })

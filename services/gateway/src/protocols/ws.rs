@@ -293,17 +293,36 @@ impl WsConnection {
     /// The caller may no longer act: say why and close with 1008 (policy). A check the database
     /// could not answer refuses only the frame.
     fn refuse(&mut self, ctx: &mut ws::WebsocketContext<Self>, e: ApiError) {
+        let retryable = matches!(
+            e.code,
+            ErrorCode::DatabaseUnavailable | ErrorCode::ServiceUnavailable
+        );
+        // A socket has no `Retry-After` header: a frame refused for a while says so as the
+        // engine's refusals do, recoverable with `details.retry_after_secs`.
+        let (message, details) = match (retryable, e.retry_after) {
+            (true, Some(secs)) => {
+                let mut details = e.details;
+                if !details.is_object() {
+                    details = serde_json::Value::Object(Default::default());
+                }
+                details["retry_after_secs"] = secs.into();
+                let message = if e.code == ErrorCode::DatabaseUnavailable {
+                    EngineError::DatabaseUnavailable.to_string()
+                } else {
+                    e.message
+                };
+                (message, details)
+            }
+            _ => (e.message, e.details),
+        };
         let event = ExecutionEvent::new(
             0,
             self.handle.session.id.to_string(),
             "",
-            EventPayload::error_with_details(e.code.as_str(), e.message.clone(), false, e.details),
+            EventPayload::error_with_details(e.code.as_str(), message, retryable, details),
         );
         ctx.text(event.to_json());
-        if matches!(
-            e.code,
-            ErrorCode::DatabaseUnavailable | ErrorCode::ServiceUnavailable
-        ) {
+        if retryable {
             return;
         }
         tracing::info!(session_id = %self.handle.session.id, code = %e.code, "closing a WebSocket whose caller may no longer act");
