@@ -141,7 +141,11 @@ pub async fn get(
     id: ApiKeyId,
 ) -> Result<Option<ApiKey>> {
     api_key::Entity::find_by_id(id.0)
-        .filter(api_key::Column::TenantId.eq(scope.uuid()))
+        .filter(crate::tenant_of_row(
+            db.get_database_backend(),
+            api_key::Column::TenantId,
+            scope,
+        ))
         .one(db)
         .await?
         .map(ApiKey::try_from)

@@ -129,7 +129,11 @@ pub async fn get(
     id: ApprovalId,
 ) -> Result<Option<Approval>> {
     approval::Entity::find_by_id(id.0)
-        .filter(approval::Column::TenantId.eq(scope.uuid()))
+        .filter(crate::tenant_of_row(
+            db.get_database_backend(),
+            approval::Column::TenantId,
+            scope,
+        ))
         .one(db)
         .await?
         .map(Approval::try_from)
@@ -177,7 +181,11 @@ pub async fn decide(
         )
         .col_expr(approval::Column::DecidedAt, Expr::value(Some(now())))
         .filter(approval::Column::Id.eq(id.0))
-        .filter(approval::Column::TenantId.eq(scope.uuid()))
+        .filter(crate::tenant_of_row(
+            db.get_database_backend(),
+            approval::Column::TenantId,
+            scope,
+        ))
         .filter(approval::Column::Status.eq(ApprovalStatus::Pending.as_str()))
         .exec(db)
         .await?;

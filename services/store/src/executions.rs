@@ -248,7 +248,11 @@ pub async fn get(
     id: RunId,
 ) -> Result<Option<Execution>> {
     execution::Entity::find_by_id(id.0)
-        .filter(execution::Column::TenantId.eq(scope.uuid()))
+        .filter(crate::tenant_of_row(
+            db.get_database_backend(),
+            execution::Column::TenantId,
+            scope,
+        ))
         .one(db)
         .await?
         .map(Execution::try_from)
@@ -300,7 +304,11 @@ pub async fn update(
     }
     let res = q
         .filter(execution::Column::Id.eq(id.0))
-        .filter(execution::Column::TenantId.eq(scope.uuid()))
+        .filter(crate::tenant_of_row(
+            db.get_database_backend(),
+            execution::Column::TenantId,
+            scope,
+        ))
         .exec(db)
         .await?;
     if res.rows_affected == 0 {
@@ -437,7 +445,11 @@ pub async fn record_end_in(
             Expr::value(end.error.clone().map(sanitize_text)),
         )
         .filter(execution::Column::Id.eq(end.run_id.0))
-        .filter(execution::Column::TenantId.eq(scope.uuid()))
+        .filter(crate::tenant_of_row(
+            txn.get_database_backend(),
+            execution::Column::TenantId,
+            scope,
+        ))
         .filter(execution::Column::Status.is_in(UNFINISHED))
         .exec(txn)
         .await?
@@ -655,7 +667,11 @@ pub async fn start_queued(db: &impl ConnectionTrait, scope: &TenantScope, id: Ru
         .col_expr(execution::Column::StartedAt, Expr::value(ts))
         .col_expr(execution::Column::UpdatedAt, Expr::value(ts))
         .filter(execution::Column::Id.eq(id.0))
-        .filter(execution::Column::TenantId.eq(scope.uuid()))
+        .filter(crate::tenant_of_row(
+            db.get_database_backend(),
+            execution::Column::TenantId,
+            scope,
+        ))
         .filter(execution::Column::Status.eq(ExecutionStatus::Queued.as_str()))
         .exec(db)
         .await?;

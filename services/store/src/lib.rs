@@ -274,6 +274,34 @@ pub fn database_unreachable(e: &DbErr) -> bool {
     }
 }
 
+/// The tenant's condition of a statement that names its row by a UUID primary key
+/// (`… WHERE id = $1 AND <this>`), so that another tenant's row is never read or changed.
+///
+/// On PostgreSQL it is written `tenant_id IS NOT DISTINCT FROM $2` — the same as `=` on a
+/// `NOT NULL` column, but no index serves it, which leaves the primary key as the plan's only
+/// index. With `=`, the generic plan PostgreSQL caches for a prepared statement after its fifth
+/// execution on a connection chose, on a table not yet analyzed (a new database; autovacuum's
+/// first `ANALYZE` comes a minute or more later, never when it is off), the tenant-leading
+/// index as just as good: from then on every end of a run read all of the tenant's runs
+/// (`EXPLAIN` of the generic plan, docs/benchmarks.md; 1.24 ms per run's end instead of 0.19)
+/// and every session update all of the tenant's sessions. SQLite and MySQL plan each statement
+/// with the primary key.
+pub(crate) fn tenant_of_row<C: sea_orm::ColumnTrait>(
+    backend: sea_orm::DatabaseBackend,
+    tenant_col: C,
+    scope: &TenantScope,
+) -> sea_orm::sea_query::Expr {
+    use sea_orm::sea_query::{BinOper, Expr, ExprTrait};
+    if backend == sea_orm::DatabaseBackend::Postgres {
+        Expr::col(tenant_col.as_column_ref()).binary(
+            BinOper::Custom("IS NOT DISTINCT FROM"),
+            Expr::val(scope.uuid()),
+        )
+    } else {
+        tenant_col.eq(scope.uuid())
+    }
+}
+
 /// Now, truncated to microseconds: what every backend stores, so a value written and read back
 /// compares equal.
 pub fn now() -> DateTime<Utc> {
@@ -469,5 +497,93 @@ pub fn sanitize_json(v: serde_json::Value) -> serde_json::Value {
                 .collect(),
         ),
         other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use agentry_schema::entities::{execution, session};
+    use agentry_schema::ids::TenantId;
+    use sea_orm::sea_query::Expr;
+    use sea_orm::{
+        ColumnTrait, ConnectionTrait, DatabaseBackend, EntityTrait, QueryFilter, QueryTrait,
+        Statement, TransactionTrait,
+    };
+
+    use super::TenantScope;
+    use crate::testing::{Backend, TestDb};
+
+    /// The plan PostgreSQL caches for `sql` once it plans generically, on `table` as a new
+    /// database has it (an empty copy never analyzed, shadowing the real one in this
+    /// transaction), with `values` as the parameters' literals.
+    async fn generic_plan(t: &TestDb, table: &str, sql: &str, values: &str) -> String {
+        let txn = t.db.begin().await.expect("begin");
+        for s in [
+            format!("CREATE TEMP TABLE {table} (LIKE public.{table} INCLUDING ALL) ON COMMIT DROP"),
+            "SET LOCAL plan_cache_mode = force_generic_plan".into(),
+            format!("PREPARE probe AS {sql}"),
+        ] {
+            txn.execute_unprepared(&s).await.expect(&s);
+        }
+        let rows = txn
+            .query_all_raw(Statement::from_string(
+                DatabaseBackend::Postgres,
+                format!("EXPLAIN EXECUTE probe({values})"),
+            ))
+            .await
+            .expect("explain");
+        let plan = rows
+            .iter()
+            .map(|r| r.try_get_by_index::<String>(0).expect("a plan line"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        txn.execute_unprepared("DEALLOCATE probe")
+            .await
+            .expect("deallocate");
+        txn.rollback().await.expect("rollback");
+        plan
+    }
+
+    /// A run's end and a session's update name their row by its primary key and the tenant;
+    /// PostgreSQL's generic plan for them, on tables not yet analyzed, must take the primary
+    /// key — with a plain `tenant_id = $n` it took the tenant's index and read every run (or
+    /// session) of the tenant on each call (docs/benchmarks.md).
+    #[tokio::test]
+    async fn the_tenants_condition_leaves_the_primary_key_to_postgres_generic_plans() {
+        let Some(t) = TestDb::open(Backend::Postgres).await else {
+            return;
+        };
+        let scope = TenantScope::new(TenantId::new());
+        let pg = DatabaseBackend::Postgres;
+        let ids = "'01a22900-0000-7000-8000-000000000001', '01a22900-0000-7000-8000-000000000002'";
+        let end = |tenant: Expr| {
+            execution::Entity::update_many()
+                .col_expr(execution::Column::Status, Expr::value("completed"))
+                .filter(execution::Column::Id.eq(uuid::Uuid::nil()))
+                .filter(tenant)
+                .build(pg)
+                .sql
+        };
+        let ours = end(super::tenant_of_row(
+            pg,
+            execution::Column::TenantId,
+            &scope,
+        ));
+        let plain = end(execution::Column::TenantId.eq(scope.uuid()));
+        let values = format!("'completed', {ids}");
+        let plan = generic_plan(&t, "executions", &ours, &values).await;
+        assert!(plan.contains("executions_pkey"), "{ours}\n{plan}");
+        // What it replaces: the hazard is real on this PostgreSQL.
+        let before = generic_plan(&t, "executions", &plain, &values).await;
+        assert!(!before.contains("executions_pkey"), "{plain}\n{before}");
+
+        let touch = session::Entity::update_many()
+            .col_expr(session::Column::State, Expr::value("idle"))
+            .filter(session::Column::Id.eq(uuid::Uuid::nil()))
+            .filter(super::tenant_of_row(pg, session::Column::TenantId, &scope))
+            .build(pg)
+            .sql;
+        let plan = generic_plan(&t, "sessions", &touch, &format!("'idle', {ids}")).await;
+        assert!(plan.contains("sessions_pkey"), "{touch}\n{plan}");
     }
 }

@@ -256,7 +256,11 @@ pub async fn get(
     id: MemoryId,
 ) -> Result<Option<Memory>> {
     memory::Entity::find_by_id(id.0)
-        .filter(memory::Column::TenantId.eq(scope.uuid()))
+        .filter(crate::tenant_of_row(
+            db.get_database_backend(),
+            memory::Column::TenantId,
+            scope,
+        ))
         .filter(live(now()))
         .one(db)
         .await?
@@ -282,7 +286,11 @@ pub async fn update(
     change: MemoryChange,
 ) -> Result<Option<Memory>> {
     let Some(row) = memory::Entity::find_by_id(id.0)
-        .filter(memory::Column::TenantId.eq(scope.uuid()))
+        .filter(crate::tenant_of_row(
+            db.get_database_backend(),
+            memory::Column::TenantId,
+            scope,
+        ))
         .filter(live(now()))
         .one(db)
         .await?
@@ -321,7 +329,11 @@ pub async fn set_embedding(
             Expr::value(embedding.model.clone()),
         )
         .filter(memory::Column::Id.eq(id.0))
-        .filter(memory::Column::TenantId.eq(scope.uuid()))
+        .filter(crate::tenant_of_row(
+            db.get_database_backend(),
+            memory::Column::TenantId,
+            scope,
+        ))
         .exec(db)
         .await?;
     Ok(())
@@ -330,7 +342,11 @@ pub async fn set_embedding(
 pub async fn delete(db: &impl ConnectionTrait, scope: &TenantScope, id: MemoryId) -> Result<bool> {
     Ok(memory::Entity::delete_many()
         .filter(memory::Column::Id.eq(id.0))
-        .filter(memory::Column::TenantId.eq(scope.uuid()))
+        .filter(crate::tenant_of_row(
+            db.get_database_backend(),
+            memory::Column::TenantId,
+            scope,
+        ))
         .exec(db)
         .await?
         .rows_affected

@@ -146,7 +146,11 @@ pub async fn get(
     id: SessionId,
 ) -> Result<Option<Session>> {
     session::Entity::find_by_id(id.0)
-        .filter(session::Column::TenantId.eq(scope.uuid()))
+        .filter(crate::tenant_of_row(
+            db.get_database_backend(),
+            session::Column::TenantId,
+            scope,
+        ))
         .one(db)
         .await?
         .map(Session::try_from)
@@ -168,7 +172,11 @@ pub async fn update(db: &impl ConnectionTrait, scope: &TenantScope, s: &Session)
         )
         .col_expr(session::Column::LastActive, Expr::value(s.last_active))
         .filter(session::Column::Id.eq(s.id.0))
-        .filter(session::Column::TenantId.eq(scope.uuid()))
+        .filter(crate::tenant_of_row(
+            db.get_database_backend(),
+            session::Column::TenantId,
+            scope,
+        ))
         .exec(db)
         .await?;
     if res.rows_affected == 0 {
@@ -242,7 +250,11 @@ async fn update_row(
     }
     let res = q
         .filter(session::Column::Id.eq(id.0))
-        .filter(session::Column::TenantId.eq(scope.uuid()))
+        .filter(crate::tenant_of_row(
+            db.get_database_backend(),
+            session::Column::TenantId,
+            scope,
+        ))
         .exec(db)
         .await?;
     if res.rows_affected > 0 {
@@ -280,7 +292,11 @@ pub async fn release_seq(
     session::Entity::update_many()
         .col_expr(session::Column::SeqReserved, Expr::value(as_i64(last_sent)))
         .filter(session::Column::Id.eq(id.0))
-        .filter(session::Column::TenantId.eq(scope.uuid()))
+        .filter(crate::tenant_of_row(
+            db.get_database_backend(),
+            session::Column::TenantId,
+            scope,
+        ))
         .filter(session::Column::SeqReserved.eq(as_i64(reserved)))
         .exec(db)
         .await?;
@@ -338,7 +354,11 @@ pub async fn fence_of(
         .select_only()
         .column(session::Column::Fence)
         .filter(session::Column::Id.eq(id.0))
-        .filter(session::Column::TenantId.eq(scope.uuid()))
+        .filter(crate::tenant_of_row(
+            db.get_database_backend(),
+            session::Column::TenantId,
+            scope,
+        ))
         .into_tuple()
         .one(db)
         .await?;
@@ -395,7 +415,11 @@ pub async fn floor_and_active(
     }
     let row: Option<(i64, Option<i64>, Option<uuid::Uuid>)> = q
         .filter(session::Column::Id.eq(id.0))
-        .filter(session::Column::TenantId.eq(scope.uuid()))
+        .filter(crate::tenant_of_row(
+            db.get_database_backend(),
+            session::Column::TenantId,
+            scope,
+        ))
         .into_tuple()
         .one(db)
         .await?;
@@ -418,7 +442,11 @@ where
     let txn = db.begin().await?;
     let res = session::Entity::delete_many()
         .filter(session::Column::Id.eq(id.0))
-        .filter(session::Column::TenantId.eq(scope.uuid()))
+        .filter(crate::tenant_of_row(
+            db.get_database_backend(),
+            session::Column::TenantId,
+            scope,
+        ))
         .exec(&txn)
         .await?;
     if res.rows_affected == 0 {
@@ -577,7 +605,11 @@ pub async fn set_last_active(
     session::Entity::update_many()
         .col_expr(session::Column::LastActive, Expr::value(at))
         .filter(session::Column::Id.eq(id.0))
-        .filter(session::Column::TenantId.eq(scope.uuid()))
+        .filter(crate::tenant_of_row(
+            db.get_database_backend(),
+            session::Column::TenantId,
+            scope,
+        ))
         .exec(db)
         .await?;
     Ok(())

@@ -98,7 +98,11 @@ pub async fn get(
     id: UserId,
 ) -> Result<Option<User>> {
     let Some(u) = user::Entity::find_by_id(id.0)
-        .filter(user::Column::TenantId.eq(scope.uuid()))
+        .filter(crate::tenant_of_row(
+            db.get_database_backend(),
+            user::Column::TenantId,
+            scope,
+        ))
         .one(db)
         .await?
     else {
