@@ -498,11 +498,7 @@ async fn bad_path_ids(ctx: &Ctx, tenant_admin_key: &str) {
                 }
                 let res = ctx.send(rb).await;
                 assert_eq!(
-                    (
-                        res.status,
-                        res.code(),
-                        res.body["details"]["parameter"].as_str()
-                    ),
+                    (res.status, res.code(), res.details()["parameter"].as_str()),
                     (400, "bad_request", Some(*bad)),
                     "{m} {path}: {}",
                     res.body

@@ -39,6 +39,7 @@ mod models;
 mod observability;
 mod one_path;
 mod openai_compat;
+mod openai_responses;
 mod operations;
 mod order;
 mod outage;
@@ -1072,6 +1073,7 @@ async fn openapi_documents_every_route_and_every_documented_status_is_real() {
     streaming::websocket(&ctx).await;
     streaming::quotas(&ctx).await;
     openai_compat::scenario(&ctx).await;
+    openai_responses::wire(&ctx).await;
     quotas::requests_per_minute_on_every_keyed_route(&ctx).await;
     let doc = ctx
         .call(reqwest::Method::GET, "/openapi.json", None, None)
@@ -1142,6 +1144,18 @@ async fn openapi_documents_every_route_and_every_documented_status_is_real() {
 async fn openai_sdk_streams_and_not_runs_tools_and_refuses_what_it_cannot_do() {
     let (fake, ctx) = durability::start(agentry_fake_model::DefaultReply::Auto, None, &[]).await;
     openai_compat::sdk_client(&ctx, &fake).await;
+}
+
+/// Issue 26: the Responses API through the official `openai` package, one server.
+#[tokio::test]
+async fn openai_responses_sdk_streams_runs_tools_and_takes_approvals_as_mcp_items() {
+    openai_responses::sdk_client(&Ctx::start().await).await;
+}
+
+/// Issue 26: the Responses API's SSE framing and error shapes on the wire.
+#[tokio::test]
+async fn openai_responses_wire_event_names_sequence_numbers_and_refusals() {
+    openai_responses::wire(&Ctx::start().await).await;
 }
 
 #[tokio::test]

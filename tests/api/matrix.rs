@@ -120,6 +120,10 @@ pub enum Route {
     AddStdioMcpServer,
     OpenAiCompletion,
     OpenAiModels,
+    OpenAiCreateResponse,
+    OpenAiGetResponse,
+    OpenAiDeleteResponse,
+    OpenAiResponseInputItems,
     ListProfiles,
     CreateProfile,
     GetProfile,
@@ -242,6 +246,10 @@ pub const ROUTES: &[Route] = &[
     AddStdioMcpServer,
     OpenAiCompletion,
     OpenAiModels,
+    OpenAiCreateResponse,
+    OpenAiGetResponse,
+    OpenAiDeleteResponse,
+    OpenAiResponseInputItems,
     ListProfiles,
     CreateProfile,
     GetProfile,
@@ -382,6 +390,13 @@ fn expected_builtin(route: Route) -> [u16; 7] {
         // The outsider's `default` is its own tenant's assistant.
         Chat | ChatStream | OpenAiCompletion => [401, 401, 401, 200, 200, 200, 403],
         OpenAiModels => TENANT_LIST,
+        // The outsider's `default` is its own tenant's assistant.
+        OpenAiCreateResponse => [401, 401, 401, 200, 200, 200, 403],
+        // A fresh response of A's member each time: only its own user sees it (A's admin too
+        // gets 404, as another tenant's key does).
+        OpenAiGetResponse | OpenAiDeleteResponse | OpenAiResponseInputItems => {
+            [401, 401, 401, 404, 200, 404, 403]
+        }
         // A fresh session of A's member each time.
         DeleteSession => [401, 401, 401, 404, 204, 204, 403],
         // The seeded session has no active run (`no_active_run`); 200 is in `streaming`.
@@ -1125,6 +1140,28 @@ pub async fn build(ctx: &Ctx, fx: &MatrixFx, route: Route) -> Req {
             })),
         ),
         OpenAiModels => req(Method::GET, "/v1/models".into(), None),
+        OpenAiCreateResponse => req(
+            Method::POST,
+            "/v1/responses".into(),
+            Some(json!({"model": "default", "input": "hello from the matrix"})),
+        ),
+        OpenAiGetResponse | OpenAiDeleteResponse | OpenAiResponseInputItems => {
+            let made = ctx
+                .ok(
+                    Method::POST,
+                    "/v1/responses",
+                    &fx.a.member.key,
+                    Some(json!({"model": "default", "input": "/echo a response of the matrix"})),
+                    200,
+                )
+                .await;
+            let id = made["id"].as_str().unwrap();
+            match route {
+                OpenAiGetResponse => req(Method::GET, format!("/v1/responses/{id}"), None),
+                OpenAiDeleteResponse => req(Method::DELETE, format!("/v1/responses/{id}"), None),
+                _ => req(Method::GET, format!("/v1/responses/{id}/input_items"), None),
+            }
+        }
         ListMcpServers => req(Method::GET, mcp.clone(), None),
         AddMcpServer => req(
             Method::POST,

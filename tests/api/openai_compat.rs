@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use crate::ctx::{ADMIN_KEY, Ctx};
 
 /// The venv scripts/install-api-test-deps.sh makes (with `openai` in it).
-fn python() -> PathBuf {
+pub fn python() -> PathBuf {
     let venv = std::env::var("AGENTRY_VENV")
         .map(PathBuf::from)
         .unwrap_or_else(|_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.cache/venv"));

@@ -6,7 +6,7 @@ use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder
 use utoipa::{Modify, OpenApi};
 use utoipa_swagger_ui::{Config, SwaggerUi};
 
-use crate::protocols::{mcp, openai_chat, rest_chat, sse, ws};
+use crate::protocols::{mcp, openai_chat, openai_responses, rest_chat, sse, ws};
 use crate::routes::resource::endpoint;
 use crate::routes::{
     admin, agents, data_sources, executions, files, health, mcp_oauth, mcp_servers, me, memories,
@@ -38,6 +38,10 @@ every response carries `X-Request-Id`. Authenticate with `Authorization: Bearer 
         sse::chat_stream,
         openai_chat::chat_completions,
         openai_chat::list_models,
+        openai_responses::create_response,
+        openai_responses::get_response,
+        openai_responses::delete_response,
+        openai_responses::list_input_items,
         ws::connect,
         mcp_servers::list_servers,
         mcp_servers::get_server,
@@ -425,6 +429,11 @@ impl Modify for PathParameterRules {
             .max_length(Some(32))
             .pattern(Some("^[a-z][a-z0-9_-]*$"))
             .build();
+        // `protocols::openai_responses`: a response names its session, run and first event.
+        let response_id = ObjectBuilder::new()
+            .schema_type(Type::String)
+            .pattern(Some("^resp_[0-9a-f]{64}_[0-9]+$"))
+            .build();
         for (_, op) in all_operations(openapi) {
             for p in op.parameters.iter_mut().flatten() {
                 let utoipa::openapi::RefOr::T(p) = p else {
@@ -440,6 +449,7 @@ impl Modify for PathParameterRules {
                     }
                     "name" => mcp_name.clone(),
                     "role" => role.clone(),
+                    "response_id" => response_id.clone(),
                     _ => continue,
                 };
                 p.schema = Some(schema.into());
@@ -550,7 +560,7 @@ mod tests {
                     let schema = &p["schema"];
                     match name {
                         "agent_id" | "profile_id" | "connection_id" | "source_id" | "skill"
-                        | "name" | "role" => {
+                        | "name" | "role" | "response_id" => {
                             assert!(schema["pattern"].is_string(), "{method} {path} {name}")
                         }
                         // `GET /files/{path}`: a workspace-relative file path, slashes allowed.

@@ -370,6 +370,8 @@ impl Application {
                 .app_data(state.clone())
                 .configure(|cfg| extract::configure(cfg, body_limit))
                 .configure(routes::configure)
+                // Before the Chat Completions adapter: its `/v1` scope would take these paths.
+                .configure(crate::protocols::openai_responses::configure)
                 .configure(crate::protocols::openai_chat::configure)
                 .configure(crate::protocols::ws::configure)
                 .configure(|cfg| mcp.configure(cfg))

@@ -8,6 +8,7 @@
 //! | [`sse`] | `POST /api/v1/chat/stream`: the same request as Server-Sent Events |
 //! | [`ws`] | `WS /ws/chat/{session_id}`: client frames in, events out, several watchers per session |
 //! | [`openai_chat`] | `POST /v1/chat/completions`, `GET /v1/models`: the OpenAI wire format |
+//! | [`openai_responses`] | `/v1/responses`: the OpenAI Responses API (tools as `mcp_call` items, approvals as MCP approval items) |
 //! | [`mcp`] | `/mcp` and `/mcp/{virtual_server}`: Agentry as an MCP server (Streamable HTTP), the HTTP side of `agentry_mcp_server` |
 //!
 //! No adapter imports another (`crate::layout` checks it): what two of them need lives in
@@ -20,6 +21,7 @@
 pub mod common;
 pub mod mcp;
 pub mod openai_chat;
+pub mod openai_responses;
 pub mod rest_chat;
 pub mod sse;
 pub mod ws;

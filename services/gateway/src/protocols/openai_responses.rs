@@ -1,0 +1,1419 @@
+//! The OpenAI Responses API (`/v1/responses`): `POST /v1/responses` (streamed and not),
+//! `GET /v1/responses/{id}`, `DELETE /v1/responses/{id}`, `GET /v1/responses/{id}/input_items`
+//! (docs/openai.md, "The Responses API").
+//!
+//! A thin adapter over the engine's one run path, like the Chat Completions one: a request
+//! becomes one [`agentry_actors::Engine::stream_run`] (or, for an approval answered, one
+//! [`agentry_actors::Engine::decide`], the session's events followed from the approval request), and
+//! the run's events are folded ([`Fold`]) into OpenAI's output items and semantic stream events.
+//! The assistant's own tools run in Agentry and show as `mcp_call` items; a call that needs a
+//! person ends the response with an `mcp_approval_request` item while the run waits, paused,
+//! for the next request's `mcp_approval_response` (within `hitl.timeout_secs`).
+//!
+//! A response is a window of one run's stored events: the run, and the session `seq` after
+//! which the window starts (0 or the last seq before the run for a run's first response; the
+//! seq of the approval request for a response that continues a paused run). Its id encodes
+//! just that ([`ResponseRef`]), so no table maps ids: a response is read back from the session's
+//! event log, which every replica shares and which survives restarts, and the session's owner
+//! check (tenant and user) is the response's.
+
+use std::collections::{HashMap, HashSet};
+
+use actix_web::http::header;
+use actix_web::web::{self, Bytes};
+use actix_web::{HttpResponse, Responder};
+use agentry_actors::{ChatCommand, CreateSession, SessionEvent};
+use agentry_schema::error::ErrorCode;
+use agentry_schema::events::{DoneStatus, EventPayload, ExecutionEvent, HitlKind, TokenUsage};
+use agentry_schema::frames::Decision;
+use agentry_schema::ids::{ApprovalId, AssistantId, RunId, SessionId};
+use agentry_store::messages::{self as store_messages, MessageRole, NewMessage};
+use agentry_store::sessions::Session;
+use agentry_store::{approvals, assistants, events, executions};
+use futures::StreamExt;
+use futures::stream::LocalBoxStream;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use utoipa::ToSchema;
+
+use crate::auth::TenantCaller;
+use crate::error::{ApiError, ApiResult};
+use crate::extract::ApiJson;
+use crate::protocols::common::with_keep_alive;
+use crate::request_id::RequestId;
+use crate::routes::resource::endpoint;
+use crate::state::AppState;
+
+/// The header naming the Agentry session a response belongs to.
+const SESSION_HEADER: &str = "x-agentry-session";
+
+/// A streamed response sends a `: keep-alive` comment after this much silence (a tool call, a
+/// slow model), so proxies keep the stream open.
+const KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// Stored events read per page when a response is read back.
+const PAGE: u64 = 500;
+
+/// `metadata`: at most this many keys (OpenAI's limit), keys and values bounded too.
+const MAX_METADATA_KEYS: usize = 16;
+
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    // Full paths, not a `/v1` scope: the Chat Completions adapter owns that scope, and a scope
+    // that matches a prefix does not hand unmatched paths on to the next one.
+    cfg.service(endpoint("/v1/responses").post(create_response))
+        .service(
+            endpoint("/v1/responses/{response_id}")
+                .get(get_response)
+                .delete(delete_response),
+        )
+        .service(endpoint("/v1/responses/{response_id}/input_items").get(list_input_items));
+}
+
+// ---- wire types ----
+
+/// Create a response. Other OpenAI parameters (`temperature`, `top_p`, `reasoning`, `text`,
+/// `user`, …) are accepted and ignored: the assistant's own configuration decides.
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct CreateResponseRequest {
+    /// The assistant's id (see `GET /v1/models`).
+    pub model: String,
+    /// A string (one user message) or a list of input items: messages (`role` `user`,
+    /// `system`, `developer` or `assistant`; `content` a string or `input_text` /
+    /// `output_text` parts), or one `mcp_approval_response` answering the previous response's
+    /// `mcp_approval_request`.
+    #[schema(value_type = Object)]
+    pub input: Value,
+    /// Added to a new conversation as a system message before the input; a response that
+    /// continues one (`previous_response_id`) keeps the conversation's own.
+    #[serde(default)]
+    pub instructions: Option<String>,
+    /// Continue the conversation (the Agentry session) this response belongs to.
+    #[serde(default)]
+    pub previous_response_id: Option<String>,
+    #[serde(default)]
+    pub stream: Option<bool>,
+    /// `false`: the conversation is deleted once the run ends (kept while it waits for an
+    /// approval). Default `true`.
+    #[serde(default)]
+    pub store: Option<bool>,
+    /// Up to 16 string pairs, kept with a new conversation and echoed in the response.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub metadata: Option<Value>,
+    /// Echoed; not enforced (the assistant's model settings decide).
+    #[serde(default)]
+    pub max_output_tokens: Option<u64>,
+    /// Only `auto` (the assistant decides which of its tools to call).
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub tool_choice: Option<Value>,
+    /// Echoed; the assistant's run decides how its calls are made.
+    #[serde(default)]
+    pub parallel_tool_calls: Option<bool>,
+    /// Client-side tools are not supported yet: the assistant runs its own (an empty list is
+    /// accepted).
+    #[serde(default)]
+    #[schema(value_type = Option<Vec<Object>>)]
+    pub tools: Option<Vec<Value>>,
+    /// Background mode is not supported yet (`false` is accepted).
+    #[serde(default)]
+    pub background: Option<bool>,
+}
+
+// ---- response ids ----
+
+/// Which window of which run a response is: the events of `run` (and its `task` children)
+/// with `seq > after`, up to the run's `done` or its next approval request; a window that
+/// continues a paused run starts at the approval request's own `seq` (`after`), read as the
+/// context of the call it approved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct ResponseRef {
+    session: SessionId,
+    run: RunId,
+    after: u64,
+}
+
+impl ResponseRef {
+    fn id(&self) -> String {
+        format!(
+            "resp_{}{}_{}",
+            self.session.0.simple(),
+            self.run.0.simple(),
+            self.after
+        )
+    }
+
+    fn parse(raw: &str) -> Option<ResponseRef> {
+        let rest = raw.strip_prefix("resp_")?;
+        let (hex, after) = rest.split_once('_')?;
+        if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return None;
+        }
+        Some(ResponseRef {
+            session: SessionId(uuid::Uuid::parse_str(&hex[..32]).ok()?),
+            run: RunId(uuid::Uuid::parse_str(&hex[32..]).ok()?),
+            after: after.parse().ok().filter(|a| *a <= i64::MAX as u64)?,
+        })
+    }
+}
+
+/// An approval request's item id: the Agentry approval it answers to.
+fn approval_item_id(request_id: &str, index: usize) -> String {
+    match index {
+        0 => format!("mcpr_{request_id}"),
+        i => format!("mcpr_{request_id}_{i}"),
+    }
+}
+
+fn approval_of_item(raw: &str) -> Option<ApprovalId> {
+    let rest = raw.strip_prefix("mcpr_")?;
+    rest.get(..36)?.parse().ok()
+}
+
+fn response_not_found(raw: &str, param: &str) -> ApiError {
+    ApiError::new(
+        ErrorCode::NotFound,
+        format!("no response {raw:?} visible to this key"),
+    )
+    .with_details(json!({"param": param}))
+}
+
+// ---- folding a run's events into output items ----
+
+/// The tool's service, OpenAI's `server_label`: the MCP server of `<server>__<tool>`, the
+/// built-in service of a built-in tool, `agentry` for the rest (memory, skills, `task`, …).
+fn server_label(tool: &str) -> String {
+    if let Some((server, _)) = tool.split_once("__") {
+        return server.to_string();
+    }
+    static BUILTIN: std::sync::OnceLock<HashMap<String, String>> = std::sync::OnceLock::new();
+    BUILTIN
+        .get_or_init(|| {
+            let cfg = agentry_builtin::BuiltinConfig::default();
+            agentry_builtin::BuiltinService::ALL
+                .into_iter()
+                .flat_map(|svc| svc.tools(&cfg))
+                .map(|t| (t.spec().name.clone(), t.spec().service.clone()))
+                .collect()
+        })
+        .get(tool)
+        .cloned()
+        .unwrap_or_else(|| "agentry".to_string())
+}
+
+/// A value as the string an item carries (`arguments`, `output`): strings as they are, other
+/// JSON serialized.
+fn as_text(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// How a response's window ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum End {
+    /// At an approval request: the run waits for the next request's decision.
+    Paused,
+    Done(DoneStatus),
+    /// The session stopped before the run's `done` (deleted meanwhile).
+    Lost,
+}
+
+struct OpenMessage {
+    id: String,
+    index: usize,
+    text: String,
+}
+
+/// One response's window of a run, folded event by event into output items; each step also
+/// returns the stream events it makes (without `sequence_number`, which [`Sse`] adds).
+struct Fold {
+    run: String,
+    /// The run and the `task` child runs seen so far.
+    tree: HashSet<String>,
+    /// The approval request this window continues from: the context of the call it approved.
+    resumes_at: Option<u64>,
+    /// The last seq taken (a subscription may hand on an event twice).
+    seen: Option<u64>,
+    items: Vec<Value>,
+    open: Option<OpenMessage>,
+    /// Calls started (or approved) and not yet answered: id → (name, arguments).
+    calls: HashMap<String, (String, Value)>,
+    ended: Option<End>,
+    usage: TokenUsage,
+    last_error: Option<(String, String)>,
+    created_at: f64,
+    messages: usize,
+}
+
+impl Fold {
+    fn new(r: &ResponseRef) -> Fold {
+        let run = r.run.to_string();
+        Fold {
+            tree: HashSet::from([run.clone()]),
+            run,
+            resumes_at: (r.after > 0).then_some(r.after),
+            seen: None,
+            items: Vec::new(),
+            open: None,
+            calls: HashMap::new(),
+            ended: None,
+            usage: TokenUsage::default(),
+            last_error: None,
+            created_at: 0.0,
+            messages: 0,
+        }
+    }
+
+    fn take(&mut self, ev: &ExecutionEvent) -> Vec<Value> {
+        let mut out = Vec::new();
+        if self.ended.is_some() || self.seen.is_some_and(|s| ev.seq <= s) {
+            return out;
+        }
+        self.seen = Some(ev.seq);
+        if ev.run_id != self.run {
+            match &ev.parent_run_id {
+                Some(p) if self.tree.contains(p) => {
+                    self.tree.insert(ev.run_id.clone());
+                }
+                _ => return out,
+            }
+        }
+        if self.created_at == 0.0 {
+            self.created_at = ev.timestamp;
+        }
+        let own = ev.run_id == self.run;
+        match &ev.payload {
+            EventPayload::HitlRequest(h) if Some(ev.seq) == self.resumes_at => {
+                for a in &h.action_requests {
+                    if let Some(id) = &a.tool_call_id {
+                        self.calls
+                            .insert(id.clone(), (a.name.clone(), a.args.clone()));
+                    }
+                }
+            }
+            EventPayload::HitlRequest(h) if h.kind == HitlKind::Approval => {
+                self.close_message(&mut out);
+                for (i, a) in h.action_requests.iter().enumerate() {
+                    let item = json!({
+                        "type": "mcp_approval_request",
+                        "id": approval_item_id(&h.request_id, i),
+                        "server_label": server_label(&a.name),
+                        "name": a.name,
+                        "arguments": as_text(&a.args),
+                    });
+                    self.push_item(item, &mut out);
+                }
+                self.ended = Some(End::Paused);
+            }
+            _ if !own => {}
+            EventPayload::Text(t) if !t.is_final && !t.content.is_empty() => {
+                self.delta(&t.content, &mut out);
+            }
+            EventPayload::Text(t) if !t.is_final => {}
+            EventPayload::Text(t) => {
+                let streamed = self.open.as_ref().is_some_and(|m| !m.text.is_empty());
+                if !streamed && !t.content.is_empty() {
+                    self.delta(&t.content, &mut out);
+                }
+                if let Some(m) = self.open.as_mut()
+                    && !t.content.is_empty()
+                {
+                    m.text = t.content.clone();
+                }
+                self.close_message(&mut out);
+            }
+            EventPayload::ToolCall(c) => {
+                self.close_message(&mut out);
+                self.calls.insert(
+                    c.tool_call_id.clone(),
+                    (c.tool_name.clone(), c.tool_args.clone()),
+                );
+            }
+            EventPayload::ToolResult(r) => {
+                self.close_message(&mut out);
+                let (name, args) = self
+                    .calls
+                    .remove(&r.tool_call_id)
+                    .unwrap_or_else(|| ("unknown".to_string(), Value::Null));
+                let failed = r.status == agentry_schema::events::ToolStatus::Error;
+                let item = json!({
+                    "type": "mcp_call",
+                    // A model's call ids are unique in its run only.
+                    "id": format!("mcp_{}_{}", self.run.replace('-', ""), r.tool_call_id),
+                    "server_label": server_label(&name),
+                    "name": name,
+                    "arguments": as_text(&args),
+                    "output": if failed { Value::Null } else { json!(as_text(&r.result)) },
+                    "error": if failed {
+                        json!({"type": "mcp_tool_execution_error", "content": r.result})
+                    } else {
+                        Value::Null
+                    },
+                    "status": if failed { "failed" } else { "completed" },
+                });
+                self.push_item(item, &mut out);
+            }
+            EventPayload::Error(e) => {
+                self.last_error = Some((e.error_code.clone(), e.error.clone()));
+            }
+            EventPayload::Done(d) => {
+                self.close_message(&mut out);
+                self.usage = d.token_usage;
+                self.ended = Some(End::Done(d.status));
+            }
+            _ => {}
+        }
+        out
+    }
+
+    /// Whether the event is a question of the run (or a child) that an OpenAI client cannot
+    /// answer: the adapter refuses it, which ends the run.
+    fn is_question(&self, ev: &ExecutionEvent) -> Option<ApprovalId> {
+        match &ev.payload {
+            EventPayload::HitlRequest(h)
+                if h.kind == HitlKind::Question && self.tree.contains(&ev.run_id) =>
+            {
+                h.request_id.parse().ok()
+            }
+            _ => None,
+        }
+    }
+
+    fn delta(&mut self, text: &str, out: &mut Vec<Value>) {
+        if self.open.is_none() {
+            self.messages += 1;
+            let m = OpenMessage {
+                id: format!("msg_{}_{}", self.run.replace('-', ""), self.messages),
+                index: self.items.len(),
+                text: String::new(),
+            };
+            out.push(json!({
+                "type": "response.output_item.added",
+                "output_index": m.index,
+                "item": message_item(&m.id, "", "in_progress", false),
+            }));
+            out.push(json!({
+                "type": "response.content_part.added",
+                "item_id": m.id,
+                "output_index": m.index,
+                "content_index": 0,
+                "part": text_part(""),
+            }));
+            self.open = Some(m);
+        }
+        if let Some(m) = self.open.as_mut() {
+            m.text.push_str(text);
+            out.push(json!({
+                "type": "response.output_text.delta",
+                "item_id": m.id,
+                "output_index": m.index,
+                "content_index": 0,
+                "delta": text,
+                "logprobs": [],
+            }));
+        }
+    }
+
+    fn close_message(&mut self, out: &mut Vec<Value>) {
+        let Some(m) = self.open.take() else {
+            return;
+        };
+        out.push(json!({
+            "type": "response.output_text.done",
+            "item_id": m.id,
+            "output_index": m.index,
+            "content_index": 0,
+            "text": m.text,
+            "logprobs": [],
+        }));
+        out.push(json!({
+            "type": "response.content_part.done",
+            "item_id": m.id,
+            "output_index": m.index,
+            "content_index": 0,
+            "part": text_part(&m.text),
+        }));
+        let item = message_item(&m.id, &m.text, "completed", true);
+        out.push(json!({
+            "type": "response.output_item.done",
+            "output_index": m.index,
+            "item": item,
+        }));
+        self.items.push(item);
+    }
+
+    fn push_item(&mut self, item: Value, out: &mut Vec<Value>) {
+        let index = self.items.len();
+        out.push(
+            json!({"type": "response.output_item.added", "output_index": index, "item": item}),
+        );
+        out.push(json!({"type": "response.output_item.done", "output_index": index, "item": item}));
+        self.items.push(item);
+    }
+
+    /// The response's `status` and `error`.
+    fn status(&self) -> (&'static str, Value) {
+        let failed = |fallback: &str| {
+            let (code, message) = self
+                .last_error
+                .clone()
+                .unwrap_or_else(|| ("server_error".into(), fallback.to_string()));
+            json!({"code": code, "message": message})
+        };
+        match self.ended {
+            None => ("in_progress", Value::Null),
+            Some(End::Paused) => ("completed", Value::Null),
+            // A rejection is the client's own decision: the run ended as asked.
+            Some(End::Done(DoneStatus::Completed | DoneStatus::Rejected)) => {
+                ("completed", Value::Null)
+            }
+            Some(End::Done(DoneStatus::Cancelled)) => ("cancelled", Value::Null),
+            Some(End::Done(s)) => ("failed", failed(&format!("the run ended {}", s.as_str()))),
+            Some(End::Lost) => (
+                "failed",
+                json!({"code": "server_error", "message": "the session stopped before its run ended"}),
+            ),
+        }
+    }
+
+    /// The Response object as it stands.
+    fn response(&self, r: &ResponseRef, echo: &Echo) -> Value {
+        let (status, error) = self.status();
+        let mut output = self.items.clone();
+        if let Some(m) = &self.open {
+            output.push(message_item(&m.id, &m.text, "in_progress", true));
+        }
+        let created_at = if self.created_at > 0.0 {
+            self.created_at.floor() as i64
+        } else {
+            chrono::Utc::now().timestamp()
+        };
+        let u = self.usage;
+        json!({
+            "id": r.id(),
+            "object": "response",
+            "created_at": created_at,
+            "status": status,
+            "error": error,
+            "incomplete_details": null,
+            "model": echo.model,
+            "output": output,
+            "usage": {
+                "input_tokens": u.input,
+                "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+                "output_tokens": u.output,
+                "output_tokens_details": {"reasoning_tokens": 0},
+                "total_tokens": u.total,
+            },
+            "instructions": echo.instructions,
+            "metadata": echo.metadata,
+            "max_output_tokens": echo.max_output_tokens,
+            "parallel_tool_calls": echo.parallel_tool_calls,
+            "previous_response_id": echo.previous_response_id,
+            "store": echo.store,
+            "tool_choice": "auto",
+            "tools": [],
+            "temperature": null,
+            "top_p": null,
+            "text": {"format": {"type": "text"}},
+            "truncation": "disabled",
+            "background": false,
+            "user": null,
+            "agentry_session_id": r.session.to_string(),
+            "agentry_run_id": r.run.to_string(),
+        })
+    }
+}
+
+fn text_part(text: &str) -> Value {
+    json!({"type": "output_text", "text": text, "annotations": [], "logprobs": []})
+}
+
+fn message_item(id: &str, text: &str, status: &str, with_text: bool) -> Value {
+    let content = if with_text {
+        json!([text_part(text)])
+    } else {
+        json!([])
+    };
+    json!({"type": "message", "id": id, "status": status, "role": "assistant", "content": content})
+}
+
+/// What a response echoes of its request.
+#[derive(Debug, Clone, Default)]
+struct Echo {
+    model: String,
+    instructions: Option<String>,
+    metadata: Value,
+    max_output_tokens: Option<u64>,
+    parallel_tool_calls: bool,
+    previous_response_id: Option<String>,
+    store: bool,
+}
+
+/// The semantic stream events of one response, numbered.
+struct Sse {
+    next: u64,
+}
+
+impl Sse {
+    fn frame(&mut self, mut ev: Value) -> Bytes {
+        ev["sequence_number"] = json!(self.next);
+        self.next += 1;
+        let name = ev["type"].as_str().unwrap_or("error").to_string();
+        Bytes::from(format!("event: {name}\ndata: {ev}\n\n"))
+    }
+}
+
+// ---- checking a request ----
+
+enum Input {
+    Messages {
+        /// The messages before the last (a new conversation stores them).
+        earlier: Vec<(MessageRole, String)>,
+        message: String,
+    },
+    Approval {
+        id: ApprovalId,
+        approve: bool,
+        reason: Option<String>,
+    },
+}
+
+struct Plan {
+    assistant: AssistantId,
+    previous: Option<(ResponseRef, Session)>,
+    input: Input,
+    echo: Echo,
+    stream: bool,
+}
+
+/// The text of a message's `content`: a string, or the text parts of an array.
+fn text_of(content: &Value) -> Option<String> {
+    match content {
+        Value::String(s) => Some(s.clone()),
+        Value::Array(parts) => {
+            let mut out = String::new();
+            for part in parts {
+                match (part["type"].as_str(), part["text"].as_str()) {
+                    (Some("input_text" | "output_text" | "text"), Some(t)) => out.push_str(t),
+                    _ => return None,
+                }
+            }
+            Some(out)
+        }
+        _ => None,
+    }
+}
+
+fn parse_input(input: &Value) -> ApiResult<Input> {
+    let items = match input {
+        Value::String(s) => {
+            return Ok(Input::Messages {
+                earlier: Vec::new(),
+                message: s.clone(),
+            });
+        }
+        Value::Array(items) if !items.is_empty() => items,
+        _ => {
+            return Err(ApiError::validation(
+                "input",
+                "`input` must be a string or a non-empty list of input items",
+            ));
+        }
+    };
+    let mut messages = Vec::new();
+    let mut approval = None;
+    for (i, item) in items.iter().enumerate() {
+        let kind = item["type"].as_str().unwrap_or("message");
+        match kind {
+            "message" => {
+                let role = match item["role"].as_str() {
+                    Some("user") => MessageRole::User,
+                    Some("assistant") => MessageRole::Assistant,
+                    Some("system" | "developer") => MessageRole::System,
+                    other => {
+                        return Err(ApiError::validation(
+                            "input",
+                            format!(
+                                "input[{i}].role {other:?} is not supported: use user, system, \
+                                 developer or assistant"
+                            ),
+                        ));
+                    }
+                };
+                let text = text_of(&item["content"]).ok_or_else(|| {
+                    ApiError::validation(
+                        "input",
+                        format!(
+                            "input[{i}].content must be a string or a list of input_text parts"
+                        ),
+                    )
+                })?;
+                messages.push((role, text));
+            }
+            "mcp_approval_response" => {
+                let id = item["approval_request_id"]
+                    .as_str()
+                    .and_then(approval_of_item)
+                    .ok_or_else(|| {
+                        ApiError::validation(
+                            "input",
+                            format!(
+                                "input[{i}].approval_request_id must be the id of an \
+                                 mcp_approval_request item of the previous response"
+                            ),
+                        )
+                    })?;
+                let approve = item["approve"].as_bool().ok_or_else(|| {
+                    ApiError::validation("input", format!("input[{i}].approve must be a boolean"))
+                })?;
+                if approval.is_some() {
+                    return Err(ApiError::validation(
+                        "input",
+                        "only one mcp_approval_response per request: a run waits on one \
+                         approval at a time",
+                    ));
+                }
+                approval = Some(Input::Approval {
+                    id,
+                    approve,
+                    reason: item["reason"].as_str().map(str::to_string),
+                });
+            }
+            other => {
+                return Err(ApiError::validation(
+                    "input",
+                    format!(
+                        "input[{i}].type {other:?} is not supported: send messages, or one \
+                         mcp_approval_response (client function tools are not supported yet)"
+                    ),
+                ));
+            }
+        }
+    }
+    if let Some(a) = approval {
+        if !messages.is_empty() {
+            return Err(ApiError::validation(
+                "input",
+                "send an mcp_approval_response alone: the run it resumes goes on with it, and \
+                 the next message follows in a later request",
+            ));
+        }
+        return Ok(a);
+    }
+    let Some((MessageRole::User, message)) = messages.pop() else {
+        return Err(ApiError::validation(
+            "input",
+            "the input must end with a `user` message",
+        ));
+    };
+    Ok(Input::Messages {
+        earlier: messages,
+        message,
+    })
+}
+
+fn model_not_found(model: &str) -> ApiError {
+    ApiError::new(
+        ErrorCode::ModelNotFound,
+        format!(
+            "the model {model:?} is not an assistant of this tenant; GET /v1/models lists them"
+        ),
+    )
+    .with_details(json!({"param": "model"}))
+}
+
+/// The session of a response id, if it is the caller's own (another user's — even for a
+/// tenant admin — or another tenant's is "not found", as is an id that names nothing).
+async fn owned(
+    state: &AppState,
+    caller: &TenantCaller,
+    raw: &str,
+) -> ApiResult<(ResponseRef, Session)> {
+    let param = "previous_response_id";
+    let r = ResponseRef::parse(raw).ok_or_else(|| response_not_found(raw, param))?;
+    owned_ref(state, caller, raw, r, param).await
+}
+
+/// The response id of a path: a malformed one is 400, naming the parameter, as every path id.
+async fn owned_in_path(
+    state: &AppState,
+    caller: &TenantCaller,
+    raw: &str,
+) -> ApiResult<(ResponseRef, Session)> {
+    let r = ResponseRef::parse(raw).ok_or_else(|| {
+        ApiError::new(
+            ErrorCode::BadRequest,
+            format!("path parameter `response_id`: {raw:?} is not a response id (resp_…)"),
+        )
+        .with_details(json!({"parameter": "response_id", "reason": "expected a response id"}))
+    })?;
+    owned_ref(state, caller, raw, r, "response_id").await
+}
+
+async fn owned_ref(
+    state: &AppState,
+    caller: &TenantCaller,
+    raw: &str,
+    r: ResponseRef,
+    param: &str,
+) -> ApiResult<(ResponseRef, Session)> {
+    let session = match state
+        .engine
+        .load_session(caller.tenant(), &caller.user(), r.session)
+        .await
+    {
+        Ok(s) if s.user_id == caller.user_id() => s,
+        Ok(_) | Err(agentry_actors::EngineError::NotFound(_)) => {
+            return Err(response_not_found(raw, param));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    match executions::get(&state.db, &caller.scope(), r.run).await? {
+        Some(run) if run.session_id == session.id => Ok((r, session)),
+        _ => Err(response_not_found(raw, param)),
+    }
+}
+
+fn check_metadata(metadata: &Option<Value>) -> ApiResult<Value> {
+    let Some(m) = metadata else {
+        return Ok(json!({}));
+    };
+    let bad = || {
+        ApiError::validation(
+            "metadata",
+            format!(
+                "`metadata` must be an object of at most {MAX_METADATA_KEYS} string values \
+                 (keys up to 64 characters, values up to 512)"
+            ),
+        )
+    };
+    let obj = m.as_object().ok_or_else(bad)?;
+    if obj.len() > MAX_METADATA_KEYS
+        || obj.iter().any(|(k, v)| {
+            k.chars().count() > 64 || v.as_str().is_none_or(|s| s.chars().count() > 512)
+        })
+    {
+        return Err(bad());
+    }
+    Ok(m.clone())
+}
+
+async fn check(
+    state: &AppState,
+    caller: &TenantCaller,
+    body: CreateResponseRequest,
+) -> ApiResult<Plan> {
+    if body.tools.as_ref().is_some_and(|t| !t.is_empty()) {
+        return Err(ApiError::validation(
+            "tools",
+            "client-side tools are not supported yet: the assistant runs its own tools \
+             (configure them on the assistant)",
+        ));
+    }
+    if body.background == Some(true) {
+        return Err(ApiError::validation(
+            "background",
+            "background mode is not supported yet: send the request without it (streamed, or \
+             not), and read the response again with GET /v1/responses/{id}",
+        ));
+    }
+    match &body.tool_choice {
+        None | Some(Value::Null) => {}
+        Some(Value::String(s)) if s == "auto" => {}
+        Some(_) => {
+            return Err(ApiError::validation(
+                "tool_choice",
+                "only `tool_choice: \"auto\"` is supported: the assistant decides which of its \
+                 tools to call",
+            ));
+        }
+    }
+    let metadata = check_metadata(&body.metadata)?;
+    let input = parse_input(&body.input)?;
+    if let Input::Messages { message, .. } = &input {
+        agentry_actors::check_message(message)
+            .map_err(|e| ApiError::validation("input", e.to_string()))?;
+    }
+    let assistant = AssistantId::try_from(body.model.as_str())
+        .ok()
+        .ok_or_else(|| model_not_found(&body.model))?;
+    assistants::get(&state.db, &caller.scope(), &assistant)
+        .await?
+        .ok_or_else(|| model_not_found(&body.model))?;
+    let previous = match body.previous_response_id.as_deref() {
+        Some(raw) => {
+            let (r, session) = owned(state, caller, raw).await?;
+            if session.assistant_id != assistant {
+                return Err(ApiError::validation(
+                    "model",
+                    format!(
+                        "response {raw} is a conversation with {:?}; send `model: {:?}` to \
+                         continue it",
+                        session.assistant_id.as_str(),
+                        session.assistant_id.as_str()
+                    ),
+                ));
+            }
+            Some((r, session))
+        }
+        None => None,
+    };
+    if matches!(input, Input::Approval { .. }) && previous.is_none() {
+        return Err(ApiError::validation(
+            "previous_response_id",
+            "an mcp_approval_response needs `previous_response_id`: the response whose \
+             mcp_approval_request it answers",
+        ));
+    }
+    let echo = Echo {
+        model: body.model,
+        instructions: body.instructions,
+        metadata,
+        max_output_tokens: body.max_output_tokens,
+        parallel_tool_calls: body.parallel_tool_calls.unwrap_or(true),
+        previous_response_id: body.previous_response_id,
+        store: body.store.unwrap_or(true),
+    };
+    Ok(Plan {
+        assistant,
+        previous,
+        input,
+        echo,
+        stream: body.stream.unwrap_or(false),
+    })
+}
+
+// ---- starting the run ----
+
+/// The run a request starts or resumes, the response it makes, and the fold seeded with the
+/// context it continues from.
+async fn start(
+    state: &AppState,
+    caller: &TenantCaller,
+    request_id: RequestId,
+    plan: &Plan,
+) -> ApiResult<(LocalBoxStream<'static, SessionEvent>, ResponseRef, Fold)> {
+    let (tenant, user) = (caller.tenant(), caller.user());
+    match (&plan.input, &plan.previous) {
+        (
+            Input::Approval {
+                id,
+                approve,
+                reason,
+            },
+            Some((prev, session)),
+        ) => {
+            let not_found = || {
+                ApiError::new(
+                    ErrorCode::NotFound,
+                    format!(
+                        "approval request {} is not one of response {}",
+                        approval_item_id(&id.to_string(), 0),
+                        prev.id()
+                    ),
+                )
+                .with_details(json!({"param": "input"}))
+            };
+            let a = approvals::get(&state.db, &caller.scope(), *id)
+                .await?
+                .filter(|a| a.session_id == session.id && a.execution_id == prev.run)
+                .ok_or_else(not_found)?;
+            let request_id_text = a.id.to_string();
+            let asked = events::of_run_by_type(
+                &state.db,
+                &caller.scope(),
+                prev.run,
+                "hitl_request",
+                1000,
+            )
+            .await?
+            .into_iter()
+            .find(|e| {
+                matches!(&e.payload, EventPayload::HitlRequest(h) if h.request_id == request_id_text)
+            })
+            .ok_or_else(not_found)?;
+            // The session's events after the request, subscribed before the decision so
+            // nothing the run does next is missed; the fold keeps the run's own (and its
+            // children's) and skips what it saw. The handle keeps the session live meanwhile.
+            let handle = state.engine.open_session(tenant, &user, session.id).await?;
+            let (to, rx) = agentry_actors::channel_subscriber();
+            state.engine.subscribe(&handle, Some(asked.seq), to).await?;
+            let run = tokio_stream::wrappers::UnboundedReceiverStream::new(rx)
+                .map(move |ev| {
+                    let _live = &handle;
+                    ev
+                })
+                .boxed_local();
+            let decision = if *approve {
+                Decision::Approve { message: None }
+            } else {
+                Decision::Reject {
+                    message: reason.clone(),
+                }
+            };
+            state
+                .engine
+                .decide(tenant, &user, session.id, *id, decision)
+                .await?;
+            let r = ResponseRef {
+                session: session.id,
+                run: prev.run,
+                after: asked.seq,
+            };
+            let mut fold = Fold::new(&r);
+            fold.take(&asked);
+            Ok((run, r, fold))
+        }
+        (Input::Messages { earlier, message }, Some((_, session))) => {
+            if !earlier.is_empty() {
+                return Err(ApiError::validation(
+                    "input",
+                    "with `previous_response_id` send the new user message only: the \
+                     conversation holds the earlier ones",
+                ));
+            }
+            let after = events::max_seq(&state.db, &caller.scope(), session.id).await?;
+            let run = state
+                .engine
+                .stream_run(
+                    tenant,
+                    &user,
+                    ChatCommand {
+                        session_id: Some(session.id),
+                        message: message.clone(),
+                        request_id: Some(request_id.0.clone()),
+                        ..Default::default()
+                    },
+                )
+                .await?;
+            let r = ResponseRef {
+                session: session.id,
+                run: run.run_id(),
+                after,
+            };
+            let fold = Fold::new(&r);
+            Ok((run.boxed_local(), r, fold))
+        }
+        (Input::Messages { earlier, message }, None) => {
+            state.engine.check_token_budget(tenant).await?;
+            let session = state
+                .engine
+                .create_session(
+                    tenant,
+                    &user,
+                    CreateSession {
+                        assistant_id: Some(plan.assistant.clone()),
+                        metadata: Some(
+                            json!({"source": "openai_responses", "metadata": plan.echo.metadata}),
+                        ),
+                        // Not counted against max_sessions_per_user, as a Chat Completions
+                        // call's is not: each new conversation of an SDK is one (docs/openai.md).
+                        stateless: true,
+                        ..Default::default()
+                    },
+                )
+                .await?;
+            let started = async {
+                let instructions = plan
+                    .echo
+                    .instructions
+                    .iter()
+                    .map(|i| (MessageRole::System, i.clone()));
+                for (role, content) in instructions.chain(earlier.iter().cloned()) {
+                    store_messages::save(
+                        &state.db,
+                        &caller.scope(),
+                        session.id,
+                        NewMessage {
+                            run_id: None,
+                            role,
+                            content,
+                            tool_calls: None,
+                            tool_call_id: None,
+                        },
+                    )
+                    .await?;
+                }
+                let run = state
+                    .engine
+                    .stream_run(
+                        tenant,
+                        &user,
+                        ChatCommand {
+                            session_id: Some(session.id),
+                            message: message.clone(),
+                            request_id: Some(request_id.0.clone()),
+                            ..Default::default()
+                        },
+                    )
+                    .await?;
+                Ok::<_, ApiError>(run)
+            };
+            match started.await {
+                Ok(run) => {
+                    let r = ResponseRef {
+                        session: session.id,
+                        run: run.run_id(),
+                        after: 0,
+                    };
+                    let fold = Fold::new(&r);
+                    Ok((run.boxed_local(), r, fold))
+                }
+                Err(e) => {
+                    // A refused request changes nothing: the session made for it goes again.
+                    if let Err(del) = state.engine.delete_session(tenant, &user, session.id).await {
+                        tracing::warn!(error = %del, session_id = %session.id, "removing the session of a refused response failed");
+                    }
+                    Err(e)
+                }
+            }
+        }
+        (Input::Approval { .. }, None) => Err(ApiError::validation(
+            "previous_response_id",
+            "an mcp_approval_response needs `previous_response_id`",
+        )),
+    }
+}
+
+/// Take one event of the live run; a question (which an OpenAI client cannot answer) is
+/// refused, which ends the run, as the Chat Completions adapter does.
+async fn take_live(
+    state: &AppState,
+    caller: &TenantCaller,
+    session: SessionId,
+    fold: &mut Fold,
+    ev: &ExecutionEvent,
+) -> Vec<Value> {
+    let out = fold.take(ev);
+    if let Some(id) = fold.is_question(ev)
+        && let Err(e) = state
+            .engine
+            .decide(
+                caller.tenant(),
+                &caller.user(),
+                session,
+                id,
+                Decision::Reject {
+                    message: Some("an OpenAI Responses client cannot answer questions".into()),
+                },
+            )
+            .await
+    {
+        tracing::debug!(error = %e, "refusing a /v1/responses question was not taken");
+    }
+    out
+}
+
+/// `store: false`: the conversation goes once its run has ended (kept while it waits).
+async fn forget_if_asked(
+    state: &AppState,
+    caller: &TenantCaller,
+    fold: &Fold,
+    echo: &Echo,
+    session: SessionId,
+) {
+    if echo.store || !matches!(fold.ended, Some(End::Done(_))) {
+        return;
+    }
+    if let Err(e) = state
+        .engine
+        .delete_session(caller.tenant(), &caller.user(), session)
+        .await
+    {
+        tracing::warn!(error = %e, session_id = %session, "removing an unstored response's conversation failed");
+    }
+}
+
+// ---- handlers ----
+
+/// Create a response: run the assistant named by `model`.
+#[utoipa::path(
+    post,
+    path = "/v1/responses",
+    tag = "openai",
+    request_body = CreateResponseRequest,
+    responses(
+        (status = 200, description = "`stream: false`: the Response object. `stream: true`: `text/event-stream` of semantic events (`event: <type>`, `data: {type, sequence_number, …}`): `response.created`, `response.in_progress`, `response.output_item.added` / `.done`, `response.content_part.added` / `.done`, `response.output_text.delta` / `.done`, ending in `response.completed` or `response.failed` (after an `error` event when the run was lost). `X-Agentry-Session` names the session", body = Object),
+        (status = 400, description = "Malformed JSON (`invalid_json`)", body = agentry_schema::ErrorResponse),
+        (status = 401, description = "No usable API key", body = agentry_schema::ErrorResponse),
+        (status = 403, description = "The platform admin key (it has no tenant)", body = agentry_schema::ErrorResponse),
+        (status = 404, description = "`model` names no assistant of the tenant (`model_not_found`), or `previous_response_id` / `approval_request_id` names nothing of the caller's (`not_found`)", body = agentry_schema::ErrorResponse),
+        (status = 409, description = "A run is in progress in the conversation (`run_in_progress`: it waits for an approval, say), or the approval was decided already (`approval_not_pending`)", body = agentry_schema::ErrorResponse),
+        (status = 422, description = "A field is invalid (`validation_error`): no final user message, an empty one, client-side `tools`, `background`, a `tool_choice` other than `auto`", body = agentry_schema::ErrorResponse),
+    )
+)]
+pub async fn create_response(
+    caller: TenantCaller,
+    state: web::Data<AppState>,
+    request_id: RequestId,
+    body: ApiJson<CreateResponseRequest>,
+) -> ApiResult<HttpResponse> {
+    let plan = check(&state, &caller, body.into_inner()).await?;
+    let (mut run, r, mut fold) = start(&state, &caller, request_id, &plan).await?;
+    let echo = plan.echo;
+    if !plan.stream {
+        while fold.ended.is_none() {
+            let Some(ev) = run.next().await else {
+                fold.ended = Some(End::Lost);
+                break;
+            };
+            take_live(&state, &caller, r.session, &mut fold, &ev.event).await;
+        }
+        drop(run);
+        forget_if_asked(&state, &caller, &fold, &echo, r.session).await;
+        return Ok(HttpResponse::Ok()
+            .insert_header((SESSION_HEADER, r.session.to_string()))
+            .json(fold.response(&r, &echo)));
+    }
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Bytes>();
+    let mut sse = Sse { next: 0 };
+    let created = fold.response(&r, &echo);
+    let _ = tx.send(sse.frame(json!({"type": "response.created", "response": created})));
+    let _ = tx.send(sse.frame(json!({"type": "response.in_progress", "response": created})));
+    let state = state.clone();
+    // One task reads the run and folds its events; the response reads the frames it makes. A
+    // client that hangs up stops the reading, not the run: its response can be read back.
+    actix_web::rt::spawn(async move {
+        while fold.ended.is_none() {
+            let ev = tokio::select! {
+                ev = run.next() => ev,
+                () = tx.closed() => return,
+            };
+            let Some(ev) = ev else {
+                fold.ended = Some(End::Lost);
+                let _ = tx.send(sse.frame(json!({
+                    "type": "error",
+                    "code": "server_error",
+                    "message": "the session stopped before its run ended",
+                    "param": null,
+                })));
+                break;
+            };
+            for out in take_live(&state, &caller, r.session, &mut fold, &ev.event).await {
+                let _ = tx.send(sse.frame(out));
+            }
+        }
+        drop(run);
+        let response = fold.response(&r, &echo);
+        let kind = match response["status"].as_str() {
+            Some("completed") => "response.completed",
+            _ => "response.failed",
+        };
+        let _ = tx.send(sse.frame(json!({"type": kind, "response": response})));
+        forget_if_asked(&state, &caller, &fold, &echo, r.session).await;
+    });
+    let frames = tokio_stream::wrappers::UnboundedReceiverStream::new(rx);
+    Ok(HttpResponse::Ok()
+        .insert_header((header::CONTENT_TYPE, "text/event-stream"))
+        .insert_header((header::CACHE_CONTROL, "no-cache"))
+        .insert_header(("x-accel-buffering", "no"))
+        .insert_header((SESSION_HEADER, r.session.to_string()))
+        .streaming(with_keep_alive(frames, KEEP_ALIVE)))
+}
+
+/// Read a stored window back: the events of the run from the response's start, folded.
+async fn read_back(state: &AppState, caller: &TenantCaller, r: &ResponseRef) -> ApiResult<Fold> {
+    let mut fold = Fold::new(r);
+    // A continuation starts at its approval request (its context); a run's first response
+    // after the seq it names.
+    let mut after = r.after.saturating_sub(1);
+    while fold.ended.is_none() {
+        let page = events::list_after(&state.db, &caller.scope(), r.session, after, PAGE).await?;
+        for ev in &page {
+            fold.take(ev);
+        }
+        match page.last() {
+            Some(last) if page.len() as u64 == PAGE => after = last.seq,
+            _ => break,
+        }
+    }
+    Ok(fold)
+}
+
+/// Retrieve a response (the caller's own), rebuilt from the run's stored events: while its run
+/// goes on, `status` is `in_progress` and `output` what it did so far.
+#[utoipa::path(
+    get,
+    path = "/v1/responses/{response_id}",
+    tag = "openai",
+    params(("response_id" = String, Path, description = "The response's id (`resp_…`)")),
+    responses(
+        (status = 200, description = "The Response object", body = Object),
+        (status = 400, description = "`response_id` is not a response id (`bad_request`, `details.parameter`)", body = agentry_schema::ErrorResponse),
+        (status = 401, description = "No usable API key", body = agentry_schema::ErrorResponse),
+        (status = 403, description = "The platform admin key (it has no tenant)", body = agentry_schema::ErrorResponse),
+        (status = 404, description = "No such response of the caller's (another user's or tenant's is not found either)", body = agentry_schema::ErrorResponse),
+    )
+)]
+pub async fn get_response(
+    caller: TenantCaller,
+    state: web::Data<AppState>,
+    id: web::Path<String>,
+) -> ApiResult<HttpResponse> {
+    let (r, session) = owned_in_path(&state, &caller, &id).await?;
+    let fold = read_back(&state, &caller, &r).await?;
+    let echo = Echo {
+        model: session.assistant_id.to_string(),
+        metadata: session
+            .metadata
+            .get("metadata")
+            .filter(|m| m.is_object())
+            .cloned()
+            .unwrap_or_else(|| json!({})),
+        parallel_tool_calls: true,
+        store: true,
+        ..Default::default()
+    };
+    Ok(HttpResponse::Ok()
+        .insert_header((SESSION_HEADER, r.session.to_string()))
+        .json(fold.response(&r, &echo)))
+}
+
+/// Delete a response: Agentry keeps conversations, not single responses, so this deletes the
+/// conversation (the session) the response belongs to, with every response of it; a run still
+/// going (or waiting for an approval) ends.
+#[utoipa::path(
+    delete,
+    path = "/v1/responses/{response_id}",
+    tag = "openai",
+    params(("response_id" = String, Path, description = "The response's id (`resp_…`)")),
+    responses(
+        (status = 200, description = "`{id, object: \"response.deleted\", deleted: true}`", body = Object),
+        (status = 400, description = "`response_id` is not a response id (`bad_request`, `details.parameter`)", body = agentry_schema::ErrorResponse),
+        (status = 401, description = "No usable API key", body = agentry_schema::ErrorResponse),
+        (status = 403, description = "The platform admin key (it has no tenant)", body = agentry_schema::ErrorResponse),
+        (status = 404, description = "No such response of the caller's", body = agentry_schema::ErrorResponse),
+    )
+)]
+pub async fn delete_response(
+    caller: TenantCaller,
+    state: web::Data<AppState>,
+    id: web::Path<String>,
+) -> ApiResult<impl Responder> {
+    let (r, session) = owned_in_path(&state, &caller, &id).await?;
+    state
+        .engine
+        .delete_session(caller.tenant(), &caller.user(), session.id)
+        .await?;
+    Ok(web::Json(
+        json!({"id": r.id(), "object": "response.deleted", "deleted": true}),
+    ))
+}
+
+/// The input of a response: the user message that started its run, or the
+/// `mcp_approval_response` that resumed it. Messages given before the last in a new
+/// conversation's `input` are in the conversation (`GET /api/v1/sessions/{id}/messages`), not
+/// listed here.
+#[utoipa::path(
+    get,
+    path = "/v1/responses/{response_id}/input_items",
+    tag = "openai",
+    params(("response_id" = String, Path, description = "The response's id (`resp_…`)")),
+    responses(
+        (status = 200, description = "`{object: \"list\", data, first_id, last_id, has_more}`", body = Object),
+        (status = 400, description = "`response_id` is not a response id (`bad_request`, `details.parameter`)", body = agentry_schema::ErrorResponse),
+        (status = 401, description = "No usable API key", body = agentry_schema::ErrorResponse),
+        (status = 403, description = "The platform admin key (it has no tenant)", body = agentry_schema::ErrorResponse),
+        (status = 404, description = "No such response of the caller's", body = agentry_schema::ErrorResponse),
+    )
+)]
+pub async fn list_input_items(
+    caller: TenantCaller,
+    state: web::Data<AppState>,
+    id: web::Path<String>,
+) -> ApiResult<impl Responder> {
+    let (r, _) = owned_in_path(&state, &caller, &id).await?;
+    let scope = caller.scope();
+    let mut data = Vec::new();
+    if r.after > 0 {
+        let at = events::list_after(&state.db, &scope, r.session, r.after - 1, 1).await?;
+        if let Some(EventPayload::HitlRequest(h)) = at
+            .first()
+            .filter(|e| e.seq == r.after && e.run_id == r.run.to_string())
+            .map(|e| &e.payload)
+            && let Ok(approval) = h.request_id.parse::<ApprovalId>()
+            && let Some(a) = approvals::get(&state.db, &scope, approval).await?
+        {
+            let approve = matches!(
+                a.status,
+                approvals::ApprovalStatus::Approved | approvals::ApprovalStatus::Edited
+            );
+            data.push(json!({
+                "type": "mcp_approval_response",
+                "id": format!("mcpa_{}", a.id.0.simple()),
+                "approval_request_id": approval_item_id(&h.request_id, 0),
+                "approve": approve,
+            }));
+        }
+    }
+    if data.is_empty()
+        && let Some(run) = executions::get(&state.db, &scope, r.run).await?
+    {
+        data.push(json!({
+            "type": "message",
+            "id": format!("msg_in_{}", r.run.0.simple()),
+            "role": "user",
+            "status": "completed",
+            "content": [{"type": "input_text", "text": run.input}],
+        }));
+    }
+    let first = data.first().map(|i| i["id"].clone()).unwrap_or(Value::Null);
+    let last = data.last().map(|i| i["id"].clone()).unwrap_or(Value::Null);
+    Ok(web::Json(json!({
+        "object": "list",
+        "data": data,
+        "first_id": first,
+        "last_id": last,
+        "has_more": false,
+    })))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_response_id_names_its_session_run_and_start() {
+        let r = ResponseRef {
+            session: SessionId::new(),
+            run: RunId::new(),
+            after: 42,
+        };
+        assert_eq!(ResponseRef::parse(&r.id()), Some(r));
+        for bad in [
+            "",
+            "resp_",
+            "resp_xyz_1",
+            &r.id().replace("resp_", "msg_"),
+            &format!("{}x", r.id()),
+            &r.id()[..r.id().len() - 3],
+        ] {
+            assert_eq!(ResponseRef::parse(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn an_approval_item_id_names_its_approval() {
+        let id = ApprovalId::new();
+        assert_eq!(
+            approval_of_item(&approval_item_id(&id.to_string(), 0)),
+            Some(id)
+        );
+        assert_eq!(
+            approval_of_item(&approval_item_id(&id.to_string(), 2)),
+            Some(id)
+        );
+        assert_eq!(approval_of_item("mcpr_nope"), None);
+    }
+
+    #[test]
+    fn built_in_tools_are_labelled_by_their_service() {
+        assert_eq!(server_label("read_file"), "files");
+        assert_eq!(server_label("execute"), "shell");
+        assert_eq!(server_label("github__create_issue"), "github");
+        assert_eq!(server_label("task"), "agentry");
+    }
+}

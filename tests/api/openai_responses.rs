@@ -1,0 +1,741 @@
+//! `/v1/responses` (docs/openai.md, "The Responses API"): the official `openai` Python package
+//! as the client ([`sdk_client`], one script against one server), and raw HTTP for what the SDK
+//! hides ([`wire`]): the SSE framing (`event:` names, `sequence_number` strictly increasing, the
+//! final event), OpenAI's error shape, and every documented status for the OpenAPI check.
+
+use std::path::PathBuf;
+
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use crate::ctx::{ADMIN_KEY, Ctx};
+
+fn create(ctx: &Ctx, key: Option<&str>, body: Value) -> reqwest::RequestBuilder {
+    ctx.request(Method::POST, "/v1/responses", key).json(&body)
+}
+
+/// The SDK against the real server: streamed and not, retrieved, continued, a tool run, an
+/// approval approved and one rejected, a bad key, an unknown model, another tenant's id.
+pub async fn sdk_client(ctx: &Ctx) {
+    let t = ctx.tenant().await;
+    let other = ctx.tenant().await;
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/api/openai_responses_client.py");
+    let out = tokio::process::Command::new(crate::openai_compat::python())
+        .arg(&script)
+        .env("AGENTRY_OPENAI_BASE", ctx.url("/v1"))
+        .env("AGENTRY_KEY", &t.member.key)
+        .env("AGENTRY_OTHER_KEY", &other.member.key)
+        .env("NO_PROXY", "127.0.0.1")
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENAI_BASE_URL")
+        .output()
+        .await
+        .expect("run the openai client");
+    assert!(
+        out.status.success(),
+        "the openai client failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "the client printed no JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    });
+
+    // Non-streamed: the answer as one message item, usage, the echoed parameters.
+    let plain = &r["plain"];
+    assert_eq!(plain["text"], "(scripted) You said: hello there", "{r}");
+    assert_eq!(plain["object"], "response");
+    assert_eq!(plain["status"], "completed");
+    assert_eq!(plain["model"], "default");
+    assert_eq!(plain["metadata"], json!({"purpose": "test"}));
+    assert!(
+        plain["id"].as_str().unwrap().starts_with("resp_"),
+        "{plain}"
+    );
+    assert_eq!(plain["items"][0]["type"], "message", "{plain}");
+    assert_eq!(plain["items"][0]["role"], "assistant");
+    let usage = &plain["usage"];
+    let (input, output) = (
+        usage["input_tokens"].as_u64().unwrap(),
+        usage["output_tokens"].as_u64().unwrap(),
+    );
+    assert!(input > 0 && output > 0, "{usage}");
+    assert_eq!(usage["total_tokens"].as_u64().unwrap(), input + output);
+    // The instructions went into the conversation before the message.
+    let session = plain["session"].as_str().unwrap();
+    let msgs = ctx
+        .ok(
+            Method::GET,
+            &format!("/api/v1/sessions/{session}/messages"),
+            &t.member.key,
+            None,
+            200,
+        )
+        .await;
+    let contents: Vec<&str> = msgs["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        contents[..],
+        [
+            "Answer briefly.",
+            "hello there",
+            "(scripted) You said: hello there",
+            "/echo second turn",
+            "second turn",
+        ],
+        "{msgs}"
+    );
+
+    // The second turn: the same conversation, its own response.
+    let second = &r["second"];
+    assert_eq!(second["text"], "second turn", "{r}");
+    assert_eq!(second["session"], session);
+    assert_eq!(second["previous_response_id"], plain["id"]);
+    assert_ne!(second["id"], plain["id"]);
+    let input = &r["input_items"];
+    assert_eq!(input.as_array().unwrap().len(), 1, "{r}");
+    assert_eq!(
+        (
+            &input[0]["type"],
+            &input[0]["role"],
+            &input[0]["content"][0]["text"]
+        ),
+        (
+            &json!("message"),
+            &json!("user"),
+            &json!("/echo second turn")
+        ),
+        "{r}"
+    );
+
+    // Retrieved: the same response, rebuilt from the run's stored events.
+    let got = &r["retrieved"];
+    for field in [
+        "id", "status", "text", "items", "usage", "model", "metadata",
+    ] {
+        assert_eq!(got[field], plain[field], "{field}: {r}");
+    }
+
+    // Streamed: the semantic events in order, numbered, the text in deltas.
+    let s = &r["stream"];
+    assert_eq!(
+        s["text"], "(scripted) You said: stream this answer please",
+        "{r}"
+    );
+    let types: Vec<&str> = s["types"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    assert_eq!(
+        types[..2],
+        ["response.created", "response.in_progress"],
+        "{s}"
+    );
+    assert_eq!(types.last(), Some(&"response.completed"), "{s}");
+    for kind in [
+        "response.output_item.added",
+        "response.content_part.added",
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+    ] {
+        assert_eq!(
+            types.iter().filter(|t| **t == kind).count(),
+            1,
+            "{kind}: {s}"
+        );
+    }
+    assert!(
+        types
+            .iter()
+            .filter(|t| **t == "response.output_text.delta")
+            .count()
+            > 3,
+        "{s}"
+    );
+    let seqs: Vec<u64> = s["seqs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_u64().unwrap())
+        .collect();
+    assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "{seqs:?}");
+    assert_eq!(s["final"]["status"], "completed");
+    assert_eq!(s["final"]["text"], s["text"]);
+
+    // A tool run: the call as an mcp_call item (its service as server_label), then the answer.
+    for tool in [&r["tool"], &r["tool_stream"]["final"]] {
+        let items = tool["items"].as_array().unwrap();
+        let call = items
+            .iter()
+            .find(|i| i["type"] == "mcp_call")
+            .unwrap_or_else(|| panic!("no mcp_call: {tool}"));
+        assert_eq!(call["name"], "list_directory", "{tool}");
+        assert_eq!(call["server_label"], "files", "{tool}");
+        assert_eq!(
+            serde_json::from_str::<Value>(call["arguments"].as_str().unwrap()).unwrap(),
+            json!({"path": "."})
+        );
+        assert_eq!(call["status"], "completed");
+        assert!(call["output"].is_string(), "{call}");
+        assert!(
+            tool["text"]
+                .as_str()
+                .unwrap()
+                .starts_with("(scripted) Tool list_directory returned:"),
+            "{tool}"
+        );
+    }
+
+    // An approval: the response ends completed with the request…
+    let asked = &r["asked"];
+    assert_eq!(asked["status"], "completed", "{r}");
+    let request = asked["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["type"] == "mcp_approval_request")
+        .unwrap_or_else(|| panic!("no mcp_approval_request: {asked}"));
+    assert_eq!(request["name"], "write_file");
+    assert_eq!(request["server_label"], "files");
+    assert_eq!(
+        serde_json::from_str::<Value>(request["arguments"].as_str().unwrap()).unwrap(),
+        json!({"file_path": "approved.txt", "content": "yes"})
+    );
+    // …approved, the run went on in the next response: the call ran, the answer followed.
+    let approved = &r["approved"];
+    assert_eq!(approved["status"], "completed", "{r}");
+    assert_eq!(approved["session"], asked["session"]);
+    assert_eq!(approved["run"], asked["run"], "the same run goes on");
+    let call = &approved["items"][0];
+    assert_eq!(
+        (&call["type"], &call["name"], &call["status"]),
+        (
+            &json!("mcp_call"),
+            &json!("write_file"),
+            &json!("completed")
+        ),
+        "{approved}"
+    );
+    assert!(
+        approved["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("(scripted) Tool write_file returned:"),
+        "{approved}"
+    );
+    assert!(approved["usage"]["total_tokens"].as_u64().unwrap() > 0);
+    assert_eq!(
+        r["approved_input_items"][0]["type"], "mcp_approval_response",
+        "{r}"
+    );
+    assert_eq!(r["approved_input_items"][0]["approve"], true);
+    assert_eq!(
+        r["approved_input_items"][0]["approval_request_id"],
+        request["id"]
+    );
+    for field in ["id", "status", "text", "items", "usage"] {
+        assert_eq!(
+            r["approved_retrieved"][field], approved[field],
+            "{field}: {r}"
+        );
+    }
+    let again = &r["approved_twice"];
+    assert_eq!(
+        (&again["status"], &again["code"]),
+        (&json!(409), &json!("approval_not_pending")),
+        "{r}"
+    );
+    // The file is there, in the member's workspace.
+    let file = ctx
+        .call(
+            Method::GET,
+            "/api/v1/files/approved.txt",
+            Some(&t.member.key),
+            None,
+        )
+        .await;
+    assert_eq!(file.status, 200, "{}", file.body);
+
+    // Rejected (asked in a stream): the run ended rejected, nothing written.
+    let asked = &r["asked_stream"];
+    assert_eq!(asked["final"]["status"], "completed", "{r}");
+    let rejected = &r["rejected"];
+    assert_eq!(rejected["status"], "completed", "{r}");
+    // The call shows as failed, rejected with the client's reason; nothing else ran.
+    let call = &rejected["items"][0];
+    assert_eq!(rejected["items"].as_array().unwrap().len(), 1, "{r}");
+    assert_eq!(
+        (&call["type"], &call["name"], &call["status"]),
+        (&json!("mcp_call"), &json!("write_file"), &json!("failed")),
+        "{r}"
+    );
+    assert_eq!(call["error"]["type"], "mcp_tool_execution_error", "{r}");
+    assert_eq!(call["error"]["content"]["error"]["code"], "rejected", "{r}");
+    assert!(
+        call["error"]["content"]["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("not today"),
+        "{r}"
+    );
+    let run = rejected["run"].as_str().unwrap();
+    let exec = ctx
+        .ok(
+            Method::GET,
+            &format!("/api/v1/executions/{run}"),
+            &t.member.key,
+            None,
+            200,
+        )
+        .await;
+    assert_eq!(exec["status"], "rejected", "{exec}");
+    let file = ctx
+        .call(
+            Method::GET,
+            "/api/v1/files/rejected.txt",
+            Some(&t.member.key),
+            None,
+        )
+        .await;
+    assert_eq!(file.status, 404, "{}", file.body);
+
+    // Refusals, in OpenAI's shape.
+    let b = &r["bad_key"];
+    assert_eq!(
+        (&b["class"], &b["status"], &b["code"], &b["type"]),
+        (
+            &json!("AuthenticationError"),
+            &json!(401),
+            &json!("unauthorized"),
+            &json!("authentication_error")
+        ),
+        "{r}"
+    );
+    let m = &r["unknown_model"];
+    assert_eq!(
+        (&m["class"], &m["status"], &m["code"], &m["param"]),
+        (
+            &json!("NotFoundError"),
+            &json!(404),
+            &json!("model_not_found"),
+            &json!("model")
+        ),
+        "{r}"
+    );
+    for key in ["other_tenant", "other_tenant_continue", "deleted"] {
+        let o = &r[key];
+        assert_eq!(
+            (&o["class"], &o["status"], &o["code"]),
+            (&json!("NotFoundError"), &json!(404), &json!("not_found")),
+            "{key}: {r}"
+        );
+    }
+}
+
+/// The frames of an SSE body: (event name, data), keep-alive comments skipped.
+fn frames(text: &str) -> Vec<(String, Value)> {
+    text.split("\n\n")
+        .filter(|f| !f.is_empty() && !f.starts_with(':'))
+        .map(|f| {
+            let mut lines = f.lines();
+            let event = lines
+                .next()
+                .and_then(|l| l.strip_prefix("event: "))
+                .unwrap_or_else(|| panic!("a frame without `event:`: {f}"));
+            let data = lines
+                .next()
+                .and_then(|l| l.strip_prefix("data: "))
+                .unwrap_or_else(|| panic!("a frame without `data:`: {f}"));
+            assert!(lines.next().is_none(), "one data line per frame: {f}");
+            (event.to_string(), serde_json::from_str(data).unwrap())
+        })
+        .collect()
+}
+
+/// The wire itself: SSE framing, and every documented status of the four routes, each refusal
+/// in OpenAI's shape (checked by `Ctx::send`).
+pub async fn wire(ctx: &Ctx) {
+    let t = ctx.tenant().await;
+    let key = &t.member.key;
+    let other = ctx.tenant().await;
+
+    let res = create(
+        ctx,
+        Some(key),
+        json!({"model": "default", "input": "/echo a b c", "stream": true}),
+    )
+    .send()
+    .await
+    .unwrap();
+    assert_eq!(res.status(), 200);
+    assert_eq!(res.headers()["content-type"], "text/event-stream");
+    let session = res.headers()["x-agentry-session"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let frames = frames(&res.text().await.unwrap());
+    for (i, (event, data)) in frames.iter().enumerate() {
+        assert_eq!(data["type"], event.as_str(), "the event name is the type");
+        assert_eq!(
+            data["sequence_number"], i as u64,
+            "numbered from 0, one by one"
+        );
+    }
+    let names: Vec<&str> = frames.iter().map(|(e, _)| e.as_str()).collect();
+    let deltas = names
+        .iter()
+        .filter(|n| **n == "response.output_text.delta")
+        .count();
+    assert!(deltas >= 1, "{names:?}");
+    let mut want = vec![
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
+    ];
+    want.extend(std::iter::repeat_n("response.output_text.delta", deltas));
+    want.extend([
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.completed",
+    ]);
+    assert_eq!(names, want);
+    assert_eq!(names.last(), Some(&"response.completed"), "{names:?}");
+    let text: String = frames
+        .iter()
+        .filter(|(e, _)| e == "response.output_text.delta")
+        .map(|(_, d)| d["delta"].as_str().unwrap())
+        .collect();
+    assert_eq!(text, "a b c");
+    let done = &frames.last().unwrap().1["response"];
+    assert_eq!(done["status"], "completed");
+    assert_eq!(done["agentry_session_id"], session.as_str());
+    assert_eq!(done["output"][0]["content"][0]["text"], "a b c", "{done}");
+    let id = done["id"].as_str().unwrap().to_string();
+    assert_eq!(
+        frames[0].1["response"]["id"],
+        id.as_str(),
+        "one id throughout"
+    );
+    assert_eq!(frames[0].1["response"]["status"], "in_progress");
+
+    // Read back, its input, and deleted.
+    let got = ctx
+        .ok(Method::GET, &format!("/v1/responses/{id}"), key, None, 200)
+        .await;
+    assert_eq!(got["output"], done["output"]);
+    let items = ctx
+        .ok(
+            Method::GET,
+            &format!("/v1/responses/{id}/input_items"),
+            key,
+            None,
+            200,
+        )
+        .await;
+    assert_eq!(items["object"], "list");
+    assert_eq!(items["data"][0]["content"][0]["text"], "/echo a b c");
+
+    // A run waiting for an approval: the conversation takes no new message meanwhile (409).
+    let asked = ctx
+        .ok(
+            Method::POST,
+            "/v1/responses",
+            key,
+            Some(json!({"model": "default",
+                "input": r#"/tool write_file {"file_path": "w.txt", "content": "x"}"#})),
+            200,
+        )
+        .await;
+    let paused = asked["id"].as_str().unwrap().to_string();
+    let request = asked["output"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["type"] == "mcp_approval_request")
+        .unwrap_or_else(|| panic!("{asked}"))["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let busy = ctx
+        .send(create(
+            ctx,
+            Some(key),
+            json!({"model": "default", "input": "/echo meanwhile", "previous_response_id": paused}),
+        ))
+        .await;
+    assert_eq!(
+        (busy.status, busy.code()),
+        (409, "run_in_progress"),
+        "{}",
+        busy.body
+    );
+    let approval = |approve: bool| {
+        json!({"model": "default", "previous_response_id": paused,
+               "input": [{"type": "mcp_approval_response", "approval_request_id": request,
+                          "approve": approve}]})
+    };
+    let approved = ctx
+        .ok(
+            Method::POST,
+            "/v1/responses",
+            key,
+            Some(approval(true)),
+            200,
+        )
+        .await;
+    assert_eq!(approved["status"], "completed", "{approved}");
+    assert_eq!(approved["output"][0]["type"], "mcp_call", "{approved}");
+
+    // `store: false`: answered, then nothing kept.
+    let unstored = ctx
+        .ok(
+            Method::POST,
+            "/v1/responses",
+            key,
+            Some(json!({"model": "default", "input": "/echo forget me", "store": false})),
+            200,
+        )
+        .await;
+    assert_eq!(unstored["output"][0]["content"][0]["text"], "forget me");
+    assert_eq!(unstored["store"], false);
+    let gone = ctx
+        .send(ctx.request(
+            Method::GET,
+            &format!("/v1/responses/{}", unstored["id"].as_str().unwrap()),
+            Some(key),
+        ))
+        .await;
+    assert_eq!(
+        (gone.status, gone.code()),
+        (404, "not_found"),
+        "{}",
+        gone.body
+    );
+
+    let unknown = format!("resp_{}{}_0", "0".repeat(32), "0".repeat(32));
+    let sessions_before = ctx
+        .ok(Method::GET, "/api/v1/sessions", key, None, 200)
+        .await["total"]
+        .clone();
+    let refusals: Vec<(reqwest::RequestBuilder, u16, &str)> = vec![
+        (
+            ctx.request(Method::POST, "/v1/responses", Some(key))
+                .header("content-type", "application/json")
+                .body("{not json"),
+            400,
+            "invalid_json",
+        ),
+        (
+            create(ctx, None, json!({"model": "default", "input": "x"})),
+            401,
+            "unauthorized",
+        ),
+        (
+            create(
+                ctx,
+                Some(ADMIN_KEY),
+                json!({"model": "default", "input": "x"}),
+            ),
+            403,
+            "forbidden",
+        ),
+        (
+            create(ctx, Some(key), json!({"model": "nobody", "input": "x"})),
+            404,
+            "model_not_found",
+        ),
+        (
+            create(
+                ctx,
+                Some(key),
+                json!({"model": "default", "input": "x", "previous_response_id": unknown}),
+            ),
+            404,
+            "not_found",
+        ),
+        (
+            create(
+                ctx,
+                Some(key),
+                json!({"model": "default", "input": "x", "previous_response_id": "resp_nope"}),
+            ),
+            404,
+            "not_found",
+        ),
+        (
+            create(ctx, Some(&other.member.key), approval(true)),
+            404,
+            "not_found",
+        ),
+        (
+            create(ctx, Some(key), approval(true)),
+            409,
+            "approval_not_pending",
+        ),
+        (
+            create(ctx, Some(key), json!({"model": "default", "input": ""})),
+            422,
+            "validation_error",
+        ),
+        (
+            create(ctx, Some(key), json!({"model": "default", "input": []})),
+            422,
+            "validation_error",
+        ),
+        (
+            create(ctx, Some(key), json!({"model": "default", "input": 7})),
+            422,
+            "validation_error",
+        ),
+        (
+            create(
+                ctx,
+                Some(key),
+                json!({"model": "default", "input": [{"role": "assistant", "content": "x"}]}),
+            ),
+            422,
+            "validation_error",
+        ),
+        (
+            create(
+                ctx,
+                Some(key),
+                json!({"model": "default", "input": [{"type": "function_call_output", "call_id": "c", "output": "x"}]}),
+            ),
+            422,
+            "validation_error",
+        ),
+        (
+            create(
+                ctx,
+                Some(key),
+                json!({"model": "default", "input": "x", "tools": [{"type": "function", "name": "f"}]}),
+            ),
+            422,
+            "validation_error",
+        ),
+        (
+            create(
+                ctx,
+                Some(key),
+                json!({"model": "default", "input": "x", "background": true}),
+            ),
+            422,
+            "validation_error",
+        ),
+        (
+            create(
+                ctx,
+                Some(key),
+                json!({"model": "default", "input": "x", "tool_choice": "required"}),
+            ),
+            422,
+            "validation_error",
+        ),
+        (
+            create(
+                ctx,
+                Some(key),
+                json!({"model": "default", "input": "x", "metadata": {"n": 1}}),
+            ),
+            422,
+            "validation_error",
+        ),
+        (
+            create(
+                ctx,
+                Some(key),
+                json!({"model": "default", "input": [{"type": "mcp_approval_response", "approval_request_id": request, "approve": true}]}),
+            ),
+            422,
+            "validation_error",
+        ),
+        (
+            ctx.request(Method::POST, "/v1/responses", Some(key))
+                .header("content-type", "text/plain")
+                .body("{}"),
+            415,
+            "unsupported_media_type",
+        ),
+        (
+            create(
+                ctx,
+                Some(key),
+                json!({"model": "default", "input": "x".repeat(crate::ctx::BODY_LIMIT)}),
+            ),
+            413,
+            "payload_too_large",
+        ),
+    ];
+    for (rb, status, code) in refusals {
+        let r = ctx.send(rb).await;
+        assert_eq!((r.status, r.code()), (status, code), "{}", r.body);
+    }
+    // The refused requests made no conversation.
+    let sessions_after = ctx
+        .ok(Method::GET, "/api/v1/sessions", key, None, 200)
+        .await["total"]
+        .clone();
+    assert_eq!(sessions_after, sessions_before);
+
+    // The read routes: the caller's own only.
+    for path in [
+        format!("/v1/responses/{id}"),
+        format!("/v1/responses/{id}/input_items"),
+    ] {
+        for (who, status, code) in [
+            (None, 401, "unauthorized"),
+            (Some(ADMIN_KEY), 403, "forbidden"),
+            (Some(other.member.key.as_str()), 404, "not_found"),
+            (Some(t.admin.key.as_str()), 404, "not_found"),
+        ] {
+            let r = ctx.send(ctx.request(Method::GET, &path, who)).await;
+            assert_eq!((r.status, r.code()), (status, code), "{path}: {}", r.body);
+        }
+        let r = ctx
+            .send(ctx.request(Method::GET, &path.replace(&id, &unknown), Some(key)))
+            .await;
+        assert_eq!((r.status, r.code()), (404, "not_found"), "{}", r.body);
+    }
+    let path = format!("/v1/responses/{id}");
+    for (who, status) in [
+        (None, 401),
+        (Some(ADMIN_KEY), 403),
+        (Some(other.member.key.as_str()), 404),
+    ] {
+        let r = ctx.send(ctx.request(Method::DELETE, &path, who)).await;
+        assert_eq!(r.status, status, "{}", r.body);
+    }
+    let deleted = ctx.ok(Method::DELETE, &path, key, None, 200).await;
+    assert_eq!(
+        deleted,
+        json!({"id": id, "object": "response.deleted", "deleted": true})
+    );
+    let gone = ctx.send(ctx.request(Method::GET, &path, Some(key))).await;
+    assert_eq!((gone.status, gone.code()), (404, "not_found"));
+    let gone = ctx
+        .send(ctx.request(Method::DELETE, &path, Some(key)))
+        .await;
+    assert_eq!((gone.status, gone.code()), (404, "not_found"));
+    // The conversation went with it.
+    let s = ctx
+        .send(ctx.request(
+            Method::GET,
+            &format!("/api/v1/sessions/{session}"),
+            Some(key),
+        ))
+        .await;
+    assert_eq!(s.status, 404);
+}
