@@ -1320,3 +1320,79 @@ async fn virtual_server_on_any_replica(trio: &Trio, t: &TenantFx) {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// Issue 26: a Responses API conversation needs no replica of its own. A response made on C
+/// that waits for an approval is read back on A, approved on B (the decision goes to C, which
+/// runs the session; B follows the run's events), and continued by `previous_response_id` on A:
+/// the response id is all the state, and every replica reads it from the shared event log.
+pub async fn responses_across_replicas(trio: &Trio, t: &TenantFx) {
+    let (a, b, c) = (trio.a(), trio.b(), trio.c());
+    let key = t.member.key.as_str();
+    let write = r#"/tool write_file {"file_path": "responses.txt", "content": "from C"}"#;
+    let asked = c
+        .ok(
+            Method::POST,
+            "/v1/responses",
+            key,
+            Some(json!({"model": "default", "input": write})),
+            200,
+        )
+        .await;
+    let id = asked["id"].as_str().unwrap();
+    let request = asked["output"][0].clone();
+    assert_eq!(request["type"], "mcp_approval_request", "{asked}");
+
+    let read = a
+        .ok(Method::GET, &format!("/v1/responses/{id}"), key, None, 200)
+        .await;
+    assert_eq!(read["output"], asked["output"], "{read}");
+    assert_eq!(read["status"], "completed");
+
+    let approved = b
+        .ok(
+            Method::POST,
+            "/v1/responses",
+            key,
+            Some(
+                json!({"model": "default", "previous_response_id": id, "input": [
+                {"type": "mcp_approval_response", "approval_request_id": request["id"],
+                 "approve": true}]}),
+            ),
+            200,
+        )
+        .await;
+    assert_eq!(approved["status"], "completed", "{approved}");
+    assert_eq!(approved["agentry_run_id"], asked["agentry_run_id"]);
+    assert_eq!(approved["output"][0]["type"], "mcp_call", "{approved}");
+    assert_eq!(approved["output"][0]["status"], "completed", "{approved}");
+    let answer = approved["output"][1]["content"][0]["text"]
+        .as_str()
+        .unwrap();
+    assert!(
+        answer.starts_with("(scripted) Tool write_file returned:"),
+        "{approved}"
+    );
+
+    let next = a
+        .ok(
+            Method::POST,
+            "/v1/responses",
+            key,
+            Some(json!({"model": "default", "input": "/echo on A",
+                        "previous_response_id": approved["id"]})),
+            200,
+        )
+        .await;
+    assert_eq!(next["output"][0]["content"][0]["text"], "on A", "{next}");
+    assert_eq!(next["agentry_session_id"], asked["agentry_session_id"]);
+    let again = c
+        .ok(
+            Method::GET,
+            &format!("/v1/responses/{}", approved["id"].as_str().unwrap()),
+            key,
+            None,
+            200,
+        )
+        .await;
+    assert_eq!(again["output"], approved["output"], "{again}");
+}
