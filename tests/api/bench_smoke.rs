@@ -99,9 +99,10 @@ async fn smoke(database: Database) {
     assert_eq!(idle["health_with_sessions_open"].as_u64(), Some(200));
     assert!(idle["server_rss_after_bytes"].as_u64() > Some(0));
 
-    // The same one-tool runs through `/v1/chat/completions`, streamed and not.
+    // The same one-tool runs through `/v1/chat/completions` and `/v1/responses`, streamed and
+    // not.
     let completions = sizes.openai.clients as u64 * sizes.openai.runs_per_client;
-    for variant in ["openai", "openai-stream"] {
+    for variant in ["openai", "openai-stream", "responses", "responses-stream"] {
         let f = &by_variant(variant).figures;
         assert_eq!(f["runs"].as_u64(), Some(completions), "{variant}: {f}");
         assert_eq!(f["end_to_end"]["count"].as_u64(), Some(completions));
@@ -125,7 +126,7 @@ async fn smoke(database: Database) {
     // And the records make the table of the benchmarks document.
     let doc = out.path().join("benchmarks.md");
     std::fs::write(&doc, format!("# B\n{}\n{}\n", report::BEGIN, report::END)).unwrap();
-    assert_eq!(report::update_doc(&doc, out.path()).unwrap(), 9);
+    assert_eq!(report::update_doc(&doc, out.path()).unwrap(), 11);
     let text = std::fs::read_to_string(&doc).unwrap();
     for variant in [
         "runs-0ms",
@@ -136,6 +137,8 @@ async fn smoke(database: Database) {
         "idle",
         "openai",
         "openai-stream",
+        "responses",
+        "responses-stream",
         "soak",
     ] {
         assert!(

@@ -96,7 +96,8 @@ enum Command {
         #[arg(long, default_value_t = 5)]
         hold_secs: u64,
     },
-    /// One-tool runs through the OpenAI-compatible `POST /v1/chat/completions`.
+    /// One-tool runs through the OpenAI-compatible `POST /v1/chat/completions` (or, with
+    /// `--responses`, `POST /v1/responses`).
     Openai {
         #[arg(long, default_value_t = 32)]
         clients: usize,
@@ -105,6 +106,9 @@ enum Command {
         /// Ask for the SSE stream (chunks until `data: [DONE]`).
         #[arg(long)]
         stream: bool,
+        /// Through the Responses API (`POST /v1/responses`, `previous_response_id`) instead.
+        #[arg(long)]
+        responses: bool,
     },
     /// C clients doing one-tool REST runs, each in a new session, for a long time: server RSS at
     /// 1, 10 and 30 minutes, at the end and after idle, and RSS left per finished run.
@@ -316,12 +320,14 @@ async fn run(cli: Cli) -> Result<()> {
             clients,
             runs,
             stream,
+            responses,
         } => one(scenarios::openai(
             &target,
             &OpenAiParams {
                 clients,
                 runs_per_client: runs,
                 stream,
+                responses,
             },
         )
         .await?)?,

@@ -77,6 +77,8 @@ fn variant_order(variant: &str) -> (usize, String) {
         "idle",
         "openai",
         "openai-stream",
+        "responses",
+        "responses-stream",
         "soak",
         "memory-search",
         "cluster-cpu",

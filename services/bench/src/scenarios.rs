@@ -762,14 +762,29 @@ pub struct OpenAiParams {
     pub runs_per_client: u64,
     /// `true`: `stream: true` (SSE chunks until `data: [DONE]`); else one JSON completion.
     pub stream: bool,
+    /// `true`: through `POST /v1/responses` (the Responses API, each client chaining
+    /// `previous_response_id`) instead of `/v1/chat/completions`.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub responses: bool,
 }
 
 /// C clients doing the same one-tool runs as `runs` through `POST /v1/chat/completions` (the
 /// OpenAI-compatible endpoint), each continuing its own session (`X-Agentry-Session`), so the
 /// figure compares with `runs` over the WebSocket.
+///
+/// With `responses`, the same runs through `POST /v1/responses` (variants `responses`,
+/// `responses-stream`), each client continuing its conversation by `previous_response_id`.
 pub async fn openai(target: &Target, p: &OpenAiParams) -> Result<Record> {
-    let variant = if p.stream { "openai-stream" } else { "openai" };
-    let frame = Frame::new("openai", variant.to_string());
+    let variant = match (p.responses, p.stream) {
+        (false, false) => "openai",
+        (false, true) => "openai-stream",
+        (true, false) => "responses",
+        (true, true) => "responses-stream",
+    };
+    let frame = Frame::new(
+        if p.responses { "responses" } else { "openai" },
+        variant.to_string(),
+    );
     let h = Arc::new(Harness::start(target, ModelProfile::INSTANT, &[]).await?);
     let errors = Arc::new(Errors::default());
     let total = p.clients as u64 * p.runs_per_client;
@@ -782,7 +797,7 @@ pub async fn openai(target: &Target, p: &OpenAiParams) -> Result<Record> {
     for c in 0..p.clients {
         let (h, errors, samples, barrier) =
             (h.clone(), errors.clone(), samples.clone(), barrier.clone());
-        let (runs, stream) = (p.runs_per_client, p.stream);
+        let (runs, stream, responses) = (p.runs_per_client, p.stream, p.responses);
         clients.spawn(async move {
             let session = h.create_session(AUTO_ASSISTANT).await;
             barrier.wait().await;
@@ -790,10 +805,19 @@ pub async fn openai(target: &Target, p: &OpenAiParams) -> Result<Record> {
                 Ok(s) => s,
                 Err(e) => return errors.add(e.context(format!("client {c} setup"))),
             };
+            // The Responses API continues a conversation by the last response's id.
+            let mut previous: Option<String> = None;
             for i in 0..runs {
                 let t0 = Instant::now();
-                match completion(&h, &session, &todo_call(&format!("openai {c}-{i}")), stream).await
-                {
+                let message = todo_call(&format!("openai {c}-{i}"));
+                let done = if responses {
+                    response(&h, previous.as_deref(), &message, stream)
+                        .await
+                        .map(|id| previous = Some(id))
+                } else {
+                    completion(&h, &session, &message, stream).await
+                };
+                match done {
                     Ok(()) => samples.push(t0.elapsed()),
                     Err(e) => return errors.add(e),
                 }
@@ -881,6 +905,69 @@ async fn completion(h: &Harness, session: &str, message: &str, stream: bool) -> 
         bail!("the answer does not show the tool's result: {answer:?}");
     }
     Ok(())
+}
+
+/// One response, checked: the tool ran (an `mcp_call` item) and the answer says so. Returns
+/// the response's id, which the client's next request continues.
+async fn response(
+    h: &Harness,
+    previous: Option<&str>,
+    message: &str,
+    stream: bool,
+) -> Result<String> {
+    let mut body = json!({"model": AUTO_ASSISTANT, "input": message, "stream": stream});
+    if let Some(previous) = previous {
+        body["previous_response_id"] = json!(previous);
+    }
+    let res = h
+        .http
+        .post(h.url("/v1/responses"))
+        .bearer_auth(&h.key)
+        .json(&body)
+        .timeout(RUN_LIMIT)
+        .send()
+        .await?;
+    let status = res.status();
+    let text = res.text().await?;
+    if !status.is_success() {
+        bail!("/v1/responses answered {status}: {text}");
+    }
+    let response: Value = if stream {
+        // The last event is `response.completed`, carrying the whole response.
+        let last = text
+            .split("\n\n")
+            .filter(|f| f.starts_with("event: "))
+            .last()
+            .unwrap_or_default();
+        let data = last
+            .lines()
+            .find_map(|l| l.strip_prefix("data: "))
+            .unwrap_or_default();
+        let event: Value = serde_json::from_str(data)
+            .with_context(|| format!("the stream's last event: {last:?}"))?;
+        if event["type"] != "response.completed" {
+            bail!("the stream did not end with response.completed: {last}");
+        }
+        event["response"].clone()
+    } else {
+        serde_json::from_str(&text)?
+    };
+    let items = response["output"].as_array().cloned().unwrap_or_default();
+    if !items.iter().any(|i| i["type"] == "mcp_call") {
+        bail!("no mcp_call item: {response}");
+    }
+    let answer: String = items
+        .iter()
+        .filter(|i| i["type"] == "message")
+        .filter_map(|i| i["content"][0]["text"].as_str())
+        .collect();
+    if !answer.contains("write_todos") {
+        bail!("the answer does not show the tool's result: {answer:?}");
+    }
+    response["id"]
+        .as_str()
+        .map(str::to_string)
+        .context("a response without an id")
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -64,6 +64,7 @@ impl Sizes {
                 clients: 32,
                 runs_per_client: 100,
                 stream: false,
+                responses: false,
             },
             // The soak: 5 clients, 30 minutes, then 90 s idle.
             soak: SoakParams {
@@ -110,6 +111,7 @@ impl Sizes {
                 clients: 2,
                 runs_per_client: 3,
                 stream: false,
+                responses: false,
             },
             soak: SoakParams {
                 clients: 2,
@@ -141,9 +143,10 @@ pub async fn run_all(target: &Target, sizes: &Sizes, out: &Path) -> Result<Vec<(
     keep(scenarios::cancel(target, &sizes.cancel).await?)?;
     keep(scenarios::hitl(target, &sizes.hitl).await?)?;
     keep(scenarios::idle(target, &sizes.idle).await?)?;
-    for stream in [false, true] {
+    for (responses, stream) in [(false, false), (false, true), (true, false), (true, true)] {
         let params = OpenAiParams {
             stream,
+            responses,
             ..sizes.openai.clone()
         };
         keep(scenarios::openai(target, &params).await?)?;

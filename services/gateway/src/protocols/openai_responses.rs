@@ -734,7 +734,9 @@ async fn owned(
 ) -> ApiResult<(ResponseRef, Session)> {
     let param = "previous_response_id";
     let r = ResponseRef::parse(raw).ok_or_else(|| response_not_found(raw, param))?;
-    owned_ref(state, caller, raw, r, param).await
+    // Continuing needs the conversation only: the session's owner check is the one that
+    // matters, and one read less per turn (an approval's run is checked with the approval).
+    owned_session(state, caller, raw, r, param).await
 }
 
 /// The response id of a path: a malformed one is 400, naming the parameter, as every path id.
@@ -760,6 +762,21 @@ async fn owned_ref(
     r: ResponseRef,
     param: &str,
 ) -> ApiResult<(ResponseRef, Session)> {
+    let (r, session) = owned_session(state, caller, raw, r, param).await?;
+    match executions::get(&state.db, &caller.scope(), r.run).await? {
+        Some(run) if run.session_id == session.id => Ok((r, session)),
+        _ => Err(response_not_found(raw, param)),
+    }
+}
+
+/// The response's session, if it is the caller's own.
+async fn owned_session(
+    state: &AppState,
+    caller: &TenantCaller,
+    raw: &str,
+    r: ResponseRef,
+    param: &str,
+) -> ApiResult<(ResponseRef, Session)> {
     let session = match state
         .engine
         .load_session(caller.tenant(), &caller.user(), r.session)
@@ -771,10 +788,7 @@ async fn owned_ref(
         }
         Err(e) => return Err(e.into()),
     };
-    match executions::get(&state.db, &caller.scope(), r.run).await? {
-        Some(run) if run.session_id == session.id => Ok((r, session)),
-        _ => Err(response_not_found(raw, param)),
-    }
+    Ok((r, session))
 }
 
 fn check_metadata(metadata: &Option<Value>) -> ApiResult<Value> {
