@@ -529,6 +529,37 @@ impl Engine {
         })
     }
 
+    /// Watch a run that is already going (paused on an approval, say) from after `after_seq`:
+    /// the same [`RunStream`] as [`Engine::stream_run`]'s, for an adapter whose client comes
+    /// back in a later request (the Responses API's `previous_response_id`). Subscribe before
+    /// deciding what the run waits for, so nothing it does next is missed. An event at or
+    /// below `after_seq` may still arrive (a watcher's tail can hand on one it replayed): the
+    /// caller skips what it saw.
+    pub async fn follow_run(
+        &self,
+        tenant: &Tenant,
+        user: &UserScope,
+        session: SessionId,
+        run: RunId,
+        after_seq: u64,
+    ) -> Result<RunStream, EngineError> {
+        let handle = self.open_session(tenant, user, session).await?;
+        let (to, rx) = channel_subscriber();
+        self.subscribe(&handle, Some(after_seq), to).await?;
+        let name = run.to_string();
+        Ok(RunStream {
+            tree: std::collections::HashSet::from([name.clone()]),
+            run: name,
+            handle,
+            accepted: ChatAccepted {
+                run_id: run,
+                queued: false,
+            },
+            rx,
+            finished: false,
+        })
+    }
+
     /// [`Engine::stream_run`], collected: every event of the run, `done` last.
     pub async fn run_to_done(
         &self,

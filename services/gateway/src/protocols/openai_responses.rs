@@ -4,7 +4,7 @@
 //!
 //! A thin adapter over the engine's one run path, like the Chat Completions one: a request
 //! becomes one [`agentry_actors::Engine::stream_run`] (or, for an approval answered, one
-//! [`agentry_actors::Engine::decide`], the session's events followed from the approval request), and
+//! [`agentry_actors::Engine::decide`] followed by [`agentry_actors::Engine::follow_run`]), and
 //! the run's events are folded ([`Fold`]) into OpenAI's output items and semantic stream events.
 //! The assistant's own tools run in Agentry and show as `mcp_call` items; a call that needs a
 //! person ends the response with an `mcp_approval_request` item while the run waits, paused,
@@ -949,17 +949,11 @@ async fn start(
                 matches!(&e.payload, EventPayload::HitlRequest(h) if h.request_id == request_id_text)
             })
             .ok_or_else(not_found)?;
-            // The session's events after the request, subscribed before the decision so
-            // nothing the run does next is missed; the fold keeps the run's own (and its
-            // children's) and skips what it saw. The handle keeps the session live meanwhile.
-            let handle = state.engine.open_session(tenant, &user, session.id).await?;
-            let (to, rx) = agentry_actors::channel_subscriber();
-            state.engine.subscribe(&handle, Some(asked.seq), to).await?;
-            let run = tokio_stream::wrappers::UnboundedReceiverStream::new(rx)
-                .map(move |ev| {
-                    let _live = &handle;
-                    ev
-                })
+            // Subscribed before the decision, so nothing the run does next is missed.
+            let run = state
+                .engine
+                .follow_run(tenant, &user, session.id, prev.run, asked.seq)
+                .await?
                 .boxed_local();
             let decision = if *approve {
                 Decision::Approve { message: None }
