@@ -124,6 +124,7 @@ pub enum Route {
     OpenAiGetResponse,
     OpenAiDeleteResponse,
     OpenAiResponseInputItems,
+    OpenAiCancelResponse,
     ListProfiles,
     CreateProfile,
     GetProfile,
@@ -250,6 +251,7 @@ pub const ROUTES: &[Route] = &[
     OpenAiGetResponse,
     OpenAiDeleteResponse,
     OpenAiResponseInputItems,
+    OpenAiCancelResponse,
     ListProfiles,
     CreateProfile,
     GetProfile,
@@ -394,9 +396,10 @@ fn expected_builtin(route: Route) -> [u16; 7] {
         OpenAiCreateResponse => [401, 401, 401, 200, 200, 200, 403],
         // A fresh response of A's member each time: only its own user sees it (A's admin too
         // gets 404, as another tenant's key does).
-        OpenAiGetResponse | OpenAiDeleteResponse | OpenAiResponseInputItems => {
-            [401, 401, 401, 404, 200, 404, 403]
-        }
+        OpenAiGetResponse
+        | OpenAiDeleteResponse
+        | OpenAiResponseInputItems
+        | OpenAiCancelResponse => [401, 401, 401, 404, 200, 404, 403],
         // A fresh session of A's member each time.
         DeleteSession => [401, 401, 401, 404, 204, 204, 403],
         // The seeded session has no active run (`no_active_run`); 200 is in `streaming`.
@@ -1145,13 +1148,20 @@ pub async fn build(ctx: &Ctx, fx: &MatrixFx, route: Route) -> Req {
             "/v1/responses".into(),
             Some(json!({"model": "default", "input": "hello from the matrix"})),
         ),
-        OpenAiGetResponse | OpenAiDeleteResponse | OpenAiResponseInputItems => {
+        OpenAiGetResponse
+        | OpenAiDeleteResponse
+        | OpenAiResponseInputItems
+        | OpenAiCancelResponse => {
+            // Only a background response can be cancelled.
             let made = ctx
                 .ok(
                     Method::POST,
                     "/v1/responses",
                     &fx.a.member.key,
-                    Some(json!({"model": "default", "input": "/echo a response of the matrix"})),
+                    Some(
+                        json!({"model": "default", "input": "/echo a response of the matrix",
+                                "background": route == OpenAiCancelResponse}),
+                    ),
                     200,
                 )
                 .await;
@@ -1159,6 +1169,9 @@ pub async fn build(ctx: &Ctx, fx: &MatrixFx, route: Route) -> Req {
             match route {
                 OpenAiGetResponse => req(Method::GET, format!("/v1/responses/{id}"), None),
                 OpenAiDeleteResponse => req(Method::DELETE, format!("/v1/responses/{id}"), None),
+                OpenAiCancelResponse => {
+                    req(Method::POST, format!("/v1/responses/{id}/cancel"), None)
+                }
                 _ => req(Method::GET, format!("/v1/responses/{id}/input_items"), None),
             }
         }

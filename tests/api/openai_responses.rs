@@ -309,6 +309,91 @@ pub async fn sdk_client(ctx: &Ctx) {
         .await;
     assert_eq!(file.status, 404, "{}", file.body);
 
+    // Background: answered at once (`in_progress`, `background` echoed), polled through
+    // `in_progress` to `completed` with the answer.
+    let bg = &r["background_created"];
+    assert_eq!(bg["background"], true, "{r}");
+    assert!(
+        ["queued", "in_progress"].contains(&bg["status"].as_str().unwrap()),
+        "{r}"
+    );
+    assert_eq!(bg["items"], json!([]), "answered before the model did: {r}");
+    let polled: Vec<&str> = r["background_polled"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap())
+        .collect();
+    assert!(polled.contains(&"in_progress"), "{polled:?}");
+    assert_eq!(polled.last(), Some(&"completed"), "{polled:?}");
+    let bg_done = &r["background_done"];
+    assert_eq!(bg_done["id"], bg["id"], "{r}");
+    assert_eq!(bg_done["background"], true, "{r}");
+    assert_eq!(
+        bg_done["text"], "(scripted) You said: in the background",
+        "{r}"
+    );
+    assert!(
+        bg_done["usage"]["output_tokens"].as_u64().unwrap() > 0,
+        "{r}"
+    );
+    // Its stream, resumed after event 1: from 2 on, by one, ending in `response.completed`.
+    let resumed = &r["background_resumed"];
+    let seqs: Vec<u64> = resumed["seqs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_u64().unwrap())
+        .collect();
+    assert_eq!(seqs, (2..2 + seqs.len() as u64).collect::<Vec<_>>(), "{r}");
+    let types = resumed["types"].as_array().unwrap();
+    assert_eq!(types[0], "response.output_item.added", "{r}");
+    assert_eq!(types.last().unwrap(), "response.completed", "{r}");
+
+    // Cancelled while the model sleeps: `cancelled`, read back so, and the run ended with
+    // exactly one `done`, cancelled; cancelling again answers the same.
+    let cancelled = &r["cancelled"];
+    assert_eq!(cancelled["id"], r["slow_created"]["id"], "{r}");
+    assert_eq!(cancelled["status"], "cancelled", "{r}");
+    assert_eq!(r["cancelled_retrieved"]["status"], "cancelled", "{r}");
+    assert_eq!(r["cancelled_again"], *cancelled, "{r}");
+    let run = cancelled["run"].as_str().unwrap();
+    let exec = ctx
+        .ok(
+            Method::GET,
+            &format!("/api/v1/executions/{run}"),
+            &t.member.key,
+            None,
+            200,
+        )
+        .await;
+    assert_eq!(exec["status"], "cancelled", "{exec}");
+    let events = ctx
+        .ok(
+            Method::GET,
+            &format!(
+                "/api/v1/sessions/{}/events",
+                cancelled["session"].as_str().unwrap()
+            ),
+            &t.member.key,
+            None,
+            200,
+        )
+        .await;
+    let dones = events["events"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{events}"))
+        .iter()
+        .filter(|e| e["event_type"] == "done" && e["run_id"] == run)
+        .count();
+    assert_eq!(dones, 1, "{events}");
+    let o = &r["cancel_other_tenant"];
+    assert_eq!(
+        (&o["class"], &o["status"], &o["code"]),
+        (&json!("NotFoundError"), &json!(404), &json!("not_found")),
+        "{r}"
+    );
+
     // Refusals, in OpenAI's shape.
     let b = &r["bad_key"];
     assert_eq!(
@@ -343,7 +428,7 @@ pub async fn sdk_client(ctx: &Ctx) {
 }
 
 /// The frames of an SSE body: (event name, data), keep-alive comments skipped.
-fn frames(text: &str) -> Vec<(String, Value)> {
+pub fn frames(text: &str) -> Vec<(String, Value)> {
     text.split("\n\n")
         .filter(|f| !f.is_empty() && !f.starts_with(':'))
         .map(|f| {
@@ -429,6 +514,48 @@ pub async fn wire(ctx: &Ctx) {
         "one id throughout"
     );
     assert_eq!(frames[0].1["response"]["status"], "in_progress");
+
+    // Resumed: `GET …?stream=true&starting_after=N` sends the same events after N, with the
+    // same names and numbers (they are rebuilt from the stored run), the final one included.
+    let resumed = |query: String| {
+        let path = format!("/v1/responses/{id}?{query}");
+        async move {
+            let res = ctx
+                .request(Method::GET, &path, Some(key))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(res.status(), 200, "{path}");
+            assert_eq!(res.headers()["content-type"], "text/event-stream");
+            self::frames(&res.text().await.unwrap())
+        }
+    };
+    let named = |fs: &[(String, Value)]| -> Vec<(String, Value)> {
+        fs.iter()
+            .map(|(e, d)| (e.clone(), d["sequence_number"].clone()))
+            .collect()
+    };
+    let after = 3;
+    let again = resumed(format!("stream=true&starting_after={after}")).await;
+    assert_eq!(named(&again), named(&frames[after + 1..]), "{again:?}");
+    assert_eq!(again[0].1["sequence_number"], after as u64 + 1);
+    let (last, data) = again.last().unwrap();
+    assert_eq!(last, "response.completed");
+    assert_eq!(data["response"]["id"], id.as_str());
+    assert_eq!(data["response"]["output"], done["output"]);
+    for ((_, a), (_, b)) in again.iter().zip(&frames[after + 1..]) {
+        if a["type"] == "response.output_text.delta" {
+            assert_eq!(a["delta"], b["delta"]);
+        }
+    }
+    let whole = resumed("stream=true".into()).await;
+    assert_eq!(named(&whole), named(&frames));
+    assert!(
+        resumed(format!("stream=true&starting_after={}", frames.len()))
+            .await
+            .is_empty(),
+        "nothing after the final event"
+    );
 
     // Read back, its input, and deleted.
     let got = ctx
@@ -630,7 +757,7 @@ pub async fn wire(ctx: &Ctx) {
             create(
                 ctx,
                 Some(key),
-                json!({"model": "default", "input": "x", "background": true}),
+                json!({"model": "default", "input": "x", "background": true, "store": false}),
             ),
             422,
             "validation_error",
@@ -709,6 +836,77 @@ pub async fn wire(ctx: &Ctx) {
             .await;
         assert_eq!((r.status, r.code()), (404, "not_found"), "{}", r.body);
     }
+    let bad = ctx
+        .send(ctx.request(
+            Method::GET,
+            &format!("/v1/responses/{id}?stream=true&starting_after=x"),
+            Some(key),
+        ))
+        .await;
+    assert_eq!(bad.status, 400, "{}", bad.body);
+
+    // Cancelling: a background response only, the caller's own only; one that has ended is
+    // answered as it is.
+    let bg = ctx
+        .ok(
+            Method::POST,
+            "/v1/responses",
+            key,
+            Some(json!({"model": "default", "input": "/echo soon done", "background": true})),
+            200,
+        )
+        .await;
+    assert_eq!(bg["background"], true, "{bg}");
+    assert!(
+        ["queued", "in_progress"].contains(&bg["status"].as_str().unwrap()),
+        "{bg}"
+    );
+    let bg_id = bg["id"].as_str().unwrap().to_string();
+    let cancel = format!("/v1/responses/{bg_id}/cancel");
+    for (who, status, code) in [
+        (None, 401, "unauthorized"),
+        (Some(ADMIN_KEY), 403, "forbidden"),
+        (Some(other.member.key.as_str()), 404, "not_found"),
+        (Some(t.admin.key.as_str()), 404, "not_found"),
+    ] {
+        let r = ctx.send(ctx.request(Method::POST, &cancel, who)).await;
+        assert_eq!((r.status, r.code()), (status, code), "{}", r.body);
+    }
+    for (path, status, code) in [
+        (format!("/v1/responses/{id}/cancel"), 400, "bad_request"),
+        (
+            "/v1/responses/resp_nope/cancel".to_string(),
+            400,
+            "bad_request",
+        ),
+        (format!("/v1/responses/{unknown}/cancel"), 404, "not_found"),
+    ] {
+        let r = ctx.send(ctx.request(Method::POST, &path, Some(key))).await;
+        assert_eq!((r.status, r.code()), (status, code), "{path}: {}", r.body);
+    }
+    let mut polled = bg.clone();
+    for _ in 0..200 {
+        if polled["status"] == "completed" {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+        polled = ctx
+            .ok(
+                Method::GET,
+                &format!("/v1/responses/{bg_id}"),
+                key,
+                None,
+                200,
+            )
+            .await;
+    }
+    assert_eq!(polled["status"], "completed", "{polled}");
+    assert_eq!(polled["background"], true, "{polled}");
+    let unchanged = ctx.ok(Method::POST, &cancel, key, None, 200).await;
+    assert_eq!(
+        unchanged, polled,
+        "cancelling an ended response changes nothing"
+    );
     let path = format!("/v1/responses/{id}");
     for (who, status) in [
         (None, 401),

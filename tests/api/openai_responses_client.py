@@ -9,6 +9,7 @@ AGENTRY_KEY (a tenant member's key), AGENTRY_OTHER_KEY (a key of another tenant)
 import json
 import os
 import sys
+import time
 
 import openai
 
@@ -156,6 +157,41 @@ out["rejected"] = response(
         ],
     )
 )
+
+# Background: answered at once, polled to completion with retrieve.
+bg = client.responses.create(
+    model="default", input="/sleep 300\nin the background", background=True
+)
+out["background_created"] = {**response(bg), "background": bg.background}
+polled, done = [bg.status], bg
+for _ in range(400):
+    done = client.responses.retrieve(bg.id)
+    polled.append(done.status)
+    if done.status not in ("queued", "in_progress"):
+        break
+    time.sleep(0.02)
+out["background_polled"] = polled
+out["background_done"] = {**response(done), "background": done.background}
+# Its events, resumed after the second one: numbered as its stream would have been.
+types, seqs = [], []
+for ev in client.responses.retrieve(bg.id, stream=True, starting_after=1):
+    types.append(ev.type)
+    seqs.append(ev.sequence_number)
+out["background_resumed"] = {"types": types, "seqs": seqs}
+
+# Background, cancelled while the model still thinks; cancelling again changes nothing.
+slow = client.responses.create(
+    model="default", input="/sleep 30000\nnever answered", background=True
+)
+out["slow_created"] = response(slow)
+out["cancelled"] = response(client.responses.cancel(slow.id))
+out["cancelled_retrieved"] = response(client.responses.retrieve(slow.id))
+out["cancelled_again"] = response(client.responses.cancel(slow.id))
+try:
+    openai.OpenAI(base_url=BASE, api_key=OTHER_KEY, max_retries=0).responses.cancel(slow.id)
+    out["cancel_other_tenant"] = "no error"
+except openai.APIError as e:
+    out["cancel_other_tenant"] = failure(e)
 
 # A bad key, an unknown model, another tenant's response, an unknown one.
 try:

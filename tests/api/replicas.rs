@@ -1395,4 +1395,81 @@ pub async fn responses_across_replicas(trio: &Trio, t: &TenantFx) {
         )
         .await;
     assert_eq!(again["output"], approved["output"], "{again}");
+
+    // Background: made on C, its events resumed on A while C runs it (A follows the run
+    // through the session's shared stream), ending with the final event.
+    let bg = c
+        .ok(
+            Method::POST,
+            "/v1/responses",
+            key,
+            Some(
+                json!({"model": "default", "input": "/sleep 800\n/echo in the background",
+                        "background": true}),
+            ),
+            200,
+        )
+        .await;
+    assert_eq!(bg["status"], "in_progress", "{bg}");
+    let bg_id = bg["id"].as_str().unwrap();
+    let res = a
+        .request(
+            Method::GET,
+            &format!("/v1/responses/{bg_id}?stream=true&starting_after=1"),
+            Some(key),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    let frames = crate::openai_responses::frames(&res.text().await.unwrap());
+    let seqs: Vec<u64> = frames
+        .iter()
+        .map(|(_, d)| d["sequence_number"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        seqs,
+        (2..2 + seqs.len() as u64).collect::<Vec<_>>(),
+        "{frames:?}"
+    );
+    let (last, data) = frames.last().unwrap();
+    assert_eq!(last, "response.completed", "{frames:?}");
+    assert_eq!(
+        data["response"]["output"][0]["content"][0]["text"], "in the background",
+        "{data}"
+    );
+    assert_eq!(data["response"]["background"], true, "{data}");
+
+    // Made on C, cancelled on B, read back cancelled on A.
+    let slow = c
+        .ok(
+            Method::POST,
+            "/v1/responses",
+            key,
+            Some(json!({"model": "default", "input": "/sleep 30000\nnever",
+                        "background": true})),
+            200,
+        )
+        .await;
+    let slow_id = slow["id"].as_str().unwrap();
+    let cancelled = b
+        .ok(
+            Method::POST,
+            &format!("/v1/responses/{slow_id}/cancel"),
+            key,
+            None,
+            200,
+        )
+        .await;
+    assert_eq!(cancelled["status"], "cancelled", "{cancelled}");
+    let read = a
+        .ok(
+            Method::GET,
+            &format!("/v1/responses/{slow_id}"),
+            key,
+            None,
+            200,
+        )
+        .await;
+    assert_eq!(read["status"], "cancelled", "{read}");
 }

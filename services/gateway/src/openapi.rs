@@ -42,6 +42,7 @@ every response carries `X-Request-Id`. Authenticate with `Authorization: Bearer 
         openai_responses::get_response,
         openai_responses::delete_response,
         openai_responses::list_input_items,
+        openai_responses::cancel_response,
         ws::connect,
         mcp_servers::list_servers,
         mcp_servers::get_server,

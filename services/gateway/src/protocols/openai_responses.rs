@@ -1,6 +1,7 @@
-//! The OpenAI Responses API (`/v1/responses`): `POST /v1/responses` (streamed and not),
-//! `GET /v1/responses/{id}`, `DELETE /v1/responses/{id}`, `GET /v1/responses/{id}/input_items`
-//! (docs/openai.md, "The Responses API").
+//! The OpenAI Responses API (`/v1/responses`): `POST /v1/responses` (streamed, not, or in the
+//! background), `GET /v1/responses/{id}` (read back, or its events resumed with `stream=true`),
+//! `DELETE /v1/responses/{id}`, `POST /v1/responses/{id}/cancel`,
+//! `GET /v1/responses/{id}/input_items` (docs/openai.md, "The Responses API").
 //!
 //! A thin adapter over the engine's one run path, like the Chat Completions one: a request
 //! becomes one [`agentry_actors::Engine::stream_run`] (or, for an approval answered, one
@@ -38,7 +39,7 @@ use utoipa::ToSchema;
 
 use crate::auth::TenantCaller;
 use crate::error::{ApiError, ApiResult};
-use crate::extract::ApiJson;
+use crate::extract::{ApiJson, ApiQuery};
 use crate::protocols::common::with_keep_alive;
 use crate::request_id::RequestId;
 use crate::routes::resource::endpoint;
@@ -66,6 +67,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                 .get(get_response)
                 .delete(delete_response),
         )
+        .service(endpoint("/v1/responses/{response_id}/cancel").post(cancel_response))
         .service(endpoint("/v1/responses/{response_id}/input_items").get(list_input_items));
 }
 
@@ -115,9 +117,26 @@ pub struct CreateResponseRequest {
     #[serde(default)]
     #[schema(value_type = Option<Vec<Object>>)]
     pub tools: Option<Vec<Value>>,
-    /// Background mode is not supported yet (`false` is accepted).
+    /// `true`: answer at once with the response `queued` or `in_progress` while the run goes on
+    /// in the server; poll it with `GET /v1/responses/{id}`, resume its events with
+    /// `GET /v1/responses/{id}?stream=true&starting_after=N`, cancel it with
+    /// `POST /v1/responses/{id}/cancel`. Needs `store` (the default).
     #[serde(default)]
     pub background: Option<bool>,
+}
+
+/// `GET /v1/responses/{id}`'s query: read the response back, or (`stream=true`) replay its
+/// events as Server-Sent Events and follow the run to its end. Other parameters (`include`,
+/// …) are accepted and ignored.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct RetrieveQuery {
+    /// `true`: the response's semantic events, numbered as its own stream numbered them.
+    #[serde(default)]
+    pub stream: Option<bool>,
+    /// With `stream=true`: only the events whose `sequence_number` is greater.
+    #[serde(default)]
+    pub starting_after: Option<u64>,
 }
 
 // ---- response ids ----
@@ -126,20 +145,25 @@ pub struct CreateResponseRequest {
 /// with `seq > after`, up to the run's `done` or its next approval request; a window that
 /// continues a paused run starts at the approval request's own `seq` (`after`), read as the
 /// context of the call it approved.
+///
+/// `background` is part of the id (a `b` after the seq), so reading back echoes it and a
+/// cancel knows it may cancel, with no table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct ResponseRef {
     session: SessionId,
     run: RunId,
     after: u64,
+    background: bool,
 }
 
 impl ResponseRef {
     fn id(&self) -> String {
         format!(
-            "resp_{}{}_{}",
+            "resp_{}{}_{}{}",
             self.session.0.simple(),
             self.run.0.simple(),
-            self.after
+            self.after,
+            if self.background { "b" } else { "" }
         )
     }
 
@@ -149,10 +173,18 @@ impl ResponseRef {
         if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
             return None;
         }
+        let (after, background) = match after.strip_suffix('b') {
+            Some(a) => (a, true),
+            None => (after, false),
+        };
+        if !after.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
         Some(ResponseRef {
             session: SessionId(uuid::Uuid::parse_str(&hex[..32]).ok()?),
             run: RunId(uuid::Uuid::parse_str(&hex[32..]).ok()?),
             after: after.parse().ok().filter(|a| *a <= i64::MAX as u64)?,
+            background,
         })
     }
 }
@@ -519,7 +551,7 @@ impl Fold {
             "top_p": null,
             "text": {"format": {"type": "text"}},
             "truncation": "disabled",
-            "background": false,
+            "background": r.background,
             "user": null,
             "agentry_session_id": r.session.to_string(),
             "agentry_run_id": r.run.to_string(),
@@ -552,17 +584,25 @@ struct Echo {
     store: bool,
 }
 
-/// The semantic stream events of one response, numbered.
+/// The semantic stream events of one response, numbered. The numbering is a function of the
+/// run's stored events (the same [`Fold`] makes them), so a stream resumed later
+/// (`starting_after`) numbers its events as the first one did.
 struct Sse {
     next: u64,
+    /// Resuming: the events up to this number were seen already and are not sent again.
+    skip_to: Option<u64>,
 }
 
 impl Sse {
-    fn frame(&mut self, mut ev: Value) -> Bytes {
-        ev["sequence_number"] = json!(self.next);
+    fn frame(&mut self, mut ev: Value) -> Option<Bytes> {
+        let n = self.next;
         self.next += 1;
+        if self.skip_to.is_some_and(|s| n <= s) {
+            return None;
+        }
+        ev["sequence_number"] = json!(n);
         let name = ev["type"].as_str().unwrap_or("error").to_string();
-        Bytes::from(format!("event: {name}\ndata: {ev}\n\n"))
+        Some(Bytes::from(format!("event: {name}\ndata: {ev}\n\n")))
     }
 }
 
@@ -587,6 +627,7 @@ struct Plan {
     input: Input,
     echo: Echo,
     stream: bool,
+    background: bool,
 }
 
 /// The text of a message's `content`: a string, or the text parts of an array.
@@ -827,11 +868,11 @@ async fn check(
              (configure them on the assistant)",
         ));
     }
-    if body.background == Some(true) {
+    let background = body.background == Some(true);
+    if background && body.store == Some(false) {
         return Err(ApiError::validation(
             "background",
-            "background mode is not supported yet: send the request without it (streamed, or \
-             not), and read the response again with GET /v1/responses/{id}",
+            "a background response is read back later: it needs `store: true` (the default)",
         ));
     }
     match &body.tool_choice {
@@ -897,19 +938,25 @@ async fn check(
         input,
         echo,
         stream: body.stream.unwrap_or(false),
+        background,
     })
 }
 
 // ---- starting the run ----
 
-/// The run a request starts or resumes, the response it makes, and the fold seeded with the
-/// context it continues from.
+/// The run a request starts or resumes, the response it makes, the fold seeded with the
+/// context it continues from, and whether the run waits in the session's queue.
 async fn start(
     state: &AppState,
     caller: &TenantCaller,
     request_id: RequestId,
     plan: &Plan,
-) -> ApiResult<(LocalBoxStream<'static, SessionEvent>, ResponseRef, Fold)> {
+) -> ApiResult<(
+    LocalBoxStream<'static, SessionEvent>,
+    ResponseRef,
+    Fold,
+    bool,
+)> {
     let (tenant, user) = (caller.tenant(), caller.user());
     match (&plan.input, &plan.previous) {
         (
@@ -970,10 +1017,11 @@ async fn start(
                 session: session.id,
                 run: prev.run,
                 after: asked.seq,
+                background: plan.background,
             };
             let mut fold = Fold::new(&r);
             fold.take(&asked);
-            Ok((run, r, fold))
+            Ok((run, r, fold, false))
         }
         (Input::Messages { earlier, message }, Some((_, session))) => {
             if !earlier.is_empty() {
@@ -1001,9 +1049,11 @@ async fn start(
                 session: session.id,
                 run: run.run_id(),
                 after,
+                background: plan.background,
             };
             let fold = Fold::new(&r);
-            Ok((run.boxed_local(), r, fold))
+            let queued = run.accepted.queued;
+            Ok((run.boxed_local(), r, fold, queued))
         }
         (Input::Messages { earlier, message }, None) => {
             state.engine.check_token_budget(tenant).await?;
@@ -1066,9 +1116,11 @@ async fn start(
                         session: session.id,
                         run: run.run_id(),
                         after: 0,
+                        background: plan.background,
                     };
                     let fold = Fold::new(&r);
-                    Ok((run.boxed_local(), r, fold))
+                    let queued = run.accepted.queued;
+                    Ok((run.boxed_local(), r, fold, queued))
                 }
                 Err(e) => {
                     // A refused request changes nothing: the session made for it goes again.
@@ -1144,13 +1196,13 @@ async fn forget_if_asked(
     tag = "openai",
     request_body = CreateResponseRequest,
     responses(
-        (status = 200, description = "`stream: false`: the Response object. `stream: true`: `text/event-stream` of semantic events (`event: <type>`, `data: {type, sequence_number, …}`): `response.created`, `response.in_progress`, `response.output_item.added` / `.done`, `response.content_part.added` / `.done`, `response.output_text.delta` / `.done`, ending in `response.completed` or `response.failed` (after an `error` event when the run was lost). `X-Agentry-Session` names the session", body = Object),
+        (status = 200, description = "`stream: false`: the Response object (`background: true`: at once, `queued` or `in_progress`). `stream: true`: `text/event-stream` of semantic events (`event: <type>`, `data: {type, sequence_number, …}`): `response.created`, `response.in_progress`, `response.output_item.added` / `.done`, `response.content_part.added` / `.done`, `response.output_text.delta` / `.done`, ending in `response.completed` or `response.failed` (after an `error` event when the run was lost). `X-Agentry-Session` names the session", body = Object),
         (status = 400, description = "Malformed JSON (`invalid_json`)", body = agentry_schema::ErrorResponse),
         (status = 401, description = "No usable API key", body = agentry_schema::ErrorResponse),
         (status = 403, description = "The platform admin key (it has no tenant)", body = agentry_schema::ErrorResponse),
         (status = 404, description = "`model` names no assistant of the tenant (`model_not_found`), or `previous_response_id` / `approval_request_id` names nothing of the caller's (`not_found`)", body = agentry_schema::ErrorResponse),
         (status = 409, description = "A run is in progress in the conversation (`run_in_progress`: it waits for an approval, say), or the approval was decided already (`approval_not_pending`)", body = agentry_schema::ErrorResponse),
-        (status = 422, description = "A field is invalid (`validation_error`): no final user message, an empty one, client-side `tools`, `background`, a `tool_choice` other than `auto`", body = agentry_schema::ErrorResponse),
+        (status = 422, description = "A field is invalid (`validation_error`): no final user message, an empty one, client-side `tools`, `background` with `store: false`, a `tool_choice` other than `auto`", body = agentry_schema::ErrorResponse),
     )
 )]
 pub async fn create_response(
@@ -1160,31 +1212,86 @@ pub async fn create_response(
     body: ApiJson<CreateResponseRequest>,
 ) -> ApiResult<HttpResponse> {
     let plan = check(&state, &caller, body.into_inner()).await?;
-    let (mut run, r, mut fold) = start(&state, &caller, request_id, &plan).await?;
+    let (mut run, r, mut fold, queued) = start(&state, &caller, request_id, &plan).await?;
     let echo = plan.echo;
-    if !plan.stream {
-        while fold.ended.is_none() {
-            let Some(ev) = run.next().await else {
-                fold.ended = Some(End::Lost);
-                break;
-            };
-            take_live(&state, &caller, r.session, &mut fold, &ev.event).await;
+    if plan.stream {
+        return Ok(stream_events(
+            state.into_inner(),
+            caller,
+            run,
+            r,
+            fold,
+            echo,
+            None,
+        ));
+    }
+    if plan.background {
+        // Answered now; the run goes on in its session whatever this request does. A task
+        // follows it only to refuse a question (which an OpenAI client cannot answer); when
+        // this replica stops, the run is recovered like any other and the read-back still works.
+        let mut response = fold.response(&r, &echo);
+        if queued {
+            response["status"] = json!("queued");
         }
-        drop(run);
-        forget_if_asked(&state, &caller, &fold, &echo, r.session).await;
+        let state = state.into_inner();
+        actix_web::rt::spawn(async move {
+            while fold.ended.is_none() {
+                let Some(ev) = run.next().await else { break };
+                take_live(&state, &caller, r.session, &mut fold, &ev.event).await;
+            }
+        });
         return Ok(HttpResponse::Ok()
             .insert_header((SESSION_HEADER, r.session.to_string()))
-            .json(fold.response(&r, &echo)));
+            .json(response));
     }
+    while fold.ended.is_none() {
+        let Some(ev) = run.next().await else {
+            fold.ended = Some(End::Lost);
+            break;
+        };
+        take_live(&state, &caller, r.session, &mut fold, &ev.event).await;
+    }
+    drop(run);
+    forget_if_asked(&state, &caller, &fold, &echo, r.session).await;
+    Ok(HttpResponse::Ok()
+        .insert_header((SESSION_HEADER, r.session.to_string()))
+        .json(fold.response(&r, &echo)))
+}
+
+/// A response's semantic events as Server-Sent Events, from `response.created` to its final
+/// event: the run's events folded as they come (the stored ones first, for a stream resumed
+/// by `GET …?stream=true`), numbered by [`Sse`]; `starting_after` leaves out what a client
+/// had seen already.
+fn stream_events(
+    state: std::sync::Arc<AppState>,
+    caller: TenantCaller,
+    mut run: LocalBoxStream<'static, SessionEvent>,
+    r: ResponseRef,
+    mut fold: Fold,
+    echo: Echo,
+    starting_after: Option<u64>,
+) -> HttpResponse {
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Bytes>();
-    let mut sse = Sse { next: 0 };
+    let mut sse = Sse {
+        next: 0,
+        skip_to: starting_after,
+    };
+    let send = |frame: Option<Bytes>| {
+        if let Some(f) = frame {
+            let _ = tx.send(f);
+        }
+    };
     let created = fold.response(&r, &echo);
-    let _ = tx.send(sse.frame(json!({"type": "response.created", "response": created})));
-    let _ = tx.send(sse.frame(json!({"type": "response.in_progress", "response": created})));
-    let state = state.clone();
+    send(sse.frame(json!({"type": "response.created", "response": created})));
+    send(sse.frame(json!({"type": "response.in_progress", "response": created})));
     // One task reads the run and folds its events; the response reads the frames it makes. A
     // client that hangs up stops the reading, not the run: its response can be read back.
     actix_web::rt::spawn(async move {
+        let send = |frame: Option<Bytes>| {
+            if let Some(f) = frame {
+                let _ = tx.send(f);
+            }
+        };
         while fold.ended.is_none() {
             let ev = tokio::select! {
                 ev = run.next() => ev,
@@ -1192,7 +1299,7 @@ pub async fn create_response(
             };
             let Some(ev) = ev else {
                 fold.ended = Some(End::Lost);
-                let _ = tx.send(sse.frame(json!({
+                send(sse.frame(json!({
                     "type": "error",
                     "code": "server_error",
                     "message": "the session stopped before its run ended",
@@ -1201,25 +1308,27 @@ pub async fn create_response(
                 break;
             };
             for out in take_live(&state, &caller, r.session, &mut fold, &ev.event).await {
-                let _ = tx.send(sse.frame(out));
+                send(sse.frame(out));
             }
         }
         drop(run);
         let response = fold.response(&r, &echo);
+        // OpenAI has no `response.cancelled` event: a cancelled response ends in
+        // `response.failed`, its `status` `cancelled`.
         let kind = match response["status"].as_str() {
             Some("completed") => "response.completed",
             _ => "response.failed",
         };
-        let _ = tx.send(sse.frame(json!({"type": kind, "response": response})));
+        send(sse.frame(json!({"type": kind, "response": response})));
         forget_if_asked(&state, &caller, &fold, &echo, r.session).await;
     });
     let frames = tokio_stream::wrappers::UnboundedReceiverStream::new(rx);
-    Ok(HttpResponse::Ok()
+    HttpResponse::Ok()
         .insert_header((header::CONTENT_TYPE, "text/event-stream"))
         .insert_header((header::CACHE_CONTROL, "no-cache"))
         .insert_header(("x-accel-buffering", "no"))
         .insert_header((SESSION_HEADER, r.session.to_string()))
-        .streaming(with_keep_alive(frames, KEEP_ALIVE)))
+        .streaming(with_keep_alive(frames, KEEP_ALIVE))
 }
 
 /// Read a stored window back: the events of the run from the response's start, folded.
@@ -1241,29 +1350,10 @@ async fn read_back(state: &AppState, caller: &TenantCaller, r: &ResponseRef) -> 
     Ok(fold)
 }
 
-/// Retrieve a response (the caller's own), rebuilt from the run's stored events: while its run
-/// goes on, `status` is `in_progress` and `output` what it did so far.
-#[utoipa::path(
-    get,
-    path = "/v1/responses/{response_id}",
-    tag = "openai",
-    params(("response_id" = String, Path, description = "The response's id (`resp_…`)")),
-    responses(
-        (status = 200, description = "The Response object", body = Object),
-        (status = 400, description = "`response_id` is not a response id (`bad_request`, `details.parameter`)", body = agentry_schema::ErrorResponse),
-        (status = 401, description = "No usable API key", body = agentry_schema::ErrorResponse),
-        (status = 403, description = "The platform admin key (it has no tenant)", body = agentry_schema::ErrorResponse),
-        (status = 404, description = "No such response of the caller's (another user's or tenant's is not found either)", body = agentry_schema::ErrorResponse),
-    )
-)]
-pub async fn get_response(
-    caller: TenantCaller,
-    state: web::Data<AppState>,
-    id: web::Path<String>,
-) -> ApiResult<HttpResponse> {
-    let (r, session) = owned_in_path(&state, &caller, &id).await?;
-    let fold = read_back(&state, &caller, &r).await?;
-    let echo = Echo {
+/// What a read-back response echoes: the conversation's assistant and metadata, and the
+/// id's `background`.
+fn stored_echo(session: &Session) -> Echo {
+    Echo {
         model: session.assistant_id.to_string(),
         metadata: session
             .metadata
@@ -1274,10 +1364,148 @@ pub async fn get_response(
         parallel_tool_calls: true,
         store: true,
         ..Default::default()
-    };
+    }
+}
+
+/// Follow a response's run from the start of its window: its stored events first, then live.
+async fn follow(
+    state: &AppState,
+    caller: &TenantCaller,
+    r: &ResponseRef,
+) -> ApiResult<LocalBoxStream<'static, SessionEvent>> {
+    Ok(state
+        .engine
+        .follow_run(
+            caller.tenant(),
+            &caller.user(),
+            r.session,
+            r.run,
+            r.after.saturating_sub(1),
+        )
+        .await?
+        .boxed_local())
+}
+
+/// Retrieve a response (the caller's own), rebuilt from the run's stored events: while its run
+/// goes on, `status` is `in_progress` and `output` what it did so far. With `stream=true`, its
+/// semantic events as Server-Sent Events, numbered as the response's own stream numbered them
+/// (`starting_after=N`: those after N), following the run to its final event.
+#[utoipa::path(
+    get,
+    path = "/v1/responses/{response_id}",
+    tag = "openai",
+    params(("response_id" = String, Path, description = "The response's id (`resp_…`)"), RetrieveQuery),
+    responses(
+        (status = 200, description = "The Response object; with `stream=true`, `text/event-stream` of its semantic events (as `POST /v1/responses` streams them), from after `starting_after`, ending with `response.completed` or `response.failed`", body = Object),
+        (status = 400, description = "`response_id` is not a response id (`bad_request`, `details.parameter`), or a query parameter is malformed", body = agentry_schema::ErrorResponse),
+        (status = 401, description = "No usable API key", body = agentry_schema::ErrorResponse),
+        (status = 403, description = "The platform admin key (it has no tenant)", body = agentry_schema::ErrorResponse),
+        (status = 404, description = "No such response of the caller's (another user's or tenant's is not found either)", body = agentry_schema::ErrorResponse),
+    )
+)]
+pub async fn get_response(
+    caller: TenantCaller,
+    state: web::Data<AppState>,
+    id: web::Path<String>,
+    query: ApiQuery<RetrieveQuery>,
+) -> ApiResult<HttpResponse> {
+    let query = query.into_inner();
+    let (r, session) = owned_in_path(&state, &caller, &id).await?;
+    let echo = stored_echo(&session);
+    if query.stream == Some(true) {
+        // The log and the session's live stream, which any replica can follow: a stream cut
+        // on one replica resumes on another.
+        let run = follow(&state, &caller, &r).await?;
+        let fold = Fold::new(&r);
+        return Ok(stream_events(
+            state.into_inner(),
+            caller,
+            run,
+            r,
+            fold,
+            echo,
+            query.starting_after,
+        ));
+    }
+    let fold = read_back(&state, &caller, &r).await?;
     Ok(HttpResponse::Ok()
         .insert_header((SESSION_HEADER, r.session.to_string()))
         .json(fold.response(&r, &echo)))
+}
+
+/// How long a cancel waits for the run's `done` before answering with the response as it
+/// stands (still `in_progress`: read it again).
+const CANCEL_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Cancel a background response: its run is cancelled as `POST …/sessions/{id}/cancel`
+/// cancels it (`Engine::cancel`, one `done`), and the response answers `status: "cancelled"`.
+/// A response that has ended already is answered as it is (cancelling is idempotent, as on
+/// OpenAI); so is one that ended at an approval request (`completed`: its run waits for the
+/// decision, which a later request makes).
+#[utoipa::path(
+    post,
+    path = "/v1/responses/{response_id}/cancel",
+    tag = "openai",
+    params(("response_id" = String, Path, description = "The response's id (`resp_…`)")),
+    responses(
+        (status = 200, description = "The Response object: `cancelled`, or as it ended already", body = Object),
+        (status = 400, description = "`response_id` is not a response id (`bad_request`, `details.parameter`), or not a background response's (only those can be cancelled, as on OpenAI)", body = agentry_schema::ErrorResponse),
+        (status = 401, description = "No usable API key", body = agentry_schema::ErrorResponse),
+        (status = 403, description = "The platform admin key (it has no tenant)", body = agentry_schema::ErrorResponse),
+        (status = 404, description = "No such response of the caller's (another user's or tenant's is not found either)", body = agentry_schema::ErrorResponse),
+    )
+)]
+pub async fn cancel_response(
+    caller: TenantCaller,
+    state: web::Data<AppState>,
+    id: web::Path<String>,
+) -> ApiResult<HttpResponse> {
+    let (r, session) = owned_in_path(&state, &caller, &id).await?;
+    if !r.background {
+        return Err(ApiError::new(
+            ErrorCode::BadRequest,
+            "only a response created with `background: true` can be cancelled",
+        )
+        .with_details(json!({"parameter": "response_id", "reason": "not a background response"})));
+    }
+    let echo = stored_echo(&session);
+    let fold = read_back(&state, &caller, &r).await?;
+    let ok = |fold: &Fold| {
+        HttpResponse::Ok()
+            .insert_header((SESSION_HEADER, r.session.to_string()))
+            .json(fold.response(&r, &echo))
+    };
+    if fold.ended.is_some() {
+        return Ok(ok(&fold));
+    }
+    // Subscribed before cancelling, so the run's `done` is seen.
+    let mut run = follow(&state, &caller, &r).await?;
+    match state
+        .engine
+        .cancel(caller.tenant(), &caller.user(), r.session)
+        .await
+    {
+        Ok(_) => {}
+        // It ended meanwhile (or paused: no run is active then either).
+        Err(agentry_actors::EngineError::NoActiveRun) => {
+            drop(run);
+            return Ok(ok(&read_back(&state, &caller, &r).await?));
+        }
+        Err(e) => return Err(e.into()),
+    }
+    let mut fold = Fold::new(&r);
+    let _ = tokio::time::timeout(CANCEL_WAIT, async {
+        while fold.ended.is_none() {
+            match run.next().await {
+                Some(ev) => {
+                    fold.take(&ev.event);
+                }
+                None => fold.ended = Some(End::Lost),
+            }
+        }
+    })
+    .await;
+    Ok(ok(&fold))
 }
 
 /// Delete a response: Agentry keeps conversations, not single responses, so this deletes the
@@ -1389,8 +1617,17 @@ mod tests {
             session: SessionId::new(),
             run: RunId::new(),
             after: 42,
+            background: false,
         };
         assert_eq!(ResponseRef::parse(&r.id()), Some(r));
+        let b = ResponseRef {
+            background: true,
+            ..r
+        };
+        assert!(b.id().ends_with("_42b"), "{}", b.id());
+        assert_eq!(ResponseRef::parse(&b.id()), Some(b));
+        assert_eq!(ResponseRef::parse(&format!("{}_1", r.id())), None);
+        assert_eq!(ResponseRef::parse(&r.id().replace("_42", "_+42")), None);
         for bad in [
             "",
             "resp_",
