@@ -313,6 +313,86 @@ pub async fn a_resumed_run_keeps_its_keys_role(ctx: &mut Ctx, fake: &FakeModelSe
     }
 }
 
+/// A background `/v1/responses` response whose server is killed (`kill -9`) mid-run: the run
+/// is recovered like any other, and the response polls to `completed` after the restart, its
+/// events resumable from the log (issue 26 item 6).
+pub async fn a_background_response_survives_kill9(ctx: &mut Ctx, fake: &FakeModelServer) {
+    let t = ctx.tenant().await;
+    let key = t.member.key.clone();
+    // 10 s of streaming: killed after the first words, so the length costs nothing, but a
+    // loaded machine's slow polls must not see the run end before the kill.
+    fake.push(long_stream(400, 25));
+    fake.push(FakeReply::text("the resumed answer"));
+    let bg = ctx
+        .ok(
+            Method::POST,
+            "/v1/responses",
+            &key,
+            Some(json!({"model": "default", "input": "stream for a while", "background": true})),
+            200,
+        )
+        .await;
+    assert_eq!(bg["status"], "in_progress", "{bg}");
+    let path = format!("/v1/responses/{}", bg["id"].as_str().unwrap());
+    // Killed once the model is streaming (the read-back shows the message growing).
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let r = ctx.ok(Method::GET, &path, &key, None, 200).await;
+        assert_eq!(r["status"], "in_progress", "killed before it ended: {r}");
+        if r["output"][0]["content"][0]["text"]
+            .as_str()
+            .is_some_and(|t| t.len() > 20)
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the model never streamed: {r}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    ctx.server.crash_and_restart().await;
+    let deadline = Instant::now() + WAIT;
+    let done = loop {
+        let r = ctx.ok(Method::GET, &path, &key, None, 200).await;
+        if r["status"] != "in_progress" {
+            break r;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never ended after the restart: {r}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(done["background"], true, "{done}");
+    let texts: Vec<&str> = done["output"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|i| i["content"][0]["text"].as_str())
+        .collect();
+    assert!(
+        texts.iter().any(|t| t.contains("the resumed answer")),
+        "{done}"
+    );
+    let res = ctx
+        .request(
+            Method::GET,
+            &format!("{path}?stream=true&starting_after=1"),
+            Some(&key),
+        )
+        .send()
+        .await
+        .unwrap();
+    let frames = crate::openai_responses::frames(&res.text().await.unwrap());
+    let seqs: Vec<u64> = frames
+        .iter()
+        .map(|(_, d)| d["sequence_number"].as_u64().unwrap())
+        .collect();
+    assert_eq!(seqs, (2..2 + seqs.len() as u64).collect::<Vec<_>>());
+    let (last, data) = frames.last().unwrap();
+    assert_eq!(last, "response.completed");
+    assert_eq!(data["response"]["output"], done["output"]);
+}
+
 async fn until_done_of(ws: &mut Socket, run: &str) -> Vec<Value> {
     let mut out = Vec::new();
     loop {
