@@ -518,15 +518,7 @@ impl Engine {
         let (to, rx) = channel_subscriber();
         cmd.subscriber = Some(to);
         let started = self.chat(tenant, user, cmd).await?;
-        let run = started.accepted.run_id.to_string();
-        Ok(RunStream {
-            tree: std::collections::HashSet::from([run.clone()]),
-            run,
-            handle: started.handle,
-            accepted: started.accepted,
-            rx,
-            finished: false,
-        })
+        Ok(RunStream::new(started.handle, started.accepted, rx))
     }
 
     /// Watch a run that is already going (paused on an approval, say) from after `after_seq`:
@@ -546,18 +538,11 @@ impl Engine {
         let handle = self.open_session(tenant, user, session).await?;
         let (to, rx) = channel_subscriber();
         self.subscribe(&handle, Some(after_seq), to).await?;
-        let name = run.to_string();
-        Ok(RunStream {
-            tree: std::collections::HashSet::from([name.clone()]),
-            run: name,
-            handle,
-            accepted: ChatAccepted {
-                run_id: run,
-                queued: false,
-            },
-            rx,
-            finished: false,
-        })
+        let accepted = ChatAccepted {
+            run_id: run,
+            queued: false,
+        };
+        Ok(RunStream::new(handle, accepted, rx))
     }
 
     /// [`Engine::stream_run`], collected: every event of the run, `done` last.
@@ -1009,6 +994,23 @@ pub struct RunStream {
 }
 
 impl RunStream {
+    /// The events of `accepted`'s run (and its children) as they come on `rx`.
+    fn new(
+        handle: SessionHandle,
+        accepted: ChatAccepted,
+        rx: mpsc::UnboundedReceiver<SessionEvent>,
+    ) -> RunStream {
+        let run = accepted.run_id.to_string();
+        RunStream {
+            tree: std::collections::HashSet::from([run.clone()]),
+            run,
+            handle,
+            accepted,
+            rx,
+            finished: false,
+        }
+    }
+
     pub fn session_id(&self) -> SessionId {
         self.handle.session.id
     }

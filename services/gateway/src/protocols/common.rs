@@ -1,5 +1,6 @@
 //! What more than one protocol adapter needs and no single one owns: the REST chat request's
-//! engine command (`POST /chat` and `POST /chat/stream` take the same body) and the
+//! engine command (`POST /chat` and `POST /chat/stream` take the same body), the start of an
+//! OpenAI-style conversation's run (`/v1/chat/completions` and `/v1/responses`), and the
 //! Server-Sent-Events keep-alive (`/chat/stream`, `/v1/chat/completions` with `stream: true`,
 //! and a session's event stream `GET /sessions/{id}/events` with `Accept: text/event-stream`). Authentication of a request
 //! is `crate::auth` (the `TenantCaller` extractor) and the error body `crate::error`, shared with
@@ -8,14 +9,18 @@
 use std::time::Duration;
 
 use actix_web::web::Bytes;
-use agentry_actors::{ChatCommand, CreateSession};
+use agentry_actors::{ChatCommand, CreateSession, RunStream};
 use agentry_schema::api::ChatRequest;
 use agentry_schema::ids::{AssistantId, SessionId};
+use agentry_store::messages::{self as store_messages, MessageRole, NewMessage};
 use futures::stream::StreamExt;
+use serde_json::Value;
 
+use crate::auth::TenantCaller;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::body_id;
 use crate::request_id::RequestId;
+use crate::state::AppState;
 
 /// The engine command of a REST/SSE chat request. The message itself is checked by the engine,
 /// as on every transport; only the ids are REST's own to parse.
@@ -44,6 +49,94 @@ pub fn chat_command(req: ChatRequest, request_id: RequestId) -> ApiResult<ChatCo
         subscriber: None,
         request_id: Some(request_id.0),
     })
+}
+
+/// The run of an OpenAI-style request (Chat Completions, Responses): the new message into
+/// `session`, or into a new session of `assistant` made for it that first holds `earlier`.
+pub struct ConversationRun<'a> {
+    /// The conversation to continue; `None` makes a new one.
+    pub session: Option<SessionId>,
+    /// The assistant of a new conversation.
+    pub assistant: &'a AssistantId,
+    /// The new session's metadata.
+    pub metadata: Value,
+    /// What a new conversation holds before the message (the client's earlier messages, its
+    /// instructions), oldest first.
+    pub earlier: Vec<(MessageRole, String)>,
+    pub message: String,
+}
+
+/// Start `c`'s run. A spent daily budget is refused before a session is made; a new session is
+/// stateless (not counted against `max_sessions_per_user`: a stateless client would be cut off
+/// after that many calls, docs/openai.md); a refused start leaves no session behind.
+pub async fn start_conversation_run(
+    state: &AppState,
+    caller: &TenantCaller,
+    request_id: RequestId,
+    c: ConversationRun<'_>,
+) -> ApiResult<RunStream> {
+    let (tenant, user) = (caller.tenant(), caller.user());
+    state.engine.check_token_budget(tenant).await?;
+    let (session, created) = match c.session {
+        Some(id) => (id, false),
+        None => {
+            let s = state
+                .engine
+                .create_session(
+                    tenant,
+                    &user,
+                    CreateSession {
+                        assistant_id: Some(c.assistant.clone()),
+                        metadata: Some(c.metadata),
+                        stateless: true,
+                        ..Default::default()
+                    },
+                )
+                .await?;
+            (s.id, true)
+        }
+    };
+    let started = async {
+        for (role, content) in c.earlier {
+            store_messages::save(
+                &state.db,
+                &caller.scope(),
+                session,
+                NewMessage {
+                    run_id: None,
+                    role,
+                    content,
+                    tool_calls: None,
+                    tool_call_id: None,
+                },
+            )
+            .await?;
+        }
+        let run = state
+            .engine
+            .stream_run(
+                tenant,
+                &user,
+                ChatCommand {
+                    session_id: Some(session),
+                    message: c.message,
+                    request_id: Some(request_id.0),
+                    ..Default::default()
+                },
+            )
+            .await?;
+        Ok::<_, ApiError>(run)
+    };
+    match started.await {
+        Ok(run) => Ok(run),
+        Err(e) => {
+            // A refused request changes nothing: the session made for it goes again.
+            if created && let Err(del) = state.engine.delete_session(tenant, &user, session).await {
+                tracing::warn!(error = %del, session_id = %session, "removing the session of a refused request failed");
+            }
+            Err(e)
+        }
+    }
 }
 
 /// How often an idle event stream gets a comment line, so proxies keep it open.

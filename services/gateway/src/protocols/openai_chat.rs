@@ -20,14 +20,14 @@ use actix_web::http::header;
 use actix_web::middleware::Next;
 use actix_web::web::{self, Bytes, Json};
 use actix_web::{HttpRequest, HttpResponse};
-use agentry_actors::{ChatCommand, CreateSession, RunStream};
+use agentry_actors::RunStream;
 use agentry_schema::ErrorResponse;
 use agentry_schema::error::ErrorCode;
 use agentry_schema::events::{DoneStatus, EventPayload, HitlKind, TokenUsage};
 use agentry_schema::frames::Decision;
 use agentry_schema::ids::{ApprovalId, AssistantId, SessionId};
 use agentry_store::assistants;
-use agentry_store::messages::{self as store_messages, MessageRole, NewMessage};
+use agentry_store::messages::MessageRole;
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -36,7 +36,7 @@ use utoipa::ToSchema;
 use crate::auth::TenantCaller;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::ApiJson;
-use crate::protocols::common::with_keep_alive;
+use crate::protocols::common::{ConversationRun, start_conversation_run, with_keep_alive};
 use crate::request_id::RequestId;
 use crate::routes::resource::endpoint;
 use crate::state::AppState;
@@ -413,71 +413,19 @@ async fn start(
     request_id: RequestId,
     c: &Checked,
 ) -> ApiResult<RunStream> {
-    let (tenant, user) = (caller.tenant(), caller.user());
-    // A spent daily budget is refused before the stateless session is made.
-    state.engine.check_token_budget(tenant).await?;
-    let (session, created) = match c.session {
-        Some(id) => (id, false),
-        None => {
-            let s = state
-                .engine
-                .create_session(
-                    tenant,
-                    &user,
-                    CreateSession {
-                        assistant_id: Some(c.assistant.clone()),
-                        metadata: Some(json!({"source": "openai"})),
-                        // Not counted against max_sessions_per_user: a stateless client would
-                        // be cut off after that many calls (docs/openai.md).
-                        stateless: true,
-                        ..Default::default()
-                    },
-                )
-                .await?;
-            (s.id, true)
-        }
-    };
-    let started = async {
-        for (role, content) in &c.earlier {
-            store_messages::save(
-                &state.db,
-                &caller.scope(),
-                session,
-                NewMessage {
-                    run_id: None,
-                    role: *role,
-                    content: content.clone(),
-                    tool_calls: None,
-                    tool_call_id: None,
-                },
-            )
-            .await?;
-        }
-        let run = state
-            .engine
-            .stream_run(
-                tenant,
-                &user,
-                ChatCommand {
-                    session_id: Some(session),
-                    message: c.message.clone(),
-                    request_id: Some(request_id.0.clone()),
-                    ..Default::default()
-                },
-            )
-            .await?;
-        Ok::<_, ApiError>(run)
-    };
-    match started.await {
-        Ok(run) => Ok(run),
-        Err(e) => {
-            // A refused request changes nothing: the session made for it goes again.
-            if created && let Err(del) = state.engine.delete_session(tenant, &user, session).await {
-                tracing::warn!(error = %del, session_id = %session, "removing the session of a refused completion failed");
-            }
-            Err(e)
-        }
-    }
+    start_conversation_run(
+        state,
+        caller,
+        request_id,
+        ConversationRun {
+            session: c.session,
+            assistant: &c.assistant,
+            metadata: json!({"source": "openai"}),
+            earlier: c.earlier.clone(),
+            message: c.message.clone(),
+        },
+    )
+    .await
 }
 
 /// An event of a `task` child run that this API does not show: an OpenAI client sees the

@@ -23,12 +23,12 @@ use std::collections::{HashMap, HashSet};
 use actix_web::http::header;
 use actix_web::web::{self, Bytes};
 use actix_web::{HttpResponse, Responder};
-use agentry_actors::{ChatCommand, CreateSession, SessionEvent};
+use agentry_actors::SessionEvent;
 use agentry_schema::error::ErrorCode;
 use agentry_schema::events::{DoneStatus, EventPayload, ExecutionEvent, HitlKind, TokenUsage};
 use agentry_schema::frames::Decision;
 use agentry_schema::ids::{ApprovalId, AssistantId, RunId, SessionId};
-use agentry_store::messages::{self as store_messages, MessageRole, NewMessage};
+use agentry_store::messages::MessageRole;
 use agentry_store::sessions::Session;
 use agentry_store::{approvals, assistants, events, executions};
 use futures::StreamExt;
@@ -40,7 +40,7 @@ use utoipa::ToSchema;
 use crate::auth::TenantCaller;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{ApiJson, ApiQuery};
-use crate::protocols::common::with_keep_alive;
+use crate::protocols::common::{ConversationRun, start_conversation_run, with_keep_alive};
 use crate::request_id::RequestId;
 use crate::routes::resource::endpoint;
 use crate::state::AppState;
@@ -1023,30 +1023,48 @@ async fn start(
             fold.take(&asked);
             Ok((run, r, fold, false))
         }
-        (Input::Messages { earlier, message }, Some((_, session))) => {
-            if !earlier.is_empty() {
-                return Err(ApiError::validation(
-                    "input",
-                    "with `previous_response_id` send the new user message only: the \
-                     conversation holds the earlier ones",
-                ));
-            }
-            let after = events::max_seq(&state.db, &caller.scope(), session.id).await?;
-            let run = state
-                .engine
-                .stream_run(
-                    tenant,
-                    &user,
-                    ChatCommand {
-                        session_id: Some(session.id),
-                        message: message.clone(),
-                        request_id: Some(request_id.0.clone()),
-                        ..Default::default()
-                    },
-                )
-                .await?;
+        (Input::Messages { earlier, message }, previous) => {
+            let (session, after, earlier) = match previous {
+                Some((_, session)) => {
+                    if !earlier.is_empty() {
+                        return Err(ApiError::validation(
+                            "input",
+                            "with `previous_response_id` send the new user message only: \
+                             the conversation holds the earlier ones",
+                        ));
+                    }
+                    let after = events::max_seq(&state.db, &caller.scope(), session.id).await?;
+                    (Some(session.id), after, Vec::new())
+                }
+                // A new conversation holds the instructions, then the earlier messages.
+                None => {
+                    let instructions = plan
+                        .echo
+                        .instructions
+                        .iter()
+                        .map(|i| (MessageRole::System, i.clone()));
+                    (
+                        None,
+                        0,
+                        instructions.chain(earlier.iter().cloned()).collect(),
+                    )
+                }
+            };
+            let run = start_conversation_run(
+                state,
+                caller,
+                request_id,
+                ConversationRun {
+                    session,
+                    assistant: &plan.assistant,
+                    metadata: json!({"source": "openai_responses", "metadata": plan.echo.metadata}),
+                    earlier,
+                    message: message.clone(),
+                },
+            )
+            .await?;
             let r = ResponseRef {
-                session: session.id,
+                session: run.session_id(),
                 run: run.run_id(),
                 after,
                 background: plan.background,
@@ -1054,82 +1072,6 @@ async fn start(
             let fold = Fold::new(&r);
             let queued = run.accepted.queued;
             Ok((run.boxed_local(), r, fold, queued))
-        }
-        (Input::Messages { earlier, message }, None) => {
-            state.engine.check_token_budget(tenant).await?;
-            let session = state
-                .engine
-                .create_session(
-                    tenant,
-                    &user,
-                    CreateSession {
-                        assistant_id: Some(plan.assistant.clone()),
-                        metadata: Some(
-                            json!({"source": "openai_responses", "metadata": plan.echo.metadata}),
-                        ),
-                        // Not counted against max_sessions_per_user, as a Chat Completions
-                        // call's is not: each new conversation of an SDK is one (docs/openai.md).
-                        stateless: true,
-                        ..Default::default()
-                    },
-                )
-                .await?;
-            let started = async {
-                let instructions = plan
-                    .echo
-                    .instructions
-                    .iter()
-                    .map(|i| (MessageRole::System, i.clone()));
-                for (role, content) in instructions.chain(earlier.iter().cloned()) {
-                    store_messages::save(
-                        &state.db,
-                        &caller.scope(),
-                        session.id,
-                        NewMessage {
-                            run_id: None,
-                            role,
-                            content,
-                            tool_calls: None,
-                            tool_call_id: None,
-                        },
-                    )
-                    .await?;
-                }
-                let run = state
-                    .engine
-                    .stream_run(
-                        tenant,
-                        &user,
-                        ChatCommand {
-                            session_id: Some(session.id),
-                            message: message.clone(),
-                            request_id: Some(request_id.0.clone()),
-                            ..Default::default()
-                        },
-                    )
-                    .await?;
-                Ok::<_, ApiError>(run)
-            };
-            match started.await {
-                Ok(run) => {
-                    let r = ResponseRef {
-                        session: session.id,
-                        run: run.run_id(),
-                        after: 0,
-                        background: plan.background,
-                    };
-                    let fold = Fold::new(&r);
-                    let queued = run.accepted.queued;
-                    Ok((run.boxed_local(), r, fold, queued))
-                }
-                Err(e) => {
-                    // A refused request changes nothing: the session made for it goes again.
-                    if let Err(del) = state.engine.delete_session(tenant, &user, session.id).await {
-                        tracing::warn!(error = %del, session_id = %session.id, "removing the session of a refused response failed");
-                    }
-                    Err(e)
-                }
-            }
         }
         (Input::Approval { .. }, None) => Err(ApiError::validation(
             "previous_response_id",
