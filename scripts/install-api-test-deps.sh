@@ -12,6 +12,7 @@
 #     `/v1/chat/completions` test, tests/api/openai_compat.rs), and mcp-server-time (a reference
 #     MCP server) with the official Python MCP SDK (`mcp`, with PyJWT and cryptography) it brings,
 #     on which tests/support/oauth_fixture.py, probe_server.py and the Python MCP client tests run;
+#     and a2a-sdk (the official A2A Python SDK: the client of tests/api/a2a_client.py);
 #   - tmux (the Debian package), which drives `agentry chat` in a real terminal, and
 #     docker-compose (the Debian package), for `docker-compose config`;
 #   - promtool, which checks a live server's /metrics (`promtool check metrics`): only the binary,
@@ -35,6 +36,7 @@ PACKAGES=(
     "python-dateutil==4.0.0"
     "openai==3.51.0"
     "mcp-server-time==2026.10.19"
+    "a2a-sdk==1.3.0"
 )
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -86,6 +88,7 @@ fi
 "$venv/bin/python" -c "import helm_python, kubernetes_validate, yaml, pytest, openai; helm_python.helm_sdk_version()"
 test -x "$venv/bin/mcp-server-time"
 "$venv/bin/python" -c "import mcp.server.auth, jwt, cryptography, uvicorn, starlette"
+"$venv/bin/python" -c "import a2a.client, a2a.types"
 
 echo "$want" > "$stamp"
 echo "API test dependencies installed in $venv"

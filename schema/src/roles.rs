@@ -249,6 +249,10 @@ impl RestArea {
         if path.starts_with("/ws/chat/") || path.starts_with("/v1/") {
             return Some(RestArea::Chat);
         }
+        // An A2A agent's JSON-RPC endpoint runs chats; its public card needs no key.
+        if path.starts_with("/a2a/") && !path.ends_with("/.well-known/agent-card.json") {
+            return Some(RestArea::Chat);
+        }
         if path == "/mcp" || path.starts_with("/mcp/") {
             return Some(RestArea::Mcp);
         }

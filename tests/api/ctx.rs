@@ -39,12 +39,23 @@ pub struct Resp {
     pub headers: HeaderMap,
 }
 
+/// Agentry's error inside a JSON-RPC error body (under `/a2a/`): the `error.data` entry that
+/// carries `{error_code, details}`.
+pub fn a2a_agentry_error(body: &Value) -> Option<&Value> {
+    body["error"]["data"]
+        .as_array()?
+        .iter()
+        .find(|d| d["@type"] == "type.agentry.dev/agentry.ErrorResponse")
+}
+
 impl Resp {
-    /// The error code: `error_code`, or under `/v1/` OpenAI's `error.code`.
+    /// The error code: `error_code`, under `/v1/` OpenAI's `error.code`, under `/a2a/` the
+    /// Agentry entry of the JSON-RPC error's `data`.
     pub fn code(&self) -> &str {
         self.body["error_code"]
             .as_str()
             .or_else(|| self.body["error"]["code"].as_str())
+            .or_else(|| a2a_agentry_error(&self.body).and_then(|e| e["error_code"].as_str()))
             .unwrap_or_default()
     }
 
@@ -56,9 +67,12 @@ impl Resp {
             .unwrap_or_default()
     }
 
-    /// The error's `details` (under `/v1/` inside OpenAI's `error`).
+    /// The error's `details` (under `/v1/` inside OpenAI's `error`, under `/a2a/` in the
+    /// JSON-RPC error's `data`).
     pub fn details(&self) -> &Value {
-        if self.body["error"].is_object() {
+        if let Some(e) = a2a_agentry_error(&self.body) {
+            &e["details"]
+        } else if self.body["error"].is_object() {
             &self.body["error"]["details"]
         } else {
             &self.body["details"]
@@ -189,17 +203,39 @@ impl Ctx {
         };
         if status >= 400 && !is_head {
             assert!(is_json, "{what}: error {status} is not JSON: {body}");
-            // The OpenAI-compatible routes answer OpenAI's shape, with our code as `code`.
+            // The OpenAI-compatible routes answer OpenAI's shape, with our code as `code`; the
+            // A2A agents a JSON-RPC error, with our code in its `data`.
             let openai = path.starts_with("/v1/");
-            let err = if openai { &body["error"] } else { &body };
+            let a2a = path.starts_with("/a2a/");
+            if a2a {
+                assert_eq!(
+                    body["jsonrpc"], "2.0",
+                    "{what}: not a JSON-RPC error: {body}"
+                );
+                assert!(
+                    body["error"]["code"].is_i64(),
+                    "{what}: no JSON-RPC code: {body}"
+                );
+            }
+            let err = match (openai, a2a) {
+                (true, _) => &body["error"],
+                (_, true) => a2a_agentry_error(&body)
+                    .unwrap_or_else(|| panic!("{what}: no Agentry error in {body}")),
+                _ => &body,
+            };
             let code = err[if openai { "code" } else { "error_code" }]
                 .as_str()
                 .unwrap_or_else(|| panic!("{what}: no error code in {body}"));
             let code = ErrorCode::from_name(code)
                 .unwrap_or_else(|| panic!("{what}: unknown error code {code}"));
             assert_eq!(code.http_status(), status, "{what}: {body}");
+            let message = if a2a {
+                &body["error"]["message"]
+            } else {
+                &err["message"]
+            };
             assert!(
-                err["message"].as_str().is_some_and(|m| !m.is_empty()),
+                message.as_str().is_some_and(|m| !m.is_empty()),
                 "{what}: no message in {body}"
             );
             assert!(

@@ -6,6 +6,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod a2a;
 mod admission;
 mod audit;
 mod bench_smoke;
@@ -1075,6 +1076,7 @@ async fn openapi_documents_every_route_and_every_documented_status_is_real() {
     streaming::quotas(&ctx).await;
     openai_compat::scenario(&ctx).await;
     openai_responses::wire(&ctx).await;
+    a2a::wire(&ctx).await;
     quotas::requests_per_minute_on_every_keyed_route(&ctx).await;
     let doc = ctx
         .call(reqwest::Method::GET, "/openapi.json", None, None)
@@ -1157,6 +1159,18 @@ async fn openai_responses_sdk_streams_runs_tools_and_takes_approvals_as_mcp_item
 #[tokio::test]
 async fn openai_responses_wire_event_names_sequence_numbers_and_refusals() {
     openai_responses::wire(&Ctx::start().await).await;
+}
+
+/// Issue 27: every assistant an A2A v1.0 agent, through the official `a2a-sdk`, one server.
+#[tokio::test]
+async fn a2a_sdk_cards_tasks_streams_input_required_and_tenancy() {
+    a2a::sdk_client(&Ctx::start().await).await;
+}
+
+/// Issue 27: the A2A routes' statuses, JSON-RPC error bodies and SSE framing on the wire.
+#[tokio::test]
+async fn a2a_wire_statuses_json_rpc_errors_and_sse_frames() {
+    a2a::wire(&Ctx::start().await).await;
 }
 
 #[tokio::test]

@@ -125,6 +125,9 @@ pub enum Route {
     OpenAiDeleteResponse,
     OpenAiResponseInputItems,
     OpenAiCancelResponse,
+    // An assistant as an A2A agent: its public card and its JSON-RPC endpoint.
+    A2aCard,
+    A2aSendMessage,
     ListProfiles,
     CreateProfile,
     GetProfile,
@@ -252,6 +255,8 @@ pub const ROUTES: &[Route] = &[
     OpenAiDeleteResponse,
     OpenAiResponseInputItems,
     OpenAiCancelResponse,
+    A2aCard,
+    A2aSendMessage,
     ListProfiles,
     CreateProfile,
     GetProfile,
@@ -299,7 +304,7 @@ fn expected_custom(route: Route) -> u16 {
     match route {
         Health | HealthLive | HealthReady | Metrics | OpenApi | Me => 200,
         // Public: no key needed, so no area applies.
-        ResourceMetadata | McpResourceMetadata | VirtualResourceMetadata => 200,
+        ResourceMetadata | McpResourceMetadata | VirtualResourceMetadata | A2aCard => 200,
         // audit
         ListExecutions | ListToolCalls => 200,
         ListExecutionsOfAnother | ListToolCallsOfAnother => 403,
@@ -348,8 +353,11 @@ fn expected_builtin(route: Route) -> [u16; 7] {
         | OpenApi
         | ResourceMetadata
         | McpResourceMetadata
-        | VirtualResourceMetadata => OPEN,
+        | VirtualResourceMetadata
+        | A2aCard => OPEN,
         Me => ANY_CALLER,
+        // A's agent: B's admin finds no such agent for its key (404).
+        A2aSendMessage => [401, 401, 401, 404, 200, 200, 403],
         ListSessions | ListAgents | ListExecutions | ListToolCalls | ListProfiles
         | ListModelConnections => TENANT_LIST,
         // A member may not name another user; B's admin names a user B does not have (an
@@ -1175,6 +1183,23 @@ pub async fn build(ctx: &Ctx, fx: &MatrixFx, route: Route) -> Req {
                 _ => req(Method::GET, format!("/v1/responses/{id}/input_items"), None),
             }
         }
+        A2aCard => req(
+            Method::GET,
+            format!("/a2a/{a}/default/.well-known/agent-card.json"),
+            None,
+        ),
+        A2aSendMessage => Req {
+            headers: vec![("a2a-version", "1.0")],
+            ..req(
+                Method::POST,
+                format!("/a2a/{a}/default"),
+                Some(json!({
+                    "jsonrpc": "2.0", "id": 1, "method": "SendMessage",
+                    "params": {"message": {"messageId": "m1", "role": "ROLE_USER",
+                                           "parts": [{"text": "hello from the matrix"}]}}
+                })),
+            )
+        },
         ListMcpServers => req(Method::GET, mcp.clone(), None),
         AddMcpServer => req(
             Method::POST,

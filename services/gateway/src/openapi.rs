@@ -6,7 +6,7 @@ use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder
 use utoipa::{Modify, OpenApi};
 use utoipa_swagger_ui::{Config, SwaggerUi};
 
-use crate::protocols::{mcp, openai_chat, openai_responses, rest_chat, sse, ws};
+use crate::protocols::{a2a, mcp, openai_chat, openai_responses, rest_chat, sse, ws};
 use crate::routes::resource::endpoint;
 use crate::routes::{
     admin, agents, data_sources, executions, files, health, mcp_oauth, mcp_servers, me, memories,
@@ -43,6 +43,8 @@ every response carries `X-Request-Id`. Authenticate with `Authorization: Bearer 
         openai_responses::delete_response,
         openai_responses::list_input_items,
         openai_responses::cancel_response,
+        a2a::agent_card,
+        a2a::rpc,
         ws::connect,
         mcp_servers::list_servers,
         mcp_servers::get_server,
@@ -140,14 +142,15 @@ every response carries `X-Request-Id`. Authenticate with `Authorization: Bearer 
         crate::routes::page::index,
         openapi_json,
     ),
-    components(schemas(agentry_schema::ErrorResponse, agentry_schema::ErrorCode)),
+    components(schemas(agentry_schema::ErrorResponse, agentry_schema::ErrorCode, a2a::A2aErrorBody, a2a::A2aError)),
     modifiers(
         &SecuritySchemes,
         &RateLimited,
         &DatabaseUnavailable,
         &JsonBodies,
         &PathParameterRules,
-        &OpenAiShapedErrors
+        &OpenAiShapedErrors,
+        &A2aShapedErrors
     ),
     security(("bearer" = []), ("api_key" = [])),
     tags(
@@ -156,6 +159,7 @@ every response carries `X-Request-Id`. Authenticate with `Authorization: Bearer 
         (name = "sessions", description = "Conversations: members see their own, tenant admins the tenant's"),
         (name = "chat", description = "Send messages and stream a run's events (REST, SSE, WebSocket)"),
         (name = "openai", description = "OpenAI-compatible front of the assistants (`model` names an assistant); errors here are OpenAI's `{error: {message, type, param, code}}`"),
+        (name = "a2a", description = "Each assistant as an A2A v1.0 agent (JSON-RPC binding, docs/a2a.md): its public card, and its JSON-RPC endpoint; errors here are JSON-RPC error bodies with A2A's codes"),
         (name = "mcp", description = "Each user's MCP servers: secrets write-only, live status"),
         (name = "mcp-server", description = "`/mcp`, Agentry as an MCP server (its contract is the MCP Streamable HTTP transport, docs/mcp.md): the OAuth protected-resource metadata OAuth-first MCP clients read; no key needed"),
         (name = "agents", description = "The tenant's assistants and their profiles; tenant admins change them"),
@@ -389,6 +393,35 @@ impl Modify for OpenAiShapedErrors {
     }
 }
 
+/// Under `/a2a/` (the A2A agents) every error answer is a JSON-RPC error body
+/// (`A2aErrorBody`), the shared ones added above (413, 415, 429, 503) included.
+struct A2aShapedErrors;
+
+impl Modify for A2aShapedErrors {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::{Ref, RefOr, schema::Schema};
+        let ours = RefOr::<Schema>::Ref(Ref::from_schema_name("ErrorResponse"));
+        for (path, op) in all_operations(openapi) {
+            if !path.starts_with("/a2a/") {
+                continue;
+            }
+            for response in op.responses.responses.values_mut() {
+                let RefOr::T(response) = response else {
+                    continue;
+                };
+                for content in response.content.values_mut() {
+                    let RefOr::T(content) = content else {
+                        continue;
+                    };
+                    if content.schema.as_ref() == Some(&ours) {
+                        content.schema = Some(Ref::from_schema_name("A2aErrorBody").into());
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// Path parameters say what the server accepts: ids are UUIDs (anything else is a 400), an
 /// assistant id and an MCP server name follow their patterns.
 struct PathParameterRules;
@@ -527,9 +560,12 @@ mod tests {
                 checked += 1;
                 let has_429 = op["responses"].get("429").is_some();
                 assert!(has_429, "{method} {path} does not document its 429");
-                // The OpenAI-compatible routes answer in OpenAI's error shape.
+                // The OpenAI-compatible routes answer in OpenAI's error shape, the A2A agents
+                // in JSON-RPC's.
                 let body = if path.starts_with("/v1/") {
                     "#/components/schemas/OpenAiErrorBody"
+                } else if path.starts_with("/a2a/") {
+                    "#/components/schemas/A2aErrorBody"
                 } else {
                     "#/components/schemas/ErrorResponse"
                 };

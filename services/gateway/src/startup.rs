@@ -359,12 +359,13 @@ impl Application {
         crate::retention::spawn(state.clone());
         let mut server = HttpServer::new(move || {
             // Middleware runs outermost-last: request id → OpenAI error shape (`/v1/` only) →
-            // JSON errors → metrics → CORS → auth.
+            // JSON-RPC error shape (`/a2a/` only) → JSON errors → metrics → CORS → auth.
             App::new()
                 .wrap(from_fn(authenticate))
                 .wrap(cors(&state.settings.server.cors_origins))
                 .wrap(from_fn(metrics::track))
                 .wrap(from_fn(errors_as_json))
+                .wrap(from_fn(crate::protocols::a2a::a2a_errors))
                 .wrap(from_fn(crate::protocols::openai_chat::openai_errors))
                 .wrap(from_fn(request_id))
                 .app_data(state.clone())
@@ -374,6 +375,7 @@ impl Application {
                 .configure(crate::protocols::openai_responses::configure)
                 .configure(crate::protocols::openai_chat::configure)
                 .configure(crate::protocols::ws::configure)
+                .configure(crate::protocols::a2a::configure)
                 .configure(|cfg| mcp.configure(cfg))
                 .configure(routes::page::configure)
                 .configure(metrics::configure)

@@ -204,6 +204,23 @@ pub async fn list_after(
         .collect()
 }
 
+/// The `seq` of a run's first stored event, if it has one: where reading the run back starts.
+pub async fn first_seq_of_run(
+    db: &impl ConnectionTrait,
+    scope: &TenantScope,
+    run_id: RunId,
+) -> Result<Option<u64>> {
+    let min: Option<Option<i64>> = session_event::Entity::find()
+        .select_only()
+        .column_as(Expr::col(session_event::Column::Seq).min(), "min_seq")
+        .filter(session_event::Column::TenantId.eq(scope.uuid()))
+        .filter(session_event::Column::RunId.eq(run_id.0))
+        .into_tuple()
+        .one(db)
+        .await?;
+    Ok(min.flatten().and_then(|v| u64::try_from(v).ok()))
+}
+
 /// The highest stored `seq` of a session (0 when none).
 pub async fn max_seq(
     db: &impl ConnectionTrait,

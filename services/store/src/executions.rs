@@ -601,6 +601,67 @@ pub async fn list(
     Ok((items, total))
 }
 
+/// Where a page of [`list_by_update`] ends: the last row's `updated_at` and id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UpdateCursor {
+    pub updated_at: DateTime<Utc>,
+    pub id: RunId,
+}
+
+/// One user's top-level runs of one assistant, most recently updated first, for a client that
+/// pages with a cursor (the A2A `ListTasks`): the rows after `after` (keyset, so a page is not
+/// skewed by rows added before it), at most `limit`, with the total that match. `statuses`
+/// empty: any; `updated_from`: updated at or after.
+#[allow(clippy::too_many_arguments)]
+pub async fn list_by_update(
+    db: &impl ConnectionTrait,
+    scope: &TenantScope,
+    user: UserId,
+    assistant_id: &str,
+    session: Option<SessionId>,
+    statuses: &[ExecutionStatus],
+    updated_from: Option<DateTime<Utc>>,
+    after: Option<UpdateCursor>,
+    limit: u64,
+) -> Result<(Vec<Execution>, u64)> {
+    let mut q = execution::Entity::find()
+        .filter(execution::Column::TenantId.eq(scope.uuid()))
+        .filter(execution::Column::UserId.eq(user.0))
+        .filter(execution::Column::AssistantId.eq(assistant_id))
+        .filter(execution::Column::ParentExecutionId.is_null());
+    if let Some(s) = session {
+        q = q.filter(execution::Column::SessionId.eq(s.0));
+    }
+    if !statuses.is_empty() {
+        q = q.filter(execution::Column::Status.is_in(statuses.iter().map(|s| s.as_str())));
+    }
+    if let Some(from) = updated_from {
+        q = q.filter(execution::Column::UpdatedAt.gte(from));
+    }
+    let total = q.clone().count(db).await?;
+    if let Some(c) = after {
+        q = q.filter(
+            sea_orm::Condition::any()
+                .add(execution::Column::UpdatedAt.lt(c.updated_at))
+                .add(
+                    sea_orm::Condition::all()
+                        .add(execution::Column::UpdatedAt.eq(c.updated_at))
+                        .add(execution::Column::Id.lt(c.id.0)),
+                ),
+        );
+    }
+    let items = q
+        .order_by_desc(execution::Column::UpdatedAt)
+        .order_by_desc(execution::Column::Id)
+        .limit(limit)
+        .all(db)
+        .await?
+        .into_iter()
+        .map(Execution::try_from)
+        .collect::<Result<_>>()?;
+    Ok((items, total))
+}
+
 /// Runs left unfinished (a crash, a restart), across all tenants: start-up recovery.
 pub async fn list_unfinished(
     db: &impl ConnectionTrait,

@@ -9,6 +9,7 @@
 //! | [`ws`] | `WS /ws/chat/{session_id}`: client frames in, events out, several watchers per session |
 //! | [`openai_chat`] | `POST /v1/chat/completions`, `GET /v1/models`: the OpenAI wire format |
 //! | [`openai_responses`] | `/v1/responses`: the OpenAI Responses API (tools as `mcp_call` items, approvals as MCP approval items) |
+//! | [`a2a`] | `/a2a/{tenant_id}/{agent_id}`: each assistant an A2A v1.0 agent (JSON-RPC binding: card, tasks, streaming, input-required approvals) |
 //! | [`mcp`] | `/mcp` and `/mcp/{virtual_server}`: Agentry as an MCP server (Streamable HTTP), the HTTP side of `agentry_mcp_server` |
 //!
 //! No adapter imports another (`crate::layout` checks it): what two of them need lives in
@@ -18,6 +19,7 @@
 //! `/api/v1`, in `routes::configure`) and listed in `openapi` if it has HTTP operations to
 //! document (docs/architecture.md, "Adding things").
 
+pub mod a2a;
 pub mod common;
 pub mod mcp;
 pub mod openai_chat;

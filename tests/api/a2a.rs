@@ -1,0 +1,546 @@
+//! A2A v1.0 (docs/a2a.md): the official `a2a-sdk` Python client against the real server
+//! ([`sdk_client`], one script against one server), and raw HTTP for the documented statuses
+//! and the error shape ([`wire`]).
+
+use std::path::PathBuf;
+
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use crate::ctx::{ADMIN_KEY, Ctx};
+
+fn strs(v: &Value) -> Vec<&str> {
+    v.as_array()
+        .unwrap_or_else(|| panic!("not a list: {v}"))
+        .iter()
+        .map(|s| s.as_str().unwrap())
+        .collect()
+}
+
+/// A JSON-RPC error the SDK raised: its class, and the A2A error it stands for.
+fn assert_error(r: &Value, field: &str, class: &str) {
+    assert_eq!(r[field]["class"], class, "{field}: {}", r[field]);
+}
+
+/// The SDK against the real server: cards, every method, approvals and a question answered,
+/// cancel, a dropped stream resubscribed, paging, and the tenancy rules.
+pub async fn sdk_client(ctx: &Ctx) {
+    let t = ctx.tenant().await;
+    let other = ctx.tenant().await;
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/api/a2a_client.py");
+    let out = tokio::process::Command::new(crate::openai_compat::python())
+        .arg(&script)
+        .env("AGENTRY_BASE", ctx.url(""))
+        .env("AGENTRY_TENANT", &t.id)
+        .env("AGENTRY_KEY", &t.member.key)
+        .env("AGENTRY_MEMBER2_KEY", &t.member2.key)
+        .env("AGENTRY_OTHER_TENANT", &other.id)
+        .env("AGENTRY_OTHER_KEY", &other.member.key)
+        .env("NO_PROXY", "127.0.0.1")
+        .output()
+        .await
+        .expect("run the a2a client");
+    assert!(
+        out.status.success(),
+        "the a2a client failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "the client printed no JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    });
+    let agent_url = ctx.url(&format!("/a2a/{}/default", t.id));
+
+    // The public card: how to talk to the agent, nothing of the tenant; the same for an
+    // assistant that does not exist.
+    let card = &r["card"];
+    let iface = &card["supportedInterfaces"][0];
+    assert_eq!(iface["url"], agent_url.as_str(), "{card}");
+    assert_eq!(iface["protocolBinding"], "JSONRPC");
+    assert_eq!(iface["protocolVersion"], "1.0");
+    assert_eq!(iface["tenant"], t.id.as_str());
+    assert_eq!(
+        card["capabilities"],
+        json!({"streaming": true, "pushNotifications": false, "extendedAgentCard": true}),
+        "{card}"
+    );
+    assert_eq!(
+        card["securitySchemes"]["bearer"]["httpAuthSecurityScheme"]["scheme"],
+        "Bearer"
+    );
+    assert_eq!(card["name"], "Agentry agent");
+    assert_eq!(card["skills"].as_array().unwrap().len(), 1, "{card}");
+    assert_eq!(card["skills"][0]["id"], "chat");
+    let ghost = &r["ghost_card"];
+    for field in [
+        "name",
+        "description",
+        "skills",
+        "capabilities",
+        "securitySchemes",
+    ] {
+        assert_eq!(
+            ghost[field], card[field],
+            "{field}: the public card tells nothing"
+        );
+    }
+    // The extended card: the assistant itself.
+    let ext = &r["extended_card"];
+    assert_eq!(ext["name"], "Default assistant", "{ext}");
+    assert_ne!(ext["description"], card["description"]);
+    assert_eq!(ext["skills"][0]["id"], "default", "{ext}");
+    assert!(
+        strs(&ext["skills"][0]["tags"]).contains(&"profile:general"),
+        "{ext}"
+    );
+    assert_eq!(ext["supportedInterfaces"], card["supportedInterfaces"]);
+
+    // SendMessage, blocking: completed, the answer as an artifact, the input as history.
+    let plain = &r["plain"];
+    assert_eq!(plain["state"], "TASK_STATE_COMPLETED", "{r}");
+    assert_eq!(plain["text"], "(scripted) You said: hello there");
+    assert_eq!(plain["artifacts"], 1);
+    assert_eq!(plain["history"][0]["role"], "ROLE_USER");
+    assert_eq!(plain["history"][0]["parts"][0]["text"], "hello there");
+    let (task, context) = (
+        plain["id"].as_str().unwrap(),
+        plain["context"].as_str().unwrap(),
+    );
+    assert_eq!(
+        plain["raw"]["metadata"]["agentry"]["sessionId"], context,
+        "the context is the session"
+    );
+    assert!(
+        plain["raw"]["metadata"]["agentry"]["tokenUsage"]["total"]
+            .as_f64()
+            .unwrap()
+            > 0.0
+    );
+    // The task is the run, in the member's session.
+    let exec = ctx
+        .ok(
+            Method::GET,
+            &format!("/api/v1/executions/{task}"),
+            &t.member.key,
+            None,
+            200,
+        )
+        .await;
+    assert_eq!(exec["session_id"], context, "{exec}");
+    assert_eq!(exec["status"], "completed");
+    // GetTask reads the same task back from the stored events.
+    let got = &r["got"];
+    for field in ["id", "context", "state", "text", "artifacts", "history"] {
+        assert_eq!(got[field], plain[field], "{field}: {r}");
+    }
+    assert_eq!(r["got_no_history"]["history"], json!([]), "historyLength 0");
+    // The same context: a new task of the conversation.
+    let second = &r["second"];
+    assert_eq!(second["context"], context, "{r}");
+    assert_ne!(second["id"], task);
+    assert_eq!(second["text"], "second turn");
+
+    // SendStreamingMessage: the task first, the answer in chunks (append after the first, the
+    // last marked), then completed.
+    let s = &r["stream"];
+    assert_eq!(s["kinds"][0], "task", "{s}");
+    assert!(
+        ["TASK_STATE_SUBMITTED", "TASK_STATE_WORKING"]
+            .contains(&s["first"]["state"].as_str().unwrap()),
+        "{s}"
+    );
+    assert_eq!(
+        s["text"], "(scripted) You said: stream this answer please",
+        "{s}"
+    );
+    let chunks = s["chunks"].as_array().unwrap();
+    assert!(chunks.len() > 3, "{s}");
+    assert_eq!(chunks[0]["append"], false);
+    assert!(chunks[1..].iter().all(|c| c["append"] == true), "{s}");
+    assert!(
+        chunks[..chunks.len() - 1]
+            .iter()
+            .all(|c| c["last"] == false),
+        "{s}"
+    );
+    assert_eq!(chunks.last().unwrap()["last"], true);
+    assert_eq!(
+        strs(&s["states"]).last(),
+        Some(&"TASK_STATE_COMPLETED"),
+        "{s}"
+    );
+    assert_eq!(
+        s["kinds"].as_array().unwrap().last().unwrap(),
+        "status_update"
+    );
+
+    // A tool run: the tool ran inside the agent; the answer says what it returned.
+    assert!(
+        r["tool"]["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("(scripted) Tool list_directory returned:"),
+        "{r}"
+    );
+
+    // An approval: input-required, the request as a data part…
+    let asked = &r["asked"];
+    assert_eq!(asked["state"], "TASK_STATE_INPUT_REQUIRED", "{r}");
+    let message = &asked["status_message"];
+    assert_eq!(message["role"], "ROLE_AGENT");
+    let data = &message["parts"][1]["data"];
+    assert_eq!(data["kind"], "approval", "{message}");
+    assert_eq!(data["actionRequests"][0]["name"], "write_file");
+    assert_eq!(
+        data["actionRequests"][0]["args"],
+        json!({"file_path": "approved.txt", "content": "yes"})
+    );
+    assert!(
+        message["parts"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("approve")
+    );
+    // …approved on the same task: the call ran, the task completed.
+    let approved = &r["approved"];
+    assert_eq!(approved["id"], asked["id"], "the same task goes on");
+    assert_eq!(approved["state"], "TASK_STATE_COMPLETED", "{r}");
+    assert!(
+        approved["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("(scripted) Tool write_file returned:"),
+        "{r}"
+    );
+    assert_eq!(r["approved_got"]["state"], "TASK_STATE_COMPLETED");
+    assert_eq!(r["approved_got"]["text"], approved["text"]);
+    assert_error(&r, "approved_again", "UnsupportedOperationError");
+    let file = ctx
+        .call(
+            Method::GET,
+            "/api/v1/files/approved.txt",
+            Some(&t.member.key),
+            None,
+        )
+        .await;
+    assert_eq!(file.status, 200, "{}", file.body);
+    // Rejected, streamed: the first stream ended at input-required, the second rejected.
+    let asked = &r["asked_stream"];
+    assert_eq!(
+        strs(&asked["states"]).last(),
+        Some(&"TASK_STATE_INPUT_REQUIRED"),
+        "{asked}"
+    );
+    let rejected = &r["rejected"];
+    assert_eq!(rejected["kinds"][0], "task", "{rejected}");
+    assert_eq!(rejected["first"]["state"], "TASK_STATE_INPUT_REQUIRED");
+    assert_eq!(
+        strs(&rejected["states"]).last(),
+        Some(&"TASK_STATE_REJECTED"),
+        "{rejected}"
+    );
+    assert_eq!(r["rejected_got"]["state"], "TASK_STATE_REJECTED", "{r}");
+    let file = ctx
+        .call(
+            Method::GET,
+            "/api/v1/files/rejected.txt",
+            Some(&t.member.key),
+            None,
+        )
+        .await;
+    assert_eq!(file.status, 404, "nothing was written: {}", file.body);
+    assert_error(&r, "approval_by_text", "InvalidParamsError");
+    // A question: input-required, answered by text.
+    let q = &r["question"];
+    assert_eq!(q["state"], "TASK_STATE_INPUT_REQUIRED", "{r}");
+    let data = &q["status_message"]["parts"][1]["data"];
+    assert_eq!(data["kind"], "question");
+    assert_eq!(data["question"]["text"], "Favourite colour?");
+    let answered = &r["answered"];
+    assert_eq!(answered["state"], "TASK_STATE_COMPLETED", "{r}");
+    assert!(answered["text"].as_str().unwrap().contains("blue"), "{r}");
+
+    // CancelTask: returned at once (working), canceled, and not again.
+    assert!(
+        ["TASK_STATE_SUBMITTED", "TASK_STATE_WORKING"]
+            .contains(&r["slow"]["state"].as_str().unwrap()),
+        "{r}"
+    );
+    assert_eq!(r["cancelled"]["state"], "TASK_STATE_CANCELED", "{r}");
+    assert_eq!(r["cancelled_got"]["state"], "TASK_STATE_CANCELED");
+    assert_error(&r, "cancelled_again", "TaskNotCancelableError");
+
+    // SubscribeToTask after the stream was dropped: the task first, then the answer.
+    let re = &r["resubscribed"];
+    assert_eq!(re["first_kind"], "task", "{re}");
+    assert_eq!(re["first_state"], "TASK_STATE_WORKING", "{re}");
+    assert_eq!(re["text"], "(scripted) You said: slow answer", "{re}");
+    assert_eq!(strs(&re["states"]).last(), Some(&"TASK_STATE_COMPLETED"));
+    assert_eq!(re["got"]["text"], re["text"]);
+    assert_error(&r, "subscribe_terminal", "UnsupportedOperationError");
+
+    // ListTasks, two by two: every task of the member here, once, newest update first.
+    let pages = r["pages"].as_array().unwrap();
+    let ids: Vec<&str> = pages.iter().flat_map(|p| strs(&p["ids"])).collect();
+    let total = pages[0]["total"].as_u64().unwrap() as usize;
+    assert_eq!(ids.len(), total, "{pages:?}");
+    // plain, second, stream, tool, approved, rejected, refused text, question, cancelled,
+    // resubscribed.
+    assert_eq!(total, 10, "{pages:?}");
+    let unique: std::collections::HashSet<&&str> = ids.iter().collect();
+    assert_eq!(unique.len(), ids.len(), "no task twice: {ids:?}");
+    assert!(pages.iter().all(|p| p["size"] == 2));
+    assert!(
+        pages[..pages.len() - 1]
+            .iter()
+            .all(|p| p["ids"].as_array().unwrap().len() == 2)
+    );
+    assert_eq!(pages.len(), 5, "no empty last page: {pages:?}");
+    assert!(pages[..pages.len() - 1].iter().all(|p| p["next"] != ""));
+    assert_eq!(pages.last().unwrap()["next"], "");
+    let times: Vec<&str> = pages.iter().flat_map(|p| strs(&p["times"])).collect();
+    assert!(
+        times.windows(2).all(|w| w[0] >= w[1]),
+        "newest first: {times:?}"
+    );
+    assert!(
+        pages
+            .iter()
+            .all(|p| p["artifacts"].as_array().unwrap().iter().all(|n| n == 0))
+    );
+    assert!(ids.contains(&task));
+    let mut in_context = strs(&r["list_context"]);
+    in_context.sort();
+    let mut want = vec![task, second["id"].as_str().unwrap()];
+    want.sort();
+    assert_eq!(in_context, want, "{r}");
+    assert_eq!(
+        strs(&r["list_completed"]["states"]),
+        ["TASK_STATE_COMPLETED"],
+        "{r}"
+    );
+    assert!(
+        strs(&r["list_completed"]["texts"]).contains(&"(scripted) You said: hello there"),
+        "includeArtifacts: {r}"
+    );
+    assert_error(&r, "list_bad_size", "InvalidParamsError");
+
+    // Another member sees none of it; another tenant neither, its key not even the agent.
+    assert_eq!(r["member2_list"]["tasks"], Value::Null, "{r}");
+    assert_eq!(r["member2_list"].get("totalSize"), None, "{r}");
+    assert_error(&r, "member2_get", "TaskNotFoundError");
+    assert_error(&r, "member2_context", "TaskNotFoundError");
+    assert_error(&r, "other_tenant_agent", "A2AClientError");
+    assert!(
+        r["other_tenant_agent"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("404"),
+        "{r}"
+    );
+    for field in [
+        "other_tenant_task",
+        "other_tenant_cancel",
+        "other_tenant_context",
+        "other_tenant_continue",
+    ] {
+        assert_error(&r, field, "TaskNotFoundError");
+    }
+    for field in ["bad_key", "bad_key_send"] {
+        assert_error(&r, field, "A2AClientError");
+        assert!(r[field]["message"].as_str().unwrap().contains("401"), "{r}");
+    }
+
+    // On the wire: JSON-RPC errors with A2A's codes, inside a 200.
+    let w = &r["wire"];
+    let code = |name: &str| -> i64 {
+        let e = &w[name];
+        assert_eq!(e["status"], 200, "{name}: {e}");
+        assert_eq!(e["body"]["jsonrpc"], "2.0", "{name}: {e}");
+        assert_eq!(e["body"]["id"], "x1", "{name}: {e}");
+        assert!(
+            e["body"]["error"]["message"]
+                .as_str()
+                .is_some_and(|m| !m.is_empty()),
+            "{name}: {e}"
+        );
+        assert_eq!(
+            e["body"]["error"]["data"][0]["@type"], "type.googleapis.com/google.rpc.ErrorInfo",
+            "{name}: {e}"
+        );
+        e["body"]["error"]["code"].as_i64().unwrap()
+    };
+    assert_eq!(code("no_version"), -32009);
+    assert_eq!(code("version_2"), -32009);
+    assert_eq!(code("unknown_method"), -32601);
+    assert_eq!(code("push"), -32003);
+    assert_eq!(code("file_part"), -32005);
+    assert_eq!(code("no_parts"), -32602);
+    assert_eq!(code("wrong_tenant_field"), -32602);
+    assert_eq!(w["tenant_field"]["body"]["result"]["id"], task, "{w}");
+    assert_eq!(w["bad_json"]["status"], 400, "{w}");
+    assert_eq!(w["bad_json"]["body"]["error"]["code"], -32700, "{w}");
+}
+
+fn rpc(method: &str, params: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
+}
+
+/// The documented statuses of the A2A routes, and their error shape, over raw HTTP.
+pub async fn wire(ctx: &Ctx) {
+    let t = ctx.tenant().await;
+    let other = ctx.tenant().await;
+    let agent = format!("/a2a/{}/default", t.id);
+    let post = |path: &str, key: Option<&str>, body: Value| {
+        ctx.request(Method::POST, path, key)
+            .header("A2A-Version", "1.0")
+            .json(&body)
+    };
+    // The public card needs no key; a malformed path is 400 (a JSON-RPC error body).
+    let r = ctx
+        .call(
+            Method::GET,
+            &format!("{agent}/.well-known/agent-card.json"),
+            None,
+            None,
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.body["supportedInterfaces"][0]["protocolVersion"], "1.0");
+    let r = ctx
+        .call(
+            Method::GET,
+            "/a2a/not-a-uuid/default/.well-known/agent-card.json",
+            None,
+            None,
+        )
+        .await;
+    assert_eq!((r.status, r.code()), (400, "bad_request"), "{}", r.body);
+    assert_eq!(r.body["error"]["code"], -32602, "{}", r.body);
+    // A call: 200 with the result.
+    let r = ctx
+        .send(post(
+            &agent,
+            Some(&t.member.key),
+            rpc("ListTasks", json!({})),
+        ))
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.body["result"]["tasks"], json!([]), "{}", r.body);
+    assert_eq!(r.body["result"]["nextPageToken"], "");
+    // No key, the platform admin's, another tenant's: 401, 403, 404, as JSON-RPC errors.
+    let r = ctx
+        .send(post(&agent, None, rpc("ListTasks", json!({}))))
+        .await;
+    assert_eq!((r.status, r.code()), (401, "unauthorized"), "{}", r.body);
+    assert_eq!(r.body["error"]["code"], -32000);
+    let r = ctx
+        .send(post(&agent, Some(ADMIN_KEY), rpc("ListTasks", json!({}))))
+        .await;
+    assert_eq!((r.status, r.code()), (403, "forbidden"), "{}", r.body);
+    let r = ctx
+        .send(post(
+            &agent,
+            Some(&other.member.key),
+            rpc("ListTasks", json!({})),
+        ))
+        .await;
+    assert_eq!((r.status, r.code()), (404, "not_found"), "{}", r.body);
+    assert_eq!(r.body["error"]["code"], -32001);
+    let r = ctx
+        .send(post(
+            &format!("/a2a/{}/no-such-agent", t.id),
+            Some(&t.member.key),
+            rpc("ListTasks", json!({})),
+        ))
+        .await;
+    assert_eq!((r.status, r.code()), (404, "not_found"), "{}", r.body);
+    // Malformed JSON: 400, JSON-RPC's parse error.
+    let r = ctx
+        .send(
+            ctx.request(Method::POST, &agent, Some(&t.member.key))
+                .header("content-type", "application/json")
+                .body("{nope"),
+        )
+        .await;
+    assert_eq!((r.status, r.code()), (400, "invalid_json"), "{}", r.body);
+    assert_eq!(r.body["error"]["code"], -32700);
+    // Not JSON, too large: 415 and 413, JSON-RPC bodies too.
+    let r = ctx
+        .send(
+            ctx.request(Method::POST, &agent, Some(&t.member.key))
+                .header("content-type", "text/plain")
+                .body("{}"),
+        )
+        .await;
+    assert_eq!(
+        (r.status, r.code()),
+        (415, "unsupported_media_type"),
+        "{}",
+        r.body
+    );
+    let oversize = json!({"jsonrpc": "2.0", "pad": "x".repeat(crate::ctx::BODY_LIMIT)});
+    let r = ctx.send(post(&agent, Some(&t.member.key), oversize)).await;
+    assert_eq!(
+        (r.status, r.code()),
+        (413, "payload_too_large"),
+        "{}",
+        r.body
+    );
+    // Not JSON-RPC: a -32600 inside a 200.
+    let r = ctx
+        .send(post(
+            &agent,
+            Some(&t.member.key),
+            json!({"method": "GetTask"}),
+        ))
+        .await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body["error"]["code"], -32600, "{}", r.body);
+    // A task id that names nothing: TaskNotFoundError.
+    let r = ctx
+        .send(post(
+            &agent,
+            Some(&t.member.key),
+            rpc("GetTask", json!({"id": "nope"})),
+        ))
+        .await;
+    assert_eq!(r.body["error"]["code"], -32001, "{}", r.body);
+    // A streamed call is Server-Sent Events, each line a JSON-RPC response with the same id.
+    let r = ctx
+        .send(post(
+            &agent,
+            Some(&t.member.key),
+            json!({"jsonrpc": "2.0", "id": "s1", "method": "SendStreamingMessage", "params": {
+                "message": {"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "hi"}]}
+            }}),
+        ))
+        .await;
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        r.headers["content-type"].to_str().unwrap(),
+        "text/event-stream"
+    );
+    let frames: Vec<Value> = r
+        .body
+        .as_str()
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(frames.len() >= 3, "{frames:?}");
+    assert!(
+        frames
+            .iter()
+            .all(|f| f["id"] == "s1" && f["jsonrpc"] == "2.0")
+    );
+    assert!(frames[0]["result"]["task"]["id"].is_string(), "{frames:?}");
+    assert_eq!(
+        frames.last().unwrap()["result"]["statusUpdate"]["status"]["state"],
+        "TASK_STATE_COMPLETED",
+        "{frames:?}"
+    );
+}
