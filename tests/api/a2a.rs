@@ -262,6 +262,25 @@ pub async fn sdk_client(ctx: &Ctx) {
     assert_eq!(answered["state"], "TASK_STATE_COMPLETED", "{r}");
     assert!(answered["text"].as_str().unwrap().contains("blue"), "{r}");
 
+    // An approval edited: the call ran with the client's arguments.
+    let edited = &r["edited"];
+    assert_eq!(edited["state"], "TASK_STATE_COMPLETED", "{r}");
+    assert!(
+        edited["text"].as_str().unwrap().contains("edited.txt"),
+        "{r}"
+    );
+    for (file, want) in [("edited.txt", 200), ("original.txt", 404)] {
+        let got = ctx
+            .call(
+                Method::GET,
+                &format!("/api/v1/files/{file}"),
+                Some(&t.member.key),
+                None,
+            )
+            .await;
+        assert_eq!(got.status, want, "{file}: {}", got.body);
+    }
+
     // CancelTask: returned at once (working), canceled, and not again.
     assert!(
         ["TASK_STATE_SUBMITTED", "TASK_STATE_WORKING"]
@@ -286,9 +305,9 @@ pub async fn sdk_client(ctx: &Ctx) {
     let ids: Vec<&str> = pages.iter().flat_map(|p| strs(&p["ids"])).collect();
     let total = pages[0]["total"].as_u64().unwrap() as usize;
     assert_eq!(ids.len(), total, "{pages:?}");
-    // plain, second, stream, tool, approved, rejected, refused text, question, cancelled,
-    // resubscribed.
-    assert_eq!(total, 10, "{pages:?}");
+    // plain, second, stream, tool, approved, rejected, refused text, question, edited,
+    // cancelled, resubscribed.
+    assert_eq!(total, 11, "{pages:?}");
     let unique: std::collections::HashSet<&&str> = ids.iter().collect();
     assert_eq!(unique.len(), ids.len(), "no task twice: {ids:?}");
     assert!(pages.iter().all(|p| p["size"] == 2));
@@ -297,7 +316,7 @@ pub async fn sdk_client(ctx: &Ctx) {
             .iter()
             .all(|p| p["ids"].as_array().unwrap().len() == 2)
     );
-    assert_eq!(pages.len(), 5, "no empty last page: {pages:?}");
+    assert_eq!(pages.len(), 6, "no empty last page: {pages:?}");
     assert!(pages[..pages.len() - 1].iter().all(|p| p["next"] != ""));
     assert_eq!(pages.last().unwrap()["next"], "");
     let times: Vec<&str> = pages.iter().flat_map(|p| strs(&p["times"])).collect();
@@ -489,6 +508,21 @@ pub async fn wire(ctx: &Ctx) {
         "{}",
         r.body
     );
+    // JSON, but not one request object (a batch): 422, JSON-RPC's invalid request.
+    let r = ctx
+        .send(post(
+            &agent,
+            Some(&t.member.key),
+            json!([rpc("ListTasks", json!({}))]),
+        ))
+        .await;
+    assert_eq!(
+        (r.status, r.code()),
+        (422, "validation_error"),
+        "{}",
+        r.body
+    );
+    assert_eq!(r.body["error"]["code"], -32600, "{}", r.body);
     // Not JSON-RPC: a -32600 inside a 200.
     let r = ctx
         .send(post(
@@ -543,4 +577,136 @@ pub async fn wire(ctx: &Ctx) {
         "TASK_STATE_COMPLETED",
         "{frames:?}"
     );
+}
+
+/// A JSON-RPC call to `agent` on one replica: the response's `result` (the call must succeed).
+async fn call_on(ctx: &Ctx, agent: &str, key: &str, method: &str, params: Value) -> Value {
+    let r = ctx
+        .send(
+            ctx.request(Method::POST, agent, Some(key))
+                .header("A2A-Version", "1.0")
+                .json(&rpc(method, params)),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{method}: {}", r.body);
+    assert!(r.body["error"].is_null(), "{method}: {}", r.body);
+    r.body["result"].clone()
+}
+
+fn send_params(text: &str, task: Option<&str>, data: Option<Value>) -> Value {
+    let part = match data {
+        Some(d) => json!({"data": d}),
+        None => json!({"text": text}),
+    };
+    let mut message = json!({"messageId": uuid::Uuid::new_v4().to_string(), "role": "ROLE_USER", "parts": [part]});
+    if let Some(t) = task {
+        message["taskId"] = json!(t);
+    }
+    json!({"message": message})
+}
+
+/// Cluster mode (three replicas, one database, one Redis): a task asked for on one replica is
+/// read on another, approved on a third, and a task running on one is followed to its end by
+/// `SubscribeToTask` on another (the run's events through the session's shared stream).
+pub async fn across_replicas(trio: &crate::replicas::Trio, t: &crate::ctx::TenantFx) {
+    let (a, b, c) = (trio.a(), trio.b(), trio.c());
+    let key = t.member.key.as_str();
+    let agent = format!("/a2a/{}/default", t.id);
+    let write = r#"/tool write_file {"file_path": "a2a-replicas.txt", "content": "from C"}"#;
+    let asked = call_on(
+        c,
+        &agent,
+        key,
+        "SendMessage",
+        send_params(write, None, None),
+    )
+    .await;
+    let task = asked["task"]["id"].as_str().unwrap().to_string();
+    assert_eq!(
+        asked["task"]["status"]["state"], "TASK_STATE_INPUT_REQUIRED",
+        "{asked}"
+    );
+
+    let read = call_on(a, &agent, key, "GetTask", json!({"id": task})).await;
+    assert_eq!(
+        read["status"]["state"], "TASK_STATE_INPUT_REQUIRED",
+        "{read}"
+    );
+    assert_eq!(
+        read["status"]["message"]["parts"][1]["data"],
+        asked["task"]["status"]["message"]["parts"][1]["data"]
+    );
+
+    let approved = call_on(
+        b,
+        &agent,
+        key,
+        "SendMessage",
+        send_params("", Some(&task), Some(json!({"type": "approve"}))),
+    )
+    .await;
+    assert_eq!(approved["task"]["id"], task.as_str());
+    assert_eq!(
+        approved["task"]["status"]["state"], "TASK_STATE_COMPLETED",
+        "{approved}"
+    );
+    assert!(
+        approved["task"]["artifacts"][0]["parts"][0]["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("(scripted) Tool write_file returned:"),
+        "{approved}"
+    );
+
+    // Made on C, returned at once; followed on A to the end.
+    let started = call_on(
+        c,
+        &agent,
+        key,
+        "SendMessage",
+        json!({
+            "message": {"messageId": "bg", "role": "ROLE_USER",
+                        "parts": [{"text": "/sleep 800\n/echo followed on A"}]},
+            "configuration": {"returnImmediately": true},
+        }),
+    )
+    .await;
+    let bg = started["task"]["id"].as_str().unwrap().to_string();
+    let r = a
+        .send(
+            a.request(Method::POST, &agent, Some(key))
+                .header("A2A-Version", "1.0")
+                .json(&rpc("SubscribeToTask", json!({"id": bg})))
+                .timeout(std::time::Duration::from_secs(60)),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let frames: Vec<Value> = r
+        .body
+        .as_str()
+        .unwrap_or_else(|| panic!("not a stream: {}", r.body))
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(frames[0]["result"]["task"]["id"], bg.as_str(), "{frames:?}");
+    let text: String = frames
+        .iter()
+        .filter_map(|f| f["result"]["artifactUpdate"]["artifact"]["parts"][0]["text"].as_str())
+        .collect();
+    assert_eq!(text, "followed on A", "{frames:?}");
+    assert_eq!(
+        frames.last().unwrap()["result"]["statusUpdate"]["status"]["state"],
+        "TASK_STATE_COMPLETED",
+        "{frames:?}"
+    );
+    // Listed on B, newest first.
+    let list = call_on(b, &agent, key, "ListTasks", json!({"pageSize": 2})).await;
+    let ids: Vec<&str> = list["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, [bg.as_str(), task.as_str()], "{list}");
 }

@@ -214,6 +214,14 @@ async def main():
     out["question"] = task_view(asked)
     out["answered"] = task_view(await send(plain, text_message("blue", task_id=asked.id)))
 
+    # An approval edited: the call runs with the new arguments.
+    asked = await send(plain, text_message(
+        '/tool write_file {"file_path": "original.txt", "content": "a"}'
+    ))
+    out["edited"] = task_view(await send(plain, data_message(
+        {"type": "edit", "args": {"file_path": "edited.txt", "content": "b"}}, asked.id
+    )))
+
     # CancelTask on a task that is still thinking; again: not cancelable.
     slow = await send(plain, text_message("/sleep 30000\nnever answered"), return_immediately=True)
     out["slow"] = task_view(slow)

@@ -1344,6 +1344,7 @@ async fn three_replicas_on_postgres_serve_any_session_anywhere() {
     let t = trio.a().tenant().await;
     replicas::any_replica_serves_any_session(&trio, &t).await;
     replicas::responses_across_replicas(&trio, &t).await;
+    a2a::across_replicas(&trio, &t).await;
     replicas::back_to_back_runs_keep_the_lease(&trio, &t).await;
     replicas::mcp_without_stickiness(&trio, &t).await;
     let took = replicas::failover_of_a_streaming_run(&mut trio, &t).await;
@@ -1371,6 +1372,7 @@ async fn three_replicas_on_mysql_serve_any_session_anywhere() {
     let t = trio.a().tenant().await;
     replicas::any_replica_serves_any_session(&trio, &t).await;
     replicas::responses_across_replicas(&trio, &t).await;
+    a2a::across_replicas(&trio, &t).await;
     let took = replicas::failover_of_an_approval_wait(&mut trio, &t).await;
     eprintln!("an approval was asked again {took:?} after kill -9 of its replica");
     assert!(

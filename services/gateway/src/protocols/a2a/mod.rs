@@ -227,6 +227,8 @@ impl RpcError {
     fn of_api(e: &ApiError) -> RpcError {
         let code = match e.code {
             ErrorCode::InvalidJson => -32700,
+            // The body is JSON but not one request object (a batch, say): not JSON-RPC.
+            ErrorCode::ValidationError if e.details["field"] == "." => -32600,
             ErrorCode::NotFound | ErrorCode::NoActiveRun => -32001,
             ErrorCode::RunInProgress | ErrorCode::ApprovalNotPending | ErrorCode::Conflict => {
                 -32004
@@ -505,6 +507,7 @@ fn error_body(id: &Value, e: &RpcError) -> HttpResponse {
         (status = 401, description = "No usable API key", body = A2aErrorBody),
         (status = 403, description = "The platform admin key (it has no tenant), a suspended tenant, or a custom role without the `chat` area", body = A2aErrorBody),
         (status = 404, description = "No such agent for this key: another tenant's, or no such assistant (`not_found`)", body = A2aErrorBody),
+        (status = 422, description = "The body is JSON but not one request object — an array (a batch, which A2A does not use), a string (`validation_error`, JSON-RPC -32600)", body = A2aErrorBody),
     )
 )]
 pub async fn rpc(
