@@ -281,6 +281,27 @@ pub async fn sdk_client(ctx: &Ctx) {
         assert_eq!(got.status, want, "{file}: {}", got.body);
     }
 
+    // A task waiting for an approval is listed as input-required, and can be cancelled.
+    assert_eq!(r["waiting"]["state"], "TASK_STATE_INPUT_REQUIRED", "{r}");
+    assert_eq!(
+        strs(&r["waiting_listed"]),
+        [r["waiting"]["id"].as_str().unwrap()],
+        "{r}"
+    );
+    assert_eq!(
+        r["waiting_cancelled"]["state"], "TASK_STATE_CANCELED",
+        "{r}"
+    );
+    let file = ctx
+        .call(
+            Method::GET,
+            "/api/v1/files/waiting.txt",
+            Some(&t.member.key),
+            None,
+        )
+        .await;
+    assert_eq!(file.status, 404, "nothing was written: {}", file.body);
+
     // CancelTask: returned at once (working), canceled, and not again.
     assert!(
         ["TASK_STATE_SUBMITTED", "TASK_STATE_WORKING"]
@@ -306,8 +327,8 @@ pub async fn sdk_client(ctx: &Ctx) {
     let total = pages[0]["total"].as_u64().unwrap() as usize;
     assert_eq!(ids.len(), total, "{pages:?}");
     // plain, second, stream, tool, approved, rejected, refused text, question, edited,
-    // cancelled, resubscribed.
-    assert_eq!(total, 11, "{pages:?}");
+    // cancelled while waiting, cancelled, resubscribed.
+    assert_eq!(total, 12, "{pages:?}");
     let unique: std::collections::HashSet<&&str> = ids.iter().collect();
     assert_eq!(unique.len(), ids.len(), "no task twice: {ids:?}");
     assert!(pages.iter().all(|p| p["size"] == 2));
@@ -316,7 +337,15 @@ pub async fn sdk_client(ctx: &Ctx) {
             .iter()
             .all(|p| p["ids"].as_array().unwrap().len() == 2)
     );
-    assert_eq!(pages.len(), 6, "no empty last page: {pages:?}");
+    assert_eq!(
+        pages.len(),
+        total.div_ceil(2),
+        "no empty last page: {pages:?}"
+    );
+    assert_eq!(
+        pages.last().unwrap()["ids"].as_array().unwrap().len(),
+        total - 2 * (pages.len() - 1)
+    );
     assert!(pages[..pages.len() - 1].iter().all(|p| p["next"] != ""));
     assert_eq!(pages.last().unwrap()["next"], "");
     let times: Vec<&str> = pages.iter().flat_map(|p| strs(&p["times"])).collect();

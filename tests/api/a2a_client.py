@@ -222,6 +222,15 @@ async def main():
         {"type": "edit", "args": {"file_path": "edited.txt", "content": "b"}}, asked.id
     )))
 
+    # A task waiting for an approval: listed as input-required, then cancelled while it waits.
+    waiting = await send(plain, text_message(
+        '/tool write_file {"file_path": "waiting.txt", "content": "never"}'
+    ))
+    listed = await plain.list_tasks(ListTasksRequest(status=TaskState.TASK_STATE_INPUT_REQUIRED))
+    out["waiting_listed"] = [x.id for x in listed.tasks]
+    out["waiting"] = task_view(waiting)
+    out["waiting_cancelled"] = task_view(await plain.cancel_task(CancelTaskRequest(id=waiting.id)))
+
     # CancelTask on a task that is still thinking; again: not cancelable.
     slow = await send(plain, text_message("/sleep 30000\nnever answered"), return_immediately=True)
     out["slow"] = task_view(slow)
