@@ -110,6 +110,7 @@ per_backend!(
     tool_call_audit_rows,
     audit_lists_filter_by_user_assistant_tool_outcome_and_time,
     events_append_replay_and_max_seq,
+    runs_page_by_update_time_with_a_cursor,
     a_runs_end_is_one_idempotent_write_and_reservations_only_rise,
     mcp_servers_unique_per_user,
     memories_search_and_isolation,
@@ -1557,6 +1558,123 @@ async fn events_append_replay_and_max_seq(db: DatabaseConnection) {
             .await
             .unwrap()
             .is_empty()
+    );
+}
+
+/// Issue 27 (A2A `ListTasks`): one user's top-level runs of one assistant, most recently
+/// updated first, paged by a keyset cursor that never repeats or skips a row (ties on the
+/// update time broken by id), with the total; a status filter; a run's first stored `seq`.
+async fn runs_page_by_update_time_with_a_cursor(db: DatabaseConnection) {
+    let scope = new_tenant(&db).await;
+    let (user, other_user) = (UserId::new(), UserId::new());
+    let sid = SessionId::new();
+    let mk = |user: UserId, assistant: &str| NewExecution {
+        id: RunId::new(),
+        user_id: user,
+        session_id: sid,
+        assistant_id: assistant.into(),
+        input: "hi".into(),
+        trace_id: None,
+        status: ExecutionStatus::Running,
+        role: None,
+    };
+    let mut mine = Vec::new();
+    for _ in 0..5 {
+        let e = executions::create(&db, &scope, mk(user, "default"))
+            .await
+            .unwrap();
+        mine.push(e.id);
+    }
+    // Not listed: another user's, another assistant's.
+    executions::create(&db, &scope, mk(other_user, "default"))
+        .await
+        .unwrap();
+    executions::create(&db, &scope, mk(user, "other"))
+        .await
+        .unwrap();
+    executions::update(
+        &db,
+        &scope,
+        mine[1],
+        ExecutionStatus::Completed,
+        1,
+        TokenUsage::default(),
+        None,
+    )
+    .await
+    .unwrap();
+    let page =
+        |after| executions::list_by_update(&db, &scope, user, "default", None, &[], None, after, 2);
+    let (mut seen, mut after, mut pages) = (Vec::new(), None, 0);
+    loop {
+        let (rows, total) = page(after).await.unwrap();
+        assert_eq!(total, 5);
+        pages += 1;
+        let Some(last) = rows.last() else { break };
+        after = Some(executions::UpdateCursor {
+            updated_at: last.updated_at,
+            id: last.id,
+        });
+        seen.extend(rows.iter().map(|r| (r.updated_at, r.id)));
+        assert!(pages < 10, "the cursor does not advance: {seen:?}");
+    }
+    let mut want = seen.clone();
+    want.sort_by(|a, b| b.cmp(a));
+    assert_eq!(seen, want, "newest update first, then id");
+    let ids: BTreeSet<RunId> = seen.iter().map(|(_, id)| *id).collect();
+    assert_eq!(ids, mine.iter().copied().collect::<BTreeSet<_>>());
+    assert_eq!(seen.len(), 5, "no row twice");
+    // The one updated last comes first.
+    assert_eq!(seen[0].1, mine[1]);
+    let (done, total) = executions::list_by_update(
+        &db,
+        &scope,
+        user,
+        "default",
+        Some(sid),
+        &[ExecutionStatus::Completed],
+        None,
+        None,
+        10,
+    )
+    .await
+    .unwrap();
+    assert_eq!((done.len(), total, done[0].id), (1, 1, mine[1]));
+    let other = new_tenant(&db).await;
+    let (rows, total) =
+        executions::list_by_update(&db, &other, user, "default", None, &[], None, None, 10)
+            .await
+            .unwrap();
+    assert!(rows.is_empty() && total == 0);
+    // A run's first stored event.
+    let evs: Vec<ExecutionEvent> = (3..=4)
+        .map(|i| {
+            ExecutionEvent::new(
+                i,
+                sid.to_string(),
+                mine[0].to_string(),
+                EventPayload::text("x", false),
+            )
+        })
+        .collect();
+    events::append(&db, &scope, sid, &evs).await.unwrap();
+    assert_eq!(
+        events::first_seq_of_run(&db, &scope, mine[0])
+            .await
+            .unwrap(),
+        Some(3)
+    );
+    assert_eq!(
+        events::first_seq_of_run(&db, &scope, mine[2])
+            .await
+            .unwrap(),
+        None
+    );
+    assert_eq!(
+        events::first_seq_of_run(&db, &other, mine[0])
+            .await
+            .unwrap(),
+        None
     );
 }
 
