@@ -9,7 +9,8 @@
 #     (httpx, attrs, python-dateutil): a client generated from /openapi.json must run the
 #     quickstart flow;
 #     and openai (the official OpenAI SDK: the client of the
-#     `/v1/chat/completions` test, tests/api/openai_compat.rs), and mcp-server-time (a reference
+#     `/v1/chat/completions` test, tests/api/openai_compat.rs) and openai-agents (the OpenAI
+#     Agents SDK, on the `openai` above: tests/api/openai_agents_client.py), and mcp-server-time (a reference
 #     MCP server) with the official Python MCP SDK (`mcp`, with PyJWT and cryptography) it brings,
 #     on which tests/support/oauth_fixture.py, probe_server.py and the Python MCP client tests run;
 #     and a2a-sdk (the official A2A Python SDK: the client of tests/api/a2a_client.py);
@@ -35,6 +36,7 @@ PACKAGES=(
     "openapi-python-client==0.29.1"
     "python-dateutil==4.0.0"
     "openai==3.51.0"
+    "openai-agents==0.24.0"
     "mcp-server-time==2026.10.19"
     "a2a-sdk==1.3.0"
 )
@@ -85,7 +87,7 @@ fi
 "$venv/bin/schemathesis" --version >/dev/null
 "$venv/bin/openapi-python-client" --version >/dev/null
 "$venv/bin/python" -c "import httpx, attrs, dateutil"
-"$venv/bin/python" -c "import helm_python, kubernetes_validate, yaml, pytest, openai; helm_python.helm_sdk_version()"
+"$venv/bin/python" -c "import helm_python, kubernetes_validate, yaml, pytest, openai, agents; helm_python.helm_sdk_version()"
 test -x "$venv/bin/mcp-server-time"
 "$venv/bin/python" -c "import mcp.server.auth, jwt, cryptography, uvicorn, starlette"
 "$venv/bin/python" -c "import a2a.client, a2a.types"

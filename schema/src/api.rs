@@ -25,6 +25,18 @@ pub struct ChatRequest {
     pub enqueue: bool,
 }
 
+/// A function tool a client declares for one run (the OpenAI Responses API's `tools: [{"type":
+/// "function"}]`): offered to the model beside the assistant's own tools; a call to it asks the
+/// client, which runs it and answers with the output. Nothing of it runs on the server.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClientTool {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    /// The JSON Schema of its arguments (an object schema).
+    pub parameters: Value,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ChatResponse {

@@ -214,7 +214,16 @@ pub struct Question {
         skip_serializing_if = "Option::is_none"
     )]
     pub schema: Option<Value>,
+    /// `question_type` [`FUNCTION_CALL_QUESTION`]: the client function tool the model called
+    /// (name, arguments, the model's call id). The client runs it and answers with its output;
+    /// nothing of it runs on the server.
+    /// (Boxed: rare, and it would make every event payload larger.)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub function_call: Option<Box<ActionRequest>>,
 }
+
+/// The `question_type` of a client function tool's call: the answer is the function's output.
+pub const FUNCTION_CALL_QUESTION: &str = "function_call";
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct HitlRequestData {

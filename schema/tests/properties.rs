@@ -199,6 +199,7 @@ fn payload() -> impl Strategy<Value = EventPayload> {
                     options,
                     timeout,
                     schema,
+                    function_call: None,
                 }),
             })
         });

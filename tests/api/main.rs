@@ -1155,6 +1155,34 @@ async fn openai_responses_sdk_streams_runs_tools_and_takes_approvals_as_mcp_item
     openai_responses::sdk_client(&Ctx::start().await).await;
 }
 
+/// Issue 26 item 4: client function tools through the official `openai` package (the fake
+/// model calls the client's function; its output continues the same run), one server.
+#[tokio::test]
+async fn openai_responses_client_function_tools_round_trip_streamed_stateless_and_refused() {
+    let (fake, ctx) = durability::start(agentry_fake_model::DefaultReply::Auto, None, &[]).await;
+    openai_responses::client_function_tools(&ctx, &fake).await;
+}
+
+/// Issue 26 item 4: an unanswered client function call waits `hitl.timeout_secs`, like a question.
+#[tokio::test]
+async fn openai_responses_unanswered_function_call_waits_the_hitl_timeout() {
+    let (fake, ctx) = durability::start(
+        agentry_fake_model::DefaultReply::Auto,
+        None,
+        &[("AGENTRY_HITL__TIMEOUT_SECS", "2")],
+    )
+    .await;
+    openai_responses::unanswered_function_call_times_out(&ctx, &fake).await;
+}
+
+/// Issue 26 item 4: the OpenAI Agents SDK runs its own function tool against Agentry, with
+/// `Runner.run` and `Runner.run_streamed`, one server.
+#[tokio::test]
+async fn openai_agents_sdk_runs_its_function_tool_through_the_responses_api() {
+    let (fake, ctx) = durability::start(agentry_fake_model::DefaultReply::Auto, None, &[]).await;
+    openai_responses::agents_sdk(&ctx, &fake).await;
+}
+
 /// Issue 26: the Responses API's SSE framing and error shapes on the wire.
 #[tokio::test]
 async fn openai_responses_wire_event_names_sequence_numbers_and_refusals() {

@@ -427,6 +427,426 @@ pub async fn sdk_client(ctx: &Ctx) {
     }
 }
 
+/// Run one of the Python client scripts against `ctx` with a member's key (and another
+/// tenant's): what it printed, as JSON.
+async fn run_script(ctx: &Ctx, script: &str, key: &str, other_key: &str) -> Value {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/api")
+        .join(script);
+    let out = tokio::process::Command::new(crate::openai_compat::python())
+        .arg(&script)
+        .env("AGENTRY_OPENAI_BASE", ctx.url("/v1"))
+        .env("AGENTRY_KEY", key)
+        .env("AGENTRY_OTHER_KEY", other_key)
+        .env("NO_PROXY", "127.0.0.1")
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENAI_BASE_URL")
+        .output()
+        .await
+        .expect("run the client script");
+    assert!(
+        out.status.success(),
+        "{} failed:\n{}",
+        script.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{} printed no JSON ({e}): {}",
+            script.display(),
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
+}
+
+/// The arguments a model request offered for the tool `name`, if it offered it.
+fn offered(req: &agentry_fake_model::RecordedRequest, name: &str) -> Option<Value> {
+    req.body["tools"]
+        .as_array()?
+        .iter()
+        .find(|t| t["function"]["name"] == name)
+        .map(|t| t["function"]["parameters"].clone())
+}
+
+/// Issue 26 item 4: client function tools with the official `openai` package. The model (the
+/// fake model server) is offered the client's function beside the assistant's tools and calls
+/// it; the response ends with a `function_call` item; the client's `function_call_output` — by
+/// `previous_response_id`, streamed, or in a whole stateless item list — continues the same run
+/// to the answer, which quotes the client's output. Refusals: a name of an assistant tool, a
+/// schema that is not one, an unknown call id, an answer given twice, another tenant.
+pub async fn client_function_tools(ctx: &Ctx, fake: &agentry_fake_model::FakeModelServer) {
+    let t = ctx.tenant().await;
+    let other = ctx.tenant().await;
+    let r = run_script(
+        ctx,
+        "openai_responses_tools_client.py",
+        &t.member.key,
+        &other.member.key,
+    )
+    .await;
+
+    // The call ends the response (`completed`) with one function_call item…
+    let called = &r["called"];
+    assert_eq!(called["status"], "completed", "{r}");
+    let items = called["items"].as_array().unwrap();
+    assert_eq!(items.len(), 1, "{called}");
+    let call = &items[0];
+    assert_eq!(call["type"], "function_call", "{called}");
+    assert_eq!(call["name"], "get_weather");
+    assert_eq!(call["status"], "completed");
+    assert!(call["id"].as_str().unwrap().starts_with("fc_"), "{call}");
+    let call_id = call["call_id"].as_str().unwrap();
+    assert!(call_id.starts_with("call_"), "{call}");
+    assert_eq!(
+        serde_json::from_str::<Value>(call["arguments"].as_str().unwrap()).unwrap(),
+        json!({"city": "Paris"})
+    );
+    assert_eq!(
+        called["tools"][0]["name"], "get_weather",
+        "echoed: {called}"
+    );
+    assert_eq!(called["tools"][0]["type"], "function", "{called}");
+    // …and the model was offered it beside the assistant's own tools.
+    let reqs = fake.requests();
+    let first = reqs
+        .iter()
+        .find(|q| {
+            q.body["messages"].as_array().is_some_and(|m| {
+                m.iter()
+                    .any(|m| m["content"] == "/tool get_weather {\"city\": \"Paris\"}")
+            })
+        })
+        .expect("the model was asked");
+    assert_eq!(
+        offered(first, "get_weather").unwrap()["properties"]["city"]["type"],
+        "string",
+        "{}",
+        first.raw_body
+    );
+    assert!(
+        offered(first, "read_file").is_some(),
+        "beside the assistant's tools"
+    );
+
+    // The output continues the same run: the model read the client's output as the result.
+    let answered = &r["answered"];
+    assert_eq!(answered["status"], "completed", "{r}");
+    assert_eq!(answered["run"], called["run"], "the same run goes on: {r}");
+    assert_eq!(answered["session"], called["session"]);
+    assert_eq!(
+        answered["text"], "(scripted) Tool get_weather returned: sunny in Paris, 21 C",
+        "{r}"
+    );
+    assert_eq!(answered["items"].as_array().unwrap().len(), 1, "{r}");
+    assert_eq!(answered["items"][0]["type"], "message", "{r}");
+    assert!(
+        answered["usage"]["total_tokens"].as_u64().unwrap() > 0,
+        "{r}"
+    );
+    // Nothing ran on the server: the tool message the model got is the client's output.
+    let last = fake
+        .requests()
+        .into_iter()
+        .rev()
+        .find(|q| q.raw_body.contains("sunny in Paris"));
+    assert!(last.is_some(), "the model got the client's output");
+    // Read back, both: the call in the first, the answer in the second.
+    for (got, want) in [
+        (&r["called_retrieved"], called),
+        (&r["answered_retrieved"], answered),
+    ] {
+        for field in ["id", "status", "text", "items", "usage"] {
+            assert_eq!(got[field], want[field], "{field}: {r}");
+        }
+    }
+    let input = &r["answered_input_items"];
+    assert_eq!(input.as_array().unwrap().len(), 1, "{r}");
+    assert_eq!(
+        (&input[0]["type"], &input[0]["call_id"], &input[0]["output"]),
+        (
+            &json!("function_call_output"),
+            &json!(call_id),
+            &json!("sunny in Paris, 21 C")
+        ),
+        "{r}"
+    );
+    let twice = &r["answered_twice"];
+    assert_eq!(
+        (&twice["status"], &twice["code"]),
+        (&json!(409), &json!("approval_not_pending")),
+        "{r}"
+    );
+    // The run ended completed, its audit has the client's call with the client's output.
+    let run = answered["run"].as_str().unwrap();
+    let exec = ctx
+        .ok(
+            Method::GET,
+            &format!("/api/v1/executions/{run}"),
+            &t.member.key,
+            None,
+            200,
+        )
+        .await;
+    assert_eq!(exec["status"], "completed", "{exec}");
+
+    // Streamed: the call's item and argument events, then the answer in a stream of its own.
+    let s = &r["stream_called"];
+    let types: Vec<&str> = s["types"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    assert_eq!(
+        types,
+        [
+            "response.created",
+            "response.in_progress",
+            "response.output_item.added",
+            "response.function_call_arguments.delta",
+            "response.function_call_arguments.done",
+            "response.output_item.done",
+            "response.completed",
+        ],
+        "{s}"
+    );
+    let seqs: Vec<u64> = s["seqs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_u64().unwrap())
+        .collect();
+    assert_eq!(seqs, (0..seqs.len() as u64).collect::<Vec<_>>(), "{s}");
+    assert_eq!(s["args"]["added_status"], "in_progress", "{s}");
+    assert_eq!(s["args"]["delta"], s["args"]["done"], "{s}");
+    assert_eq!(
+        serde_json::from_str::<Value>(s["args"]["done"].as_str().unwrap()).unwrap(),
+        json!({"city": "Oslo"})
+    );
+    assert_eq!(s["args"]["done_name"], "get_weather", "{s}");
+    assert_eq!(s["final"]["items"][0]["type"], "function_call", "{s}");
+    let s = &r["stream_answered"];
+    assert_eq!(
+        s["final"]["text"], "(scripted) Tool get_weather returned: sunny in Oslo, 21 C",
+        "{s}"
+    );
+    assert_eq!(s["final"]["run"], r["stream_called"]["final"]["run"], "{s}");
+    assert!(
+        s["types"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("response.output_text.delta")),
+        "{s}"
+    );
+
+    // Stateless: the whole conversation sent again continues the paused run.
+    let called = &r["stateless_called"];
+    let answered = &r["stateless_answered"];
+    let sent = r["stateless_input"].as_array().unwrap();
+    assert_eq!(
+        sent.iter().map(|i| i["type"].clone()).collect::<Vec<_>>(),
+        [
+            Value::Null,
+            json!("function_call"),
+            json!("function_call_output")
+        ],
+        "{r}"
+    );
+    assert_eq!(answered["run"], called["run"], "the same run goes on: {r}");
+    assert_eq!(
+        answered["text"], "(scripted) Tool get_weather returned: sunny in Lima, 21 C",
+        "{r}"
+    );
+    assert_eq!(answered["previous_response_id"], Value::Null);
+
+    // Refusals, in OpenAI's shape, naming what is wrong.
+    for (key, names) in [
+        ("colliding_name", "read_file"),
+        ("bad_schema", "get_weather"),
+        ("not_an_object_schema", "get_weather"),
+    ] {
+        let e = &r[key];
+        assert_eq!(
+            (&e["class"], &e["status"], &e["code"]),
+            (
+                &json!("UnprocessableEntityError"),
+                &json!(422),
+                &json!("validation_error")
+            ),
+            "{key}: {r}"
+        );
+        assert_eq!(e["param"], "tools", "{key}: {r}");
+        assert!(e["message"].as_str().unwrap().contains(names), "{key}: {r}");
+    }
+    assert!(
+        r["colliding_name"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("assistant's own tools"),
+        "{r}"
+    );
+    for key in [
+        "unknown_call_id",
+        "unknown_call_id_stateless",
+        "other_tenant",
+    ] {
+        let e = &r[key];
+        assert_eq!(
+            (&e["class"], &e["status"], &e["code"]),
+            (&json!("NotFoundError"), &json!(404), &json!("not_found")),
+            "{key}: {r}"
+        );
+    }
+    assert!(
+        r["unknown_call_id"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("call_nope"),
+        "{r}"
+    );
+    // The other tenant's attempt left the call waiting for its own client.
+    assert_eq!(r["pending"]["items"][0]["type"], "function_call", "{r}");
+}
+
+/// A client function call nobody answers waits `hitl.timeout_secs` (here 2 s), as a question
+/// does; then the model reads that the client did not answer, and the run goes on to its end.
+/// An output sent after that is refused (409).
+pub async fn unanswered_function_call_times_out(
+    ctx: &Ctx,
+    fake: &agentry_fake_model::FakeModelServer,
+) {
+    let t = ctx.tenant().await;
+    let key = &t.member.key;
+    let tool = json!({"type": "function", "name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}});
+    let r = ctx
+        .ok(
+            Method::POST,
+            "/v1/responses",
+            key,
+            Some(json!({"model": "default", "input": "/tool get_weather {\"city\": \"Rome\"}", "tools": [tool]})),
+            200,
+        )
+        .await;
+    let call = &r["output"][0];
+    assert_eq!(call["type"], "function_call", "{r}");
+    let run = r["agentry_run_id"].as_str().unwrap();
+    let started = std::time::Instant::now();
+    let exec = loop {
+        let exec = ctx
+            .ok(Method::GET, &format!("/api/v1/executions/{run}"), key, None, 200)
+            .await;
+        if exec["status"] == "completed" || started.elapsed() > std::time::Duration::from_secs(30)
+        {
+            break exec;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    assert_eq!(exec["status"], "completed", "{exec}");
+    assert!(
+        started.elapsed() >= std::time::Duration::from_millis(1500),
+        "it waited for the client: {:?}",
+        started.elapsed()
+    );
+    assert!(
+        fake.requests()
+            .iter()
+            .any(|q| q.raw_body.contains("did not return the output of get_weather within 2 s")),
+        "the model read that the client did not answer"
+    );
+    let late = ctx
+        .call(
+            Method::POST,
+            "/v1/responses",
+            Some(key),
+            Some(&json!({"model": "default", "previous_response_id": r["id"],
+                "input": [{"type": "function_call_output", "call_id": call["call_id"], "output": "late"}]})),
+        )
+        .await;
+    assert_eq!(late.status, 409, "{}", late.body);
+    assert_eq!(late.code(), "approval_not_pending", "{}", late.body);
+}
+
+/// Issue 26 item 4: the OpenAI Agents SDK. An `Agent` on `OpenAIResponsesModel` pointed at
+/// Agentry runs its own `@function_tool` when the response ends with the call, sends the
+/// whole conversation back (no `previous_response_id`), and the same run answers with the
+/// tool's result: `Runner.run` and `Runner.run_streamed`.
+pub async fn agents_sdk(ctx: &Ctx, fake: &agentry_fake_model::FakeModelServer) {
+    let t = ctx.tenant().await;
+    let r = run_script(ctx, "openai_agents_client.py", &t.member.key, "").await;
+    assert_eq!(r["agents_version"], "0.24.0", "{r}");
+    let run = &r["run"];
+    assert_eq!(
+        run["calls"],
+        json!(["Paris"]),
+        "the SDK ran its tool once: {r}"
+    );
+    assert_eq!(
+        run["final_output"], "(scripted) Tool get_weather returned: sunny in Paris, 21 C",
+        "{r}"
+    );
+    let items = run["items"].as_array().unwrap();
+    assert_eq!(
+        items,
+        &[
+            json!("ToolCallItem"),
+            json!("ToolCallOutputItem"),
+            json!("MessageOutputItem")
+        ],
+        "{r}"
+    );
+    // Two responses of one Agentry run: the call, then the answer.
+    let ids: Vec<&str> = run["responses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i.as_str().unwrap())
+        .collect();
+    assert_eq!(ids.len(), 2, "{r}");
+    assert_eq!(ids[0][..69], ids[1][..69], "the same session and run: {r}");
+    assert_ne!(ids[0], ids[1]);
+    let streamed = &r["streamed"];
+    assert_eq!(streamed["calls"], json!(["Oslo"]), "{r}");
+    assert_eq!(
+        streamed["final_output"], "(scripted) Tool get_weather returned: sunny in Oslo, 21 C",
+        "{r}"
+    );
+    let events: Vec<&str> = streamed["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e.as_str().unwrap())
+        .collect();
+    for want in [
+        "raw:response.created",
+        "raw:response.function_call_arguments.delta",
+        "raw:response.function_call_arguments.done",
+        "item:tool_called",
+        "item:tool_output",
+        "raw:response.output_text.delta",
+        "item:message_output_created",
+        "raw:response.completed",
+    ] {
+        assert!(events.contains(&want), "{want}: {events:?}");
+    }
+    let pos = |e: &str| events.iter().position(|x| *x == e).unwrap();
+    assert!(
+        pos("item:tool_called") < pos("item:tool_output"),
+        "{events:?}"
+    );
+    assert!(
+        pos("item:tool_output") < pos("raw:response.output_text.delta"),
+        "{events:?}"
+    );
+    // The model (behind Agentry) was offered the SDK's tool and read its output.
+    assert!(
+        fake.requests()
+            .iter()
+            .any(|q| offered(q, "get_weather").is_some() && q.raw_body.contains("sunny in Oslo")),
+        "the model got the SDK tool's output"
+    );
+}
+
 /// The frames of an SSE body: (event name, data), keep-alive comments skipped.
 pub fn frames(text: &str) -> Vec<(String, Value)> {
     text.split("\n\n")
@@ -741,6 +1161,15 @@ pub async fn wire(ctx: &Ctx) {
                 Some(key),
                 json!({"model": "default", "input": [{"type": "function_call_output", "call_id": "c", "output": "x"}]}),
             ),
+            404,
+            "not_found",
+        ),
+        (
+            create(
+                ctx,
+                Some(key),
+                json!({"model": "default", "input": "x", "tools": [{"type": "function", "name": "read_file"}]}),
+            ),
             422,
             "validation_error",
         ),
@@ -748,7 +1177,7 @@ pub async fn wire(ctx: &Ctx) {
             create(
                 ctx,
                 Some(key),
-                json!({"model": "default", "input": "x", "tools": [{"type": "function", "name": "f"}]}),
+                json!({"model": "default", "input": "x", "tools": [{"type": "mcp", "server_label": "x"}]}),
             ),
             422,
             "validation_error",

@@ -1,6 +1,7 @@
 //! What a run saves after every step so a restarted process can resume it.
 
 use agentry_llm::ToolCall;
+use agentry_schema::api::ClientTool;
 use agentry_schema::events::{Todo, TokenUsage};
 use agentry_schema::ids::UserId;
 use serde::{Deserialize, Serialize};
@@ -33,6 +34,10 @@ pub struct RunCheckpoint {
     /// the whole run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace_parent: Option<String>,
+    /// The functions the run's client declared (the Responses API's function tools): a resumed
+    /// run offers them again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub client_tools: Vec<ClientTool>,
 }
 
 /// A tool call being run, as the audit will record it.

@@ -86,6 +86,10 @@ pub struct RunInput {
     /// The session's history window, brought up to date with the run's start (`None`: read it
     /// at load). Shared with the session, which keeps it for its next run.
     pub history: Option<Arc<Vec<agentry_store::messages::Message>>>,
+    /// Functions the client declared for this run (the Responses API's function tools), offered
+    /// beside the assistant's tools; a call to one waits for the client's output. Kept in the
+    /// run's checkpoints, so a resumed run offers them again.
+    pub client_tools: Vec<agentry_schema::api::ClientTool>,
 }
 
 /// How a run ended; the session turns it into the `done` event and the execution row.
@@ -470,6 +474,7 @@ impl Agent {
             ));
         }
         self.add_task_tool(&mut tools);
+        self.add_client_tools(&mut tools);
         self.memory_on = tools.offered().any(|s| s.name == "recall");
         self.model = Some(model.clone());
         if tools.offered().any(|s| s.name == "load_skill") {
@@ -522,6 +527,11 @@ impl Agent {
             }
             None => {
                 self.load_conversation(None).await?;
+                if !self.input.client_tools.is_empty() {
+                    // A fresh run writes no checkpoint before its first model call; one with
+                    // client tools does, so a restart during that call still offers them.
+                    self.checkpoint(&[], None).await?;
+                }
                 Vec::new()
             }
         };
@@ -627,6 +637,41 @@ impl Agent {
         }
         self.stop_children = Some(delegation.cancel_token().drop_guard());
         self.delegation = Some(delegation);
+    }
+
+    /// The client's function tools, beside the assistant's: a call to one asks the client
+    /// through the call's user interaction (`agentry_tools::client`). The role's permissions
+    /// do not apply to them (they run on the client); a name the run's tools already have is
+    /// left out with a warning (the Responses adapter refuses such a request before the run).
+    fn add_client_tools(&mut self, tools: &mut ToolSet) {
+        if self.input.client_tools.is_empty() {
+            return;
+        }
+        let mut names = std::collections::HashSet::new();
+        for def in &self.input.client_tools {
+            let added = agentry_tools::client::ClientFunction::compile(def)
+                .map_err(|e| e.to_string())
+                .and_then(|t| {
+                    tools
+                        .registry
+                        .register_compiled(t)
+                        .map_err(|e| e.to_string())
+                });
+            match added {
+                Ok(()) => {
+                    names.insert(def.name.clone());
+                }
+                Err(e) => self.sink.emit(EventPayload::error(
+                    ErrorCode::ValidationError.as_str(),
+                    format!("the client tool {:?} was left out: {e}", def.name),
+                    true,
+                )),
+            }
+        }
+        tools.policy = Arc::new(agentry_tools::client::WithClientTools {
+            inner: tools.policy.clone(),
+            names,
+        });
     }
 
     /// A step's `task` calls: several start together now (see [`task::Delegation::plan`]), if
@@ -845,6 +890,7 @@ impl Agent {
             usage: p.usage,
             in_flight,
             trace_parent: self.trace_parent.clone(),
+            client_tools: self.input.client_tools.clone(),
         };
         match self.recorder.commit_step(&cp).await {
             Ok(()) => Ok(()),

@@ -399,6 +399,8 @@ impl ChildJob {
                 tool_call_id: self.call_id.clone(),
                 depth: self.depth,
             }),
+            // A client's functions are its own run's: a sub-task has no client to ask.
+            client_tools: Vec::new(),
         };
         let sink = self.sink.child(tag);
         let looped = run_agent(

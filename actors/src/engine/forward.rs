@@ -12,6 +12,7 @@
 
 use std::time::Duration;
 
+use agentry_schema::api::ClientTool;
 use agentry_schema::error::ErrorCode;
 use agentry_schema::frames::Decision;
 use agentry_schema::ids::{ApprovalId, RunId, SessionId, TenantId, UserId};
@@ -59,6 +60,9 @@ pub(crate) enum Command {
         caller: Caller,
         session: SessionId,
         message: String,
+        /// The client's function tools for the run (none from an older replica).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        client_tools: Vec<ClientTool>,
         enqueue: bool,
         request_id: Option<String>,
     },
@@ -192,12 +196,14 @@ impl Engine {
     }
 
     /// A chat the session's local actor refused because `owner` runs the session: sent there.
+    #[allow(clippy::too_many_arguments)] // the chat's fields, as `start_chat_here` takes them
     pub(crate) async fn forward_chat(
         &self,
         owner: String,
         handle: &SessionHandle,
         user: &UserScope,
         message: String,
+        client_tools: Vec<ClientTool>,
         enqueue: bool,
         request_id: Option<String>,
     ) -> Result<ChatAccepted, EngineError> {
@@ -205,13 +211,15 @@ impl Engine {
             caller: Caller::of(user),
             session: handle.session.id,
             message: message.clone(),
+            client_tools: client_tools.clone(),
             enqueue,
             request_id: request_id.clone(),
         };
         let local = || {
-            let (message, request_id) = (message.clone(), request_id.clone());
+            let (message, client_tools, request_id) =
+                (message.clone(), client_tools.clone(), request_id.clone());
             async move {
-                self.start_chat_here(handle, user, message, enqueue, request_id)
+                self.start_chat_here(handle, user, message, client_tools, enqueue, request_id)
                     .await
                     .map(|a| accepted_json(&a))
             }
@@ -323,12 +331,13 @@ impl Engine {
             Command::Chat {
                 session,
                 message,
+                client_tools,
                 enqueue,
                 request_id,
                 ..
             } => {
                 let handle = self.open_session(&tenant, &user, session).await?;
-                self.start_chat_here(&handle, &user, message, enqueue, request_id)
+                self.start_chat_here(&handle, &user, message, client_tools, enqueue, request_id)
                     .await
                     .map(|a| accepted_json(&a))
             }

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
+use agentry_schema::api::ClientTool;
 use agentry_schema::events::ExecutionEvent;
 use agentry_schema::frames::Decision;
 use agentry_schema::ids::{ApprovalId, AssistantId, RunId, SessionId, TenantId};
@@ -115,6 +116,11 @@ pub struct ChatCommand {
     pub subscriber: Option<Subscriber>,
     /// The id of the request that sent the message (`X-Request-Id`), for the log.
     pub request_id: Option<String>,
+    /// Functions the client declares for the run (the Responses API's function tools),
+    /// offered to the model beside the assistant's tools; a call to one waits, as a question
+    /// waits, for the client's output (`Decision::Answer`). Check them first with
+    /// [`Engine::check_client_tools`]. Such a message is never queued.
+    pub client_tools: Vec<agentry_schema::api::ClientTool>,
 }
 
 pub struct ChatStarted {
@@ -236,6 +242,103 @@ impl Engine {
         let q = (self.make_quota)(tenant, used);
         quotas.insert(tenant.id, q.clone());
         Ok(q)
+    }
+
+    /// Check the functions a client declares for a run of `assistant` (see
+    /// [`ChatCommand::client_tools`]): each name is 1–64 letters, digits, `_` or `-`, and
+    /// unique; `parameters` is a JSON Schema object that compiles; and no name is one of the
+    /// run's own tools — the assistant's built-ins, the user's MCP tools, `task` — as the
+    /// run would compose them for `user` (connecting the user's MCP servers if need be, which
+    /// the run reuses). `Validation` (field `tools`) naming the tool otherwise.
+    pub async fn check_client_tools(
+        &self,
+        tenant: Arc<Tenant>,
+        user: &UserScope,
+        assistant: &AssistantId,
+        tools: &[ClientTool],
+    ) -> Result<(), EngineError> {
+        let bad = |message: String| EngineError::Validation {
+            field: "tools",
+            message,
+        };
+        let mut seen = std::collections::HashSet::new();
+        for t in tools {
+            let ok_name = (1..=64).contains(&t.name.len())
+                && t.name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+            if !ok_name {
+                return Err(bad(format!(
+                    "the function tool name {:?} is not valid: use 1 to 64 letters, digits, `_` or `-`",
+                    t.name
+                )));
+            }
+            if !seen.insert(t.name.as_str()) {
+                return Err(bad(format!(
+                    "the function tool {:?} is declared twice",
+                    t.name
+                )));
+            }
+            if !t.parameters.is_object() {
+                return Err(bad(format!(
+                    "the parameters of the function tool {:?} must be a JSON Schema object",
+                    t.name
+                )));
+            }
+            agentry_tools::client::ClientFunction::compile(t).map_err(|e| {
+                bad(format!(
+                    "the parameters of the function tool {:?} are not a valid JSON Schema: {}",
+                    t.name,
+                    match e {
+                        agentry_tools::tool::RegistryError::InvalidSchema { reason, .. } => reason,
+                        other => other.to_string(),
+                    }
+                ))
+            })?;
+        }
+        if tools.is_empty() {
+            return Ok(());
+        }
+        let scope = tenant.scope();
+        let (assistant, agent) = match self.deps.assistants.get(tenant.id, assistant) {
+            Some((kept, _)) => kept,
+            None => {
+                let a = crate::session::load_assistant(&self.deps, &scope, assistant).await?;
+                let agent = crate::profiles::effective(&self.deps.db, &scope, &a).await?;
+                (a, agent)
+            }
+        };
+        let task_allowed = crate::tools::assistant_allows(
+            agent.tools.as_deref(),
+            &crate::agent::task::task_spec(),
+        );
+        let mcp = self.mcp_pool(&tenant).await?;
+        let own = self
+            .deps
+            .tools
+            .tools_for(&crate::deps::ToolRequest {
+                tenant,
+                user_id: user.user_id,
+                role: user.role,
+                custom_role: user.custom_role,
+                // Not a session's tools: a session's are the same for every run of its user.
+                session_id: SessionId(uuid::Uuid::nil()),
+                assistant,
+                agent,
+                mcp,
+            })
+            .await;
+        for t in tools {
+            if own.registry.contains(&t.name)
+                || (task_allowed && t.name == crate::agent::task::TASK_TOOL)
+            {
+                return Err(bad(format!(
+                    "the function tool {:?} has the name of one of the assistant's own tools; rename it",
+                    t.name
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// The tenant's MCP pool (None when MCP is not configured).
@@ -491,8 +594,15 @@ impl Engine {
             if let Some(to) = cmd.subscriber {
                 self.subscribe(&handle, None, to).await?;
             }
-            self.start_chat_for(&handle, user, cmd.message, cmd.enqueue, cmd.request_id)
-                .await
+            self.start_chat_with(
+                &handle,
+                user,
+                cmd.message,
+                cmd.client_tools,
+                cmd.enqueue,
+                cmd.request_id,
+            )
+            .await
         };
         match started.await {
             Ok(accepted) => Ok(ChatStarted { handle, accepted }),
@@ -607,20 +717,42 @@ impl Engine {
         enqueue: bool,
         request_id: Option<String>,
     ) -> Result<ChatAccepted, EngineError> {
+        self.start_chat_with(handle, user, message, Vec::new(), enqueue, request_id)
+            .await
+    }
+
+    /// [`Engine::start_chat_for`] with the client's function tools for the run.
+    async fn start_chat_with(
+        &self,
+        handle: &SessionHandle,
+        user: &UserScope,
+        message: String,
+        client_tools: Vec<ClientTool>,
+        enqueue: bool,
+        request_id: Option<String>,
+    ) -> Result<ChatAccepted, EngineError> {
         // Kept for the owner only in cluster mode: the actor takes the message.
         let kept = self
             .deps
             .coordination
             .is_some()
-            .then(|| (message.clone(), request_id.clone()));
+            .then(|| (message.clone(), client_tools.clone(), request_id.clone()));
         match self
-            .start_chat_here(handle, user, message, enqueue, request_id)
+            .start_chat_here(handle, user, message, client_tools, enqueue, request_id)
             .await
         {
             Err(EngineError::SessionOwnedElsewhere { owner, .. }) if kept.is_some() => {
-                let (message, request_id) = kept.unwrap_or_default();
-                self.forward_chat(owner, handle, user, message, enqueue, request_id)
-                    .await
+                let (message, client_tools, request_id) = kept.unwrap_or_default();
+                self.forward_chat(
+                    owner,
+                    handle,
+                    user,
+                    message,
+                    client_tools,
+                    enqueue,
+                    request_id,
+                )
+                .await
             }
             res => res,
         }
@@ -632,6 +764,7 @@ impl Engine {
         handle: &SessionHandle,
         user: &UserScope,
         message: String,
+        client_tools: Vec<ClientTool>,
         enqueue: bool,
         request_id: Option<String>,
     ) -> Result<ChatAccepted, EngineError> {
@@ -644,6 +777,7 @@ impl Engine {
             .send(StartChat {
                 user: *user,
                 message,
+                client_tools,
                 enqueue,
                 request_id,
                 span: tracing::Span::current(),

@@ -102,7 +102,8 @@ impl Handler<StartChat> for SessionActor {
         let run_id = RunId::new();
         let span = self.run_span(&msg.span, run_id);
         if self.busy() {
-            if !msg.enqueue {
+            // A queued run starts from its stored row, which does not keep a client's tools.
+            if !msg.enqueue || !msg.client_tools.is_empty() {
                 return Box::pin(fut::ready(Err(EngineError::RunInProgress)));
             }
             // Queued: its place is taken now, in the order messages arrive; it is stored
@@ -162,6 +163,7 @@ impl Handler<StartChat> for SessionActor {
             msg.user,
             RunStart::Fresh {
                 message: msg.message,
+                client_tools: msg.client_tools,
             },
             0,
             Some(tx),

@@ -125,6 +125,9 @@ pub struct Unsubscribe(pub SubscriptionId);
 pub struct StartChat {
     pub user: UserScope,
     pub message: String,
+    /// Functions the client declared for the run (the Responses API's function tools). A
+    /// message with any is not queued behind another run (`RunInProgress` instead).
+    pub client_tools: Vec<agentry_schema::api::ClientTool>,
     pub enqueue: bool,
     /// The id of the request that sent the message, for the log line of a run that fails.
     pub request_id: Option<String>,

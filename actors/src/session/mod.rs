@@ -300,8 +300,12 @@ struct QueuedRun {
 
 /// How a run gets its rows written before the loop starts.
 enum RunStart {
-    /// A new message: create the execution, store the message.
-    Fresh { message: String },
+    /// A new message: create the execution, store the message. `client_tools`: the functions
+    /// its client declared for the run (kept in the run's checkpoints).
+    Fresh {
+        message: String,
+        client_tools: Vec<agentry_schema::api::ClientTool>,
+    },
     /// A queued execution: mark it running, store its message.
     Queued,
     /// After a crash or a panic: continue from this checkpoint (or from the stored
@@ -2014,7 +2018,7 @@ struct PreparedRun {
     assistant_loaded: Instant,
 }
 
-async fn load_assistant(
+pub(crate) async fn load_assistant(
     deps: &EngineDeps,
     scope: &TenantScope,
     id: &AssistantId,
@@ -2073,21 +2077,28 @@ async fn prepare_run(
         }
     };
     let recorder = RunRecorder::new(deps.writer.clone(), *scope, session.id, run_id, fence);
+    let mut client_tools = Vec::new();
     let (rows, resume) = match start {
-        RunStart::Fresh { message } => (
-            StartRows::Fresh(NewExecution {
-                id: run_id,
-                user_id: user.user_id,
-                session_id: session.id,
-                assistant_id: session.assistant_id.to_string(),
-                input: message,
-                // prepare_run runs in the run's span.
-                trace_id: agentry_schema::trace_context::trace_id(&tracing::Span::current()),
-                status: ExecutionStatus::Running,
-                role: Some(user.grant()),
-            }),
-            None,
-        ),
+        RunStart::Fresh {
+            message,
+            client_tools: declared,
+        } => {
+            client_tools = declared;
+            (
+                StartRows::Fresh(NewExecution {
+                    id: run_id,
+                    user_id: user.user_id,
+                    session_id: session.id,
+                    assistant_id: session.assistant_id.to_string(),
+                    input: message,
+                    // prepare_run runs in the run's span.
+                    trace_id: agentry_schema::trace_context::trace_id(&tracing::Span::current()),
+                    status: ExecutionStatus::Running,
+                    role: Some(user.grant()),
+                }),
+                None,
+            )
+        }
         RunStart::Queued => {
             let exec = executions::get(&deps.db, scope, run_id)
                 .await?
@@ -2095,7 +2106,12 @@ async fn prepare_run(
             (StartRows::Queued { input: exec.input }, None)
         }
         // Without a checkpoint it starts again from its stored conversation (see `Restart`).
-        RunStart::Resume(cp) => (StartRows::Resume, cp.map(|c| *c)),
+        RunStart::Resume(cp) => {
+            if let Some(cp) = &cp {
+                client_tools = cp.client_tools.clone();
+            }
+            (StartRows::Resume, cp.map(|c| *c))
+        }
     };
     let n = deps.config.history_window.max(1);
     let read =
@@ -2128,6 +2144,7 @@ async fn prepare_run(
             quota,
             parent: None,
             history,
+            client_tools,
         },
         assistant_loaded,
     })

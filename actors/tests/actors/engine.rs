@@ -1062,6 +1062,7 @@ async fn startup_recovery_resumes_or_interrupts_unfinished_runs() {
         usage: Default::default(),
         in_flight: None,
         trace_parent: None,
+        client_tools: vec![],
     };
     let mut future = cp.to_json();
     future["version"] = serde_json::json!(CHECKPOINT_VERSION + 1);

@@ -497,6 +497,16 @@ async fn checkpoints_round_trip_through_the_store() {
                 }),
                 trace_parent: (i % 3 == 0)
                     .then(|| format!("00-4bf92f3577b34da6a3ce929d0e0e{i:04x}-00f067aa0ba902b7-01")),
+                // A client's function tools round-trip too (a resumed run offers them again).
+                client_tools: if i % 4 == 1 {
+                    vec![agentry_schema::api::ClientTool {
+                        name: format!("client_fn_{i}"),
+                        description: "ünïcode".into(),
+                        parameters: json!({"type": "object", "properties": {"n": {"type": "integer"}}}),
+                    }]
+                } else {
+                    vec![]
+                },
             };
             assert_eq!(RunCheckpoint::from_json(&cp.to_json()).unwrap(), cp);
             let run = agentry_schema::ids::RunId::new();

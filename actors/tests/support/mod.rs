@@ -454,6 +454,7 @@ impl Tool for Asker {
                 options: Vec::new(),
                 timeout: 0,
                 schema: None,
+                function_call: None,
             })
             .await
             .map_err(|e| ToolError::failed(e.to_string()))?;

@@ -293,6 +293,7 @@ impl Tool for Interaction {
                     options: options.clone(),
                     timeout: self.timeout(a.timeout),
                     schema: None,
+                    function_call: None,
                 };
                 match self.ask(question, ctx).await? {
                     Err((reason, message)) => Ok(no_answer(reason, message, &a.question)),
@@ -331,6 +332,7 @@ impl Tool for Interaction {
                     options: Vec::new(),
                     timeout: self.timeout(a.timeout),
                     schema: number.then(|| json!({"type": "number"})),
+                    function_call: None,
                 };
                 match self.ask(question, ctx).await? {
                     Err((reason, message)) => {
@@ -381,6 +383,7 @@ impl Tool for Interaction {
                     options,
                     timeout: self.timeout(a.timeout),
                     schema: None,
+                    function_call: None,
                 };
                 match self.ask(question, ctx).await? {
                     Err((reason, message)) => Ok(no_answer(
@@ -428,6 +431,7 @@ impl Tool for Interaction {
                     options: a.options.clone(),
                     timeout: self.timeout(a.timeout),
                     schema: None,
+                    function_call: None,
                 };
                 match self.ask(question, ctx).await? {
                     Err((reason, message)) => Ok(no_answer(reason, message, &a.preference_type)),

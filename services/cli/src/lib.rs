@@ -1117,6 +1117,7 @@ mod tests {
                 options: vec![],
                 timeout: 1,
                 schema: None,
+                function_call: None,
             }),
         };
         assert_eq!(

@@ -209,6 +209,7 @@ impl Tool for AskAssistant {
                     enqueue: false,
                     subscriber: None,
                     request_id: None,
+                    client_tools: Vec::new(),
                 },
             )
             .await

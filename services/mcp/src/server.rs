@@ -1037,6 +1037,7 @@ pub fn approval_question(text: String, timeout: u64) -> Question {
         options: vec!["yes".into(), "no".into()],
         timeout,
         schema: None,
+        function_call: None,
     }
 }
 

@@ -48,6 +48,7 @@ pub fn chat_command(req: ChatRequest, request_id: RequestId) -> ApiResult<ChatCo
         enqueue: req.enqueue,
         subscriber: None,
         request_id: Some(request_id.0),
+        client_tools: Vec::new(),
     })
 }
 
@@ -64,6 +65,8 @@ pub struct ConversationRun<'a> {
     /// instructions), oldest first.
     pub earlier: Vec<(MessageRole, String)>,
     pub message: String,
+    /// The client's function tools for the run (the Responses API's), checked already.
+    pub client_tools: Vec<agentry_schema::api::ClientTool>,
 }
 
 /// Start `c`'s run. A spent daily budget is refused before a session is made; a new session is
@@ -121,6 +124,7 @@ pub async fn start_conversation_run(
                     session_id: Some(session),
                     message: c.message,
                     request_id: Some(request_id.0),
+                    client_tools: c.client_tools,
                     ..Default::default()
                 },
             )

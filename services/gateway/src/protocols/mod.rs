@@ -8,7 +8,7 @@
 //! | [`sse`] | `POST /api/v1/chat/stream`: the same request as Server-Sent Events |
 //! | [`ws`] | `WS /ws/chat/{session_id}`: client frames in, events out, several watchers per session |
 //! | [`openai_chat`] | `POST /v1/chat/completions`, `GET /v1/models`: the OpenAI wire format |
-//! | [`openai_responses`] | `/v1/responses`: the OpenAI Responses API (tools as `mcp_call` items, approvals as MCP approval items) |
+//! | [`openai_responses`] | `/v1/responses`: the OpenAI Responses API (tools as `mcp_call` items, approvals as MCP approval items, client function tools as `function_call` / `function_call_output`) |
 //! | [`a2a`] | `/a2a/{tenant_id}/{agent_id}`: each assistant an A2A v1.0 agent (JSON-RPC binding: card, tasks, streaming, input-required approvals) |
 //! | [`mcp`] | `/mcp` and `/mcp/{virtual_server}`: Agentry as an MCP server (Streamable HTTP), the HTTP side of `agentry_mcp_server` |
 //!

@@ -423,6 +423,7 @@ async fn start(
             metadata: json!({"source": "openai"}),
             earlier: c.earlier.clone(),
             message: c.message.clone(),
+            client_tools: Vec::new(),
         },
     )
     .await

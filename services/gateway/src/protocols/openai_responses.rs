@@ -9,7 +9,13 @@
 //! the run's events are folded ([`Fold`]) into OpenAI's output items and semantic stream events.
 //! The assistant's own tools run in Agentry and show as `mcp_call` items; a call that needs a
 //! person ends the response with an `mcp_approval_request` item while the run waits, paused,
-//! for the next request's `mcp_approval_response` (within `hitl.timeout_secs`).
+//! for the next request's `mcp_approval_response` (within `hitl.timeout_secs`). The client's own
+//! function tools (`tools: [{"type": "function"}]`) go into the run's command
+//! ([`agentry_actors::ChatCommand::client_tools`]); a call to one pauses the run as a question
+//! does (`agentry_tools::client`), which ends the response with a `function_call` item, and the
+//! next request's `function_call_output` answers the question ([`agentry_actors::Engine::decide`])
+//! — by `previous_response_id` or in a full stateless item list: its `call_id` names the
+//! question, so the paused run is found from it.
 //!
 //! A response is a window of one run's stored events: the run, and the session `seq` after
 //! which the window starts (0 or the last seq before the run for a run's first response; the
@@ -24,8 +30,12 @@ use actix_web::http::header;
 use actix_web::web::{self, Bytes};
 use actix_web::{HttpResponse, Responder};
 use agentry_actors::SessionEvent;
+use agentry_schema::api::ClientTool;
 use agentry_schema::error::ErrorCode;
-use agentry_schema::events::{DoneStatus, EventPayload, ExecutionEvent, HitlKind, TokenUsage};
+use agentry_schema::events::{
+    ActionRequest, DoneStatus, EventPayload, ExecutionEvent, FUNCTION_CALL_QUESTION, HitlKind,
+    HitlRequestData, TokenUsage,
+};
 use agentry_schema::frames::Decision;
 use agentry_schema::ids::{ApprovalId, AssistantId, RunId, SessionId};
 use agentry_store::messages::MessageRole;
@@ -82,7 +92,9 @@ pub struct CreateResponseRequest {
     /// A string (one user message) or a list of input items: messages (`role` `user`,
     /// `system`, `developer` or `assistant`; `content` a string or `input_text` /
     /// `output_text` parts), or one `mcp_approval_response` answering the previous response's
-    /// `mcp_approval_request`.
+    /// `mcp_approval_request`, or ending in a `function_call_output` answering a
+    /// `function_call` (with `previous_response_id`, or after the whole conversation re-sent:
+    /// its `function_call` items are accepted and skipped).
     #[schema(value_type = Object)]
     pub input: Value,
     /// Added to a new conversation as a system message before the input; a response that
@@ -112,8 +124,11 @@ pub struct CreateResponseRequest {
     /// Echoed; the assistant's run decides how its calls are made.
     #[serde(default)]
     pub parallel_tool_calls: Option<bool>,
-    /// Client-side tools are not supported yet: the assistant runs its own (an empty list is
-    /// accepted).
+    /// Client function tools, `{"type": "function", "name", "description", "parameters",
+    /// "strict"}`: offered to the model beside the assistant's own tools; a call to one ends
+    /// the response with a `function_call` item, and the client runs it and sends its
+    /// `function_call_output`. A name of one of the assistant's tools, a bad name or a
+    /// `parameters` that is not a JSON Schema object is 422. Other tool types are 422.
     #[serde(default)]
     #[schema(value_type = Option<Vec<Object>>)]
     pub tools: Option<Vec<Value>>,
@@ -202,6 +217,46 @@ fn approval_of_item(raw: &str) -> Option<ApprovalId> {
     rest.get(..36)?.parse().ok()
 }
 
+/// A `function_call` item's `call_id`: the question its client's output answers.
+fn function_call_id(request_id: &str) -> String {
+    format!("call_{request_id}")
+}
+
+fn question_of_call(raw: &str) -> Option<ApprovalId> {
+    let rest = raw.strip_prefix("call_")?;
+    if rest.len() != 36 {
+        return None;
+    }
+    rest.parse().ok()
+}
+
+/// The client function call a `hitl_request` asks its client to make, if it is one.
+fn function_call_of(h: &HitlRequestData) -> Option<&ActionRequest> {
+    match &h.question {
+        Some(q) if h.kind == HitlKind::Question && q.question_type == FUNCTION_CALL_QUESTION => {
+            q.function_call.as_deref()
+        }
+        _ => None,
+    }
+}
+
+/// A `function_call` item (`status` as it stands, `arguments` empty while it streams in).
+fn function_call_item(
+    request_id: &str,
+    call: &ActionRequest,
+    arguments: &str,
+    status: &str,
+) -> Value {
+    json!({
+        "type": "function_call",
+        "id": format!("fc_{}", request_id.replace('-', "")),
+        "call_id": function_call_id(request_id),
+        "name": call.name,
+        "arguments": arguments,
+        "status": status,
+    })
+}
+
 fn response_not_found(raw: &str, param: &str) -> ApiError {
     ApiError::new(
         ErrorCode::NotFound,
@@ -272,6 +327,9 @@ struct Fold {
     open: Option<OpenMessage>,
     /// Calls started (or approved) and not yet answered: id → (name, arguments).
     calls: HashMap<String, (String, Value)>,
+    /// The client function call this window continues from: its result is the client's own
+    /// output, not an item of the response.
+    client_calls: HashSet<String>,
     ended: Option<End>,
     usage: TokenUsage,
     last_error: Option<(String, String)>,
@@ -290,6 +348,7 @@ impl Fold {
             items: Vec::new(),
             open: None,
             calls: HashMap::new(),
+            client_calls: HashSet::new(),
             ended: None,
             usage: TokenUsage::default(),
             last_error: None,
@@ -324,6 +383,45 @@ impl Fold {
                             .insert(id.clone(), (a.name.clone(), a.args.clone()));
                     }
                 }
+                if let Some(id) = function_call_of(h).and_then(|c| c.tool_call_id.clone()) {
+                    self.client_calls.insert(id);
+                }
+            }
+            EventPayload::HitlRequest(h) if function_call_of(h).is_some() => {
+                // The client runs it: the response ends with the call, the run waits for its
+                // output (the next request's `function_call_output`).
+                if let Some(call) = function_call_of(h) {
+                    self.close_message(&mut out);
+                    let index = self.items.len();
+                    let args = as_text(&call.args);
+                    let item = function_call_item(&h.request_id, call, &args, "completed");
+                    let item_id = item["id"].clone();
+                    out.push(json!({
+                        "type": "response.output_item.added",
+                        "output_index": index,
+                        "item": function_call_item(&h.request_id, call, "", "in_progress"),
+                    }));
+                    out.push(json!({
+                        "type": "response.function_call_arguments.delta",
+                        "item_id": item_id,
+                        "output_index": index,
+                        "delta": args,
+                    }));
+                    out.push(json!({
+                        "type": "response.function_call_arguments.done",
+                        "item_id": item_id,
+                        "output_index": index,
+                        "name": call.name,
+                        "arguments": args,
+                    }));
+                    out.push(json!({
+                        "type": "response.output_item.done",
+                        "output_index": index,
+                        "item": item,
+                    }));
+                    self.items.push(item);
+                }
+                self.ended = Some(End::Paused);
             }
             EventPayload::HitlRequest(h) if h.kind == HitlKind::Approval => {
                 self.close_message(&mut out);
@@ -362,6 +460,9 @@ impl Fold {
                     c.tool_call_id.clone(),
                     (c.tool_name.clone(), c.tool_args.clone()),
                 );
+            }
+            EventPayload::ToolResult(r) if self.client_calls.remove(&r.tool_call_id) => {
+                self.calls.remove(&r.tool_call_id);
             }
             EventPayload::ToolResult(r) => {
                 self.close_message(&mut out);
@@ -405,7 +506,9 @@ impl Fold {
     fn is_question(&self, ev: &ExecutionEvent) -> Option<ApprovalId> {
         match &ev.payload {
             EventPayload::HitlRequest(h)
-                if h.kind == HitlKind::Question && self.tree.contains(&ev.run_id) =>
+                if h.kind == HitlKind::Question
+                    && function_call_of(h).is_none()
+                    && self.tree.contains(&ev.run_id) =>
             {
                 h.request_id.parse().ok()
             }
@@ -546,7 +649,7 @@ impl Fold {
             "previous_response_id": echo.previous_response_id,
             "store": echo.store,
             "tool_choice": "auto",
-            "tools": [],
+            "tools": echo.tools,
             "temperature": null,
             "top_p": null,
             "text": {"format": {"type": "text"}},
@@ -582,6 +685,8 @@ struct Echo {
     parallel_tool_calls: bool,
     previous_response_id: Option<String>,
     store: bool,
+    /// The client's function tools, as OpenAI echoes them.
+    tools: Vec<Value>,
 }
 
 /// The semantic stream events of one response, numbered. The numbering is a function of the
@@ -619,12 +724,20 @@ enum Input {
         approve: bool,
         reason: Option<String>,
     },
+    /// The client's output of a function call its run waits for.
+    FunctionOutput {
+        /// As the client sent it (`call_<question id>`).
+        call_id: String,
+        output: String,
+    },
 }
 
 struct Plan {
     assistant: AssistantId,
     previous: Option<(ResponseRef, Session)>,
     input: Input,
+    /// The client's function tools for a run the request starts.
+    client_tools: Vec<ClientTool>,
     echo: Echo,
     stream: bool,
     background: bool,
@@ -664,11 +777,50 @@ fn parse_input(input: &Value) -> ApiResult<Input> {
             ));
         }
     };
+    // A client function call's output, as the last item: it continues the run that waits for
+    // it. What comes before it is the conversation a stateless client sends again (the run
+    // holds it), so it is not read.
+    if let Some(last) = items.last()
+        && last["type"] == "function_call_output"
+    {
+        let i = items.len() - 1;
+        let call_id = last["call_id"].as_str().ok_or_else(|| {
+            ApiError::validation("input", format!("input[{i}].call_id must be a string"))
+        })?;
+        let output = match &last["output"] {
+            Value::String(s) => s.clone(),
+            parts @ Value::Array(_) => text_of(parts).ok_or_else(|| {
+                ApiError::validation(
+                    "input",
+                    format!("input[{i}].output must be a string or a list of input_text parts"),
+                )
+            })?,
+            _ => {
+                return Err(ApiError::validation(
+                    "input",
+                    format!("input[{i}].output must be a string"),
+                ));
+            }
+        };
+        if items.iter().any(|it| it["type"] == "mcp_approval_response") {
+            return Err(ApiError::validation(
+                "input",
+                "send an mcp_approval_response and a function_call_output in separate requests",
+            ));
+        }
+        return Ok(Input::FunctionOutput {
+            call_id: call_id.to_string(),
+            output,
+        });
+    }
     let mut messages = Vec::new();
     let mut approval = None;
     for (i, item) in items.iter().enumerate() {
         let kind = item["type"].as_str().unwrap_or("message");
         match kind {
+            // Earlier calls and outputs of a conversation a client sends whole: the model of a
+            // new conversation reads its messages only.
+            "function_call" | "function_call_output" => {}
             "message" => {
                 let role = match item["role"].as_str() {
                     Some("user") => MessageRole::User,
@@ -727,8 +879,8 @@ fn parse_input(input: &Value) -> ApiResult<Input> {
                 return Err(ApiError::validation(
                     "input",
                     format!(
-                        "input[{i}].type {other:?} is not supported: send messages, or one \
-                         mcp_approval_response (client function tools are not supported yet)"
+                        "input[{i}].type {other:?} is not supported: send messages, one \
+                         mcp_approval_response, or a function_call_output"
                     ),
                 ));
             }
@@ -856,18 +1008,83 @@ fn check_metadata(metadata: &Option<Value>) -> ApiResult<Value> {
     Ok(m.clone())
 }
 
+/// The client's function tools (`{"type": "function", "name", "description", "parameters",
+/// "strict"}`), and each as the response echoes it. Their names and schemas are the engine's
+/// to check ([`agentry_actors::Engine::check_client_tools`]).
+fn parse_tools(tools: &[Value]) -> ApiResult<(Vec<ClientTool>, Vec<Value>)> {
+    let mut defs = Vec::new();
+    let mut echoed = Vec::new();
+    for (i, t) in tools.iter().enumerate() {
+        match t["type"].as_str() {
+            Some("function") => {}
+            Some("mcp") => {
+                return Err(ApiError::validation(
+                    "tools",
+                    format!(
+                        "tools[{i}]: client-declared MCP servers are not supported: configure \
+                         MCP servers on the user or the assistant"
+                    ),
+                ));
+            }
+            other => {
+                return Err(ApiError::validation(
+                    "tools",
+                    format!(
+                        "tools[{i}].type {other:?} is not supported: only `function` tools \
+                         (the assistant runs its own tools)"
+                    ),
+                ));
+            }
+        }
+        let name = t["name"].as_str().ok_or_else(|| {
+            ApiError::validation("tools", format!("tools[{i}].name must be a string"))
+        })?;
+        let description = match &t["description"] {
+            Value::Null => String::new(),
+            Value::String(s) => s.clone(),
+            _ => {
+                return Err(ApiError::validation(
+                    "tools",
+                    format!("tools[{i}].description must be a string"),
+                ));
+            }
+        };
+        let parameters = match &t["parameters"] {
+            Value::Null => json!({"type": "object", "properties": {}}),
+            p => p.clone(),
+        };
+        let strict = match &t["strict"] {
+            Value::Null => true,
+            Value::Bool(b) => *b,
+            _ => {
+                return Err(ApiError::validation(
+                    "tools",
+                    format!("tools[{i}].strict must be a boolean"),
+                ));
+            }
+        };
+        echoed.push(json!({
+            "type": "function",
+            "name": name,
+            "description": description,
+            "parameters": parameters,
+            "strict": strict,
+        }));
+        defs.push(ClientTool {
+            name: name.to_string(),
+            description,
+            parameters,
+        });
+    }
+    Ok((defs, echoed))
+}
+
 async fn check(
     state: &AppState,
     caller: &TenantCaller,
     body: CreateResponseRequest,
 ) -> ApiResult<Plan> {
-    if body.tools.as_ref().is_some_and(|t| !t.is_empty()) {
-        return Err(ApiError::validation(
-            "tools",
-            "client-side tools are not supported yet: the assistant runs its own tools \
-             (configure them on the assistant)",
-        ));
-    }
+    let (client_tools, echoed_tools) = parse_tools(body.tools.as_deref().unwrap_or_default())?;
     let background = body.background == Some(true);
     if background && body.store == Some(false) {
         return Err(ApiError::validation(
@@ -898,6 +1115,23 @@ async fn check(
     assistants::get(&state.db, &caller.scope(), &assistant)
         .await?
         .ok_or_else(|| model_not_found(&body.model))?;
+    // Checked for a continuation too (a client sends its tools again with every request, as
+    // the Agents SDK does), though only a run the request starts takes them.
+    state
+        .engine
+        .check_client_tools(
+            caller.tenant_arc(),
+            &caller.user(),
+            &assistant,
+            &client_tools,
+        )
+        .await
+        .map_err(|e| match e {
+            agentry_actors::EngineError::Validation { message, .. } => {
+                ApiError::validation("tools", message)
+            }
+            other => other.into(),
+        })?;
     let previous = match body.previous_response_id.as_deref() {
         Some(raw) => {
             let (r, session) = owned(state, caller, raw).await?;
@@ -931,11 +1165,13 @@ async fn check(
         parallel_tool_calls: body.parallel_tool_calls.unwrap_or(true),
         previous_response_id: body.previous_response_id,
         store: body.store.unwrap_or(true),
+        tools: echoed_tools,
     };
     Ok(Plan {
         assistant,
         previous,
         input,
+        client_tools,
         echo,
         stream: body.stream.unwrap_or(false),
         background,
@@ -957,7 +1193,6 @@ async fn start(
     Fold,
     bool,
 )> {
-    let (tenant, user) = (caller.tenant(), caller.user());
     match (&plan.input, &plan.previous) {
         (
             Input::Approval {
@@ -982,26 +1217,6 @@ async fn start(
                 .await?
                 .filter(|a| a.session_id == session.id && a.execution_id == prev.run)
                 .ok_or_else(not_found)?;
-            let request_id_text = a.id.to_string();
-            let asked = events::of_run_by_type(
-                &state.db,
-                &caller.scope(),
-                prev.run,
-                "hitl_request",
-                1000,
-            )
-            .await?
-            .into_iter()
-            .find(|e| {
-                matches!(&e.payload, EventPayload::HitlRequest(h) if h.request_id == request_id_text)
-            })
-            .ok_or_else(not_found)?;
-            // Subscribed before the decision, so nothing the run does next is missed.
-            let run = state
-                .engine
-                .follow_run(tenant, &user, session.id, prev.run, asked.seq)
-                .await?
-                .boxed_local();
             let decision = if *approve {
                 Decision::Approve { message: None }
             } else {
@@ -1009,18 +1224,62 @@ async fn start(
                     message: reason.clone(),
                 }
             };
-            state
-                .engine
-                .decide(tenant, &user, session.id, *id, decision)
-                .await?;
-            let r = ResponseRef {
-                session: session.id,
-                run: prev.run,
-                after: asked.seq,
-                background: plan.background,
+            let (run, r, fold) = resume(state, caller, session.id, a, decision, plan.background)
+                .await?
+                .ok_or_else(not_found)?;
+            Ok((run, r, fold, false))
+        }
+        (Input::FunctionOutput { call_id, output }, previous) => {
+            let not_found = || {
+                ApiError::new(
+                    ErrorCode::NotFound,
+                    format!(
+                        "no function call {call_id:?} of a response of yours waits for its \
+                         output: send the call_id of the function_call item the response ended \
+                         with"
+                    ),
+                )
+                .with_details(json!({"param": "input"}))
             };
-            let mut fold = Fold::new(&r);
-            fold.take(&asked);
+            let a = match question_of_call(call_id) {
+                Some(id) => approvals::get(&state.db, &caller.scope(), id).await?,
+                None => None,
+            }
+            .filter(|a| {
+                a.request["question"]["question_type"] == FUNCTION_CALL_QUESTION
+                    && previous
+                        .as_ref()
+                        .is_none_or(|(prev, _)| prev.session == a.session_id)
+            })
+            .ok_or_else(not_found)?;
+            // Stateless (no previous_response_id): the call names the conversation, which must
+            // be the caller's own and the model's.
+            let session = match state
+                .engine
+                .load_session(caller.tenant(), &caller.user(), a.session_id)
+                .await
+            {
+                Ok(s) if s.user_id == caller.user_id() => s,
+                Ok(_) | Err(agentry_actors::EngineError::NotFound(_)) => return Err(not_found()),
+                Err(e) => return Err(e.into()),
+            };
+            if session.assistant_id != plan.assistant {
+                return Err(ApiError::validation(
+                    "model",
+                    format!(
+                        "function call {call_id} belongs to a conversation with {:?}; send \
+                         `model: {:?}` to continue it",
+                        session.assistant_id.as_str(),
+                        session.assistant_id.as_str()
+                    ),
+                ));
+            }
+            let decision = Decision::Answer {
+                answer: Value::String(output.clone()),
+            };
+            let (run, r, fold) = resume(state, caller, session.id, a, decision, plan.background)
+                .await?
+                .ok_or_else(not_found)?;
             Ok((run, r, fold, false))
         }
         (Input::Messages { earlier, message }, previous) => {
@@ -1060,6 +1319,7 @@ async fn start(
                     metadata: json!({"source": "openai_responses", "metadata": plan.echo.metadata}),
                     earlier,
                     message: message.clone(),
+                    client_tools: plan.client_tools.clone(),
                 },
             )
             .await?;
@@ -1078,6 +1338,55 @@ async fn start(
             "an mcp_approval_response needs `previous_response_id`",
         )),
     }
+}
+
+/// Decide what a paused run waits for (`approval`, of the run `approval.execution_id` in
+/// `session`) and follow the run on from there: the response that continues it starts at the
+/// request's `hitl_request` event, the fold seeded with it. `None` when the run never asked it.
+async fn resume(
+    state: &AppState,
+    caller: &TenantCaller,
+    session: SessionId,
+    approval: approvals::Approval,
+    decision: Decision,
+    background: bool,
+) -> ApiResult<Option<(LocalBoxStream<'static, SessionEvent>, ResponseRef, Fold)>> {
+    let (tenant, user) = (caller.tenant(), caller.user());
+    let run_id = approval.execution_id;
+    let request_id_text = approval.id.to_string();
+    let Some(asked) = events::of_run_by_type(
+        &state.db,
+        &caller.scope(),
+        run_id,
+        "hitl_request",
+        1000,
+    )
+    .await?
+    .into_iter()
+    .find(
+        |e| matches!(&e.payload, EventPayload::HitlRequest(h) if h.request_id == request_id_text),
+    ) else {
+        return Ok(None);
+    };
+    // Subscribed before the decision, so nothing the run does next is missed.
+    let run = state
+        .engine
+        .follow_run(tenant, &user, session, run_id, asked.seq)
+        .await?
+        .boxed_local();
+    state
+        .engine
+        .decide(tenant, &user, session, approval.id, decision)
+        .await?;
+    let r = ResponseRef {
+        session,
+        run: run_id,
+        after: asked.seq,
+        background,
+    };
+    let mut fold = Fold::new(&r);
+    fold.take(&asked);
+    Ok(Some((run, r, fold)))
 }
 
 /// Take one event of the live run; a question (which an OpenAI client cannot answer) is
@@ -1138,13 +1447,13 @@ async fn forget_if_asked(
     tag = "openai",
     request_body = CreateResponseRequest,
     responses(
-        (status = 200, description = "`stream: false`: the Response object (`background: true`: at once, `queued` or `in_progress`). `stream: true`: `text/event-stream` of semantic events (`event: <type>`, `data: {type, sequence_number, …}`): `response.created`, `response.in_progress`, `response.output_item.added` / `.done`, `response.content_part.added` / `.done`, `response.output_text.delta` / `.done`, ending in `response.completed` or `response.failed` (after an `error` event when the run was lost). `X-Agentry-Session` names the session", body = Object),
+        (status = 200, description = "`stream: false`: the Response object (`background: true`: at once, `queued` or `in_progress`). `stream: true`: `text/event-stream` of semantic events (`event: <type>`, `data: {type, sequence_number, …}`): `response.created`, `response.in_progress`, `response.output_item.added` / `.done`, `response.content_part.added` / `.done`, `response.output_text.delta` / `.done`, `response.function_call_arguments.delta` / `.done` (a client function call, which ends the response), ending in `response.completed` or `response.failed` (after an `error` event when the run was lost). `X-Agentry-Session` names the session", body = Object),
         (status = 400, description = "Malformed JSON (`invalid_json`)", body = agentry_schema::ErrorResponse),
         (status = 401, description = "No usable API key", body = agentry_schema::ErrorResponse),
         (status = 403, description = "The platform admin key (it has no tenant)", body = agentry_schema::ErrorResponse),
-        (status = 404, description = "`model` names no assistant of the tenant (`model_not_found`), or `previous_response_id` / `approval_request_id` names nothing of the caller's (`not_found`)", body = agentry_schema::ErrorResponse),
+        (status = 404, description = "`model` names no assistant of the tenant (`model_not_found`), or `previous_response_id` / `approval_request_id` / a `function_call_output`'s `call_id` names nothing of the caller's (`not_found`)", body = agentry_schema::ErrorResponse),
         (status = 409, description = "A run is in progress in the conversation (`run_in_progress`: it waits for an approval, say), or the approval was decided already (`approval_not_pending`)", body = agentry_schema::ErrorResponse),
-        (status = 422, description = "A field is invalid (`validation_error`): no final user message, an empty one, client-side `tools`, `background` with `store: false`, a `tool_choice` other than `auto`", body = agentry_schema::ErrorResponse),
+        (status = 422, description = "A field is invalid (`validation_error`): no final user message, an empty one, a tool that is not a `function`, a function tool whose name is bad, taken by one of the assistant's tools or declared twice, or whose `parameters` is not a JSON Schema object, `background` with `store: false`, a `tool_choice` other than `auto`", body = agentry_schema::ErrorResponse),
     )
 )]
 pub async fn create_response(
@@ -1482,7 +1791,7 @@ pub async fn delete_response(
 }
 
 /// The input of a response: the user message that started its run, or the
-/// `mcp_approval_response` that resumed it. Messages given before the last in a new
+/// `mcp_approval_response` or `function_call_output` that resumed it. Messages given before the last in a new
 /// conversation's `input` are in the conversation (`GET /api/v1/sessions/{id}/messages`), not
 /// listed here.
 #[utoipa::path(
@@ -1515,16 +1824,32 @@ pub async fn list_input_items(
             && let Ok(approval) = h.request_id.parse::<ApprovalId>()
             && let Some(a) = approvals::get(&state.db, &scope, approval).await?
         {
-            let approve = matches!(
-                a.status,
-                approvals::ApprovalStatus::Approved | approvals::ApprovalStatus::Edited
-            );
-            data.push(json!({
-                "type": "mcp_approval_response",
-                "id": format!("mcpa_{}", a.id.0.simple()),
-                "approval_request_id": approval_item_id(&h.request_id, 0),
-                "approve": approve,
-            }));
+            if function_call_of(h).is_some() {
+                // The client's output, as the question's answer stored it.
+                let output = a
+                    .decision
+                    .as_ref()
+                    .map(|d| as_text(&d["answer"]))
+                    .unwrap_or_default();
+                data.push(json!({
+                    "type": "function_call_output",
+                    "id": format!("fco_{}", a.id.0.simple()),
+                    "call_id": function_call_id(&h.request_id),
+                    "output": output,
+                    "status": "completed",
+                }));
+            } else {
+                let approve = matches!(
+                    a.status,
+                    approvals::ApprovalStatus::Approved | approvals::ApprovalStatus::Edited
+                );
+                data.push(json!({
+                    "type": "mcp_approval_response",
+                    "id": format!("mcpa_{}", a.id.0.simple()),
+                    "approval_request_id": approval_item_id(&h.request_id, 0),
+                    "approve": approve,
+                }));
+            }
         }
     }
     if data.is_empty()
@@ -1594,6 +1919,73 @@ mod tests {
             Some(id)
         );
         assert_eq!(approval_of_item("mcpr_nope"), None);
+    }
+
+    #[test]
+    fn a_function_call_id_names_its_question() {
+        let id = ApprovalId::new();
+        let call_id = function_call_id(&id.to_string());
+        assert_eq!(question_of_call(&call_id), Some(id));
+        for bad in ["call_", "call_nope", &format!("{call_id}x"), &call_id[5..]] {
+            assert_eq!(question_of_call(bad), None, "{bad}");
+        }
+    }
+
+    /// The Agents SDK without `previous_response_id` sends the whole conversation again: the
+    /// output at its end is what continues the run; a list ending in a user message is a new
+    /// conversation whose earlier calls are skipped.
+    #[test]
+    fn a_function_call_output_at_the_end_continues_whatever_came_before() {
+        let call = json!({"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "f", "arguments": "{}"});
+        let output = json!({"type": "function_call_output", "call_id": "call_1", "output": "42"});
+        let user = json!({"role": "user", "content": "hi"});
+        match parse_input(&json!([user, call, output])) {
+            Ok(Input::FunctionOutput { call_id, output }) => {
+                assert_eq!((call_id.as_str(), output.as_str()), ("call_1", "42"));
+            }
+            _ => panic!("not a function output"),
+        }
+        let parts = json!({"type": "function_call_output", "call_id": "call_1",
+            "output": [{"type": "input_text", "text": "4"}, {"type": "input_text", "text": "2"}]});
+        assert!(matches!(
+            parse_input(&json!([parts])),
+            Ok(Input::FunctionOutput { output, .. }) if output == "42"
+        ));
+        match parse_input(&json!([user, call, output, {"role": "user", "content": "and now?"}])) {
+            Ok(Input::Messages { earlier, message }) => {
+                assert_eq!(message, "and now?");
+                assert_eq!(earlier, vec![(MessageRole::User, "hi".to_string())]);
+            }
+            _ => panic!("not messages"),
+        }
+        let no_id = json!({"type": "function_call_output", "output": "42"});
+        assert!(parse_input(&json!([no_id])).is_err());
+        let approval =
+            json!({"type": "mcp_approval_response", "approval_request_id": "x", "approve": true});
+        assert!(parse_input(&json!([approval, output])).is_err());
+    }
+
+    #[test]
+    fn function_tools_are_read_and_echoed_other_tools_refused() {
+        let (defs, echoed) = parse_tools(&[json!({"type": "function", "name": "get_weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}})])
+        .unwrap();
+        assert_eq!(defs[0].name, "get_weather");
+        assert_eq!(defs[0].parameters["properties"]["city"]["type"], "string");
+        assert_eq!(echoed[0]["strict"], true);
+        let (defs, _) = parse_tools(&[json!({"type": "function", "name": "now"})]).unwrap();
+        assert_eq!(
+            defs[0].parameters,
+            json!({"type": "object", "properties": {}})
+        );
+        for bad in [
+            json!({"type": "mcp", "server_label": "x"}),
+            json!({"type": "web_search"}),
+            json!({"type": "function"}),
+            json!({"type": "function", "name": "f", "strict": "yes"}),
+        ] {
+            assert!(parse_tools(&[bad.clone()]).is_err(), "{bad}");
+        }
     }
 
     #[test]

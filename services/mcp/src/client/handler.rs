@@ -425,6 +425,7 @@ async fn ask_until_valid(
             options: Vec::new(),
             timeout: ELICITATION_TIMEOUT_SECS,
             schema: Some(schema.clone()),
+            function_call: None,
         };
         let answer = tokio::select! {
             a = interaction.ask(question) => a,

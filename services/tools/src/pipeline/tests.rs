@@ -45,6 +45,7 @@ impl Tool for Probe {
                         options: Vec::new(),
                         timeout: 60,
                         schema: None,
+                        function_call: None,
                     })
                     .await
                     .map_err(|e| ToolError::failed(e.to_string()))?;
