@@ -734,10 +734,15 @@ pub async fn unanswered_function_call_times_out(
     let started = std::time::Instant::now();
     let exec = loop {
         let exec = ctx
-            .ok(Method::GET, &format!("/api/v1/executions/{run}"), key, None, 200)
+            .ok(
+                Method::GET,
+                &format!("/api/v1/executions/{run}"),
+                key,
+                None,
+                200,
+            )
             .await;
-        if exec["status"] == "completed" || started.elapsed() > std::time::Duration::from_secs(30)
-        {
+        if exec["status"] == "completed" || started.elapsed() > std::time::Duration::from_secs(30) {
             break exec;
         }
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
@@ -749,9 +754,9 @@ pub async fn unanswered_function_call_times_out(
         started.elapsed()
     );
     assert!(
-        fake.requests()
-            .iter()
-            .any(|q| q.raw_body.contains("did not return the output of get_weather within 2 s")),
+        fake.requests().iter().any(|q| q
+            .raw_body
+            .contains("did not return the output of get_weather within 2 s")),
         "the model read that the client did not answer"
     );
     let late = ctx

@@ -130,7 +130,7 @@ mod tests {
         }
     }
 
-    fn ctx(answer: Result<Value, InteractionError>) -> (ToolContext, Arc<Answers>) {
+    fn context(answer: Result<Value, InteractionError>) -> (ToolContext, Arc<Answers>) {
         let answers = Arc::new(Answers {
             asked: Mutex::default(),
             answer,
@@ -148,7 +148,7 @@ mod tests {
     #[tokio::test]
     async fn a_call_asks_the_client_and_its_answer_is_the_result() {
         let tool = ClientFunction::compile(&def()).unwrap();
-        let (ctx, answers) = ctx(Ok(json!("sunny, 21 C")));
+        let (ctx, answers) = context(Ok(json!("sunny, 21 C")));
         let out = tool
             .tool()
             .call(json!({"city": "Paris"}), &ctx)
@@ -170,13 +170,13 @@ mod tests {
     #[tokio::test]
     async fn no_answer_is_an_error_the_model_reads() {
         let tool = ClientFunction::compile(&def()).unwrap();
-        let (ctx, _) = ctx(Err(InteractionError::TimedOut(5)));
+        let (ctx, _) = context(Err(InteractionError::TimedOut(5)));
         let err = tool.tool().call(json!({"city": "x"}), &ctx).await;
         assert!(
             matches!(&err, Err(ToolError::Failed { message, .. }) if message.contains("within 5 s")),
             "{err:?}"
         );
-        let (ctx, _) = ctx(Err(InteractionError::Cancelled));
+        let (ctx, _) = context(Err(InteractionError::Cancelled));
         assert_eq!(
             tool.tool().call(json!({}), &ctx).await,
             Err(ToolError::Cancelled)

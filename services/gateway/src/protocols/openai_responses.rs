@@ -1984,7 +1984,7 @@ mod tests {
             json!({"type": "function"}),
             json!({"type": "function", "name": "f", "strict": "yes"}),
         ] {
-            assert!(parse_tools(&[bad.clone()]).is_err(), "{bad}");
+            assert!(parse_tools(std::slice::from_ref(&bad)).is_err(), "{bad}");
         }
     }
 
