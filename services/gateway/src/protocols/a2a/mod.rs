@@ -934,6 +934,7 @@ impl Agent {
                         metadata: json!({"source": "a2a"}),
                         earlier: Vec::new(),
                         message: msg.text.clone(),
+                        client_tools: Vec::new(),
                     },
                 )
                 .await?;
