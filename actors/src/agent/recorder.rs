@@ -27,12 +27,13 @@
 use std::time::Duration;
 
 use agentry_schema::ids::{RunId, SessionId};
-use agentry_store::approvals::{self, ApprovalDecision};
+use agentry_store::approvals::ApprovalDecision;
 use agentry_store::checkpoints::{self, NewCheckpoint};
 use agentry_store::executions::{self, ExecutionStatus, NewExecution, RunEnd};
 use agentry_store::messages::{self, Message, NewMessage};
+use agentry_store::run_writes;
 use agentry_store::sessions::{self, SessionState};
-use agentry_store::tool_calls::{self, NewToolCallLog};
+use agentry_store::tool_calls::NewToolCallLog;
 use agentry_store::writer::Writer;
 use agentry_store::{StoreError, TenantScope};
 
@@ -125,6 +126,22 @@ impl RunRecorder {
             .write_for(session_id.0, move |txn| {
                 let rows = rows.clone();
                 Box::pin(async move {
+                    let history = history.map(|h| (h.after, h.n));
+                    if let StartRows::Fresh(new) = rows {
+                        // The session's row first (its state, event numbers and the fencing
+                        // token's check, which locks it), the run's row, the user's message
+                        // and the history: one statement where the database allows it.
+                        return run_writes::start_fresh(
+                            txn,
+                            &scope,
+                            session_id,
+                            reserve_seq,
+                            fence,
+                            new,
+                            history,
+                        )
+                        .await;
+                    }
                     // First: the session's state and event numbers, with the fencing token's
                     // check in the same statement (cluster mode), which locks the session's
                     // row for this transaction.
@@ -137,30 +154,19 @@ impl RunRecorder {
                         fence,
                     )
                     .await?;
-                    let message = match rows {
-                        StartRows::Fresh(new) => {
-                            let input = new.input.clone();
-                            executions::insert(txn, &scope, new).await?;
-                            Some(input)
-                        }
-                        StartRows::Queued { input } => {
-                            executions::start_queued(txn, &scope, run_id).await?;
-                            Some(input)
-                        }
-                        StartRows::Resume => None,
-                    };
-                    if let Some(text) = message {
+                    if let StartRows::Queued { input } = rows {
+                        executions::start_queued(txn, &scope, run_id).await?;
                         messages::save_many(
                             txn,
                             &scope,
                             session_id,
-                            vec![NewMessage::user(text, Some(run_id))],
+                            vec![NewMessage::user(input, Some(run_id))],
                         )
                         .await?;
                     }
                     match history {
-                        Some(h) => Ok(Some(
-                            messages::last_n_after(txn, &scope, session_id, h.after, h.n).await?,
+                        Some((after, n)) => Ok(Some(
+                            messages::last_n_after(txn, &scope, session_id, after, n).await?,
                         )),
                         None => Ok(None),
                     }
@@ -223,28 +229,27 @@ impl RunRecorder {
                 let rows = rows.clone();
                 let checkpoint = checkpoint.clone();
                 Box::pin(async move {
-                    // First: the fencing token's check (cluster mode), folded into the
-                    // session's state change when the step has one.
-                    match status {
-                        Some((_, sess)) => {
-                            sessions::touch_fenced(txn, &scope, session_id, sess, None, fence)
-                                .await?
-                        }
-                        None => {
-                            if let Some(token) = fence {
-                                sessions::fence(txn, &scope, session_id, token).await?;
-                            }
-                        }
-                    }
-                    for d in &rows.decisions {
-                        approvals::record(txn, &scope, d).await?;
-                    }
-                    messages::save_many(txn, &scope, session_id, rows.messages).await?;
-                    tool_calls::insert_many(txn, &scope, rows.tool_calls).await?;
+                    // The fencing token's check (cluster mode), folded into the session's
+                    // state change when the step has one; decisions, the messages, the audit
+                    // rows and the run's status change: one statement where the database
+                    // allows it.
+                    run_writes::step(
+                        txn,
+                        &scope,
+                        run_writes::StepWrite {
+                            session_id,
+                            run_id,
+                            status,
+                            fence,
+                            decisions: rows.decisions,
+                            messages: rows.messages,
+                            tool_calls: rows.tool_calls,
+                            steps: step,
+                            usage,
+                        },
+                    )
+                    .await?;
                     checkpoints::write(txn, &scope, checkpoint).await?;
-                    if let Some((exec, _)) = status {
-                        executions::update(txn, &scope, run_id, exec, step, usage, None).await?;
-                    }
                     Ok(())
                 })
             })

@@ -156,10 +156,18 @@ pub async fn insert(
     scope: &TenantScope,
     new: NewExecution,
 ) -> Result<()> {
-    execution::Entity::insert(row(scope, new))
-        .exec_without_returning(db)
-        .await?;
+    db.execute(&insert_query(scope, new)).await?;
     Ok(())
+}
+
+/// [`insert`]'s statement, for a caller that sends it inside a bigger one
+/// (`crate::run_writes`).
+pub(crate) fn insert_query(
+    scope: &TenantScope,
+    new: NewExecution,
+) -> sea_orm::sea_query::InsertStatement {
+    use sea_orm::QueryTrait;
+    execution::Entity::insert(row(scope, new)).into_query()
 }
 
 /// Store the execution of a child run: one started by the `task` call `tool_call_id` of the
@@ -274,6 +282,34 @@ pub async fn update(
     usage: TokenUsage,
     error: Option<&str>,
 ) -> Result<()> {
+    let q = update_query(
+        db.get_database_backend(),
+        scope,
+        id,
+        status,
+        steps,
+        usage,
+        error,
+    );
+    let res = db.execute(&q).await?;
+    if res.rows_affected() == 0 {
+        return Err(StoreError::NotFound(format!("execution {id}")));
+    }
+    Ok(())
+}
+
+/// [`update`]'s statement, for a caller that sends it inside a bigger one
+/// (`crate::run_writes`).
+pub(crate) fn update_query(
+    backend: sea_orm::DatabaseBackend,
+    scope: &TenantScope,
+    id: RunId,
+    status: ExecutionStatus,
+    steps: u32,
+    usage: TokenUsage,
+    error: Option<&str>,
+) -> sea_orm::sea_query::UpdateStatement {
+    use sea_orm::QueryTrait;
     let ts = now();
     let mut q = execution::Entity::update_many()
         .col_expr(execution::Column::Status, Expr::value(status.as_str()))
@@ -302,19 +338,13 @@ pub async fn update(
                 Expr::value(error.map(|e| sanitize_text(e.to_string()))),
             );
     }
-    let res = q
-        .filter(execution::Column::Id.eq(id.0))
+    q.filter(execution::Column::Id.eq(id.0))
         .filter(crate::tenant_of_row(
-            db.get_database_backend(),
+            backend,
             execution::Column::TenantId,
             scope,
         ))
-        .exec(db)
-        .await?;
-    if res.rows_affected == 0 {
-        return Err(StoreError::NotFound(format!("execution {id}")));
-    }
-    Ok(())
+        .into_query()
 }
 
 /// Everything a run's end writes, in one transaction: its final status, the messages and
@@ -395,6 +425,16 @@ pub async fn record_end_in(
     scope: &TenantScope,
     end: &RunEnd,
 ) -> Result<()> {
+    if txn.get_database_backend() == sea_orm::DatabaseBackend::Postgres {
+        // The statements below as one (`crate::run_writes`).
+        if !crate::run_writes::end_rows_pg(txn, scope, end).await? {
+            match crate::sessions::untouched(txn, scope, end.session_id, end.fence).await {
+                StoreError::NotFound(_) => {}
+                e => return Err(e),
+            }
+        }
+        return record_end_rest(txn, scope, end).await;
+    }
     // First, and in one statement: the session goes idle with its event numbers raised past the
     // run's last event, under the owner's fencing token in cluster mode (refused if a newer
     // owner wrote; it locks the session's row like `sessions::fence`).
@@ -419,8 +459,46 @@ pub async fn record_end_in(
         Ok(()) | Err(StoreError::NotFound(_)) => {}
         Err(e) => return Err(e),
     }
+    let ended = txn
+        .execute(&end_query(txn.get_database_backend(), scope, end))
+        .await?
+        .rows_affected()
+        > 0;
+    // Rows of the last step go in only with the end that ends the run: an end written again
+    // (its first commit's answer was lost) or after another final status adds nothing twice.
+    if ended {
+        crate::messages::save_many(txn, scope, end.session_id, end.messages.clone()).await?;
+        crate::tool_calls::insert_many(txn, scope, end.tool_calls.clone()).await?;
+    }
+    record_end_rest(txn, scope, end).await
+}
+
+/// The end's events (deferred to the transaction's end by the writer), decisions and pending
+/// approvals.
+async fn record_end_rest(
+    txn: &impl ConnectionTrait,
+    scope: &TenantScope,
+    end: &RunEnd,
+) -> Result<()> {
+    crate::events::append_missing(txn, scope, end.session_id, &end.events).await?;
+    for d in &end.decisions {
+        crate::approvals::record(txn, scope, d).await?;
+    }
+    if end.cancel_approvals {
+        crate::approvals::cancel_pending_of_run(txn, scope, end.run_id).await?;
+    }
+    Ok(())
+}
+
+/// The run's row at its end: its final status, unless it has one already.
+pub(crate) fn end_query(
+    backend: sea_orm::DatabaseBackend,
+    scope: &TenantScope,
+    end: &RunEnd,
+) -> sea_orm::sea_query::UpdateStatement {
+    use sea_orm::QueryTrait;
     let ts = now();
-    let ended = execution::Entity::update_many()
+    execution::Entity::update_many()
         .col_expr(execution::Column::Status, Expr::value(end.status.as_str()))
         .col_expr(
             execution::Column::Steps,
@@ -446,29 +524,12 @@ pub async fn record_end_in(
         )
         .filter(execution::Column::Id.eq(end.run_id.0))
         .filter(crate::tenant_of_row(
-            txn.get_database_backend(),
+            backend,
             execution::Column::TenantId,
             scope,
         ))
         .filter(execution::Column::Status.is_in(UNFINISHED))
-        .exec(txn)
-        .await?
-        .rows_affected
-        > 0;
-    // Rows of the last step go in only with the end that ends the run: an end written again
-    // (its first commit's answer was lost) or after another final status adds nothing twice.
-    if ended {
-        crate::messages::save_many(txn, scope, end.session_id, end.messages.clone()).await?;
-        crate::tool_calls::insert_many(txn, scope, end.tool_calls.clone()).await?;
-    }
-    crate::events::append_missing(txn, scope, end.session_id, &end.events).await?;
-    for d in &end.decisions {
-        crate::approvals::record(txn, scope, d).await?;
-    }
-    if end.cancel_approvals {
-        crate::approvals::cancel_pending_of_run(txn, scope, end.run_id).await?;
-    }
-    Ok(())
+        .into_query()
 }
 
 /// A run going or waiting for a person: what recovery resumes and a session waits for.

@@ -107,7 +107,7 @@ pub async fn save(
         .try_into()
 }
 
-fn new_row(
+pub(crate) fn new_row(
     scope: &TenantScope,
     session_id: SessionId,
     new: NewMessage,
@@ -136,11 +136,22 @@ pub async fn save_many(
     if new.is_empty() {
         return Ok(());
     }
-    let ts = now();
-    message::Entity::insert_many(new.into_iter().map(|m| new_row(scope, session_id, m, ts)))
-        .exec_without_returning(db)
+    db.execute(&insert_many_query(scope, session_id, new))
         .await?;
     Ok(())
+}
+
+/// [`save_many`]'s statement (`new` not empty), for a caller that sends it inside a bigger
+/// one (`crate::run_writes`).
+pub(crate) fn insert_many_query(
+    scope: &TenantScope,
+    session_id: SessionId,
+    new: Vec<NewMessage>,
+) -> sea_orm::sea_query::InsertStatement {
+    use sea_orm::QueryTrait;
+    let ts = now();
+    message::Entity::insert_many(new.into_iter().map(|m| new_row(scope, session_id, m, ts)))
+        .into_query()
 }
 
 /// The session's own conversation: no message of a `task` child run. A child run talks to the
@@ -250,20 +261,32 @@ pub async fn last_n_after(
     after: i64,
     n: u64,
 ) -> Result<Vec<Message>> {
-    let mut rows: Vec<Message> = message::Entity::find()
+    let mut rows: Vec<Message> =
+        last_n_after_select(db.get_database_backend(), scope, session_id, after, n)
+            .all(db)
+            .await?
+            .into_iter()
+            .map(Message::try_from)
+            .collect::<Result<_>>()?;
+    rows.reverse();
+    Ok(rows)
+}
+
+/// [`last_n_after`]'s query, newest first.
+pub(crate) fn last_n_after_select(
+    backend: sea_orm::DatabaseBackend,
+    scope: &TenantScope,
+    session_id: SessionId,
+    after: i64,
+    n: u64,
+) -> sea_orm::Select<message::Entity> {
+    message::Entity::find()
         .filter(message::Column::TenantId.eq(scope.uuid()))
         .filter(message::Column::SessionId.eq(session_id.0))
         .filter(message::Column::Id.gt(after))
-        .filter(not_of_child_runs(db.get_database_backend(), session_id))
+        .filter(not_of_child_runs(backend, session_id))
         .order_by_desc(message::Column::Id)
         .limit(n)
-        .all(db)
-        .await?
-        .into_iter()
-        .map(Message::try_from)
-        .collect::<Result<_>>()?;
-    rows.reverse();
-    Ok(rows)
 }
 
 pub async fn count(

@@ -234,6 +234,32 @@ async fn update_row(
     reserve_upto: Option<u64>,
     fence: Option<i64>,
 ) -> Result<()> {
+    let q = update_row_query(
+        db.get_database_backend(),
+        scope,
+        id,
+        state,
+        reserve_upto,
+        fence,
+    );
+    let res = db.execute(&q).await?;
+    if res.rows_affected() > 0 {
+        return Ok(());
+    }
+    Err(untouched(db, scope, id, fence).await)
+}
+
+/// [`update_row`]'s statement, for a caller that sends it inside a bigger one
+/// (`crate::run_writes`).
+pub(crate) fn update_row_query(
+    backend: sea_orm::DatabaseBackend,
+    scope: &TenantScope,
+    id: SessionId,
+    state: Option<SessionState>,
+    reserve_upto: Option<u64>,
+    fence: Option<i64>,
+) -> sea_orm::sea_query::UpdateStatement {
+    use sea_orm::QueryTrait;
     let mut q = session::Entity::update_many();
     if let Some(state) = state {
         q = q
@@ -248,21 +274,26 @@ async fn update_row(
             .col_expr(session::Column::Fence, Expr::value(token))
             .filter(session::Column::Fence.lte(token));
     }
-    let res = q
-        .filter(session::Column::Id.eq(id.0))
+    q.filter(session::Column::Id.eq(id.0))
         .filter(crate::tenant_of_row(
-            db.get_database_backend(),
+            backend,
             session::Column::TenantId,
             scope,
         ))
-        .exec(db)
-        .await?;
-    if res.rows_affected > 0 {
-        return Ok(());
-    }
+        .into_query()
+}
+
+/// Why a write of the session's row matched nothing: the session is gone
+/// ([`StoreError::NotFound`]), or a newer owner wrote ([`StoreError::Fenced`]).
+pub(crate) async fn untouched(
+    db: &impl ConnectionTrait,
+    scope: &TenantScope,
+    id: SessionId,
+    fence: Option<i64>,
+) -> StoreError {
     match fence {
-        Some(token) => Err(refused(db, scope, id, token).await),
-        None => Err(StoreError::NotFound(format!("session {id}"))),
+        Some(token) => refused(db, scope, id, token).await,
+        None => StoreError::NotFound(format!("session {id}")),
     }
 }
 

@@ -78,14 +78,22 @@ pub async fn insert_many(
     if new.is_empty() {
         return Ok(());
     }
-    let ts = now();
-    tool_call_log::Entity::insert_many(new.into_iter().map(|n| new_row(scope, n, ts)))
-        .exec_without_returning(db)
-        .await?;
+    db.execute(&insert_many_query(scope, new)).await?;
     Ok(())
 }
 
-fn new_row(
+/// [`insert_many`]'s statement (`new` not empty), for a caller that sends it inside a bigger
+/// one (`crate::run_writes`).
+pub(crate) fn insert_many_query(
+    scope: &TenantScope,
+    new: Vec<NewToolCallLog>,
+) -> sea_orm::sea_query::InsertStatement {
+    use sea_orm::QueryTrait;
+    let ts = now();
+    tool_call_log::Entity::insert_many(new.into_iter().map(|n| new_row(scope, n, ts))).into_query()
+}
+
+pub(crate) fn new_row(
     scope: &TenantScope,
     new: NewToolCallLog,
     ts: chrono::DateTime<chrono::Utc>,

@@ -90,6 +90,7 @@ where
 }
 
 per_backend!(
+    a_runs_start_and_steps_write_their_rows_in_one_go_and_nothing_when_refused,
     session_crud_round_trips,
     deleting_a_session_deletes_its_messages_checkpoints_and_events,
     messages_come_back_in_order,
@@ -2852,4 +2853,240 @@ async fn an_owner_whose_fencing_token_is_stale_writes_nothing(db: DatabaseConnec
         sessions::fence(&db, &other, s.id, 99).await,
         Err(StoreError::NotFound(_))
     ));
+}
+
+/// `run_writes::start_fresh` and `run_writes::step`: one statement each on PostgreSQL, one by
+/// one elsewhere; the same rows and answers on every backend, and nothing written when the
+/// session's row is not matched (the writer's transaction is rolled back, as here).
+async fn a_runs_start_and_steps_write_their_rows_in_one_go_and_nothing_when_refused(
+    db: DatabaseConnection,
+) {
+    use agentry_store::TransactionTrait;
+    use agentry_store::run_writes::{self, StepWrite};
+    let scope = new_tenant(&db).await;
+    let user = users::create(&db, &scope, "starter", Role::Member)
+        .await
+        .unwrap();
+    let s = sessions::create(&db, &scope, new_session(user.id))
+        .await
+        .unwrap();
+    let fresh = |input: &str| NewExecution {
+        id: RunId::new(),
+        user_id: user.id,
+        session_id: s.id,
+        assistant_id: "default".into(),
+        input: input.into(),
+        trace_id: None,
+        status: ExecutionStatus::Running,
+        role: None,
+    };
+    // A first run without a history read: the run, the message, the session running.
+    let first = fresh("first");
+    let txn = db.begin().await.unwrap();
+    let read = run_writes::start_fresh(&txn, &scope, s.id, 40, None, first.clone(), None)
+        .await
+        .unwrap();
+    txn.commit().await.unwrap();
+    assert_eq!(read, None);
+    let e = executions::get(&db, &scope, first.id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (e.status, e.input.as_str()),
+        (ExecutionStatus::Running, "first")
+    );
+    let sess = sessions::get(&db, &scope, s.id).await.unwrap().unwrap();
+    assert_eq!(sess.state, SessionState::Running);
+    assert_eq!(sessions::seq_floor(&db, &scope, s.id).await.unwrap(), 40);
+    // Its steps: the model's call (the status changes: waiting for a person), then the tool's
+    // result with its audit row.
+    let call = NewMessage {
+        run_id: Some(first.id),
+        role: MessageRole::Assistant,
+        content: String::new(),
+        tool_calls: Some(json!([{"id": "c1", "name": "t", "arguments": "{}"}])),
+        tool_call_id: None,
+    };
+    let result = NewMessage {
+        run_id: Some(first.id),
+        role: MessageRole::Tool,
+        content: "the result".into(),
+        tool_calls: None,
+        tool_call_id: Some("c1".into()),
+    };
+    let audit = NewToolCallLog {
+        session_id: s.id,
+        execution_id: first.id,
+        tool_call_id: "c1".into(),
+        tool_name: "t".into(),
+        input: json!({}),
+        output: Some(json!("the result")),
+        error: None,
+        duration_ms: 3,
+        approved: Some(true),
+        approved_by: None,
+    };
+    let step = |status, messages, tool_calls| StepWrite {
+        session_id: s.id,
+        run_id: first.id,
+        status,
+        fence: None,
+        decisions: Vec::new(),
+        messages,
+        tool_calls,
+        steps: 1,
+        usage: TokenUsage::new(5, 6),
+    };
+    let txn = db.begin().await.unwrap();
+    run_writes::step(
+        &txn,
+        &scope,
+        step(
+            Some((
+                ExecutionStatus::WaitingApproval,
+                SessionState::WaitingApproval,
+            )),
+            vec![call],
+            vec![],
+        ),
+    )
+    .await
+    .unwrap();
+    txn.commit().await.unwrap();
+    let e = executions::get(&db, &scope, first.id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (e.status, e.token_usage),
+        (ExecutionStatus::WaitingApproval, TokenUsage::new(5, 6))
+    );
+    let sess = sessions::get(&db, &scope, s.id).await.unwrap().unwrap();
+    assert_eq!(sess.state, SessionState::WaitingApproval);
+    let txn = db.begin().await.unwrap();
+    run_writes::step(&txn, &scope, step(None, vec![result], vec![audit]))
+        .await
+        .unwrap();
+    txn.commit().await.unwrap();
+    let logged = tool_calls::list_by_execution(&db, &scope, first.id)
+        .await
+        .unwrap();
+    assert_eq!(logged.len(), 1);
+    assert_eq!(
+        (
+            logged[0].output.clone(),
+            logged[0].approved,
+            logged[0].duration_ms
+        ),
+        (Some(json!("the result")), Some(true), 3)
+    );
+    // A status change for a run that is not there is refused, and writes nothing.
+    let txn = db.begin().await.unwrap();
+    let refused = run_writes::step(
+        &txn,
+        &scope,
+        StepWrite {
+            run_id: RunId::new(),
+            ..step(
+                Some((ExecutionStatus::Running, SessionState::Running)),
+                vec![NewMessage::user("never", None)],
+                vec![],
+            )
+        },
+    )
+    .await;
+    drop(txn);
+    assert!(
+        matches!(refused, Err(StoreError::NotFound(_))),
+        "{refused:?}"
+    );
+
+    // A second run reads its history in the same go: the last n, oldest first, its own
+    // message last; or only what came after the id a live session holds.
+    let all = messages::last_n(&db, &scope, s.id, 50).await.unwrap();
+    assert_eq!(all.len(), 3);
+    let second = fresh("second");
+    let txn = db.begin().await.unwrap();
+    let read = run_writes::start_fresh(&txn, &scope, s.id, 80, None, second.clone(), Some((0, 3)))
+        .await
+        .unwrap()
+        .unwrap();
+    txn.commit().await.unwrap();
+    let contents: Vec<_> = read.iter().map(|m| m.content.as_str()).collect();
+    assert_eq!(contents, ["", "the result", "second"]);
+    assert_eq!(read, messages::last_n(&db, &scope, s.id, 3).await.unwrap());
+    let third = fresh("third");
+    let txn = db.begin().await.unwrap();
+    let read = run_writes::start_fresh(
+        &txn,
+        &scope,
+        s.id,
+        90,
+        None,
+        third.clone(),
+        Some((read[1].id, 50)),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    txn.commit().await.unwrap();
+    let contents: Vec<_> = read.iter().map(|m| m.content.as_str()).collect();
+    assert_eq!(contents, ["second", "third"]);
+    assert_eq!(read[1].run_id, Some(third.id));
+    let txn = db.begin().await.unwrap();
+    let only = run_writes::start_fresh(&txn, &scope, s.id, 95, None, fresh("alone"), Some((0, 1)))
+        .await
+        .unwrap()
+        .unwrap();
+    drop(txn);
+    assert_eq!(
+        only.iter().map(|m| m.content.as_str()).collect::<Vec<_>>(),
+        ["alone"]
+    );
+
+    // Refused starts write nothing: another tenant's session (not found), a stale fencing token.
+    let other = new_tenant(&db).await;
+    let stray = fresh("stray");
+    let txn = db.begin().await.unwrap();
+    let refused =
+        run_writes::start_fresh(&txn, &other, s.id, 99, None, stray.clone(), Some((0, 50))).await;
+    drop(txn);
+    assert!(
+        matches!(refused, Err(StoreError::NotFound(_))),
+        "{refused:?}"
+    );
+    assert!(
+        executions::get(&db, &scope, stray.id)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        executions::get(&db, &other, stray.id)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    sessions::fence(&db, &scope, s.id, 7).await.unwrap();
+    let txn = db.begin().await.unwrap();
+    let refused =
+        run_writes::start_fresh(&txn, &scope, s.id, 99, Some(6), stray.clone(), None).await;
+    drop(txn);
+    assert!(
+        matches!(refused, Err(StoreError::Fenced { .. })),
+        "{refused:?}"
+    );
+    assert!(
+        executions::get(&db, &scope, stray.id)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert_eq!(
+        messages::last_n(&db, &scope, s.id, 50).await.unwrap().len(),
+        5,
+        "three runs' messages and two of the first run's steps"
+    );
+    assert_eq!(sessions::seq_floor(&db, &scope, s.id).await.unwrap(), 90);
 }
