@@ -197,9 +197,13 @@ pub async fn step(txn: &impl ConnectionTrait, scope: &TenantScope, w: StepWrite)
         }
         return Ok(());
     }
+    let checks_session = w.status.is_some() || w.fence.is_some();
+    if !checks_session && w.messages.is_empty() && w.tool_calls.is_empty() {
+        // Only the caller's checkpoint (deferred to the transaction's end).
+        return Ok(());
+    }
     let mut with = WithClause::new();
     let mut select = Query::select();
-    let checks_session = w.status.is_some() || w.fence.is_some();
     if checks_session {
         let mut touch = sessions::update_row_query(
             backend,
