@@ -405,7 +405,11 @@ const BUDGET_ENV: &[(&str, &str)] = &[
 async fn a_one_tool_run_stays_within_the_sql_statement_budget() {
     let (_fake, ctx) =
         durability::start(agentry_fake_model::DefaultReply::Auto, None, BUDGET_ENV).await;
-    budget::one_tool_run_stays_within_the_statement_budget(&ctx).await;
+    budget::one_tool_run_stays_within_the_statement_budget(
+        &ctx,
+        budget::STATEMENTS_PER_ONE_TOOL_RUN,
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -425,7 +429,11 @@ async fn a_one_tool_run_stays_within_the_sql_statement_budget_on_postgres() {
         BUDGET_ENV,
     )
     .await;
-    budget::one_tool_run_stays_within_the_statement_budget(&ctx).await;
+    budget::one_tool_run_stays_within_the_statement_budget(
+        &ctx,
+        budget::STATEMENTS_PER_ONE_TOOL_RUN_POSTGRES,
+    )
+    .await;
 }
 
 // ---- crash durability (docs/operations.md, "What a client sees on crash") ----
