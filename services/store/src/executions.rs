@@ -490,46 +490,24 @@ async fn record_end_rest(
     Ok(())
 }
 
-/// The run's row at its end: its final status, unless it has one already.
+/// The run's row at its end: its final status (with `completed_at` and the error), unless it
+/// has one already.
 pub(crate) fn end_query(
     backend: sea_orm::DatabaseBackend,
     scope: &TenantScope,
     end: &RunEnd,
 ) -> sea_orm::sea_query::UpdateStatement {
-    use sea_orm::QueryTrait;
-    let ts = now();
-    execution::Entity::update_many()
-        .col_expr(execution::Column::Status, Expr::value(end.status.as_str()))
-        .col_expr(
-            execution::Column::Steps,
-            Expr::value(i32::try_from(end.steps).unwrap_or(i32::MAX)),
-        )
-        .col_expr(
-            execution::Column::InputTokens,
-            Expr::value(i64_of(end.usage.input)),
-        )
-        .col_expr(
-            execution::Column::OutputTokens,
-            Expr::value(i64_of(end.usage.output)),
-        )
-        .col_expr(
-            execution::Column::TotalTokens,
-            Expr::value(i64_of(end.usage.total)),
-        )
-        .col_expr(execution::Column::UpdatedAt, Expr::value(ts))
-        .col_expr(execution::Column::CompletedAt, Expr::value(Some(ts)))
-        .col_expr(
-            execution::Column::Error,
-            Expr::value(end.error.clone().map(sanitize_text)),
-        )
-        .filter(execution::Column::Id.eq(end.run_id.0))
-        .filter(crate::tenant_of_row(
-            backend,
-            execution::Column::TenantId,
-            scope,
-        ))
-        .filter(execution::Column::Status.is_in(UNFINISHED))
-        .into_query()
+    let mut q = update_query(
+        backend,
+        scope,
+        end.run_id,
+        end.status,
+        end.steps,
+        end.usage,
+        end.error.as_deref(),
+    );
+    q.and_where(execution::Column::Status.is_in(UNFINISHED));
+    q
 }
 
 /// A run going or waiting for a person: what recovery resumes and a session waits for.
