@@ -7,6 +7,7 @@
 mod support;
 
 mod a2a;
+mod a2a_js;
 mod admission;
 mod audit;
 mod bench_smoke;
@@ -1201,6 +1202,12 @@ async fn openai_responses_wire_event_names_sequence_numbers_and_refusals() {
 #[tokio::test]
 async fn a2a_sdk_cards_tasks_streams_input_required_and_tenancy() {
     a2a::sdk_client(&Ctx::start().await).await;
+}
+
+/// Issue 27: the JavaScript `@a2a-js/sdk` client, a second implementation: one send, one stream.
+#[tokio::test]
+async fn a2a_js_sdk_send_and_stream_round_trip() {
+    a2a_js::js_client(&Ctx::start().await).await;
 }
 
 /// Issue 27: the A2A routes' statuses, JSON-RPC error bodies and SSE framing on the wire.
