@@ -149,8 +149,8 @@ every response carries `X-Request-Id`. Authenticate with `Authorization: Bearer 
         &DatabaseUnavailable,
         &JsonBodies,
         &PathParameterRules,
-        &OpenAiShapedErrors,
-        &A2aShapedErrors
+        &OPENAI_SHAPED_ERRORS,
+        &A2A_SHAPED_ERRORS
     ),
     security(("bearer" = []), ("api_key" = [])),
     tags(
@@ -364,45 +364,31 @@ impl Modify for JsonBodies {
     }
 }
 
-/// Under `/v1/` (the OpenAI-compatible routes) every error answer has OpenAI's shape
-/// (`OpenAiErrorBody`), the shared ones added above (413, 415, 429, 503) included.
-struct OpenAiShapedErrors;
-
-impl Modify for OpenAiShapedErrors {
-    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
-        use utoipa::openapi::{Ref, RefOr, schema::Schema};
-        let ours = RefOr::<Schema>::Ref(Ref::from_schema_name("ErrorResponse"));
-        for (path, op) in all_operations(openapi) {
-            if !path.starts_with("/v1/") {
-                continue;
-            }
-            for response in op.responses.responses.values_mut() {
-                let RefOr::T(response) = response else {
-                    continue;
-                };
-                for content in response.content.values_mut() {
-                    let RefOr::T(content) = content else {
-                        continue;
-                    };
-                    if content.schema.as_ref() == Some(&ours) {
-                        content.schema = Some(Ref::from_schema_name("OpenAiErrorBody").into());
-                    }
-                }
-            }
-        }
-    }
+/// Under a protocol's own prefix every error answer has that protocol's error body, the shared
+/// ones added above (413, 415, 429, 503) included: OpenAI's shape (`OpenAiErrorBody`) under
+/// `/v1/` (the OpenAI-compatible routes), a JSON-RPC error body (`A2aErrorBody`) under `/a2a/`
+/// (the A2A agents).
+struct ProtocolShapedErrors {
+    prefix: &'static str,
+    schema: &'static str,
 }
 
-/// Under `/a2a/` (the A2A agents) every error answer is a JSON-RPC error body
-/// (`A2aErrorBody`), the shared ones added above (413, 415, 429, 503) included.
-struct A2aShapedErrors;
+const OPENAI_SHAPED_ERRORS: ProtocolShapedErrors = ProtocolShapedErrors {
+    prefix: "/v1/",
+    schema: "OpenAiErrorBody",
+};
 
-impl Modify for A2aShapedErrors {
+const A2A_SHAPED_ERRORS: ProtocolShapedErrors = ProtocolShapedErrors {
+    prefix: "/a2a/",
+    schema: "A2aErrorBody",
+};
+
+impl Modify for ProtocolShapedErrors {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
         use utoipa::openapi::{Ref, RefOr, schema::Schema};
         let ours = RefOr::<Schema>::Ref(Ref::from_schema_name("ErrorResponse"));
         for (path, op) in all_operations(openapi) {
-            if !path.starts_with("/a2a/") {
+            if !path.starts_with(self.prefix) {
                 continue;
             }
             for response in op.responses.responses.values_mut() {
@@ -414,7 +400,7 @@ impl Modify for A2aShapedErrors {
                         continue;
                     };
                     if content.schema.as_ref() == Some(&ours) {
-                        content.schema = Some(Ref::from_schema_name("A2aErrorBody").into());
+                        content.schema = Some(Ref::from_schema_name(self.schema).into());
                     }
                 }
             }
