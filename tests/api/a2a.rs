@@ -2,8 +2,6 @@
 //! ([`sdk_client`], one script against one server), and raw HTTP for the documented statuses
 //! and the error shape ([`wire`]).
 
-use std::path::PathBuf;
-
 use reqwest::Method;
 use serde_json::{Value, json};
 
@@ -27,30 +25,19 @@ fn assert_error(r: &Value, field: &str, class: &str) {
 pub async fn sdk_client(ctx: &Ctx) {
     let t = ctx.tenant().await;
     let other = ctx.tenant().await;
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/api/a2a_client.py");
-    let out = tokio::process::Command::new(crate::openai_compat::python())
-        .arg(&script)
-        .env("AGENTRY_BASE", ctx.url(""))
-        .env("AGENTRY_TENANT", &t.id)
-        .env("AGENTRY_KEY", &t.member.key)
-        .env("AGENTRY_MEMBER2_KEY", &t.member2.key)
-        .env("AGENTRY_OTHER_TENANT", &other.id)
-        .env("AGENTRY_OTHER_KEY", &other.member.key)
-        .env("NO_PROXY", "127.0.0.1")
-        .output()
-        .await
-        .expect("run the a2a client");
-    assert!(
-        out.status.success(),
-        "the a2a client failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let r: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "the client printed no JSON ({e}): {}",
-            String::from_utf8_lossy(&out.stdout)
-        )
-    });
+    let base = ctx.url("");
+    let r = crate::ctx::run_client(
+        "a2a_client.py",
+        &[
+            ("AGENTRY_BASE", &base),
+            ("AGENTRY_TENANT", &t.id),
+            ("AGENTRY_KEY", &t.member.key),
+            ("AGENTRY_MEMBER2_KEY", &t.member2.key),
+            ("AGENTRY_OTHER_TENANT", &other.id),
+            ("AGENTRY_OTHER_KEY", &other.member.key),
+        ],
+    )
+    .await;
     let agent_url = ctx.url(&format!("/a2a/{}/default", t.id));
 
     // The public card: how to talk to the agent, nothing of the tenant; the same for an

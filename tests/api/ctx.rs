@@ -26,6 +26,54 @@ pub const ADMIN_KEY: &str = "test-platform-admin-key-0123456789";
 /// Small, so oversize bodies are cheap to send.
 pub const BODY_LIMIT: usize = 16 * 1024;
 
+/// The venv scripts/install-api-test-deps.sh makes (with the protocols' official Python
+/// clients in it: `openai`, `openai-agents`, `a2a-sdk`, …).
+pub fn python() -> std::path::PathBuf {
+    let venv = std::env::var("AGENTRY_VENV")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|_| {
+            std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.cache/venv")
+        });
+    let py = venv.join("bin/python");
+    assert!(
+        py.exists(),
+        "{} is missing: run scripts/install-api-test-deps.sh",
+        py.display()
+    );
+    py
+}
+
+/// Run the client script `tests/api/<script>` (a protocol's official client against the real
+/// server) with `env`, loopback only and no OpenAI settings of the caller's: what it printed on
+/// stdout, as JSON. A script that fails or prints no JSON fails the test.
+pub async fn run_client(script: &str, env: &[(&str, &str)]) -> Value {
+    let script = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/api")
+        .join(script);
+    let out = tokio::process::Command::new(python())
+        .arg(&script)
+        .envs(env.iter().copied())
+        .env("NO_PROXY", "127.0.0.1")
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENAI_BASE_URL")
+        .output()
+        .await
+        .expect("run the client script");
+    assert!(
+        out.status.success(),
+        "{} failed:\n{}",
+        script.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{} printed no JSON ({e}): {}",
+            script.display(),
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
+}
+
 pub struct Ctx {
     pub server: Server,
     pub http: reqwest::Client,
@@ -162,7 +210,15 @@ impl Ctx {
         .expect("the test connects to the server's database");
         Ctx {
             server,
-            http: reqwest::Client::new(),
+            http: reqwest::Client::builder()
+                // The server closes a connection idle for its keep-alive (actix's 5 s). A
+                // pooled connection reused just as the server closes it fails the request
+                // ("connection closed before message completed"): a test that waits a few
+                // seconds between requests (a timeout, a heartbeat) hit that under load. Idle
+                // connections are dropped well before the server would close them.
+                .pool_idle_timeout(Duration::from_secs(2))
+                .build()
+                .expect("the test's HTTP client"),
             db,
         }
     }
@@ -504,6 +560,18 @@ impl Ctx {
     }
 
     /// The server's `/metrics` text.
+    /// `GET /api/v1/executions/{run}` with `key`: the run as the REST API shows it.
+    pub async fn execution(&self, key: &str, run: &str) -> Value {
+        self.ok(
+            Method::GET,
+            &format!("/api/v1/executions/{run}"),
+            key,
+            None,
+            200,
+        )
+        .await
+    }
+
     pub async fn metrics(&self) -> String {
         self.http
             .get(self.url("/metrics"))

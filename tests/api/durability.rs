@@ -393,6 +393,148 @@ pub async fn a_background_response_survives_kill9(ctx: &mut Ctx, fake: &FakeMode
     assert_eq!(data["response"]["output"], done["output"]);
 }
 
+/// Issue 26: a response that ended at an approval request, and one that ended at a client
+/// function call, outlive a `kill -9` of the server: after the restart, the approval answered
+/// by `previous_response_id` + `mcp_approval_response` and the function's output sent by
+/// `previous_response_id` + `function_call_output` continue the same runs to their answers (the
+/// resumed runs ask again under the same ids; nothing is refused or interrupted).
+pub async fn paused_responses_survive_kill9(ctx: &mut Ctx) {
+    let t = ctx.tenant().await;
+    let key = t.member.key.clone();
+    let asked = ctx
+        .ok(
+            Method::POST,
+            "/v1/responses",
+            &key,
+            Some(json!({"model": "default",
+                "input": r#"/tool write_file {"file_path": "after_restart.txt", "content": "kept"}"#})),
+            200,
+        )
+        .await;
+    let request = asked["output"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["type"] == "mcp_approval_request")
+        .unwrap_or_else(|| panic!("{asked}"))["id"]
+        .clone();
+    let tool = json!({"type": "function", "name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}});
+    let called = ctx
+        .ok(
+            Method::POST,
+            "/v1/responses",
+            &key,
+            Some(
+                json!({"model": "default", "input": "/tool get_weather {\"city\": \"Rome\"}",
+                "tools": [tool]}),
+            ),
+            200,
+        )
+        .await;
+    let call = &called["output"][0];
+    assert_eq!(call["type"], "function_call", "{called}");
+
+    ctx.server.crash_and_restart().await;
+
+    let approved = until_taken(ctx, &key, json!({"model": "default", "previous_response_id": asked["id"],
+        "input": [{"type": "mcp_approval_response", "approval_request_id": request, "approve": true}]}))
+    .await;
+    assert_eq!(approved["status"], "completed", "{approved}");
+    assert_eq!(
+        approved["agentry_run_id"], asked["agentry_run_id"],
+        "{approved}"
+    );
+    assert_eq!(
+        (
+            &approved["output"][0]["type"],
+            &approved["output"][0]["name"],
+            &approved["output"][0]["status"]
+        ),
+        (
+            &json!("mcp_call"),
+            &json!("write_file"),
+            &json!("completed")
+        ),
+        "{approved}"
+    );
+    let text = approved["output"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["type"] == "message")
+        .unwrap_or_else(|| panic!("no answer: {approved}"))["content"][0]["text"]
+        .clone();
+    assert!(
+        text.as_str()
+            .unwrap()
+            .starts_with("(scripted) Tool write_file returned:"),
+        "{approved}"
+    );
+    let file = ctx
+        .call(
+            Method::GET,
+            "/api/v1/files/after_restart.txt",
+            Some(&key),
+            None,
+        )
+        .await;
+    assert_eq!(file.status, 200, "{}", file.body);
+
+    let answered = until_taken(ctx, &key, json!({"model": "default", "previous_response_id": called["id"],
+        "input": [{"type": "function_call_output", "call_id": call["call_id"], "output": "rain in Rome"}]}))
+    .await;
+    assert_eq!(answered["status"], "completed", "{answered}");
+    assert_eq!(
+        answered["agentry_run_id"], called["agentry_run_id"],
+        "{answered}"
+    );
+    assert_eq!(
+        answered["output"].as_array().unwrap().len(),
+        1,
+        "{answered}"
+    );
+    assert_eq!(
+        answered["output"][0]["content"][0]["text"],
+        "(scripted) Tool get_weather returned: rain in Rome",
+        "{answered}"
+    );
+    // Read back after the restart: the same.
+    let got = ctx
+        .ok(
+            Method::GET,
+            &format!("/v1/responses/{}", answered["id"].as_str().unwrap()),
+            &key,
+            None,
+            200,
+        )
+        .await;
+    assert_eq!(got["output"], answered["output"], "{got}");
+}
+
+/// POST a `/v1/responses` request until it is taken: right after a restart the recovered run
+/// may not have asked again yet (409 `approval_not_pending`); anything else, or no success
+/// within [`WAIT`], fails.
+async fn until_taken(ctx: &Ctx, key: &str, body: Value) -> Value {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let r = ctx
+            .call(Method::POST, "/v1/responses", Some(key), Some(&body))
+            .await;
+        if r.status == 200 {
+            return r.body;
+        }
+        assert_eq!(
+            (r.status, r.code()),
+            (409, "approval_not_pending"),
+            "{}",
+            r.body
+        );
+        assert!(Instant::now() < deadline, "never taken: {}", r.body);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 async fn until_done_of(ws: &mut Socket, run: &str) -> Vec<Value> {
     let mut out = Vec::new();
     loop {

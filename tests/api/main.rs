@@ -453,6 +453,7 @@ async fn kill9_mid_stream_never_reuses_a_seq_and_resuming_clients_get_the_notice
         durability::start(agentry_fake_model::DefaultReply::Auto, None, &[]).await;
     durability::seqs_keep_their_meaning_across_kill9(&mut ctx, &fake).await;
     durability::a_background_response_survives_kill9(&mut ctx, &fake).await;
+    durability::paused_responses_survive_kill9(&mut ctx).await;
 }
 
 #[tokio::test]

@@ -35,6 +35,16 @@ def get_weather(city: str) -> str:
     return f"sunny in {city}, 21 C"
 
 
+questions = []
+
+
+@function_tool
+def ask_user(question: str, question_type: str, options: list[str]) -> str:
+    """Ask the user of this app a question of the assistant's (Agentry asks them as ask_user)."""
+    questions.append({"question": question, "question_type": question_type, "options": options})
+    return "blue"
+
+
 async def main():
     out = {"agents_version": getattr(agents, "__version__", None)}
     client = AsyncOpenAI(base_url=BASE, api_key=KEY, max_retries=0, timeout=60)
@@ -68,6 +78,30 @@ async def main():
         "calls": list(calls),
         "events": events,
         "responses": [r.response_id for r in streamed.raw_responses],
+    }
+    # A question of the assistant's (its ask_question tool) comes as a call of ask_user, a
+    # function the SDK runs; the next turn sends the whole conversation again (tool calls
+    # included) and goes on in a new conversation holding it.
+    asker = Agent(
+        name="asker",
+        instructions="Ask when in doubt.",
+        model=OpenAIResponsesModel(model="default", openai_client=client),
+        tools=[ask_user],
+    )
+    question = {"question": "Which colour?", "question_type": "choice", "options": ["red", "blue"]}
+    result = await Runner.run(asker, "/tool ask_question " + json.dumps(question))
+    out["question"] = {
+        "final_output": result.final_output,
+        "questions": list(questions),
+        "items": [type(i).__name__ for i in result.new_items],
+        "responses": [r.response_id for r in result.raw_responses],
+    }
+    later = result.to_input_list() + [{"role": "user", "content": "/echo and now?"}]
+    out["question_later_input"] = [i.get("type", "message") for i in later]
+    result = await Runner.run(asker, later)
+    out["question_later"] = {
+        "final_output": result.final_output,
+        "responses": [r.response_id for r in result.raw_responses],
     }
     await client.close()
     return out

@@ -11,6 +11,7 @@ import os
 import sys
 
 import openai
+from openai_report import failure
 
 BASE = os.environ["AGENTRY_OPENAI_BASE"]
 KEY = os.environ["AGENTRY_KEY"]
@@ -21,19 +22,6 @@ out = {"sdk_version": openai.__version__}
 
 def user(text):
     return [{"role": "user", "content": text}]
-
-
-def failure(e):
-    """What an SDK exception carries."""
-    return {
-        "class": type(e).__name__,
-        "status": getattr(e, "status_code", None),
-        "code": getattr(e, "code", None),
-        "type": getattr(e, "type", None),
-        "param": getattr(e, "param", None),
-        "message": getattr(e, "message", str(e)),
-        "body": getattr(e, "body", None),
-    }
 
 
 def completion(r):

@@ -3,27 +3,11 @@
 //! the `data: [DONE]` framing, OpenAI's error shape on every error, and that a refused request
 //! changes nothing. [`scenario`] produces every documented status for the OpenAPI check.
 
-use std::path::PathBuf;
-
 use agentry_fake_model::FakeModelServer;
 use reqwest::Method;
 use serde_json::{Value, json};
 
 use crate::ctx::{ADMIN_KEY, Ctx};
-
-/// The venv scripts/install-api-test-deps.sh makes (with `openai` in it).
-pub fn python() -> PathBuf {
-    let venv = std::env::var("AGENTRY_VENV")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.cache/venv"));
-    let py = venv.join("bin/python");
-    assert!(
-        py.exists(),
-        "{} is missing: run scripts/install-api-test-deps.sh",
-        py.display()
-    );
-    py
-}
 
 fn completion(ctx: &Ctx, key: Option<&str>, body: Value) -> reqwest::RequestBuilder {
     ctx.request(Method::POST, "/v1/chat/completions", key)
@@ -38,28 +22,15 @@ fn user(text: &str) -> Value {
 /// approval it cannot give, a bad key, an unknown model, an empty message.
 pub async fn sdk_client(ctx: &Ctx, fake: &FakeModelServer) {
     let t = ctx.tenant().await;
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/api/openai_client.py");
-    let out = tokio::process::Command::new(python())
-        .arg(&script)
-        .env("AGENTRY_OPENAI_BASE", ctx.url("/v1"))
-        .env("AGENTRY_KEY", &t.member.key)
-        .env("NO_PROXY", "127.0.0.1")
-        .env_remove("OPENAI_API_KEY")
-        .env_remove("OPENAI_BASE_URL")
-        .output()
-        .await
-        .expect("run the openai client");
-    assert!(
-        out.status.success(),
-        "the openai client failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let r: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "the client printed no JSON ({e}): {}",
-            String::from_utf8_lossy(&out.stdout)
-        )
-    });
+    let base = ctx.url("/v1");
+    let r = crate::ctx::run_client(
+        "openai_client.py",
+        &[
+            ("AGENTRY_OPENAI_BASE", &base),
+            ("AGENTRY_KEY", &t.member.key),
+        ],
+    )
+    .await;
 
     assert_eq!(r["models"], json!(["default"]), "{r}");
 
@@ -164,15 +135,7 @@ pub async fn sdk_client(ctx: &Ctx, fake: &FakeModelServer) {
     assert!(a["message"].as_str().unwrap().contains("write_file"), "{a}");
     // …and nothing was written: the run ended rejected.
     let run = a["body"]["details"]["run_id"].as_str().unwrap();
-    let exec = ctx
-        .ok(
-            Method::GET,
-            &format!("/api/v1/executions/{run}"),
-            &t.member.key,
-            None,
-            200,
-        )
-        .await;
+    let exec = ctx.execution(&t.member.key, run).await;
     assert_eq!(exec["status"], "rejected", "{exec}");
 
     // A bad key: 401 in OpenAI's shape.
@@ -422,15 +385,7 @@ async fn run_of(ctx: &Ctx, key: &str, session: &str) -> Value {
 async fn until_ended(ctx: &Ctx, key: &str, run: &str, within: std::time::Duration) -> String {
     let deadline = std::time::Instant::now() + within;
     loop {
-        let r = ctx
-            .ok(
-                Method::GET,
-                &format!("/api/v1/executions/{run}"),
-                key,
-                None,
-                200,
-            )
-            .await;
+        let r = ctx.execution(key, run).await;
         let status = r["status"].as_str().unwrap().to_string();
         if !["queued", "running", "waiting_approval"].contains(&status.as_str()) {
             return status;

@@ -3,8 +3,6 @@
 //! hides ([`wire`]): the SSE framing (`event:` names, `sequence_number` strictly increasing, the
 //! final event), OpenAI's error shape, and every documented status for the OpenAPI check.
 
-use std::path::PathBuf;
-
 use reqwest::Method;
 use serde_json::{Value, json};
 
@@ -19,30 +17,13 @@ fn create(ctx: &Ctx, key: Option<&str>, body: Value) -> reqwest::RequestBuilder 
 pub async fn sdk_client(ctx: &Ctx) {
     let t = ctx.tenant().await;
     let other = ctx.tenant().await;
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/api/openai_responses_client.py");
-    let out = tokio::process::Command::new(crate::openai_compat::python())
-        .arg(&script)
-        .env("AGENTRY_OPENAI_BASE", ctx.url("/v1"))
-        .env("AGENTRY_KEY", &t.member.key)
-        .env("AGENTRY_OTHER_KEY", &other.member.key)
-        .env("NO_PROXY", "127.0.0.1")
-        .env_remove("OPENAI_API_KEY")
-        .env_remove("OPENAI_BASE_URL")
-        .output()
-        .await
-        .expect("run the openai client");
-    assert!(
-        out.status.success(),
-        "the openai client failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let r: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "the client printed no JSON ({e}): {}",
-            String::from_utf8_lossy(&out.stdout)
-        )
-    });
+    let r = run_script(
+        ctx,
+        "openai_responses_client.py",
+        &t.member.key,
+        &other.member.key,
+    )
+    .await;
 
     // Non-streamed: the answer as one message item, usage, the echoed parameters.
     let plain = &r["plain"];
@@ -289,15 +270,7 @@ pub async fn sdk_client(ctx: &Ctx) {
         "{r}"
     );
     let run = rejected["run"].as_str().unwrap();
-    let exec = ctx
-        .ok(
-            Method::GET,
-            &format!("/api/v1/executions/{run}"),
-            &t.member.key,
-            None,
-            200,
-        )
-        .await;
+    let exec = ctx.execution(&t.member.key, run).await;
     assert_eq!(exec["status"], "rejected", "{exec}");
     let file = ctx
         .call(
@@ -358,15 +331,7 @@ pub async fn sdk_client(ctx: &Ctx) {
     assert_eq!(r["cancelled_retrieved"]["status"], "cancelled", "{r}");
     assert_eq!(r["cancelled_again"], *cancelled, "{r}");
     let run = cancelled["run"].as_str().unwrap();
-    let exec = ctx
-        .ok(
-            Method::GET,
-            &format!("/api/v1/executions/{run}"),
-            &t.member.key,
-            None,
-            200,
-        )
-        .await;
+    let exec = ctx.execution(&t.member.key, run).await;
     assert_eq!(exec["status"], "cancelled", "{exec}");
     let events = ctx
         .ok(
@@ -430,33 +395,16 @@ pub async fn sdk_client(ctx: &Ctx) {
 /// Run one of the Python client scripts against `ctx` with a member's key (and another
 /// tenant's): what it printed, as JSON.
 async fn run_script(ctx: &Ctx, script: &str, key: &str, other_key: &str) -> Value {
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/api")
-        .join(script);
-    let out = tokio::process::Command::new(crate::openai_compat::python())
-        .arg(&script)
-        .env("AGENTRY_OPENAI_BASE", ctx.url("/v1"))
-        .env("AGENTRY_KEY", key)
-        .env("AGENTRY_OTHER_KEY", other_key)
-        .env("NO_PROXY", "127.0.0.1")
-        .env_remove("OPENAI_API_KEY")
-        .env_remove("OPENAI_BASE_URL")
-        .output()
-        .await
-        .expect("run the client script");
-    assert!(
-        out.status.success(),
-        "{} failed:\n{}",
-        script.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "{} printed no JSON ({e}): {}",
-            script.display(),
-            String::from_utf8_lossy(&out.stdout)
-        )
-    })
+    let base = ctx.url("/v1");
+    crate::ctx::run_client(
+        script,
+        &[
+            ("AGENTRY_OPENAI_BASE", &base),
+            ("AGENTRY_KEY", key),
+            ("AGENTRY_OTHER_KEY", other_key),
+        ],
+    )
+    .await
 }
 
 /// The arguments a model request offered for the tool `name`, if it offered it.
@@ -578,16 +526,18 @@ pub async fn client_function_tools(ctx: &Ctx, fake: &agentry_fake_model::FakeMod
     );
     // The run ended completed, its audit has the client's call with the client's output.
     let run = answered["run"].as_str().unwrap();
-    let exec = ctx
-        .ok(
-            Method::GET,
-            &format!("/api/v1/executions/{run}"),
-            &t.member.key,
-            None,
-            200,
-        )
-        .await;
+    let exec = ctx.execution(&t.member.key, run).await;
     assert_eq!(exec["status"], "completed", "{exec}");
+    // Each response reports what the run spent in it: the model call that made the call in the
+    // first, the one that read its output in the second; together, the run's usage.
+    let total = |v: &Value| v["usage"]["total_tokens"].as_u64().unwrap();
+    assert!(total(called) > 0, "a paused response's usage: {called}");
+    assert_eq!(
+        total(called) + total(answered),
+        exec["token_usage"]["total"].as_u64().unwrap(),
+        "{exec}"
+    );
+    assert_eq!(total(&r["called_retrieved"]), total(called), "{r}");
 
     // Streamed: the call's item and argument events, then the answer in a stream of its own.
     let s = &r["stream_called"];
@@ -658,6 +608,141 @@ pub async fn client_function_tools(ctx: &Ctx, fake: &agentry_fake_model::FakeMod
         "{r}"
     );
     assert_eq!(answered["previous_response_id"], Value::Null);
+    // A later turn sent whole makes a new conversation holding the earlier call and its
+    // output as the call and result they were (the model read them), then the new message.
+    let later = &r["stateless_later"];
+    assert_eq!(later["text"], "and tomorrow?", "{r}");
+    assert_ne!(later["session"], answered["session"], "{r}");
+    let msgs = ctx
+        .ok(
+            Method::GET,
+            &format!(
+                "/api/v1/sessions/{}/messages",
+                later["session"].as_str().unwrap()
+            ),
+            &t.member.key,
+            None,
+            200,
+        )
+        .await;
+    let stored: Vec<(&str, &str)> = msgs["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| (m["role"].as_str().unwrap(), m["content"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        stored[..4],
+        [
+            ("user", "/tool get_weather {\"city\": \"Lima\"}"),
+            ("assistant", ""),
+            ("tool", "sunny in Lima, 21 C"),
+            (
+                "assistant",
+                "(scripted) Tool get_weather returned: sunny in Lima, 21 C"
+            ),
+        ],
+        "{msgs}"
+    );
+    let asked = fake
+        .requests()
+        .into_iter()
+        .rev()
+        .find(|q| q.raw_body.contains("and tomorrow?"))
+        .expect("the model was asked the later turn");
+    let tool_msg = asked.body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "tool")
+        .unwrap_or_else(|| panic!("no tool result: {}", asked.raw_body))
+        .clone();
+    assert_eq!(tool_msg["content"], "sunny in Lima, 21 C", "{tool_msg}");
+
+    // A question of the assistant's: a function_call named ask_user, its arguments the question.
+    let asked = &r["question_asked"];
+    assert_eq!(asked["status"], "completed", "{r}");
+    let items = asked["items"].as_array().unwrap();
+    assert_eq!(items.len(), 1, "{asked}");
+    let call = &items[0];
+    assert_eq!(
+        (&call["type"], &call["name"], &call["status"]),
+        (
+            &json!("function_call"),
+            &json!("ask_user"),
+            &json!("completed")
+        ),
+        "{asked}"
+    );
+    assert_eq!(
+        serde_json::from_str::<Value>(call["arguments"].as_str().unwrap()).unwrap(),
+        json!({"question": "Which colour?", "question_type": "choice", "options": ["red", "blue"]}),
+        "{call}"
+    );
+    assert!(total(asked) > 0, "{asked}");
+    // Answered: the same run goes on; the question's tool shows as the mcp_call it is, its
+    // result the client's answer, then the model's answer.
+    let answered = &r["question_answered"];
+    assert_eq!(answered["run"], asked["run"], "the same run goes on: {r}");
+    let items = answered["items"].as_array().unwrap();
+    assert_eq!(
+        (&items[0]["type"], &items[0]["name"]),
+        (&json!("mcp_call"), &json!("ask_question")),
+        "{answered}"
+    );
+    let result: Value = serde_json::from_str(items[0]["output"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        (&result["answer"], &result["choice"]),
+        (&json!("blue"), &json!("blue")),
+        "{answered}"
+    );
+    assert!(
+        answered["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("(scripted) Tool ask_question returned:"),
+        "{answered}"
+    );
+    for field in ["id", "status", "text", "items", "usage"] {
+        assert_eq!(
+            r["question_answered_retrieved"][field], answered[field],
+            "{field}: {r}"
+        );
+    }
+    let input = &r["question_input_items"];
+    assert_eq!(
+        (&input[0]["type"], &input[0]["call_id"], &input[0]["output"]),
+        (
+            &json!("function_call_output"),
+            &call["call_id"],
+            &json!("blue")
+        ),
+        "{r}"
+    );
+    let run = answered["run"].as_str().unwrap();
+    let exec = ctx.execution(&t.member.key, run).await;
+    assert_eq!(exec["status"], "completed", "{exec}");
+    assert_eq!(
+        total(asked) + total(answered),
+        exec["token_usage"]["total"].as_u64().unwrap(),
+        "{exec}"
+    );
+    let s = &r["question_stream"];
+    assert_eq!(s["args"]["done_name"], "ask_user", "{s}");
+    assert_eq!(
+        s["types"].as_array().unwrap().last().unwrap(),
+        "response.completed"
+    );
+    assert_eq!(
+        serde_json::from_str::<Value>(s["args"]["done"].as_str().unwrap()).unwrap()["question"],
+        "Tea or coffee?",
+        "{s}"
+    );
+    let answered = &r["question_stream_answered"];
+    assert!(
+        answered["text"].as_str().unwrap().contains("tea"),
+        "{answered}"
+    );
 
     // Refusals, in OpenAI's shape, naming what is wrong.
     for (key, names) in [
@@ -733,15 +818,7 @@ pub async fn unanswered_function_call_times_out(
     let run = r["agentry_run_id"].as_str().unwrap();
     let started = std::time::Instant::now();
     let exec = loop {
-        let exec = ctx
-            .ok(
-                Method::GET,
-                &format!("/api/v1/executions/{run}"),
-                key,
-                None,
-                200,
-            )
-            .await;
+        let exec = ctx.execution(key, run).await;
         if exec["status"] == "completed" || started.elapsed() > std::time::Duration::from_secs(30) {
             break exec;
         }
@@ -842,6 +919,48 @@ pub async fn agents_sdk(ctx: &Ctx, fake: &agentry_fake_model::FakeModelServer) {
     assert!(
         pos("item:tool_output") < pos("raw:response.output_text.delta"),
         "{events:?}"
+    );
+    // A question of the assistant's: the SDK ran its ask_user function with the question, the
+    // same run answered; the next turn, sent whole (the calls included), went on.
+    let q = &r["question"];
+    assert_eq!(
+        q["questions"],
+        json!([{"question": "Which colour?", "question_type": "choice", "options": ["red", "blue"]}]),
+        "{r}"
+    );
+    assert!(
+        q["final_output"]
+            .as_str()
+            .unwrap()
+            .starts_with("(scripted) Tool ask_question returned:")
+            && q["final_output"].as_str().unwrap().contains("blue"),
+        "{r}"
+    );
+    let ids: Vec<&str> = q["responses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i.as_str().unwrap())
+        .collect();
+    assert_eq!(ids.len(), 2, "{r}");
+    assert_eq!(ids[0][..69], ids[1][..69], "the same session and run: {r}");
+    let sent: Vec<&str> = r["question_later_input"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i.as_str().unwrap())
+        .collect();
+    for kind in ["function_call", "function_call_output", "mcp_call"] {
+        assert!(sent.contains(&kind), "{kind}: {sent:?}");
+    }
+    assert_eq!(r["question_later"]["final_output"], "and now?", "{r}");
+    // `ask_user` is the name questions are asked as: the SDK's function of that name answers
+    // them and is not offered to the model.
+    assert!(
+        fake.requests()
+            .iter()
+            .all(|q| offered(q, "ask_user").is_none()),
+        "ask_user was offered to the model"
     );
     // The model (behind Agentry) was offered the SDK's tool and read its output.
     assert!(

@@ -12,6 +12,7 @@ import sys
 import time
 
 import openai
+from openai_report import failure, response
 
 BASE = os.environ["AGENTRY_OPENAI_BASE"]
 KEY = os.environ["AGENTRY_KEY"]
@@ -19,50 +20,6 @@ OTHER_KEY = os.environ["AGENTRY_OTHER_KEY"]
 
 client = openai.OpenAI(base_url=BASE, api_key=KEY, max_retries=0, timeout=60)
 out = {"sdk_version": openai.__version__}
-
-
-def failure(e):
-    """What an SDK exception carries."""
-    return {
-        "class": type(e).__name__,
-        "status": getattr(e, "status_code", None),
-        "code": getattr(e, "code", None),
-        "type": getattr(e, "type", None),
-        "param": getattr(e, "param", None),
-        "message": getattr(e, "message", str(e)),
-    }
-
-
-def items(r):
-    """The output items, as the SDK parsed them."""
-    seen = []
-    for item in r.output:
-        d = {"type": item.type, "id": item.id}
-        for field in ("server_label", "name", "arguments", "output", "status", "role"):
-            if hasattr(item, field):
-                d[field] = getattr(item, field)
-        if getattr(item, "error", None) is not None:
-            d["error"] = item.error.model_dump() if hasattr(item.error, "model_dump") else item.error
-        seen.append(d)
-    return seen
-
-
-def response(r):
-    extra = r.model_extra or {}
-    return {
-        "id": r.id,
-        "object": r.object,
-        "status": r.status,
-        "model": r.model,
-        "text": r.output_text,
-        "items": items(r),
-        "usage": r.usage.model_dump() if r.usage else None,
-        "error": r.error.model_dump() if r.error else None,
-        "metadata": r.metadata,
-        "previous_response_id": r.previous_response_id,
-        "session": extra.get("agentry_session_id"),
-        "run": extra.get("agentry_run_id"),
-    }
 
 
 def stream(**kw):

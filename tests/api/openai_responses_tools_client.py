@@ -14,6 +14,7 @@ import sys
 import uuid
 
 import openai
+from openai_report import failure, response
 
 BASE = os.environ["AGENTRY_OPENAI_BASE"]
 KEY = os.environ["AGENTRY_KEY"]
@@ -40,43 +41,6 @@ ASK = '/tool get_weather {"city": "Paris"}'
 def get_weather(city):
     """The client's function: it runs here, never on the server."""
     return f"sunny in {city}, 21 C"
-
-
-def failure(e):
-    return {
-        "class": type(e).__name__,
-        "status": getattr(e, "status_code", None),
-        "code": getattr(e, "code", None),
-        "type": getattr(e, "type", None),
-        "param": getattr(e, "param", None),
-        "message": getattr(e, "message", str(e)),
-    }
-
-
-def items(r):
-    seen = []
-    for item in r.output:
-        d = {"type": item.type, "id": item.id}
-        for field in ("call_id", "name", "arguments", "output", "status", "role", "server_label"):
-            if hasattr(item, field):
-                d[field] = getattr(item, field)
-        seen.append(d)
-    return seen
-
-
-def response(r):
-    extra = r.model_extra or {}
-    return {
-        "id": r.id,
-        "status": r.status,
-        "text": r.output_text,
-        "items": items(r),
-        "tools": [t.model_dump() for t in (r.tools or [])],
-        "usage": r.usage.model_dump() if r.usage else None,
-        "previous_response_id": r.previous_response_id,
-        "session": extra.get("agentry_session_id"),
-        "run": extra.get("agentry_run_id"),
-    }
 
 
 def run_calls(r):
@@ -149,6 +113,37 @@ conversation += run_calls(called)
 out["stateless_input"] = conversation
 answered = client.responses.create(model="default", input=conversation, tools=[WEATHER])
 out["stateless_answered"] = response(answered)
+
+# A later turn, stateless: the whole conversation (the earlier call and its output included)
+# and a new user message make a new conversation holding that call and its output.
+later = conversation + [i.model_dump(exclude_none=True) for i in answered.output]
+later.append({"role": "user", "content": "/echo and tomorrow?"})
+out["stateless_later"] = response(client.responses.create(model="default", input=later))
+
+# A question of the assistant's (its ask_question tool): the response ends with a function_call
+# named ask_user whose arguments are the question; the client's answer, a
+# function_call_output, goes to the question and the same run goes on.
+QUESTION = {"question": "Which colour?", "question_type": "choice", "options": ["red", "blue"]}
+asked = client.responses.create(model="default", input="/tool ask_question " + json.dumps(QUESTION))
+out["question_asked"] = response(asked)
+call = next(i for i in asked.output if i.type == "function_call")
+answer = [{"type": "function_call_output", "call_id": call.call_id, "output": "blue"}]
+replied = client.responses.create(model="default", previous_response_id=asked.id, input=answer)
+out["question_answered"] = response(replied)
+out["question_answered_retrieved"] = response(client.responses.retrieve(replied.id))
+out["question_input_items"] = [
+    i.model_dump() for i in client.responses.input_items.list(replied.id).data
+]
+# Streamed: the question's function_call arrives as a client function's does.
+s, final = stream(input="/tool ask_question " + json.dumps({"question": "Tea or coffee?"}))
+out["question_stream"] = s
+call = next(i for i in final.output if i.type == "function_call")
+replied = client.responses.create(
+    model="default",
+    previous_response_id=final.id,
+    input=[{"type": "function_call_output", "call_id": call.call_id, "output": "tea"}],
+)
+out["question_stream_answered"] = response(replied)
 
 # Refusals: a name of one of the assistant's tools, a schema that is not one, an unknown call.
 attempt(

@@ -329,6 +329,10 @@ struct StoredRun {
     /// Approvals the run left pending, by tool call: asked again under the same id, so a
     /// decision sent for it (to any replica) still counts.
     pending_approvals: std::collections::HashMap<String, ApprovalId>,
+    /// Client function calls whose question the run left pending, by tool call: nothing of
+    /// them ran on the server (the client runs them), so the call is made again and asks under
+    /// the same id, and the client's output sent for it (to any replica) still counts.
+    pending_functions: std::collections::HashMap<String, ApprovalId>,
 }
 
 /// What the model reads for a tool call a crash interrupted.
@@ -519,7 +523,15 @@ impl Agent {
                     pending = calls;
                 }
                 if let Some(call) = cp.in_flight {
-                    self.settle_interrupted(call, &pending).await?;
+                    if self.stored.pending_functions.contains_key(&call.call.id)
+                        && !self.stored.results.contains(&call.call.id)
+                    {
+                        // A client function call still waiting for its output: it ran nothing
+                        // here, so it is made again (and asks under the same id).
+                        pending.insert(0, call.call);
+                    } else {
+                        self.settle_interrupted(call, &pending).await?;
+                    }
                 }
                 // A call whose result is stored ran (or was refused) before the crash.
                 pending.retain(|c| !self.stored.results.contains(&c.id));
@@ -790,14 +802,26 @@ impl Agent {
                         history::parse_tool_calls(m.tool_calls.as_ref()),
                     )
                 });
-            self.stored.pending_approvals =
+            let pending: Vec<_> =
                 approvals::list_by_execution(&self.deps.db, &self.scope, self.input.run_id)
                     .await
                     .map_err(|e| self.store_failed("loading the run's approvals", e))?
                     .into_iter()
-                    .filter(|a| a.status == ApprovalStatus::Pending && a.kind == "approval")
-                    .filter_map(|a| Some((a.tool_call_id?, a.id)))
+                    .filter(|a| a.status == ApprovalStatus::Pending)
                     .collect();
+            let by_call = |keep: &dyn Fn(&approvals::Approval) -> bool| {
+                pending
+                    .iter()
+                    .filter(|&a| keep(a))
+                    .filter_map(|a| Some((a.tool_call_id.clone()?, a.id)))
+                    .collect()
+            };
+            self.stored.pending_approvals = by_call(&|a| a.kind == "approval");
+            self.stored.pending_functions = by_call(&|a| {
+                a.kind == "question"
+                    && a.request["question"]["question_type"]
+                        == agentry_schema::events::FUNCTION_CALL_QUESTION
+            });
         }
         self.conversation = history::to_chat(&msgs);
         Ok(())
@@ -1364,7 +1388,7 @@ impl Agent {
                     execution_id: self.input.run_id,
                     kind: "approval".into(),
                     tool_call_id: Some(call.id.clone()),
-                    request: serde_json::to_value(&data).unwrap_or(Value::Null),
+                    request: request_with_usage(&data, self.progress().usage),
                 },
             )
             .await
@@ -1513,6 +1537,8 @@ impl Agent {
                 session_id: self.input.session_id,
                 run_id: self.input.run_id,
                 tool_call_id: call.id.clone(),
+                reuse: self.stored.pending_functions.get(&call.id).copied(),
+                progress: self.progress.clone(),
                 sink: self.sink.clone(),
                 run_clock: self.run_clock.clone(),
                 asked_human: self.asked_human.clone(),
@@ -1825,6 +1851,11 @@ struct LoopInteraction {
     session_id: SessionId,
     run_id: RunId,
     tool_call_id: String,
+    /// The id of the question this call left pending before the run was resumed (a client
+    /// function call's): asked again under it, not stored anew.
+    reuse: Option<ApprovalId>,
+    /// The run's usage so far, stored with the question (a Responses client reads it).
+    progress: SharedProgress,
     sink: Arc<dyn RunSink>,
     /// The run's timeout clock: it stands still until the user has answered (the call's own
     /// clock is stopped by the pipeline).
@@ -1837,7 +1868,7 @@ struct LoopInteraction {
 impl UserInteraction for LoopInteraction {
     async fn ask(&self, question: Question) -> Result<Value, InteractionError> {
         let _paused = self.run_clock.pause();
-        let id = ApprovalId::new();
+        let id = self.reuse.unwrap_or_default();
         self.asked_human.store(true, Ordering::Relaxed);
         let timeout = if question.timeout == 0 {
             self.deps.config.hitl_timeout
@@ -1853,20 +1884,22 @@ impl UserInteraction for LoopInteraction {
                 ..question
             }),
         };
-        create_approval(
-            &self.deps.writer,
-            self.scope,
-            NewApproval {
-                id,
-                session_id: self.session_id,
-                execution_id: self.run_id,
-                kind: "question".into(),
-                tool_call_id: Some(self.tool_call_id.clone()),
-                request: serde_json::to_value(&data).unwrap_or(Value::Null),
-            },
-        )
-        .await
-        .map_err(|e| InteractionError::Unavailable(e.to_string()))?;
+        if self.reuse.is_none() {
+            create_approval(
+                &self.deps.writer,
+                self.scope,
+                NewApproval {
+                    id,
+                    session_id: self.session_id,
+                    execution_id: self.run_id,
+                    kind: "question".into(),
+                    tool_call_id: Some(self.tool_call_id.clone()),
+                    request: request_with_usage(&data, read(&self.progress).usage),
+                },
+            )
+            .await
+            .map_err(|e| InteractionError::Unavailable(e.to_string()))?;
+        }
         let outcome = self
             .sink
             .ask_human(HumanRequest { id, data, timeout })
@@ -1937,6 +1970,20 @@ fn shown_to_clients(out: &agentry_tools::tool::ToolOutput) -> Value {
         );
     }
     content
+}
+
+/// A request for a person as its approval row stores it: the `hitl_request`, and the run's
+/// token usage when it asked (`token_usage`), so a client that shows the run in parts (the
+/// Responses API: a response ends at each request) can tell what each part spent.
+fn request_with_usage(data: &HitlRequestData, usage: TokenUsage) -> Value {
+    let mut request = serde_json::to_value(data).unwrap_or(Value::Null);
+    if let Value::Object(map) = &mut request {
+        map.insert(
+            "token_usage".into(),
+            serde_json::to_value(usage).unwrap_or(Value::Null),
+        );
+    }
+    request
 }
 
 /// Store a request for a person (an approval or a question), through the writer.

@@ -62,11 +62,22 @@ pub struct ConversationRun<'a> {
     /// The new session's metadata.
     pub metadata: Value,
     /// What a new conversation holds before the message (the client's earlier messages, its
-    /// instructions), oldest first.
-    pub earlier: Vec<(MessageRole, String)>,
+    /// instructions, the function calls and their outputs it sends again), oldest first.
+    pub earlier: Vec<NewMessage>,
     pub message: String,
     /// The client's function tools for the run (the Responses API's), checked already.
     pub client_tools: Vec<agentry_schema::api::ClientTool>,
+}
+
+/// A text message a client sent, as a new conversation stores it before the run.
+pub fn text_message(role: MessageRole, content: String) -> NewMessage {
+    NewMessage {
+        run_id: None,
+        role,
+        content,
+        tool_calls: None,
+        tool_call_id: None,
+    }
 }
 
 /// Start `c`'s run. A spent daily budget is refused before a session is made; a new session is
@@ -100,20 +111,8 @@ pub async fn start_conversation_run(
         }
     };
     let started = async {
-        for (role, content) in c.earlier {
-            store_messages::save(
-                &state.db,
-                &caller.scope(),
-                session,
-                NewMessage {
-                    run_id: None,
-                    role,
-                    content,
-                    tool_calls: None,
-                    tool_call_id: None,
-                },
-            )
-            .await?;
+        for m in c.earlier {
+            store_messages::save(&state.db, &caller.scope(), session, m).await?;
         }
         let run = state
             .engine

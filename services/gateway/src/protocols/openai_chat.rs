@@ -36,7 +36,9 @@ use utoipa::ToSchema;
 use crate::auth::TenantCaller;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::ApiJson;
-use crate::protocols::common::{ConversationRun, start_conversation_run, with_keep_alive};
+use crate::protocols::common::{
+    ConversationRun, start_conversation_run, text_message, with_keep_alive,
+};
 use crate::request_id::RequestId;
 use crate::routes::resource::endpoint;
 use crate::state::AppState;
@@ -421,7 +423,11 @@ async fn start(
             session: c.session,
             assistant: &c.assistant,
             metadata: json!({"source": "openai"}),
-            earlier: c.earlier.clone(),
+            earlier: c
+                .earlier
+                .iter()
+                .map(|(role, content)| text_message(*role, content.clone()))
+                .collect(),
             message: c.message.clone(),
             client_tools: Vec::new(),
         },

@@ -15,7 +15,9 @@
 //! does (`agentry_tools::client`), which ends the response with a `function_call` item, and the
 //! next request's `function_call_output` answers the question ([`agentry_actors::Engine::decide`])
 //! — by `previous_response_id` or in a full stateless item list: its `call_id` names the
-//! question, so the paused run is found from it.
+//! question, so the paused run is found from it. A question of the assistant's own tools
+//! (`ask_question`, …, an MCP server's elicitation) is asked the same way, as a call of the
+//! reserved function [`ASK_USER`], and answered the same way.
 //!
 //! A response is a window of one run's stored events: the run, and the session `seq` after
 //! which the window starts (0 or the last seq before the run for a run's first response; the
@@ -38,7 +40,7 @@ use agentry_schema::events::{
 };
 use agentry_schema::frames::Decision;
 use agentry_schema::ids::{ApprovalId, AssistantId, RunId, SessionId};
-use agentry_store::messages::MessageRole;
+use agentry_store::messages::{MessageRole, NewMessage};
 use agentry_store::sessions::Session;
 use agentry_store::{approvals, assistants, events, executions};
 use futures::StreamExt;
@@ -50,7 +52,9 @@ use utoipa::ToSchema;
 use crate::auth::TenantCaller;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{ApiJson, ApiQuery};
-use crate::protocols::common::{ConversationRun, start_conversation_run, with_keep_alive};
+use crate::protocols::common::{
+    ConversationRun, start_conversation_run, text_message, with_keep_alive,
+};
 use crate::request_id::RequestId;
 use crate::routes::resource::endpoint;
 use crate::state::AppState;
@@ -128,7 +132,9 @@ pub struct CreateResponseRequest {
     /// "strict"}`: offered to the model beside the assistant's own tools; a call to one ends
     /// the response with a `function_call` item, and the client runs it and sends its
     /// `function_call_output`. A name of one of the assistant's tools, a bad name or a
-    /// `parameters` that is not a JSON Schema object is 422. Other tool types are 422.
+    /// `parameters` that is not a JSON Schema object is 422. Other tool types are 422. A
+    /// function named `ask_user` is the client's way to answer the assistant's questions (they
+    /// come as `ask_user` calls): it is echoed, not offered to the model.
     #[serde(default)]
     #[schema(value_type = Option<Vec<Object>>)]
     pub tools: Option<Vec<Value>>,
@@ -240,21 +246,56 @@ fn function_call_of(h: &HitlRequestData) -> Option<&ActionRequest> {
     }
 }
 
+/// The name of the function a question of the assistant's (`ask_question`, …, an MCP
+/// server's elicitation) is asked as: the client answers it as it answers its own functions.
+const ASK_USER: &str = "ask_user";
+
+/// The `function_call` a `hitl_request` of kind `question` is to a Responses client: the
+/// client's own function, or [`ASK_USER`] with the question (`question`, `question_type`,
+/// `options`, and the answer's JSON Schema `schema` when it has one) as its arguments.
+fn question_call(h: &HitlRequestData) -> Option<(String, String)> {
+    if let Some(call) = function_call_of(h) {
+        return Some((call.name.clone(), as_text(&call.args)));
+    }
+    let q = h
+        .question
+        .as_ref()
+        .filter(|_| h.kind == HitlKind::Question)?;
+    let mut args = json!({
+        "question": q.text,
+        "question_type": q.question_type,
+        "options": q.options,
+    });
+    if let Some(schema) = &q.schema {
+        args["schema"] = schema.clone();
+    }
+    Some((ASK_USER.to_string(), args.to_string()))
+}
+
 /// A `function_call` item (`status` as it stands, `arguments` empty while it streams in).
-fn function_call_item(
-    request_id: &str,
-    call: &ActionRequest,
-    arguments: &str,
-    status: &str,
-) -> Value {
+fn function_call_item(request_id: &str, name: &str, arguments: &str, status: &str) -> Value {
     json!({
         "type": "function_call",
         "id": format!("fc_{}", request_id.replace('-', "")),
         "call_id": function_call_id(request_id),
-        "name": call.name,
+        "name": name,
         "arguments": arguments,
         "status": status,
     })
+}
+
+/// The run's token usage when it asked `request` (stored with the request), zero for a
+/// request stored without it.
+fn usage_at(request: &Value) -> TokenUsage {
+    serde_json::from_value(request["token_usage"].clone()).unwrap_or_default()
+}
+
+fn usage_between(start: TokenUsage, end: TokenUsage) -> TokenUsage {
+    TokenUsage {
+        input: end.input.saturating_sub(start.input),
+        output: end.output.saturating_sub(start.output),
+        total: end.total.saturating_sub(start.total),
+    }
 }
 
 fn response_not_found(raw: &str, param: &str) -> ApiError {
@@ -330,7 +371,16 @@ struct Fold {
     /// The client function call this window continues from: its result is the client's own
     /// output, not an item of the response.
     client_calls: HashSet<String>,
+    /// The request this window continues from (the approval or question it answered): asked
+    /// again under the same id by a run resumed after a restart, which is no new request.
+    resumed_request: Option<String>,
+    /// It was a question of the assistant's own tools: its call started before the window.
+    resumed_question: bool,
+    /// The request this window ended at, if it ended at one.
+    paused_at: Option<String>,
     ended: Option<End>,
+    /// The run's usage at the window's end (the run's total at its `done`; at a pause, what
+    /// [`settle_usage`] reads), then, settled, the window's own share.
     usage: TokenUsage,
     last_error: Option<(String, String)>,
     created_at: f64,
@@ -349,6 +399,9 @@ impl Fold {
             open: None,
             calls: HashMap::new(),
             client_calls: HashSet::new(),
+            resumed_request: None,
+            resumed_question: false,
+            paused_at: None,
             ended: None,
             usage: TokenUsage::default(),
             last_error: None,
@@ -386,20 +439,26 @@ impl Fold {
                 if let Some(id) = function_call_of(h).and_then(|c| c.tool_call_id.clone()) {
                     self.client_calls.insert(id);
                 }
+                self.resumed_question =
+                    h.kind == HitlKind::Question && function_call_of(h).is_none();
+                self.resumed_request = Some(h.request_id.clone());
             }
-            EventPayload::HitlRequest(h) if function_call_of(h).is_some() => {
-                // The client runs it: the response ends with the call, the run waits for its
-                // output (the next request's `function_call_output`).
-                if let Some(call) = function_call_of(h) {
+            // Asked again by the run resumed after a restart: the same request, answered.
+            EventPayload::HitlRequest(h)
+                if self.resumed_request.as_deref() == Some(h.request_id.as_str()) => {}
+            EventPayload::HitlRequest(h) if h.kind == HitlKind::Question => {
+                // The client answers it (its own function, or `ask_user`): the response ends
+                // with the call, the run waits for its output (the next request's
+                // `function_call_output`).
+                if let Some((name, args)) = question_call(h) {
                     self.close_message(&mut out);
                     let index = self.items.len();
-                    let args = as_text(&call.args);
-                    let item = function_call_item(&h.request_id, call, &args, "completed");
+                    let item = function_call_item(&h.request_id, &name, &args, "completed");
                     let item_id = item["id"].clone();
                     out.push(json!({
                         "type": "response.output_item.added",
                         "output_index": index,
-                        "item": function_call_item(&h.request_id, call, "", "in_progress"),
+                        "item": function_call_item(&h.request_id, &name, "", "in_progress"),
                     }));
                     out.push(json!({
                         "type": "response.function_call_arguments.delta",
@@ -411,7 +470,7 @@ impl Fold {
                         "type": "response.function_call_arguments.done",
                         "item_id": item_id,
                         "output_index": index,
-                        "name": call.name,
+                        "name": name,
                         "arguments": args,
                     }));
                     out.push(json!({
@@ -421,6 +480,7 @@ impl Fold {
                     }));
                     self.items.push(item);
                 }
+                self.paused_at = Some(h.request_id.clone());
                 self.ended = Some(End::Paused);
             }
             EventPayload::HitlRequest(h) if h.kind == HitlKind::Approval => {
@@ -435,6 +495,7 @@ impl Fold {
                     });
                     self.push_item(item, &mut out);
                 }
+                self.paused_at = Some(h.request_id.clone());
                 self.ended = Some(End::Paused);
             }
             _ if !own => {}
@@ -499,21 +560,6 @@ impl Fold {
             _ => {}
         }
         out
-    }
-
-    /// Whether the event is a question of the run (or a child) that an OpenAI client cannot
-    /// answer: the adapter refuses it, which ends the run.
-    fn is_question(&self, ev: &ExecutionEvent) -> Option<ApprovalId> {
-        match &ev.payload {
-            EventPayload::HitlRequest(h)
-                if h.kind == HitlKind::Question
-                    && function_call_of(h).is_none()
-                    && self.tree.contains(&ev.run_id) =>
-            {
-                h.request_id.parse().ok()
-            }
-            _ => None,
-        }
     }
 
     fn delta(&mut self, text: &str, out: &mut Vec<Value>) {
@@ -715,8 +761,9 @@ impl Sse {
 
 enum Input {
     Messages {
-        /// The messages before the last (a new conversation stores them).
-        earlier: Vec<(MessageRole, String)>,
+        /// What came before the last message (a new conversation stores it): messages, and the
+        /// function calls and tool calls (with their outputs) of earlier responses.
+        earlier: Vec<NewMessage>,
         message: String,
     },
     Approval {
@@ -787,21 +834,7 @@ fn parse_input(input: &Value) -> ApiResult<Input> {
         let call_id = last["call_id"].as_str().ok_or_else(|| {
             ApiError::validation("input", format!("input[{i}].call_id must be a string"))
         })?;
-        let output = match &last["output"] {
-            Value::String(s) => s.clone(),
-            parts @ Value::Array(_) => text_of(parts).ok_or_else(|| {
-                ApiError::validation(
-                    "input",
-                    format!("input[{i}].output must be a string or a list of input_text parts"),
-                )
-            })?,
-            _ => {
-                return Err(ApiError::validation(
-                    "input",
-                    format!("input[{i}].output must be a string"),
-                ));
-            }
-        };
+        let output = output_text(i, &last["output"])?;
         if items.iter().any(|it| it["type"] == "mcp_approval_response") {
             return Err(ApiError::validation(
                 "input",
@@ -813,14 +846,67 @@ fn parse_input(input: &Value) -> ApiResult<Input> {
             output,
         });
     }
-    let mut messages = Vec::new();
+    let mut messages: Vec<NewMessage> = Vec::new();
     let mut approval = None;
     for (i, item) in items.iter().enumerate() {
         let kind = item["type"].as_str().unwrap_or("message");
         match kind {
-            // Earlier calls and outputs of a conversation a client sends whole: the model of a
-            // new conversation reads its messages only.
-            "function_call" | "function_call_output" => {}
+            // Earlier calls of a conversation a client sends whole (its function calls and
+            // their outputs; the assistant's own tool calls, `mcp_call`): stored as the calls
+            // and results they were, so the model of the new conversation reads them.
+            "function_call" | "mcp_call" => {
+                let call = earlier_call(i, item)?;
+                match messages.last_mut() {
+                    // Calls made together, and the text before them, are one turn of the
+                    // model's.
+                    Some(m) if m.role == MessageRole::Assistant => match m.tool_calls.as_mut() {
+                        Some(Value::Array(calls)) => calls.push(call.clone()),
+                        _ => m.tool_calls = Some(json!([call])),
+                    },
+                    _ => messages.push(NewMessage {
+                        run_id: None,
+                        role: MessageRole::Assistant,
+                        content: String::new(),
+                        tool_calls: Some(json!([call])),
+                        tool_call_id: None,
+                    }),
+                }
+                if kind == "mcp_call" {
+                    let failed = !item["error"].is_null();
+                    let output = if failed {
+                        as_text(&item["error"]["content"])
+                    } else {
+                        as_text(&item["output"])
+                    };
+                    messages.push(tool_result(&call, output, failed));
+                }
+            }
+            "function_call_output" => {
+                let call_id = item["call_id"].as_str().ok_or_else(|| {
+                    ApiError::validation("input", format!("input[{i}].call_id must be a string"))
+                })?;
+                let output = output_text(i, &item["output"])?;
+                // Its call, sent before it: the result names the function.
+                let call = messages
+                    .iter()
+                    .rev()
+                    .filter_map(|m| m.tool_calls.as_ref()?.as_array())
+                    .flatten()
+                    .find(|c| c["id"] == call_id)
+                    .cloned()
+                    .ok_or_else(|| {
+                        ApiError::validation(
+                            "input",
+                            format!(
+                                "input[{i}] is the output of call {call_id:?}, which no \
+                                 function_call before it made"
+                            ),
+                        )
+                    })?;
+                messages.push(tool_result(&call, output, false));
+            }
+            // A pause of an earlier response: what answered it follows in the list.
+            "mcp_approval_request" => {}
             "message" => {
                 let role = match item["role"].as_str() {
                     Some("user") => MessageRole::User,
@@ -844,7 +930,7 @@ fn parse_input(input: &Value) -> ApiResult<Input> {
                         ),
                     )
                 })?;
-                messages.push((role, text));
+                messages.push(text_message(role, text));
             }
             "mcp_approval_response" => {
                 let id = item["approval_request_id"]
@@ -896,16 +982,65 @@ fn parse_input(input: &Value) -> ApiResult<Input> {
         }
         return Ok(a);
     }
-    let Some((MessageRole::User, message)) = messages.pop() else {
-        return Err(ApiError::validation(
-            "input",
-            "the input must end with a `user` message",
-        ));
+    let message = match messages.pop() {
+        Some(m) if m.role == MessageRole::User && m.tool_calls.is_none() => m.content,
+        _ => {
+            return Err(ApiError::validation(
+                "input",
+                "the input must end with a `user` message",
+            ));
+        }
     };
     Ok(Input::Messages {
         earlier: messages,
         message,
     })
+}
+
+/// An earlier `function_call` or `mcp_call` item, as a stored tool call (`id` the call's id,
+/// `name`, `arguments` parsed).
+fn earlier_call(i: usize, item: &Value) -> ApiResult<Value> {
+    let field = |name: &str| {
+        item[name].as_str().ok_or_else(|| {
+            ApiError::validation("input", format!("input[{i}].{name} must be a string"))
+        })
+    };
+    let id = match item["type"].as_str() {
+        Some("function_call") => field("call_id")?,
+        _ => field("id")?,
+    };
+    let arguments = field("arguments")?;
+    let arguments = serde_json::from_str::<Value>(arguments)
+        .unwrap_or_else(|_| json!({"__invalid_json__": arguments}));
+    Ok(json!({"id": id, "name": field("name")?, "arguments": arguments}))
+}
+
+/// The stored result of an earlier call.
+fn tool_result(call: &Value, output: String, is_error: bool) -> NewMessage {
+    NewMessage {
+        run_id: None,
+        role: MessageRole::Tool,
+        content: output,
+        tool_calls: Some(json!({"name": call["name"], "is_error": is_error})),
+        tool_call_id: call["id"].as_str().map(str::to_string),
+    }
+}
+
+/// A `function_call_output`'s `output`: a string, or a list of `input_text` parts.
+fn output_text(i: usize, output: &Value) -> ApiResult<String> {
+    match output {
+        Value::String(s) => Ok(s.clone()),
+        parts @ Value::Array(_) => text_of(parts).ok_or_else(|| {
+            ApiError::validation(
+                "input",
+                format!("input[{i}].output must be a string or a list of input_text parts"),
+            )
+        }),
+        _ => Err(ApiError::validation(
+            "input",
+            format!("input[{i}].output must be a string"),
+        )),
+    }
 }
 
 fn model_not_found(model: &str) -> ApiError {
@@ -1070,6 +1205,12 @@ fn parse_tools(tools: &[Value]) -> ApiResult<(Vec<ClientTool>, Vec<Value>)> {
             "parameters": parameters,
             "strict": strict,
         }));
+        if name == ASK_USER {
+            // The name the assistant's questions are asked as: a client declares it to answer
+            // them (the Agents SDK runs only the functions it declared); it is not offered to
+            // the model, which asks through the assistant's own tools.
+            continue;
+        }
         defs.push(ClientTool {
             name: name.to_string(),
             description,
@@ -1246,7 +1387,7 @@ async fn start(
                 None => None,
             }
             .filter(|a| {
-                a.request["question"]["question_type"] == FUNCTION_CALL_QUESTION
+                a.kind == "question"
                     && previous
                         .as_ref()
                         .is_none_or(|(prev, _)| prev.session == a.session_id)
@@ -1274,9 +1415,16 @@ async fn start(
                     ),
                 ));
             }
-            let decision = Decision::Answer {
-                answer: Value::String(output.clone()),
+            // A question whose answer has a JSON Schema (an MCP server's elicitation) takes
+            // the output as JSON when it is; every other answer is the output's text.
+            let answer = match &a.request["question"]["schema"] {
+                Value::Object(_) => serde_json::from_str::<Value>(output)
+                    .ok()
+                    .filter(Value::is_object)
+                    .unwrap_or_else(|| Value::String(output.clone())),
+                _ => Value::String(output.clone()),
             };
+            let decision = Decision::Answer { answer };
             let (run, r, fold) = resume(state, caller, session.id, a, decision, plan.background)
                 .await?
                 .ok_or_else(not_found)?;
@@ -1301,7 +1449,7 @@ async fn start(
                         .echo
                         .instructions
                         .iter()
-                        .map(|i| (MessageRole::System, i.clone()));
+                        .map(|i| text_message(MessageRole::System, i.clone()));
                     (
                         None,
                         0,
@@ -1363,7 +1511,8 @@ async fn resume(
     )
     .await?
     .into_iter()
-    .find(
+    // The last time it was asked: a run resumed after a restart asks again, same id.
+    .rfind(
         |e| matches!(&e.payload, EventPayload::HitlRequest(h) if h.request_id == request_id_text),
     ) else {
         return Ok(None);
@@ -1386,36 +1535,71 @@ async fn resume(
     };
     let mut fold = Fold::new(&r);
     fold.take(&asked);
+    seed_question_call(state, caller, &mut fold).await?;
     Ok(Some((run, r, fold)))
 }
 
-/// Take one event of the live run; a question (which an OpenAI client cannot answer) is
-/// refused, which ends the run, as the Chat Completions adapter does.
-async fn take_live(
+/// A window's `usage`, settled once it has ended: what the run spent from the request it
+/// continues from (or its start) to the request it ended at (or its `done`), as the run's
+/// usage stored with each request tells. The responses of one run add up to its usage.
+async fn settle_usage(state: &AppState, caller: &TenantCaller, fold: &mut Fold) -> ApiResult<()> {
+    let usage_of = |request: Option<String>| async move {
+        let Some(id) = request.and_then(|r| r.parse::<ApprovalId>().ok()) else {
+            return Ok::<_, ApiError>(TokenUsage::default());
+        };
+        Ok(approvals::get(&state.db, &caller.scope(), id)
+            .await?
+            .map(|a| usage_at(&a.request))
+            .unwrap_or_default())
+    };
+    let end = match fold.ended {
+        Some(End::Paused) => usage_of(fold.paused_at.clone()).await?,
+        Some(End::Done(_)) => fold.usage,
+        _ => return Ok(()),
+    };
+    let start = usage_of(fold.resumed_request.clone()).await?;
+    fold.usage = usage_between(start, end);
+    Ok(())
+}
+
+/// The fold of a stored response's window, seeded with the request it continues from (read
+/// first: a question's call started before the window, see [`seed_question_call`]).
+async fn window_fold(state: &AppState, caller: &TenantCaller, r: &ResponseRef) -> ApiResult<Fold> {
+    let mut fold = Fold::new(r);
+    if r.after > 0
+        && let Some(asked) =
+            events::list_after(&state.db, &caller.scope(), r.session, r.after - 1, 1)
+                .await?
+                .into_iter()
+                .find(|e| e.seq == r.after)
+    {
+        fold.take(&asked);
+        seed_question_call(state, caller, &mut fold).await?;
+    }
+    Ok(fold)
+}
+
+/// A window that continues from a question of the assistant's own tools (`ask_question`, an
+/// MCP tool's elicitation): the tool call that asked it started before the window, and its
+/// result, in the window, is an `mcp_call` item named after it.
+async fn seed_question_call(
     state: &AppState,
     caller: &TenantCaller,
-    session: SessionId,
     fold: &mut Fold,
-    ev: &ExecutionEvent,
-) -> Vec<Value> {
-    let out = fold.take(ev);
-    if let Some(id) = fold.is_question(ev)
-        && let Err(e) = state
-            .engine
-            .decide(
-                caller.tenant(),
-                &caller.user(),
-                session,
-                id,
-                Decision::Reject {
-                    message: Some("an OpenAI Responses client cannot answer questions".into()),
-                },
-            )
-            .await
-    {
-        tracing::debug!(error = %e, "refusing a /v1/responses question was not taken");
+) -> ApiResult<()> {
+    let Some(before) = fold.resumes_at.filter(|_| fold.resumed_question) else {
+        return Ok(());
+    };
+    let run = fold.run.parse::<uuid::Uuid>().map(RunId).ok();
+    let Some(run) = run else { return Ok(()) };
+    for ev in events::of_run_by_type(&state.db, &caller.scope(), run, "tool_call", 1000).await? {
+        if let (EventPayload::ToolCall(c), true) = (&ev.payload, ev.seq < before) {
+            fold.calls
+                .entry(c.tool_call_id.clone())
+                .or_insert_with(|| (c.tool_name.clone(), c.tool_args.clone()));
+        }
     }
-    out
+    Ok(())
 }
 
 /// `store: false`: the conversation goes once its run has ended (kept while it waits).
@@ -1477,20 +1661,13 @@ pub async fn create_response(
         ));
     }
     if plan.background {
-        // Answered now; the run goes on in its session whatever this request does. A task
-        // follows it only to refuse a question (which an OpenAI client cannot answer); when
-        // this replica stops, the run is recovered like any other and the read-back still works.
+        // Answered now; the run goes on in its session whatever this request does (when this
+        // replica stops, the run is recovered like any other and the read-back still works).
+        drop(run);
         let mut response = fold.response(&r, &echo);
         if queued {
             response["status"] = json!("queued");
         }
-        let state = state.into_inner();
-        actix_web::rt::spawn(async move {
-            while fold.ended.is_none() {
-                let Some(ev) = run.next().await else { break };
-                take_live(&state, &caller, r.session, &mut fold, &ev.event).await;
-            }
-        });
         return Ok(HttpResponse::Ok()
             .insert_header((SESSION_HEADER, r.session.to_string()))
             .json(response));
@@ -1500,9 +1677,10 @@ pub async fn create_response(
             fold.ended = Some(End::Lost);
             break;
         };
-        take_live(&state, &caller, r.session, &mut fold, &ev.event).await;
+        fold.take(&ev.event);
     }
     drop(run);
+    settle_usage(&state, &caller, &mut fold).await?;
     forget_if_asked(&state, &caller, &fold, &echo, r.session).await;
     Ok(HttpResponse::Ok()
         .insert_header((SESSION_HEADER, r.session.to_string()))
@@ -1558,11 +1736,14 @@ fn stream_events(
                 })));
                 break;
             };
-            for out in take_live(&state, &caller, r.session, &mut fold, &ev.event).await {
+            for out in fold.take(&ev.event) {
                 send(sse.frame(out));
             }
         }
         drop(run);
+        if let Err(e) = settle_usage(&state, &caller, &mut fold).await {
+            tracing::warn!(error = %e.message, "reading a paused response's usage failed");
+        }
         let response = fold.response(&r, &echo);
         // OpenAI has no `response.cancelled` event: a cancelled response ends in
         // `response.failed`, its `status` `cancelled`.
@@ -1584,10 +1765,10 @@ fn stream_events(
 
 /// Read a stored window back: the events of the run from the response's start, folded.
 async fn read_back(state: &AppState, caller: &TenantCaller, r: &ResponseRef) -> ApiResult<Fold> {
-    let mut fold = Fold::new(r);
-    // A continuation starts at its approval request (its context); a run's first response
-    // after the seq it names.
-    let mut after = r.after.saturating_sub(1);
+    // A continuation starts at its approval request (its context, taken first); a run's first
+    // response after the seq it names.
+    let mut fold = window_fold(state, caller, r).await?;
+    let mut after = r.after;
     while fold.ended.is_none() {
         let page = events::list_after(&state.db, &caller.scope(), r.session, after, PAGE).await?;
         for ev in &page {
@@ -1598,6 +1779,7 @@ async fn read_back(state: &AppState, caller: &TenantCaller, r: &ResponseRef) -> 
             _ => break,
         }
     }
+    settle_usage(state, caller, &mut fold).await?;
     Ok(fold)
 }
 
@@ -1666,8 +1848,8 @@ pub async fn get_response(
     if query.stream == Some(true) {
         // The log and the session's live stream, which any replica can follow: a stream cut
         // on one replica resumes on another.
+        let fold = window_fold(&state, &caller, &r).await?;
         let run = follow(&state, &caller, &r).await?;
-        let fold = Fold::new(&r);
         return Ok(stream_events(
             state.into_inner(),
             caller,
@@ -1744,7 +1926,7 @@ pub async fn cancel_response(
         }
         Err(e) => return Err(e.into()),
     }
-    let mut fold = Fold::new(&r);
+    let mut fold = window_fold(&state, &caller, &r).await?;
     let _ = tokio::time::timeout(CANCEL_WAIT, async {
         while fold.ended.is_none() {
             match run.next().await {
@@ -1756,6 +1938,7 @@ pub async fn cancel_response(
         }
     })
     .await;
+    settle_usage(&state, &caller, &mut fold).await?;
     Ok(ok(&fold))
 }
 
@@ -1824,7 +2007,7 @@ pub async fn list_input_items(
             && let Ok(approval) = h.request_id.parse::<ApprovalId>()
             && let Some(a) = approvals::get(&state.db, &scope, approval).await?
         {
-            if function_call_of(h).is_some() {
+            if h.kind == HitlKind::Question {
                 // The client's output, as the question's answer stored it.
                 let output = a
                     .decision
@@ -1954,7 +2137,27 @@ mod tests {
         match parse_input(&json!([user, call, output, {"role": "user", "content": "and now?"}])) {
             Ok(Input::Messages { earlier, message }) => {
                 assert_eq!(message, "and now?");
-                assert_eq!(earlier, vec![(MessageRole::User, "hi".to_string())]);
+                // The earlier call and its output are stored as the call and its result.
+                let kinds: Vec<_> = earlier
+                    .iter()
+                    .map(|m| (m.role, m.content.as_str(), m.tool_call_id.as_deref()))
+                    .collect();
+                assert_eq!(
+                    kinds,
+                    [
+                        (MessageRole::User, "hi", None),
+                        (MessageRole::Assistant, "", None),
+                        (MessageRole::Tool, "42", Some("call_1")),
+                    ]
+                );
+                assert_eq!(
+                    earlier[1].tool_calls,
+                    Some(json!([{"id": "call_1", "name": "f", "arguments": {}}]))
+                );
+                assert_eq!(
+                    earlier[2].tool_calls,
+                    Some(json!({"name": "f", "is_error": false}))
+                );
             }
             _ => panic!("not messages"),
         }
