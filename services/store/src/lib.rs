@@ -337,6 +337,17 @@ pub fn backend_of(url: &str) -> Option<DatabaseBackend> {
     }
 }
 
+/// A database host on this machine's loopback: `localhost`, `127.0.0.0/8`, `::1`, or a Unix
+/// socket's directory (a host beginning with `/`).
+pub(crate) fn is_loopback_host(host: &str) -> bool {
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host.eq_ignore_ascii_case("localhost")
+        || host.starts_with('/')
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
 /// The pool options every connection of the server is opened with (the pool's and the
 /// writer's): see [`connect`].
 pub(crate) fn connect_options(opts: &DbOptions) -> Result<ConnectOptions> {
@@ -370,6 +381,32 @@ pub(crate) fn connect_options(opts: &DbOptions) -> Result<ConnectOptions> {
     if backend == DatabaseBackend::Sqlite {
         co.test_before_acquire(false);
     }
+    // TLS only where it protects something: a database on this machine's loopback, with no
+    // `sslmode` asking for TLS (`require`, `verify-ca`, `verify-full`), is reached in the clear.
+    // Both drivers' default (`prefer`) negotiates TLS whenever the server offers it — which a
+    // Debian PostgreSQL does out of the box — and encrypting every statement to a process on
+    // the same host cost a sixth of the server's CPU per run and a fifth of PostgreSQL's
+    // (docs/benchmarks.md). A remote database keeps `prefer`.
+    co.map_sqlx_postgres_opts(|o| {
+        if matches!(o.get_ssl_mode(), sea_orm::sqlx::postgres::PgSslMode::Prefer)
+            && is_loopback_host(o.get_host())
+        {
+            o.ssl_mode(sea_orm::sqlx::postgres::PgSslMode::Disable)
+        } else {
+            o
+        }
+    });
+    co.map_sqlx_mysql_opts(|o| {
+        if matches!(
+            o.get_ssl_mode(),
+            sea_orm::sqlx::mysql::MySqlSslMode::Preferred
+        ) && is_loopback_host(o.get_host())
+        {
+            o.ssl_mode(sea_orm::sqlx::mysql::MySqlSslMode::Disabled)
+        } else {
+            o
+        }
+    });
     if backend == DatabaseBackend::Sqlite {
         co.map_sqlx_sqlite_opts(|o| {
             o.create_if_missing(true)
@@ -543,6 +580,81 @@ mod tests {
             .expect("deallocate");
         txn.rollback().await.expect("rollback");
         plan
+    }
+
+    #[test]
+    fn loopback_hosts_are_told_apart_from_remote_ones() {
+        for host in [
+            "localhost",
+            "LOCALHOST",
+            "127.0.0.1",
+            "127.3.4.5",
+            "::1",
+            "[::1]",
+            "/run/postgresql",
+        ] {
+            assert!(super::is_loopback_host(host), "{host}");
+        }
+        for host in [
+            "db.internal",
+            "10.0.0.5",
+            "192.168.1.2",
+            "::ffff:10.0.0.1",
+            "localhost.evil.example",
+            "",
+        ] {
+            assert!(!super::is_loopback_host(host), "{host}");
+        }
+    }
+
+    /// Whether this connection to PostgreSQL is encrypted (`pg_stat_ssl`), and whether the
+    /// server offers TLS at all.
+    async fn pg_tls(db: &sea_orm::DatabaseConnection) -> (bool, bool) {
+        let one = |sql: &str| Statement::from_string(DatabaseBackend::Postgres, sql.to_owned());
+        let ssl = db
+            .query_one_raw(one(
+                "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
+            ))
+            .await
+            .expect("pg_stat_ssl")
+            .expect("a row")
+            .try_get_by_index::<bool>(0)
+            .expect("ssl");
+        let offered = db
+            .query_one_raw(one("SHOW ssl"))
+            .await
+            .expect("SHOW ssl")
+            .expect("a row")
+            .try_get_by_index::<String>(0)
+            .expect("ssl setting");
+        (ssl, offered == "on")
+    }
+
+    /// A PostgreSQL on the loopback, with no `sslmode` in the URL, is reached without TLS (the
+    /// driver's default negotiated it whenever the server offered it); `sslmode=require` still
+    /// gets TLS. (On a server that offers no TLS both are plain, and the second half is moot.)
+    #[tokio::test]
+    async fn a_loopback_postgres_is_reached_without_tls_unless_the_url_asks() {
+        let Some(t) = TestDb::open(Backend::Postgres).await else {
+            return;
+        };
+        let opts = |url: String| crate::DbOptions {
+            url,
+            max_connections: 1,
+            connect_timeout: std::time::Duration::from_secs(10),
+            acquire_timeout: std::time::Duration::from_secs(10),
+        };
+        let (ssl, offered) = pg_tls(&t.db).await;
+        assert!(
+            !ssl,
+            "the test database's connection negotiated TLS on the loopback"
+        );
+        let sep = if t.url.contains('?') { '&' } else { '?' };
+        let required = crate::connect(&opts(format!("{}{sep}sslmode=require", t.url))).await;
+        if offered {
+            let (ssl, _) = pg_tls(&required.expect("connect with sslmode=require")).await;
+            assert!(ssl, "sslmode=require connected in the clear");
+        }
     }
 
     /// A run's end and a session's update name their row by its primary key and the tenant;
