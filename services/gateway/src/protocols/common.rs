@@ -2,18 +2,28 @@
 //! engine command (`POST /chat` and `POST /chat/stream` take the same body), the start of an
 //! OpenAI-style conversation's run (`/v1/chat/completions` and `/v1/responses`), and the
 //! Server-Sent-Events keep-alive (`/chat/stream`, `/v1/chat/completions` with `stream: true`,
-//! and a session's event stream `GET /sessions/{id}/events` with `Accept: text/event-stream`). Authentication of a request
+//! and a session's event stream `GET /sessions/{id}/events` with `Accept: text/event-stream`), and
+//! the rewriting of every error answer under a protocol's prefix into that protocol's error shape
+//! ([`reshape_errors`]: `/v1/` in OpenAI's, `/a2a/` in JSON-RPC's). Authentication of a request
 //! is `crate::auth` (the `TenantCaller` extractor) and the error body `crate::error`, shared with
 //! the resource routes.
 
 use std::time::Duration;
 
+use actix_web::HttpResponse;
+use actix_web::body::{BoxBody, MessageBody};
+use actix_web::dev::{ServiceRequest, ServiceResponse};
+use actix_web::http::header;
+use actix_web::middleware::Next;
 use actix_web::web::Bytes;
 use agentry_actors::{ChatCommand, CreateSession, RunStream};
+use agentry_schema::ErrorResponse;
 use agentry_schema::api::ChatRequest;
+use agentry_schema::error::ErrorCode;
 use agentry_schema::ids::{AssistantId, SessionId};
 use agentry_store::messages::{self as store_messages, MessageRole, NewMessage};
 use futures::stream::StreamExt;
+use serde::Serialize;
 use serde_json::Value;
 
 use crate::auth::TenantCaller;
@@ -158,4 +168,43 @@ pub fn with_keep_alive(
         }
     })
     .map(Ok::<_, actix_web::Error>)
+}
+
+/// Every error answer (4xx, 5xx) to a request whose path `applies`, whichever layer made it (the
+/// key check, the body extractor, a quota, the handler), with its body — Agentry's
+/// [`ErrorResponse`], or text, read as an internal error — re-rendered by `render` in a
+/// protocol's own shape. Status and headers are kept: a client of that protocol reads one shape.
+pub async fn reshape_errors<B: Serialize>(
+    req: ServiceRequest,
+    next: Next<impl MessageBody + 'static>,
+    applies: impl FnOnce(&str) -> bool,
+    render: impl FnOnce(ErrorResponse) -> B,
+) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
+    let applies = applies(req.path());
+    let res = next.call(req).await?.map_into_boxed_body();
+    if !applies || !(res.status().is_client_error() || res.status().is_server_error()) {
+        return Ok(res);
+    }
+    let (req, res) = res.into_parts();
+    let status = res.status();
+    let headers = res.headers().clone();
+    let body = actix_web::body::to_bytes_limited(res.into_body(), 64 * 1024)
+        .await
+        .ok()
+        .and_then(|b| b.ok())
+        .unwrap_or_default();
+    let parsed: ErrorResponse = serde_json::from_slice(&body).unwrap_or_else(|_| {
+        ErrorResponse::new(
+            ErrorCode::InternalError,
+            String::from_utf8_lossy(&body).into_owned(),
+        )
+    });
+    let mut out = HttpResponse::build(status);
+    for (name, value) in headers.iter() {
+        if name != header::CONTENT_LENGTH && name != header::CONTENT_TYPE {
+            out.append_header((name.clone(), value.clone()));
+        }
+    }
+    let out = out.json(render(parsed));
+    Ok(ServiceResponse::new(req, out))
 }

@@ -37,7 +37,7 @@ use crate::auth::TenantCaller;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::ApiJson;
 use crate::protocols::common::{
-    ConversationRun, start_conversation_run, text_message, with_keep_alive,
+    ConversationRun, reshape_errors, start_conversation_run, text_message, with_keep_alive,
 };
 use crate::request_id::RequestId;
 use crate::routes::resource::endpoint;
@@ -235,33 +235,13 @@ pub async fn openai_errors(
     req: ServiceRequest,
     next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
-    let openai = req.path() == "/v1" || req.path().starts_with("/v1/");
-    let res = next.call(req).await?.map_into_boxed_body();
-    if !openai || !(res.status().is_client_error() || res.status().is_server_error()) {
-        return Ok(res);
-    }
-    let (req, res) = res.into_parts();
-    let status = res.status();
-    let headers = res.headers().clone();
-    let body = actix_web::body::to_bytes_limited(res.into_body(), 64 * 1024)
-        .await
-        .ok()
-        .and_then(|b| b.ok())
-        .unwrap_or_default();
-    let parsed: ErrorResponse = serde_json::from_slice(&body).unwrap_or_else(|_| {
-        ErrorResponse::new(
-            ErrorCode::InternalError,
-            String::from_utf8_lossy(&body).into_owned(),
-        )
-    });
-    let mut out = HttpResponse::build(status);
-    for (name, value) in headers.iter() {
-        if name != header::CONTENT_LENGTH && name != header::CONTENT_TYPE {
-            out.append_header((name.clone(), value.clone()));
-        }
-    }
-    let out = out.json(OpenAiErrorBody::from(parsed));
-    Ok(ServiceResponse::new(req, out))
+    reshape_errors(
+        req,
+        next,
+        |path| path == "/v1" || path.starts_with("/v1/"),
+        OpenAiErrorBody::from,
+    )
+    .await
 }
 
 // ---- handlers ----

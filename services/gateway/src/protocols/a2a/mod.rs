@@ -27,7 +27,7 @@ use actix_web::middleware::Next;
 use actix_web::web::{self, Bytes};
 use actix_web::{HttpRequest, HttpResponse};
 use agentry_actors::SessionEvent;
-use agentry_schema::error::{ErrorCode, ErrorResponse};
+use agentry_schema::error::ErrorCode;
 use agentry_schema::events::HitlKind;
 use agentry_schema::frames::Decision;
 use agentry_schema::ids::{ApprovalId, AssistantId, RunId, SessionId, TenantId};
@@ -44,7 +44,7 @@ use crate::auth::TenantCaller;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{ApiJson, ApiPath, param};
 use crate::protocols::common::{
-    ConversationRun, KEEP_ALIVE, start_conversation_run, with_keep_alive,
+    ConversationRun, KEEP_ALIVE, reshape_errors, start_conversation_run, with_keep_alive,
 };
 use crate::request_id::RequestId;
 use crate::routes::resource::endpoint;
@@ -304,34 +304,16 @@ pub async fn a2a_errors(
     req: ServiceRequest,
     next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
-    let a2a = req.path().starts_with("/a2a/");
-    let res = next.call(req).await?.map_into_boxed_body();
-    if !a2a || !(res.status().is_client_error() || res.status().is_server_error()) {
-        return Ok(res);
-    }
-    let (req, res) = res.into_parts();
-    let status = res.status();
-    let headers = res.headers().clone();
-    let body = actix_web::body::to_bytes_limited(res.into_body(), 64 * 1024)
-        .await
-        .ok()
-        .and_then(|b| b.ok())
-        .unwrap_or_default();
-    let parsed: ErrorResponse = serde_json::from_slice(&body).unwrap_or_else(|_| {
-        ErrorResponse::new(
-            ErrorCode::InternalError,
-            String::from_utf8_lossy(&body).into_owned(),
-        )
-    });
-    let err = ApiError::new(parsed.error_code, parsed.message).with_details(parsed.details);
-    let mut out = HttpResponse::build(status);
-    for (name, value) in headers.iter() {
-        if name != header::CONTENT_LENGTH && name != header::CONTENT_TYPE {
-            out.append_header((name.clone(), value.clone()));
-        }
-    }
-    let out = out.json(RpcError::of_api(&err).body(&Value::Null));
-    Ok(ServiceResponse::new(req, out))
+    reshape_errors(
+        req,
+        next,
+        |path| path.starts_with("/a2a/"),
+        |parsed| {
+            let err = ApiError::new(parsed.error_code, parsed.message).with_details(parsed.details);
+            RpcError::of_api(&err).body(&Value::Null)
+        },
+    )
+    .await
 }
 
 // ---- the agent ----
