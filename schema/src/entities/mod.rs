@@ -1,6 +1,7 @@
 //! sea-orm entities, one module per table (DESIGN §9). Every tenant-owned table has a
 //! `tenant_id` column; the store's repositories filter on it in every query.
 
+pub mod a2a_push_config;
 pub mod api_key;
 pub mod approval;
 pub mod assistant;
@@ -24,3 +25,5 @@ pub mod skill_file;
 pub mod tenant;
 pub mod tool_call_log;
 pub mod user;
+pub mod webhook_delivery;
+pub mod webhook_secret;

@@ -26,6 +26,7 @@ mod m20261127_001400_mcp_virtual_servers;
 mod m20261129_001500_stateless_sessions;
 mod m20261129_001600_session_scoped_indexes;
 mod m20261129_001700_child_runs_index;
+mod m20261130_001800_webhooks;
 
 pub struct Migrator;
 
@@ -55,6 +56,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261129_001500_stateless_sessions::Migration),
             Box::new(m20261129_001600_session_scoped_indexes::Migration),
             Box::new(m20261129_001700_child_runs_index::Migration),
+            Box::new(m20261130_001800_webhooks::Migration),
         ]
     }
 }

@@ -20,6 +20,7 @@ use agentry_schema::migration::Migrator;
 use agentry_schema::roles::{Grant, RoleName};
 use agentry_schema::tenancy::Role;
 
+pub mod a2a_push;
 pub mod api_keys;
 pub mod approvals;
 pub mod assistants;
@@ -47,6 +48,7 @@ pub mod testing;
 pub mod tool_calls;
 pub mod usage;
 pub mod users;
+pub mod webhooks;
 pub mod writer;
 
 pub use sea_orm::{DatabaseConnection as Db, TransactionTrait};

@@ -10,9 +10,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use agentry_schema::entities::{
-    api_key, approval, assistant, checkpoint, data_source, execution, mcp_server, membership,
-    memory, message, model_connection, profile, session, session_event, skill, skill_file, tenant,
-    tool_call_log, user,
+    a2a_push_config, api_key, approval, assistant, checkpoint, data_source, execution, mcp_server,
+    membership, memory, message, model_connection, profile, session, session_event, skill,
+    skill_file, tenant, tool_call_log, user, webhook_delivery, webhook_secret,
 };
 use agentry_schema::ids::TenantId;
 pub use agentry_schema::policy::{SandboxPolicy, StdioMcpRole, TenantPolicy};
@@ -349,6 +349,9 @@ where
         )+};
     }
     wipe!(
+        webhook_delivery,
+        webhook_secret,
+        a2a_push_config,
         session_event,
         message,
         checkpoint,

@@ -23,7 +23,9 @@ use agentry_store::skills::{self, NewSkill, SkillOwner};
 use agentry_store::tenants::{self, NewTenant, Quotas, TenantUpdate};
 use agentry_store::testing::{Backend, TestDb};
 use agentry_store::tool_calls::{self, NewToolCallLog};
-use agentry_store::{PageRequest, PlatformScope, StoreError, TenantScope, events, usage, users};
+use agentry_store::{
+    PageRequest, PlatformScope, StoreError, TenantScope, a2a_push, events, usage, users, webhooks,
+};
 use proptest::prelude::*;
 use sea_orm::DatabaseConnection;
 use serde_json::json;
@@ -114,6 +116,8 @@ per_backend!(
     runs_page_by_update_time_with_a_cursor,
     a_runs_end_is_one_idempotent_write_and_reservations_only_rise,
     mcp_servers_unique_per_user,
+    push_configs_per_tenant_and_task,
+    the_webhook_outbox_goes_in_order_per_stream_and_claims_once,
     memories_search_and_isolation,
     usage_by_day_counts_runs_tokens_and_calls,
     deleting_a_tenant_removes_its_rows,
@@ -3089,4 +3093,189 @@ async fn a_runs_start_and_steps_write_their_rows_in_one_go_and_nothing_when_refu
         "three runs' messages and two of the first run's steps"
     );
     assert_eq!(sessions::seq_floor(&db, &scope, s.id).await.unwrap(), 90);
+}
+
+async fn push_configs_per_tenant_and_task(db: DatabaseConnection) {
+    let (scope, other) = (new_tenant(&db).await, new_tenant(&db).await);
+    let (task, user) = (RunId::new(), UserId::new());
+    let new = |id: &'static str, url: &'static str| a2a_push::NewPushConfig {
+        task_id: task,
+        id,
+        user_id: user,
+        url,
+        token_sealed: Some("sealed-token".into()),
+        auth_scheme: Some("Bearer".into()),
+        credentials_sealed: None,
+    };
+    a2a_push::put(&db, &scope, new("b", "http://x/1"))
+        .await
+        .unwrap();
+    a2a_push::put(&db, &scope, new("a", "http://x/2"))
+        .await
+        .unwrap();
+    // The same id again replaces the config.
+    let replaced = a2a_push::put(&db, &scope, new("b", "http://x/3"))
+        .await
+        .unwrap();
+    assert_eq!(replaced.url, "http://x/3");
+    let all = a2a_push::list(&db, &scope, task, None, 10).await.unwrap();
+    let ids: Vec<&str> = all.iter().map(|c| c.id.as_str()).collect();
+    assert_eq!(ids, ["a", "b"]);
+    let after = a2a_push::list(&db, &scope, task, Some("a"), 10)
+        .await
+        .unwrap();
+    assert_eq!(after.len(), 1);
+    assert_eq!(after[0].token_sealed.as_deref(), Some("sealed-token"));
+    // Another tenant sees nothing of it, and cannot delete it.
+    assert!(
+        a2a_push::get(&db, &other, task, "a")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(!a2a_push::delete(&db, &other, task, "a").await.unwrap());
+    assert!(a2a_push::delete(&db, &scope, task, "a").await.unwrap());
+    assert!(!a2a_push::delete(&db, &scope, task, "a").await.unwrap());
+    assert_eq!(
+        a2a_push::list(&db, &scope, task, None, 10)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+}
+
+async fn the_webhook_outbox_goes_in_order_per_stream_and_claims_once(db: DatabaseConnection) {
+    let scope = new_tenant(&db).await;
+    // The secret: the first one kept stays.
+    assert_eq!(webhooks::get_secret(&db, &scope).await.unwrap(), None);
+    assert_eq!(
+        webhooks::put_secret_once(&db, &scope, "s1").await.unwrap(),
+        "s1"
+    );
+    assert_eq!(
+        webhooks::put_secret_once(&db, &scope, "s2").await.unwrap(),
+        "s1"
+    );
+    let stream_a = format!("a:{}", uuid::Uuid::now_v7());
+    let stream_b = format!("b:{}", uuid::Uuid::now_v7());
+    let later = chrono::Utc::now() + chrono::Duration::hours(1);
+    let put = |stream: &str, payload: &str| {
+        let (stream, payload) = (stream.to_string(), payload.to_string());
+        let db = db.clone();
+        async move {
+            webhooks::enqueue(
+                &db,
+                &scope,
+                webhooks::NewDelivery {
+                    msg_id: &format!("msg_{payload}"),
+                    stream: &stream,
+                    source: "test",
+                    url: "http://127.0.0.1:9/h",
+                    headers_sealed: None,
+                    payload: &payload,
+                    give_up_at: later,
+                },
+            )
+            .await
+            .unwrap()
+        }
+    };
+    let a1 = put(&stream_a, "a1").await;
+    let a2 = put(&stream_a, "a2").await;
+    let b1 = put(&stream_b, "b1").await;
+    assert!(a1 < a2 && a2 < b1);
+    let mine = |all: Vec<webhooks::Delivery>| -> Vec<i64> {
+        all.into_iter()
+            .filter(|d| d.tenant_id == scope.tenant_id())
+            .map(|d| d.id)
+            .collect()
+    };
+    let now = chrono::Utc::now() + chrono::Duration::seconds(1);
+    // One of each stream: a2 waits for a1.
+    let due = webhooks::due(&db, &platform(), now, 100_000).await.unwrap();
+    let first = due.iter().find(|d| d.id == a1).unwrap().clone();
+    assert_eq!(mine(due), [a1, b1]);
+    // Claimed once: a second claim of what was read is refused.
+    assert!(
+        webhooks::claim(&db, &platform(), &first, later)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !webhooks::claim(&db, &platform(), &first, later)
+            .await
+            .unwrap()
+    );
+    let due = webhooks::due(&db, &platform(), now, 100_000).await.unwrap();
+    assert_eq!(mine(due), [b1], "a1 is claimed, a2 waits behind it");
+    // A failed attempt: retried later, still ahead of a2.
+    webhooks::record(
+        &db,
+        &platform(),
+        &first,
+        webhooks::Outcome::Failed {
+            status: Some(500),
+            error: "the receiver answered 500".into(),
+            next: Some(later),
+        },
+    )
+    .await
+    .unwrap();
+    let listed = webhooks::list(&db, &scope, "a:", 10).await.unwrap();
+    let a1_row = listed.iter().find(|d| d.id == a1).unwrap();
+    assert_eq!((a1_row.attempts, a1_row.last_status), (1, Some(500)));
+    assert_eq!(a1_row.status, webhooks::PENDING);
+    let due = webhooks::due(&db, &platform(), now, 100_000).await.unwrap();
+    assert_eq!(mine(due), [b1]);
+    // Delivered: the next of the stream is due.
+    let a1_row = a1_row.clone();
+    webhooks::record(
+        &db,
+        &platform(),
+        &a1_row,
+        webhooks::Outcome::Delivered { status: 204 },
+    )
+    .await
+    .unwrap();
+    let due = webhooks::due(&db, &platform(), now, 100_000).await.unwrap();
+    assert_eq!(mine(due), [a2, b1]);
+    // Given up: failed, and no longer due.
+    let b1_row = webhooks::list(&db, &scope, "b:", 10)
+        .await
+        .unwrap()
+        .remove(0);
+    webhooks::record(
+        &db,
+        &platform(),
+        &b1_row,
+        webhooks::Outcome::Failed {
+            status: None,
+            error: "connection refused".into(),
+            next: None,
+        },
+    )
+    .await
+    .unwrap();
+    let b1_row = webhooks::list(&db, &scope, "b:", 10)
+        .await
+        .unwrap()
+        .remove(0);
+    assert_eq!(
+        (b1_row.status.as_str(), b1_row.attempts),
+        (webhooks::FAILED, 1)
+    );
+    let due = webhooks::due(&db, &platform(), now, 100_000).await.unwrap();
+    assert_eq!(mine(due), [a2]);
+    // Deleting the tenant takes its webhook rows along.
+    tenants::delete(&db, &platform(), scope.tenant_id())
+        .await
+        .unwrap();
+    assert!(
+        webhooks::list(&db, &scope, "", 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(webhooks::get_secret(&db, &scope).await.unwrap(), None);
 }
