@@ -13,7 +13,8 @@
 #     Agents SDK, on the `openai` above: tests/api/openai_agents_client.py), and mcp-server-time (a reference
 #     MCP server) with the official Python MCP SDK (`mcp`, with PyJWT and cryptography) it brings,
 #     on which tests/support/oauth_fixture.py, probe_server.py and the Python MCP client tests run;
-#     and a2a-sdk (the official A2A Python SDK: the client of tests/api/a2a_client.py);
+#     and a2a-sdk (the official A2A Python SDK: the client of tests/api/a2a_client.py) and
+#     standardwebhooks (verifies the signed A2A push notifications it receives);
 #   - tmux (the Debian package), which drives `agentry chat` in a real terminal, and
 #     docker-compose (the Debian package), for `docker-compose config`;
 #   - promtool, which checks a live server's /metrics (`promtool check metrics`): only the binary,
@@ -39,6 +40,7 @@ PACKAGES=(
     "openai-agents==0.24.0"
     "mcp-server-time==2026.10.19"
     "a2a-sdk==1.3.0"
+    "standardwebhooks==1.1.0"
 )
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

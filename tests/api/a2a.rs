@@ -50,7 +50,7 @@ pub async fn sdk_client(ctx: &Ctx) {
     assert_eq!(iface["tenant"], t.id.as_str());
     assert_eq!(
         card["capabilities"],
-        json!({"streaming": true, "pushNotifications": false, "extendedAgentCard": true}),
+        json!({"streaming": true, "pushNotifications": true, "extendedAgentCard": true}),
         "{card}"
     );
     assert_eq!(
@@ -410,13 +410,204 @@ pub async fn sdk_client(ctx: &Ctx) {
     assert_eq!(code("no_version"), -32009);
     assert_eq!(code("version_2"), -32009);
     assert_eq!(code("unknown_method"), -32601);
-    assert_eq!(code("push"), -32003);
+    // A push config whose URL is a loopback address, on a server that does not allow private
+    // addresses (this one allows 127.0.0.2 only): refused, saying why.
+    assert_eq!(code("push"), -32602);
+    let refused = w["push"]["body"]["error"]["message"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        refused.contains("webhook URL is refused") && refused.contains("loopback"),
+        "{refused}"
+    );
+    assert_eq!(
+        w["push"]["body"]["error"]["data"][1]["details"]["field"], "url",
+        "{w}"
+    );
     assert_eq!(code("file_part"), -32005);
     assert_eq!(code("no_parts"), -32602);
     assert_eq!(code("wrong_tenant_field"), -32602);
     assert_eq!(w["tenant_field"]["body"]["result"]["id"], task, "{w}");
     assert_eq!(w["bad_json"]["status"], 400, "{w}");
     assert_eq!(w["bad_json"]["body"]["error"]["code"], -32700, "{w}");
+}
+
+/// Push notifications (docs/a2a.md, "Push notifications"), with the `a2a-sdk` client and a
+/// loopback receiver in the script that checks each delivery's token, Bearer credentials and
+/// Standard Webhooks signature. `ctx` must allow private addresses (the receiver is on
+/// 127.0.0.1); the refusal of a private URL when they are not allowed is in [`sdk_client`].
+pub async fn push_notifications(ctx: &Ctx) {
+    let t = ctx.tenant().await;
+    let other = ctx.tenant().await;
+    let script =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/api/a2a_push_client.py");
+    let out = tokio::process::Command::new(crate::openai_compat::python())
+        .arg(&script)
+        .env("AGENTRY_BASE", ctx.url(""))
+        .env("AGENTRY_TENANT", &t.id)
+        .env("AGENTRY_KEY", &t.member.key)
+        .env("AGENTRY_ADMIN_KEY", &t.admin.key)
+        .env("AGENTRY_MEMBER2_KEY", &t.member2.key)
+        .env("AGENTRY_OTHER_TENANT", &other.id)
+        .env("AGENTRY_OTHER_KEY", &other.member.key)
+        .env("NO_PROXY", "127.0.0.1")
+        .output()
+        .await
+        .expect("run the a2a push client");
+    assert!(
+        out.status.success(),
+        "the a2a push client failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "the client printed no JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    });
+
+    // The secret: a tenant admin's to read, stable, in the Standard Webhooks format.
+    assert_eq!(r["secret_status"], 200, "{r}");
+    assert_eq!(r["secret_prefix"], "whsec_");
+    assert_eq!(r["secret_again_same"], true);
+    assert_eq!(r["secret_member_status"], 403);
+    assert_eq!(r["capabilities"]["pushNotifications"], true, "{r}");
+
+    // Every delivery: signed (verified by `standardwebhooks`), the spec's content type, the
+    // config's own credentials, the statusUpdate of the task.
+    let check = |field: &str, task: &str, token: Option<&str>, auth: Option<&str>| {
+        let all = r[field].as_array().unwrap();
+        assert!(!all.is_empty(), "{field}: {r}");
+        for d in all {
+            assert_eq!(d["verified"], true, "{field}: {d}");
+            assert_eq!(d["content_type"], "application/a2a+json", "{d}");
+            assert_eq!(d["token"].as_str(), token, "{field}: {d}");
+            assert_eq!(d["authorization"].as_str(), auth, "{field}: {d}");
+            assert_eq!(d["body"]["statusUpdate"]["taskId"], task, "{d}");
+            assert!(
+                d["webhook_id"]
+                    .as_str()
+                    .is_some_and(|i| i.starts_with("msg_")),
+                "{d}"
+            );
+        }
+    };
+    let plain = r["plain_task"]["id"].as_str().unwrap();
+    assert_eq!(r["plain_task"]["state"], "TASK_STATE_COMPLETED");
+    check(
+        "plain_deliveries",
+        plain,
+        Some("tok-plain"),
+        Some("Bearer cred-plain"),
+    );
+    assert_eq!(
+        strs(&r["plain_states"]),
+        ["TASK_STATE_WORKING", "TASK_STATE_COMPLETED"],
+        "{r}"
+    );
+    let approval = r["approval_task"].as_str().unwrap();
+    assert_eq!(r["asked_state"], "TASK_STATE_INPUT_REQUIRED");
+    assert_eq!(r["approved_state"], "TASK_STATE_COMPLETED");
+    check("approval_deliveries", approval, Some("tok-approval"), None);
+    assert_eq!(
+        strs(&r["approval_states"]),
+        [
+            "TASK_STATE_WORKING",
+            "TASK_STATE_INPUT_REQUIRED",
+            "TASK_STATE_WORKING",
+            "TASK_STATE_COMPLETED"
+        ],
+        "{r}"
+    );
+    // The input-required notification carries the request, as the task's status does.
+    let waiting = r["approval_deliveries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["body"]["statusUpdate"]["status"]["state"] == "TASK_STATE_INPUT_REQUIRED")
+        .unwrap();
+    assert!(
+        waiting["body"]["statusUpdate"]["status"]["message"]["parts"]
+            .to_string()
+            .contains("write_file"),
+        "{waiting}"
+    );
+
+    // The config as answered: never its token or credentials.
+    assert_eq!(r["got"]["id"], "appr", "{r}");
+    assert_eq!(r["got"]["taskId"], approval);
+    assert!(r["got"]["url"].as_str().unwrap().ends_with("/approval"));
+    assert!(r["got"].get("token").is_none(), "{r}");
+    let listed = r["plain_list"]["configs"].as_array().unwrap();
+    assert_eq!(listed.len(), 1, "{r}");
+    assert_eq!(listed[0]["authentication"]["scheme"], "Bearer");
+    assert!(
+        listed[0]["authentication"].get("credentials").is_none(),
+        "{r}"
+    );
+    assert!(listed[0].get("token").is_none(), "{r}");
+    assert_eq!(r["created"]["id"], "flaky");
+    assert!(r["created"]["authentication"].get("credentials").is_none());
+    // Two configs on the plain task now, one a page.
+    assert_eq!(
+        r["list_page"]["configs"].as_array().unwrap().len(),
+        1,
+        "{r}"
+    );
+    assert!(
+        r["list_page"]["nextPageToken"]
+            .as_str()
+            .is_some_and(|t| !t.is_empty())
+    );
+
+    // Retried: 500, 500, then 200, the same message (webhook-id) each time, backing off.
+    let flaky = r["flaky_deliveries"].as_array().unwrap();
+    let statuses: Vec<i64> = flaky
+        .iter()
+        .map(|d| d["status"].as_i64().unwrap())
+        .collect();
+    assert_eq!(statuses, [500, 500, 200], "{r}");
+    assert!(
+        flaky
+            .iter()
+            .all(|d| d["webhook_id"] == flaky[0]["webhook_id"])
+    );
+    assert!(flaky.iter().all(|d| d["verified"] == true), "{r}");
+    assert_eq!(flaky[2]["authorization"], "Bearer cred-flaky");
+    assert_eq!(
+        flaky[2]["body"]["statusUpdate"]["status"]["state"],
+        "TASK_STATE_COMPLETED"
+    );
+    let gap =
+        |a: usize, b: usize| flaky[b]["at"].as_f64().unwrap() - flaky[a]["at"].as_f64().unwrap();
+    assert!(gap(0, 1) >= 0.9 && gap(1, 2) >= 1.9, "backoff: {r}");
+
+    // Nobody else's: another member, another tenant at its agent, another tenant here (404).
+    for field in [
+        "member2_get",
+        "member2_list",
+        "member2_delete",
+        "member2_create",
+        "other_get",
+        "other_delete",
+    ] {
+        assert_error(&r, field, "TaskNotFoundError");
+    }
+    assert_error(&r, "other_here_get", "A2AClientError");
+    assert!(
+        r["other_here_get"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("404")
+    );
+    assert_eq!(r["still_there"]["id"], "appr");
+    // Deleted: not found; deleting again is fine (idempotent, as the spec asks).
+    assert_error(&r, "deleted_get", "TaskNotFoundError");
+    assert_eq!(r["deleted_again"]["class"], Value::Null, "{r}");
+    assert_error(&r, "no_such_task", "TaskNotFoundError");
+    assert_error(&r, "bad_url", "InvalidParamsError");
+    // Nobody else's receiver got anything.
+    assert!(r.get("stolen").is_none());
 }
 
 fn rpc(method: &str, params: Value) -> Value {

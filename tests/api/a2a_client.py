@@ -327,8 +327,8 @@ async def main():
     out["bad_key"] = await expect_error(bad.get_task(GetTaskRequest(id=t.id)))
     out["bad_key_send"] = await expect_error(send(bad, text_message("hi")))
 
-    # What the SDK never sends wrong, on the wire: no A2A-Version, an unknown method, push
-    # configs (not supported), a file part.
+    # What the SDK never sends wrong, on the wire: no A2A-Version, an unknown method, a push
+    # config to a private address (this server does not allow them), a file part.
     async with http(KEY) as raw:
         url = card.supported_interfaces[0].url
 

@@ -1211,6 +1211,14 @@ async fn a2a_js_sdk_send_and_stream_round_trip() {
     a2a_js::js_client(&Ctx::start().await).await;
 }
 
+/// Issue 27 item 4: push notifications, signed and retried, to a loopback receiver (private
+/// addresses allowed on this server).
+#[tokio::test]
+async fn a2a_push_notifications_signed_retried_and_tenant_bound() {
+    let ctx = Ctx::start_with(&[("AGENTRY_TOOLS__ALLOW_PRIVATE_ADDRESSES", "true")], None).await;
+    a2a::push_notifications(&ctx).await;
+}
+
 /// Issue 27: the A2A routes' statuses, JSON-RPC error bodies and SSE framing on the wire.
 #[tokio::test]
 async fn a2a_wire_statuses_json_rpc_errors_and_sse_frames() {

@@ -66,6 +66,7 @@ pub enum Route {
     ListToolCallsOfAnother,
     TenantGet,
     TenantUsage,
+    TenantWebhookSecret,
     TenantListUsers,
     TenantCreateUser,
     TenantGetUser,
@@ -128,6 +129,7 @@ pub enum Route {
     // An assistant as an A2A agent: its public card and its JSON-RPC endpoint.
     A2aCard,
     A2aSendMessage,
+    A2aPushConfigs,
     ListProfiles,
     CreateProfile,
     GetProfile,
@@ -197,6 +199,7 @@ pub const ROUTES: &[Route] = &[
     ListToolCallsOfAnother,
     TenantGet,
     TenantUsage,
+    TenantWebhookSecret,
     TenantListUsers,
     TenantCreateUser,
     TenantGetUser,
@@ -257,6 +260,7 @@ pub const ROUTES: &[Route] = &[
     OpenAiCancelResponse,
     A2aCard,
     A2aSendMessage,
+    A2aPushConfigs,
     ListProfiles,
     CreateProfile,
     GetProfile,
@@ -357,7 +361,7 @@ fn expected_builtin(route: Route) -> [u16; 7] {
         | A2aCard => OPEN,
         Me => ANY_CALLER,
         // A's agent: B's admin finds no such agent for its key (404).
-        A2aSendMessage => [401, 401, 401, 404, 200, 200, 403],
+        A2aSendMessage | A2aPushConfigs => [401, 401, 401, 404, 200, 200, 403],
         ListSessions | ListAgents | ListExecutions | ListToolCalls | ListProfiles
         | ListModelConnections => TENANT_LIST,
         // A member may not name another user; B's admin names a user B does not have (an
@@ -379,6 +383,7 @@ fn expected_builtin(route: Route) -> [u16; 7] {
         // The outsider reads its own tenant (B), never A.
         TenantGet
         | TenantUsage
+        | TenantWebhookSecret
         | TenantListUsers
         | TenantListKeys
         | TenantListRoles
@@ -964,6 +969,7 @@ pub async fn build(ctx: &Ctx, fx: &MatrixFx, route: Route) -> Req {
         ),
         TenantGet => req(Method::GET, "/api/v1/tenant".into(), None),
         TenantUsage => req(Method::GET, "/api/v1/tenant/usage".into(), None),
+        TenantWebhookSecret => req(Method::GET, "/api/v1/tenant/webhook-secret".into(), None),
         TenantListUsers => req(Method::GET, "/api/v1/tenant/users".into(), None),
         TenantCreateUser => req(
             Method::POST,
@@ -1197,6 +1203,18 @@ pub async fn build(ctx: &Ctx, fx: &MatrixFx, route: Route) -> Req {
                     "jsonrpc": "2.0", "id": 1, "method": "SendMessage",
                     "params": {"message": {"messageId": "m1", "role": "ROLE_USER",
                                            "parts": [{"text": "hello from the matrix"}]}}
+                })),
+            )
+        },
+        // The push configs of a task (none of the caller's: a JSON-RPC TaskNotFound in a 200).
+        A2aPushConfigs => Req {
+            headers: vec![("a2a-version", "1.0")],
+            ..req(
+                Method::POST,
+                format!("/a2a/{a}/default"),
+                Some(json!({
+                    "jsonrpc": "2.0", "id": 1, "method": "ListTaskPushNotificationConfigs",
+                    "params": {"taskId": uuid::Uuid::new_v4().to_string()}
                 })),
             )
         },

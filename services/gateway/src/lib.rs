@@ -23,6 +23,7 @@ pub mod startup;
 pub mod state;
 pub mod telemetry;
 pub mod views;
+pub mod webhooks;
 pub mod wiring;
 
 pub use settings::Settings;

@@ -100,6 +100,7 @@ every response carries `X-Request-Id`. Authenticate with `Authorization: Bearer 
         executions::list_tool_calls,
         tenant::get_tenant,
         tenant::usage,
+        tenant::webhook_secret,
         tenant::list_users,
         tenant::create_user,
         tenant::get_user,

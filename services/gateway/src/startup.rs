@@ -333,9 +333,14 @@ impl Application {
             settings.auth.admin_key.expose(),
             settings.auth.generate_admin_key,
         );
+        let webhooks =
+            crate::webhooks::Webhooks::new(db.clone(), parts.secrets.clone(), &settings.tools);
+        webhooks.start(shutdown_token.clone());
         let state = web::Data::new(AppState {
             shutdown: shutdown_token,
             engine: parts.engine,
+            webhooks,
+            push_watchers: Default::default(),
             secrets: parts.secrets,
             data: parts.data,
             memory: parts.memory,

@@ -40,6 +40,10 @@ pub struct AppState {
     pub mcp_file: Option<Arc<agentry_mcp::config_file::McpConfigWatcher>>,
     /// Long-term memory (`/api/v1/memories`), shared with the engine's runs and tools.
     pub memory: Arc<agentry_builtin::memory::MemoryBank>,
+    /// Outbound webhooks (A2A push notifications): the outbox and its delivery worker.
+    pub webhooks: Arc<crate::webhooks::Webhooks>,
+    /// The A2A tasks this process watches for their push notifications.
+    pub push_watchers: crate::protocols::a2a::push::Watchers,
 }
 
 impl AppState {

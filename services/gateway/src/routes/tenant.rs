@@ -27,6 +27,7 @@ use agentry_domain::virtual_servers;
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(endpoint("/tenant").get(get_tenant))
         .service(endpoint("/tenant/usage").get(usage))
+        .service(endpoint("/tenant/webhook-secret").get(webhook_secret))
         .service(endpoint("/tenant/users").get(list_users).post(create_user))
         .service(
             endpoint("/tenant/users/{user_id}")
@@ -346,6 +347,36 @@ pub async fn delete_role(
 )]
 pub async fn get_tenant(admin: TenantAdmin) -> Json<TenantInfo> {
     Json(views::tenant(admin.tenant().clone()))
+}
+
+/// The tenant's Standard Webhooks signing secret.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct WebhookSecret {
+    /// `whsec_` and the base64 of the key: what a Standard Webhooks library takes.
+    pub secret: String,
+}
+
+/// The secret that signs the tenant's outbound webhooks (A2A push notifications): a receiver
+/// checks `webhook-signature` with it (docs/a2a.md, "Push notifications"). Made on first use;
+/// the same for every webhook of the tenant.
+#[utoipa::path(
+    get,
+    path = "/api/v1/tenant/webhook-secret",
+    operation_id = "tenant_webhook_secret",
+    tag = "tenant",
+    responses(
+        (status = 200, description = "The signing secret", body = WebhookSecret),
+        (status = 401, description = "No usable API key", body = agentry_schema::ErrorResponse),
+        (status = 403, description = "Not a tenant admin", body = agentry_schema::ErrorResponse),
+        (status = 503, description = "The server has no encryption key to keep the secret with", body = agentry_schema::ErrorResponse),
+    )
+)]
+pub async fn webhook_secret(
+    admin: TenantAdmin,
+    state: web::Data<AppState>,
+) -> ApiResult<Json<WebhookSecret>> {
+    let secret = state.webhooks.tenant_secret(&admin.scope()).await?;
+    Ok(Json(WebhookSecret { secret }))
 }
 
 /// The caller's own tenant's runs, tokens and tool calls by day (the platform admin's

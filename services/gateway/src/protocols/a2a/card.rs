@@ -51,7 +51,7 @@ fn card(url: &AgentUrl<'_>, name: &str, description: &str, skills: Vec<Value>) -
         "version": env!("CARGO_PKG_VERSION"),
         "capabilities": {
             "streaming": true,
-            "pushNotifications": false,
+            "pushNotifications": true,
             "extendedAgentCard": true,
         },
         "securitySchemes": {

@@ -3,9 +3,8 @@
 //!
 //! - `GET /a2a/{tenant_id}/{agent_id}/.well-known/agent-card.json`: the public card ([`card`]).
 //! - `POST /a2a/{tenant_id}/{agent_id}`: the JSON-RPC methods `SendMessage`,
-//!   `SendStreamingMessage` (SSE), `GetTask`, `ListTasks`, `CancelTask`, `SubscribeToTask` (SSE)
-//!   and `GetExtendedAgentCard`; the push-notification methods answer
-//!   `PushNotificationNotSupportedError` (the card says `pushNotifications: false`).
+//!   `SendStreamingMessage` (SSE), `GetTask`, `ListTasks`, `CancelTask`, `SubscribeToTask` (SSE),
+//!   `GetExtendedAgentCard` and the push-notification config methods ([`push`]).
 //!
 //! A thin adapter over the engine's one run path: an A2A task is an Agentry run, its
 //! `contextId` the run's session. A message starts a run ([`start_conversation_run`], so
@@ -18,6 +17,7 @@
 //! made it only (anyone else's is `TaskNotFoundError`).
 
 pub mod card;
+pub mod push;
 pub mod task;
 
 use actix_web::body::{BoxBody, MessageBody};
@@ -174,15 +174,6 @@ impl RpcError {
         )
     }
 
-    fn push_not_supported() -> RpcError {
-        RpcError::a2a(
-            -32003,
-            "PUSH_NOTIFICATION_NOT_SUPPORTED",
-            "push notifications are not supported by this agent yet (its card says \
-             `pushNotifications: false`): poll with GetTask or stream with SubscribeToTask",
-        )
-    }
-
     fn unsupported(message: impl Into<String>) -> RpcError {
         RpcError::a2a(-32004, "UNSUPPORTED_OPERATION", message)
     }
@@ -212,7 +203,9 @@ impl RpcError {
             "METHOD_NOT_FOUND",
             format!(
                 "no method {method:?}: this agent serves SendMessage, SendStreamingMessage, \
-                 GetTask, ListTasks, CancelTask, SubscribeToTask and GetExtendedAgentCard"
+                 GetTask, ListTasks, CancelTask, SubscribeToTask, GetExtendedAgentCard, \
+                 CreateTaskPushNotificationConfig, GetTaskPushNotificationConfig, \
+                 ListTaskPushNotificationConfigs and DeleteTaskPushNotificationConfig"
             ),
         )
     }
@@ -470,7 +463,9 @@ fn error_body(id: &Value, e: &RpcError) -> HttpResponse {
 
 /// An agent's JSON-RPC endpoint (A2A v1.0, JSON-RPC binding). Methods: `SendMessage`,
 /// `SendStreamingMessage` and `SubscribeToTask` (answered as `text/event-stream`, one JSON-RPC
-/// response per `data:` line), `GetTask`, `ListTasks`, `CancelTask`, `GetExtendedAgentCard`.
+/// response per `data:` line), `GetTask`, `ListTasks`, `CancelTask`, `GetExtendedAgentCard`,
+/// `CreateTaskPushNotificationConfig`, `GetTaskPushNotificationConfig`,
+/// `ListTaskPushNotificationConfigs`, `DeleteTaskPushNotificationConfig`.
 /// A method's error is a JSON-RPC error inside a 200, with A2A's codes; the request must carry
 /// `A2A-Version: 1.0`. docs/a2a.md.
 #[utoipa::path(
@@ -484,7 +479,7 @@ fn error_body(id: &Value, e: &RpcError) -> HttpResponse {
     ),
     request_body(content = Object, description = "A JSON-RPC 2.0 request: `{jsonrpc: \"2.0\", id, method, params}`"),
     responses(
-        (status = 200, description = "A JSON-RPC response: `result`, or `error` (A2A's codes: -32001 TaskNotFoundError, -32002 TaskNotCancelableError, -32003 PushNotificationNotSupportedError, -32004 UnsupportedOperationError, -32005 ContentTypeNotSupportedError, -32009 VersionNotSupportedError; JSON-RPC's -32600, -32601, -32602, -32603; -32000 for other Agentry errors). `SendStreamingMessage` and `SubscribeToTask`: `text/event-stream`, each `data:` a JSON-RPC response whose `result` is a StreamResponse (`task`, then `statusUpdate` / `artifactUpdate`), ending when the task is terminal or input-required", body = Object),
+        (status = 200, description = "A JSON-RPC response: `result`, or `error` (A2A's codes: -32001 TaskNotFoundError, -32002 TaskNotCancelableError, -32004 UnsupportedOperationError, -32005 ContentTypeNotSupportedError, -32009 VersionNotSupportedError; JSON-RPC's -32600, -32601, -32602, -32603; -32000 for other Agentry errors). `SendStreamingMessage` and `SubscribeToTask`: `text/event-stream`, each `data:` a JSON-RPC response whose `result` is a StreamResponse (`task`, then `statusUpdate` / `artifactUpdate`), ending when the task is terminal or input-required", body = Object),
         (status = 400, description = "Malformed JSON (`invalid_json`, JSON-RPC -32700), or a path id that is not one (`bad_request`)", body = A2aErrorBody),
         (status = 401, description = "No usable API key", body = A2aErrorBody),
         (status = 403, description = "The platform admin key (it has no tenant), a suspended tenant, or a custom role without the `chat` area", body = A2aErrorBody),
@@ -538,10 +533,22 @@ pub async fn rpc(
         "CancelTask" => agent.cancel_task(&call.params).await.map(Answer::Result),
         "SubscribeToTask" => agent.subscribe(&call.params).await,
         "GetExtendedAgentCard" => agent.extended_card().await.map(Answer::Result),
-        "CreateTaskPushNotificationConfig"
-        | "GetTaskPushNotificationConfig"
-        | "ListTaskPushNotificationConfigs"
-        | "DeleteTaskPushNotificationConfig" => Err(RpcError::push_not_supported()),
+        "CreateTaskPushNotificationConfig" => agent
+            .create_push_config(&call.params)
+            .await
+            .map(Answer::Result),
+        "GetTaskPushNotificationConfig" => agent
+            .get_push_config(&call.params)
+            .await
+            .map(Answer::Result),
+        "ListTaskPushNotificationConfigs" => agent
+            .list_push_configs(&call.params)
+            .await
+            .map(Answer::Result),
+        "DeleteTaskPushNotificationConfig" => agent
+            .delete_push_config(&call.params)
+            .await
+            .map(Answer::Result),
         other => Err(RpcError::method_not_found(other)),
     };
     Ok(match answer {
@@ -753,18 +760,24 @@ impl Agent {
 
     /// The caller's task `raw` at this agent, read back: anything else is TaskNotFound.
     async fn find(&self, raw: &str) -> RpcResult<Found> {
+        let run = self.own_run(raw).await?;
+        let fold = self.read_back(&run).await?;
+        Ok(Found { run, fold })
+    }
+
+    /// The run of the caller's task `raw` at this agent (its events not read): anything else
+    /// is TaskNotFound.
+    async fn own_run(&self, raw: &str) -> RpcResult<Execution> {
         let not_found = || RpcError::task_not_found(raw);
         let run_id: RunId = raw.parse().map_err(|_| not_found())?;
-        let run = executions::get(&self.state.db, &self.caller.scope(), run_id)
+        executions::get(&self.state.db, &self.caller.scope(), run_id)
             .await?
             .filter(|r| {
                 r.user_id == self.caller.user_id()
                     && r.assistant_id == self.assistant.id.as_str()
                     && r.parent_execution_id.is_none()
             })
-            .ok_or_else(not_found)?;
-        let fold = self.read_back(&run).await?;
-        Ok(Found { run, fold })
+            .ok_or_else(not_found)
     }
 
     /// A run's stored events, folded.
@@ -840,12 +853,35 @@ impl Agent {
     ) -> RpcResult<Answer> {
         let msg = parse_message(params)?;
         let config = configuration(params)?;
-        if config
-            .get("taskPushNotificationConfig")
-            .is_some_and(|c| !c.is_null())
-        {
-            return Err(RpcError::push_not_supported());
-        }
+        // A push config comes with the message: checked (and its secrets sealed) before the
+        // message does anything, stored once the task exists.
+        const PUSH_AT: &str = "configuration.taskPushNotificationConfig";
+        let push_config = match config.get("taskPushNotificationConfig") {
+            None | Some(Value::Null) => None,
+            Some(Value::Object(c)) => {
+                if let Some(t) = c.get("tenant")
+                    && !t.is_null()
+                    && t.as_str() != Some(self.tenant.to_string().as_str())
+                {
+                    return Err(RpcError::invalid_params(
+                        &format!("{PUSH_AT}.tenant"),
+                        format!(
+                            "`tenant` must be this agent's interface tenant, {:?}",
+                            self.tenant
+                        ),
+                    ));
+                }
+                let wanted = push::parse_config(c, PUSH_AT)?;
+                let sealed = self.check_config(&wanted, PUSH_AT).await?;
+                Some((wanted, sealed))
+            }
+            Some(_) => {
+                return Err(RpcError::invalid_params(
+                    PUSH_AT,
+                    format!("`{PUSH_AT}` must be an object"),
+                ));
+            }
+        };
         let history_len = history_length(&config)?;
         let immediately = config
             .get("returnImmediately")
@@ -885,6 +921,19 @@ impl Agent {
                 let approval: ApprovalId = request.request_id.parse().map_err(|_| {
                     RpcError::of_api(&ApiError::internal("a2a", "a stored request id is not one"))
                 })?;
+                if let Some((wanted, sealed)) = push_config {
+                    let fold = self.read_back(&found.run).await?;
+                    let after = fold.seen.unwrap_or(seq);
+                    self.attach(
+                        found.run.id,
+                        found.run.session_id,
+                        fold,
+                        after,
+                        &wanted,
+                        sealed,
+                    )
+                    .await?;
+                }
                 // Subscribed before deciding, so nothing the run does next is missed.
                 let run = self.follow(found.run.session_id, found.run.id, seq).await?;
                 self.state
@@ -906,6 +955,13 @@ impl Agent {
                 };
                 agentry_actors::check_message(&msg.text)
                     .map_err(|e| RpcError::invalid_params("message.parts", e.to_string()))?;
+                // Where a watcher follows the new task from: nothing of it is stored yet.
+                let before = match (&push_config, session) {
+                    (Some(_), Some(s)) => {
+                        events::max_seq(&self.state.db, &self.caller.scope(), s).await?
+                    }
+                    _ => 0,
+                };
                 let run = start_conversation_run(
                     &self.state,
                     &self.caller,
@@ -925,6 +981,12 @@ impl Agent {
                     context: run.session_id().to_string(),
                 };
                 let fold = TaskFold::new(ids, run.accepted.queued);
+                if let Some((wanted, sealed)) = push_config {
+                    let (task, session) = (run.run_id(), run.session_id());
+                    let first = push::fresh_fold(task, session, run.accepted.queued);
+                    self.attach(task, session, first, before, &wanted, sealed)
+                        .await?;
+                }
                 (run.boxed_local(), fold, msg.text.clone(), None)
             }
         };
