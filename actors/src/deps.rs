@@ -467,6 +467,9 @@ pub struct EngineDeps {
     pub assistants: Arc<AssistantCache>,
     /// Sessions created here and not started yet (see [`FreshSessions`]).
     pub fresh_sessions: Arc<FreshSessions>,
+    /// The tenants' registered remote A2A agents, as `task` reaches them (the network policy
+    /// in the client, the sealing key for their credentials).
+    pub remote_agents: Arc<crate::remote_agents::RemoteAgents>,
 }
 
 /// An assistant with its effective configuration, as a run uses it.

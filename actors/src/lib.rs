@@ -30,6 +30,7 @@ pub mod metrics;
 pub mod profiles;
 pub mod quota;
 pub mod registry;
+pub mod remote_agents;
 pub mod session;
 pub mod supervise;
 pub mod tenant;

@@ -1076,6 +1076,80 @@ impl CreateModelConnectionRequest {
     }
 }
 
+/// A remote A2A agent the tenant registered: `task` may delegate to it (`remote_agent`). Its
+/// credential is write-only: `credential_set` says whether one is stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct RemoteAgentInfo {
+    pub id: String,
+    /// The card's `name`.
+    pub name: String,
+    /// The card's `description`.
+    pub description: String,
+    /// The URL it was registered with.
+    pub url: String,
+    /// The card's JSON-RPC interface: where Agentry sends the tasks.
+    pub endpoint_url: String,
+    /// `none`, `bearer` or `api_key`.
+    pub auth: String,
+    /// For `api_key`: the header the key is sent in.
+    pub auth_header: Option<String>,
+    /// Whether a token or key is stored (it is never shown).
+    pub credential_set: bool,
+    /// How long a delegated task may take, end to end (seconds).
+    pub timeout_secs: u32,
+    /// The skills the card names: `[{id, name, description}]`.
+    #[cfg_attr(feature = "openapi", schema(value_type = Vec<Object>))]
+    pub skills: Vec<Value>,
+    /// The card as it was fetched and checked at registration.
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    pub card: Value,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// `POST /remote-agents`: register a remote A2A agent by URL. Its card is fetched and checked
+/// (A2A v1.0, a JSON-RPC interface) before anything is stored.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct CreateRemoteAgentRequest {
+    /// A slug (1–64 of `a-z 0-9 - _`): what `task` names it by.
+    pub id: String,
+    /// The agent's base URL (its card is at `{url}/.well-known/agent-card.json`) or its card's
+    /// URL (ending in `.json`). http(s), ≤ 2048 characters; a host that resolves to a private,
+    /// loopback or link-local address is refused unless the platform allows it.
+    pub url: String,
+    /// How Agentry authenticates to it: `none` (the default), `bearer` (`token`, sent as
+    /// `Authorization: Bearer …`) or `api_key` (`key` in the header `header`).
+    #[serde(default)]
+    pub auth: Option<RemoteAgentAuthRequest>,
+    /// 1–3600; default 300: how long a delegated task may take, end to end.
+    #[serde(default)]
+    pub timeout_secs: Option<u32>,
+}
+
+/// A remote agent's credential, sealed at rest and never shown again (nor logged: its `Debug`
+/// names only the kind).
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum RemoteAgentAuthRequest {
+    None,
+    Bearer { token: String },
+    ApiKey { header: String, key: String },
+}
+
+impl std::fmt::Debug for RemoteAgentAuthRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RemoteAgentAuthRequest::None => f.write_str("None"),
+            RemoteAgentAuthRequest::Bearer { .. } => f.write_str("Bearer(***)"),
+            RemoteAgentAuthRequest::ApiKey { header, .. } => write!(f, "ApiKey({header}: ***)"),
+        }
+    }
+}
+
 /// A tenant's data source: a database the data tools (`run_sql`, `describe_data_source`,
 /// `create_report`) may query. The URL is shown with its password masked (`***`); the
 /// credentials are sealed at rest and never returned.

@@ -321,6 +321,11 @@ slug_id!(
     "model connection id"
 );
 slug_id!(
+    /// A tenant's registered remote A2A agent (a `task` target).
+    RemoteAgentId,
+    "remote agent id"
+);
+slug_id!(
     /// A tenant's data source (a database the data tools may query).
     DataSourceId,
     "data source id"

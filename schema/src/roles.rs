@@ -165,7 +165,7 @@ impl fmt::Display for Grant {
 pub enum RestArea {
     /// Sessions, chat over REST/SSE/WebSocket, and the OpenAI-compatible `/v1` endpoints.
     Chat,
-    /// Assistants (`/api/v1/agents`) and profiles.
+    /// Assistants (`/api/v1/agents`), profiles and remote A2A agents.
     Agents,
     /// The tenant's model connections.
     Models,
@@ -235,7 +235,7 @@ impl RestArea {
         if let Some(seg) = first("/api/v1/") {
             return match seg {
                 "sessions" | "chat" => Some(RestArea::Chat),
-                "agents" | "profiles" => Some(RestArea::Agents),
+                "agents" | "profiles" | "remote-agents" => Some(RestArea::Agents),
                 "model-connections" => Some(RestArea::Models),
                 "mcp-servers" => Some(RestArea::McpServers),
                 "data-sources" => Some(RestArea::DataSources),

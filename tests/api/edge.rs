@@ -38,6 +38,12 @@ pub async fn malformed_requests(ctx: &Ctx) {
         ),
         br(Method::PUT, "/api/v1/agents/default".into(), &adm, None),
         br(Method::POST, "/api/v1/profiles".into(), &adm, Some("id")),
+        br(
+            Method::POST,
+            "/api/v1/remote-agents".into(),
+            &adm,
+            Some("id"),
+        ),
         br(Method::PUT, "/api/v1/profiles/mine".into(), &adm, None),
         br(
             Method::POST,

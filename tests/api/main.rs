@@ -8,6 +8,7 @@ mod support;
 
 mod a2a;
 mod a2a_js;
+mod a2a_remote;
 mod admission;
 mod audit;
 mod bench_smoke;
@@ -1068,6 +1069,7 @@ async fn openapi_documents_every_route_and_every_documented_status_is_real() {
     memory::memory_rest_flow(&ctx).await;
     models::model_connections_rest(&ctx).await;
     data::data_sources_flow(&ctx).await;
+    a2a_remote::rest_statuses(&ctx).await;
     roles::custom_roles(&ctx, None).await;
     mcp_server::virtual_servers(&ctx).await;
     policy::tenant_policy(&ctx).await;
@@ -1109,6 +1111,7 @@ async fn openapi_documents_every_route_and_every_documented_status_is_real() {
     mcp::mcp_without_key(&nokey).await;
     models::model_connections_without_encryption_key(&nokey).await;
     data::data_sources_without_encryption_key(&nokey).await;
+    a2a_remote::without_encryption_key(&nokey).await;
     seen.extend(nokey.observed().await);
     // …one that holds a single WebSocket…
     let full = Ctx::start_with(&[("AGENTRY_SERVER__MAX_CONNECTIONS", "1")], None).await;
@@ -1217,6 +1220,23 @@ async fn a2a_js_sdk_send_and_stream_round_trip() {
 async fn a2a_push_notifications_signed_retried_and_tenant_bound() {
     let ctx = Ctx::start_with(&[("AGENTRY_TOOLS__ALLOW_PRIVATE_ADDRESSES", "true")], None).await;
     a2a::push_notifications(&ctx).await;
+}
+
+/// Issue 27 item 5: a remote A2A agent (the Python `a2a-sdk` server) registered over REST: its
+/// card checked, its credential sealed, the network rule, tenancy.
+#[tokio::test]
+async fn a2a_remote_agent_registration_checks_the_card_seals_the_token_and_refuses_private_urls() {
+    let remote = a2a_remote::RemoteAgent::start("127.0.0.2").await;
+    a2a_remote::registration(&Ctx::start().await, &remote).await;
+}
+
+/// Issue 27 item 5: `task` delegates to a remote A2A agent: streamed as the child run, its
+/// question answered by the user, cancel propagated, a hanging and a dead agent.
+#[tokio::test]
+async fn a2a_remote_agent_as_task_target_streams_asks_cancels_and_times_out() {
+    let remote = a2a_remote::RemoteAgent::start("127.0.0.2").await;
+    let (_fake, ctx) = durability::start(agentry_fake_model::DefaultReply::Auto, None, &[]).await;
+    a2a_remote::delegation(&ctx, &remote).await;
 }
 
 /// Issue 27: the A2A routes' statuses, JSON-RPC error bodies and SSE framing on the wire.

@@ -140,6 +140,10 @@ pub enum Route {
     GetModelConnection,
     ReplaceModelConnection,
     DeleteModelConnection,
+    ListRemoteAgents,
+    CreateRemoteAgent,
+    GetRemoteAgent,
+    DeleteRemoteAgent,
     ListDataSources,
     CreateDataSource,
     GetDataSource,
@@ -271,6 +275,10 @@ pub const ROUTES: &[Route] = &[
     GetModelConnection,
     ReplaceModelConnection,
     DeleteModelConnection,
+    ListRemoteAgents,
+    CreateRemoteAgent,
+    GetRemoteAgent,
+    DeleteRemoteAgent,
     ListDataSources,
     CreateDataSource,
     GetDataSource,
@@ -315,7 +323,9 @@ fn expected_custom(route: Route) -> u16 {
         // The seeded run is the member's, not the auditor's.
         GetExecution => 404,
         // agents: tenant-wide reads; writes are the admin's
-        ListAgents | GetAgent | ListProfiles | GetProfile => 200,
+        ListAgents | GetAgent | ListProfiles | GetProfile | ListRemoteAgents | GetRemoteAgent => {
+            200
+        }
         CreateAgent
         | CreateAgentAt
         | ReplaceAgent
@@ -323,7 +333,9 @@ fn expected_custom(route: Route) -> u16 {
         | ReplaceAgentAutoApprove
         | CreateProfile
         | ReplaceProfile
-        | DeleteProfile => 403,
+        | DeleteProfile
+        | CreateRemoteAgent
+        | DeleteRemoteAgent => 403,
         // Everything else: another area, or an admin's route.
         _ => 403,
     }
@@ -363,15 +375,18 @@ fn expected_builtin(route: Route) -> [u16; 7] {
         // A's agent: B's admin finds no such agent for its key (404).
         A2aSendMessage | A2aPushConfigs => [401, 401, 401, 404, 200, 200, 403],
         ListSessions | ListAgents | ListExecutions | ListToolCalls | ListProfiles
-        | ListModelConnections => TENANT_LIST,
+        | ListModelConnections | ListRemoteAgents => TENANT_LIST,
         // A member may not name another user; B's admin names a user B does not have (an
         // empty page of B's own rows).
         ListExecutionsOfAnother | ListToolCallsOfAnother => [401, 401, 401, 200, 403, 200, 403],
         GetSession | ListMessages | ListEvents | GetExecution | GetAgent | GetProfile
-        | GetModelConnection => OWN_ROW,
-        CreateAgent | CreateAgentAt | TenantCreateUser | CreateProfile | CreateModelConnection => {
-            ADMIN_CREATE
-        }
+        | GetModelConnection | GetRemoteAgent => OWN_ROW,
+        CreateAgent
+        | CreateAgentAt
+        | TenantCreateUser
+        | CreateProfile
+        | CreateModelConnection
+        | CreateRemoteAgent => ADMIN_CREATE,
         ReplaceAgent
         | TenantGetUser
         | TenantUpdateUser
@@ -379,7 +394,11 @@ fn expected_builtin(route: Route) -> [u16; 7] {
         | TenantRevokeKey
         | ReplaceProfile
         | ReplaceModelConnection => ADMIN_ROW,
-        DeleteAgent | TenantDeleteUser | DeleteProfile | DeleteModelConnection => ADMIN_DELETE,
+        DeleteAgent
+        | TenantDeleteUser
+        | DeleteProfile
+        | DeleteModelConnection
+        | DeleteRemoteAgent => ADMIN_DELETE,
         // The outsider reads its own tenant (B), never A.
         TenantGet
         | TenantUsage
@@ -474,6 +493,9 @@ pub struct MatrixFx {
     /// A's member's own memory, and a tenant memory of A.
     pub own_memory: String,
     pub tenant_memory: String,
+    /// A remote A2A agent's card (tests/api/a2a_remote.rs): A has it registered as
+    /// `matrix-remote`.
+    pub remote_card_url: String,
 }
 
 pub async fn fixture(ctx: &Ctx) -> MatrixFx {
@@ -512,6 +534,16 @@ pub async fn fixture(ctx: &Ctx) -> MatrixFx {
         &a.admin.key,
         Some(json!({ "id": "matrix-model", "provider": "openai",
                      "base_url": "http://127.0.0.2:9/v1", "api_key": "matrix-key" })),
+        201,
+    )
+    .await;
+    let remote_card_url = crate::a2a_remote::static_card_server().await;
+    ctx.ok(
+        Method::POST,
+        "/api/v1/remote-agents",
+        &a.admin.key,
+        Some(json!({ "id": "matrix-remote", "url": remote_card_url,
+                     "auth": {"type": "bearer", "token": "matrix-token"} })),
         201,
     )
     .await;
@@ -612,6 +644,7 @@ pub async fn fixture(ctx: &Ctx) -> MatrixFx {
         seeded,
         own_memory,
         tenant_memory,
+        remote_card_url,
     }
 }
 
@@ -819,6 +852,29 @@ pub async fn build(ctx: &Ctx, fx: &MatrixFx, route: Route) -> Req {
                 format!("/api/v1/model-connections/{id}"),
                 None,
             )
+        }
+        ListRemoteAgents => req(Method::GET, "/api/v1/remote-agents".into(), None),
+        CreateRemoteAgent => req(
+            Method::POST,
+            "/api/v1/remote-agents".into(),
+            Some(json!({ "id": unique("remote"), "url": fx.remote_card_url })),
+        ),
+        GetRemoteAgent => req(
+            Method::GET,
+            "/api/v1/remote-agents/matrix-remote".into(),
+            None,
+        ),
+        DeleteRemoteAgent => {
+            let id = unique("doomed");
+            ctx.ok(
+                Method::POST,
+                "/api/v1/remote-agents",
+                &fx.a.admin.key,
+                Some(json!({ "id": id, "url": fx.remote_card_url })),
+                201,
+            )
+            .await;
+            req(Method::DELETE, format!("/api/v1/remote-agents/{id}"), None)
         }
         ListDataSources => req(Method::GET, "/api/v1/data-sources".into(), None),
         CreateDataSource => req(

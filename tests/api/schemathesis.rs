@@ -9,6 +9,8 @@
 //!   `streaming.rs` and the authorization matrix cover it;
 //! - adding or replacing a user's MCP server: the server resolves the URL's host name, and a
 //!   generated name would be looked up in DNS, off this machine; `mcp.rs` covers both routes.
+//!   Registering a remote A2A agent likewise (it resolves the URL and fetches its card):
+//!   `a2a_remote.rs` and the authorization matrix cover that route; its list, get and delete run.
 //!   The key-revoking and user-changing tenant operations run last, on their own, since a
 //!   generated request may revoke or disable the caller.
 
@@ -87,7 +89,10 @@ pub async fn fuzz(ctx: &Ctx) {
         "tenant_delete_user",
     ];
     let mut tenant_filters = vec!["--exclude-path-regex", "^/(api/v1/admin|ws/)"];
-    for id in ["add_server", "replace_server"].iter().chain(risky.iter()) {
+    for id in ["add_server", "replace_server", "create_remote_agent"]
+        .iter()
+        .chain(risky.iter())
+    {
         tenant_filters.extend(["--exclude-operation-id", id]);
     }
     run(&bin, ctx, "tenant admin", &t.admin.key, &tenant_filters).await;

@@ -29,12 +29,12 @@ use std::time::Duration;
 
 use agentry_llm::ToolCall;
 use agentry_schema::error::ErrorCode;
-use agentry_schema::events::{DoneStatus, EventPayload};
-use agentry_schema::ids::{AssistantId, ProfileId, RunId};
+use agentry_schema::events::{DoneStatus, EventPayload, ProgressData, Question};
+use agentry_schema::ids::{AssistantId, ProfileId, RemoteAgentId, RunId};
 use agentry_store::assistants::{self, Assistant, AssistantSpec};
 use agentry_store::executions::{self, Execution, ExecutionStatus, NewExecution};
 use agentry_store::messages::{self, MessageRole, NewMessage};
-use agentry_store::sessions;
+use agentry_store::{remote_agents, sessions};
 use agentry_tools::tool::{CompiledTool, Tool, ToolContext, ToolError, ToolOutput, ToolSpec};
 use async_trait::async_trait;
 use futures::FutureExt;
@@ -47,6 +47,10 @@ use super::sink::{ChildTag, RunSink};
 use super::{Progress, RunInput, RunOutcome, SharedProgress, run_agent};
 pub use crate::config::TaskLimits;
 use crate::deps::EngineDeps;
+use crate::remote_agents::{AskEnd, RemoteEnd, RemoteListener};
+
+/// The `assistant_id` of a remote task's child run: `a2a:<remote agent id>`.
+pub const REMOTE_PREFIX: &str = "a2a:";
 
 /// The tool's name, and its RBAC service and tool (`task:task`, or `task:*`).
 pub const TASK_TOOL: &str = "task";
@@ -64,8 +68,10 @@ Delegate a sub-task to a sub-agent: a separate run with its own context and tool
 answer comes back as this call's result. The sub-agent sees nothing of this conversation: make \
 `description` self-contained (every fact, path, name and constraint it needs, and what to return). \
 Pick who does it with `profile` (general, devops, sre, orchestrator, or one of the tenant's) or \
-`assistant` (an assistant's id); by default the `general` profile. Several `task` calls in one \
-step run in parallel. Its risky actions are approved by the user as they happen.";
+`assistant` (an assistant's id), or hand it to a remote A2A agent the tenant registered with \
+`remote_agent` (its id); by default the `general` profile. Several `task` calls in one step run in \
+parallel. Its risky actions are approved by the user as they happen; a remote agent's questions \
+reach the user the same way.";
 
 /// A child waits at most this long as a tool call; its own run timeout (its profile's or
 /// assistant's `timeout_secs`) ends it long before.
@@ -92,6 +98,10 @@ fn spec() -> ToolSpec {
                 "assistant": {
                     "type": "string",
                     "description": "The id of an assistant of this tenant to run the sub-task (instead of a profile)."
+                },
+                "remote_agent": {
+                    "type": "string",
+                    "description": "The id of a remote A2A agent registered by this tenant (GET /api/v1/remote-agents) to hand the sub-task to (instead of a profile or an assistant)."
                 }
             },
             "required": ["description"],
@@ -340,20 +350,17 @@ impl ChildJob {
         if description.is_empty() {
             return Err(ToolError::invalid("`description` must say what to do"));
         }
+        if let Some(remote) = self.named("remote_agent") {
+            if self.named("assistant").is_some() || self.named("profile").is_some() {
+                return Err(ToolError::invalid(
+                    "name one of `remote_agent`, `assistant` or `profile`, not several",
+                ));
+            }
+            let remote = remote.to_string();
+            return self.run_remote(&description, &remote).await;
+        }
         let (assistant, agent) = self.target().await?;
         let child_id = RunId::new();
-        let tag = ChildTag {
-            run: child_id,
-            parent: self.parent.run_id,
-        };
-        let progress: SharedProgress = Arc::new(Mutex::new(Progress::default()));
-        if !self
-            .sink
-            .start_child(tag, self.depth, progress.clone())
-            .await
-        {
-            return Err(ToolError::Cancelled);
-        }
         let span = tracing::info_span!(
             "agent.run",
             otel.name = "agent run (task)",
@@ -364,17 +371,9 @@ impl ChildJob {
             assistant_id = %assistant.id,
             agentry.run.depth = i64::from(self.depth),
         );
-        let trace_id = agentry_schema::trace_context::trace_id(&span);
-        if let Err(e) = self
-            .write_start(child_id, &assistant, &description, trace_id)
-            .await
-        {
-            self.sink.forget_child(tag);
-            tracing::error!(error = %e, run_id = %self.parent.run_id, "recording a sub-task's start failed");
-            return Err(ToolError::failed(
-                "could not record the sub-task's start; it was not started",
-            ));
-        }
+        let (tag, progress) = self
+            .begin(child_id, assistant.id.as_str(), &description, &span)
+            .await?;
         // The session's auto-approve counts for its children; the delegating assistant's own
         // does not pass to another assistant.
         let session_auto = self.parent.auto_approve && !self.parent.agent.auto_approve;
@@ -446,19 +445,166 @@ impl ChildJob {
         Ok(result(child_id, status, reason, error, answer))
     }
 
+    /// Register the child with the session, then record its start (its execution and its one
+    /// user message). `Err`: it must not run (the parent is over, or the start was not stored).
+    async fn begin(
+        &self,
+        child_id: RunId,
+        assistant_id: &str,
+        description: &str,
+        span: &tracing::Span,
+    ) -> Result<(ChildTag, SharedProgress), ToolError> {
+        let tag = ChildTag {
+            run: child_id,
+            parent: self.parent.run_id,
+        };
+        let progress: SharedProgress = Arc::new(Mutex::new(Progress::default()));
+        if !self
+            .sink
+            .start_child(tag, self.depth, progress.clone())
+            .await
+        {
+            return Err(ToolError::Cancelled);
+        }
+        let trace_id = agentry_schema::trace_context::trace_id(span);
+        if let Err(e) = self
+            .write_start(child_id, assistant_id, description, trace_id)
+            .await
+        {
+            self.sink.forget_child(tag);
+            tracing::error!(error = %e, run_id = %self.parent.run_id, "recording a sub-task's start failed");
+            return Err(ToolError::failed(
+                "could not record the sub-task's start; it was not started",
+            ));
+        }
+        Ok((tag, progress))
+    }
+
+    /// A non-empty string argument of the call.
+    fn named(&self, key: &str) -> Option<&str> {
+        self.args
+            .get(key)
+            .and_then(Value::as_str)
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+    }
+
+    /// A child run that is a task of a registered remote A2A agent (`remote_agent`): the same
+    /// execution row, events (with `parent_run_id`), `done` and result as a local child's; its
+    /// messages stream from the remote task; its questions (`input-required`) are the user's
+    /// to answer; cancelling it sends `CancelTask`; the registration's `timeout_secs` bounds the
+    /// agent's time.
+    async fn run_remote(&self, description: &str, name: &str) -> ChildResult {
+        let db = &self.deps.db;
+        let scope = self.parent.tenant.scope();
+        let id = RemoteAgentId::try_from(name)
+            .map_err(|e| ToolError::invalid(format!("`remote_agent`: {e}")))?;
+        let remote = remote_agents::get(db, &scope, &id)
+            .await
+            .map_err(|e| ToolError::failed(format!("could not load the remote agent: {e}")))?
+            .ok_or_else(|| {
+                ToolError::NotFound(format!(
+                    "no remote agent {name:?} is registered in this tenant (GET /api/v1/remote-agents lists them)"
+                ))
+            })?;
+        let child_id = RunId::new();
+        let span = tracing::info_span!(
+            "agent.run",
+            otel.name = "agent run (remote task)",
+            run_id = %child_id,
+            parent_run_id = %self.parent.run_id,
+            session_id = %self.parent.session_id,
+            tenant_id = %self.parent.tenant.id,
+            remote_agent = %id,
+            agentry.run.depth = i64::from(self.depth),
+        );
+        let assistant_id = format!("{REMOTE_PREFIX}{id}");
+        let (tag, progress) = self
+            .begin(child_id, &assistant_id, description, &span)
+            .await?;
+        let sink = self.sink.child(tag);
+        let asked_human = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let listener = ChildListener {
+            sink: sink.clone(),
+            interaction: super::LoopInteraction {
+                deps: self.deps.clone(),
+                scope,
+                session_id: self.parent.session_id,
+                run_id: child_id,
+                tool_call_id: self.call_id.clone(),
+                sink: sink.clone(),
+                run_clock: Arc::new(agentry_tools::tool::PauseClock::default()),
+                asked_human: asked_human.clone(),
+            },
+        };
+        let cancel = self.cancel.child_token();
+        let outcome = self
+            .deps
+            .remote_agents
+            .delegate(&remote, description, &listener, &cancel)
+            .instrument(span)
+            .await;
+        let (status, reason) = match outcome.end {
+            RemoteEnd::Completed => (DoneStatus::Completed, None),
+            RemoteEnd::Failed => (DoneStatus::Failed, Some(ErrorCode::ToolError.as_str())),
+            RemoteEnd::Cancelled => (DoneStatus::Cancelled, Some("user_cancelled")),
+            RemoteEnd::Rejected => (DoneStatus::Rejected, Some("rejected")),
+            RemoteEnd::TimedOut => (DoneStatus::Timeout, Some(ErrorCode::Timeout.as_str())),
+        };
+        let p = progress.lock().map(|p| *p).unwrap_or_default();
+        let mut run = RunOutcome::new(status, reason, &p);
+        run.error = outcome.error.clone();
+        run.may_have_approvals = asked_human.load(std::sync::atomic::Ordering::Relaxed);
+        let answer =
+            (status == DoneStatus::Completed).then(|| outcome.answer.clone().unwrap_or_default());
+        match &answer {
+            Some(text) => {
+                sink.emit(EventPayload::text(text.clone(), true));
+                run.rows.messages.push(NewMessage {
+                    run_id: Some(child_id),
+                    role: MessageRole::Assistant,
+                    content: text.clone(),
+                    tool_calls: None,
+                    tool_call_id: None,
+                });
+            }
+            None if status != DoneStatus::Cancelled => {
+                let code = if status == DoneStatus::Timeout {
+                    ErrorCode::Timeout
+                } else {
+                    ErrorCode::ToolError
+                };
+                sink.emit(EventPayload::error(
+                    code.as_str(),
+                    outcome
+                        .error
+                        .clone()
+                        .unwrap_or_else(|| "the remote agent's task did not complete".into()),
+                    false,
+                ));
+            }
+            None => {}
+        }
+        let reason = run.reason.clone();
+        let error = run.error.clone();
+        let Some(status) = self.sink.end_child(tag, run).await else {
+            return Err(ToolError::Cancelled);
+        };
+        let mut out = result(child_id, status, reason, error, answer);
+        if let (Value::Object(body), Some(task)) = (&mut out.content, &outcome.task_id) {
+            body.insert("remote_agent".into(), json!(id.as_str()));
+            body.insert("remote_task_id".into(), json!(task));
+        }
+        Ok(out)
+    }
+
     /// The assistant and settings the child runs with: the named assistant, or the delegating
     /// assistant under the named profile (default `general`), its own prompt, tools and
     /// approvals dropped for the profile's, its model kept.
     async fn target(&self) -> Result<(Assistant, Arc<crate::profiles::AgentConfig>), ToolError> {
         let db = &self.deps.db;
         let scope = self.parent.tenant.scope();
-        let named = |key: &str| {
-            self.args
-                .get(key)
-                .and_then(Value::as_str)
-                .map(str::trim)
-                .filter(|s| !s.is_empty())
-        };
+        let named = |key: &str| self.named(key);
         let unavailable = |e: agentry_store::StoreError| {
             ToolError::failed(format!("could not load the sub-task's settings: {e}"))
         };
@@ -523,7 +669,7 @@ impl ChildJob {
     async fn write_start(
         &self,
         id: RunId,
-        assistant: &Assistant,
+        assistant_id: &str,
         description: &str,
         trace_id: Option<String>,
     ) -> Result<(), agentry_store::StoreError> {
@@ -538,7 +684,7 @@ impl ChildJob {
             id,
             user_id: self.parent.user_id,
             session_id,
-            assistant_id: assistant.id.to_string(),
+            assistant_id: assistant_id.to_string(),
             input: description.to_string(),
             trace_id,
             status: ExecutionStatus::Running,
@@ -638,4 +784,59 @@ fn result(
         body["error"] = json!(e);
     }
     ToolOutput::failed(body)
+}
+
+/// The child run's sink seen by a remote task: its text as the child's `text` events, its
+/// status messages as `progress`, its questions through the run's own question path (a
+/// `hitl_request` of kind `question`, stored, answered by the same clients).
+struct ChildListener {
+    sink: Arc<dyn RunSink>,
+    interaction: super::LoopInteraction,
+}
+
+#[async_trait]
+impl RemoteListener for ChildListener {
+    fn started(&self, task_id: &str, context_id: &str) {
+        tracing::debug!(
+            remote_task = task_id,
+            remote_context = context_id,
+            "the remote task started"
+        );
+    }
+
+    fn text(&self, chunk: &str) {
+        self.sink.emit(EventPayload::text(chunk, false));
+    }
+
+    fn status(&self, state: &str, message: &str) {
+        self.sink.emit(EventPayload::Progress(ProgressData {
+            tool_call_id: self.interaction.tool_call_id.clone(),
+            progress: 0.0,
+            total: None,
+            message: Some(format!("{state}: {message}")),
+        }));
+    }
+
+    async fn ask(&self, question: String) -> Result<String, AskEnd> {
+        use agentry_tools::tool::{InteractionError, UserInteraction};
+        let asked = self
+            .interaction
+            .ask(Question {
+                text: question,
+                question_type: "text".into(),
+                options: Vec::new(),
+                timeout: 0,
+                schema: None,
+                function_call: None,
+            })
+            .await;
+        match asked {
+            Ok(Value::String(s)) => Ok(s),
+            Ok(other) => Ok(other.to_string()),
+            Err(InteractionError::Declined) => Err(AskEnd::Declined),
+            Err(InteractionError::TimedOut(_)) => Err(AskEnd::TimedOut),
+            Err(InteractionError::Cancelled) => Err(AskEnd::Cancelled),
+            Err(InteractionError::Unavailable(_)) => Err(AskEnd::Unavailable),
+        }
+    }
 }

@@ -168,6 +168,10 @@ impl Harness {
             memory: Some(memory),
             assistants: Default::default(),
             fresh_sessions: Default::default(),
+            remote_agents: Arc::new(
+                agentry_actors::remote_agents::RemoteAgents::new(&Default::default(), None)
+                    .unwrap(),
+            ),
         };
         let engine = Engine::start(deps, 0, opts.tenant_idle_after);
         let tenant = tenants::create(

@@ -17,6 +17,7 @@ pub mod message;
 pub mod model_connection;
 pub mod platform_admin_key;
 pub mod profile;
+pub mod remote_agent;
 pub mod server_lease;
 pub mod session;
 pub mod session_event;

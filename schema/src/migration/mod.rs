@@ -27,6 +27,7 @@ mod m20261129_001500_stateless_sessions;
 mod m20261129_001600_session_scoped_indexes;
 mod m20261129_001700_child_runs_index;
 mod m20261130_001800_webhooks;
+mod m20261130_001900_remote_agents;
 
 pub struct Migrator;
 
@@ -57,6 +58,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261129_001600_session_scoped_indexes::Migration),
             Box::new(m20261129_001700_child_runs_index::Migration),
             Box::new(m20261130_001800_webhooks::Migration),
+            Box::new(m20261130_001900_remote_agents::Migration),
         ]
     }
 }

@@ -310,6 +310,8 @@ pub mod param {
         Profile = ("profile_id", ids::ProfileId),
         /// `{connection_id}` (a slug)
         ModelConnection = ("connection_id", ids::ModelConnectionId),
+        /// `{remote_agent_id}` (a slug)
+        RemoteAgent = ("remote_agent_id", ids::RemoteAgentId),
         /// `{source_id}` (a slug)
         DataSource = ("source_id", ids::DataSourceId),
         /// `{skill}`: a skill's name (a slug)

@@ -10,7 +10,7 @@ use crate::protocols::{a2a, mcp, openai_chat, openai_responses, rest_chat, sse, 
 use crate::routes::resource::endpoint;
 use crate::routes::{
     admin, agents, data_sources, executions, files, health, mcp_oauth, mcp_servers, me, memories,
-    model_connections, profiles, sessions, skills, tenant,
+    model_connections, profiles, remote_agents, sessions, skills, tenant,
 };
 
 #[derive(OpenApi)]
@@ -71,6 +71,10 @@ every response carries `X-Request-Id`. Authenticate with `Authorization: Bearer 
         model_connections::get_connection,
         model_connections::replace_connection,
         model_connections::delete_connection,
+        remote_agents::list_remote_agents,
+        remote_agents::create_remote_agent,
+        remote_agents::get_remote_agent,
+        remote_agents::delete_remote_agent,
         data_sources::list_sources,
         data_sources::create_source,
         data_sources::get_source,

@@ -290,6 +290,10 @@ pub fn build(
         memory: Some(memory.clone()),
         assistants: Default::default(),
         fresh_sessions: Default::default(),
+        remote_agents: Arc::new(
+            agentry_actors::remote_agents::RemoteAgents::new(&settings.tools, secrets.clone())
+                .context("building the HTTP client for remote A2A agents")?,
+        ),
     };
     let arbiters = std::thread::available_parallelism()
         .map(|n| n.get())

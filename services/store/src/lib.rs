@@ -36,6 +36,7 @@ pub mod messages;
 pub mod model_connections;
 pub mod platform_admin_key;
 pub mod profiles;
+pub mod remote_agents;
 pub mod retention;
 pub mod run_writes;
 pub mod server_lease;

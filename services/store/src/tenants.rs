@@ -11,8 +11,8 @@ use serde_json::Value;
 
 use agentry_schema::entities::{
     a2a_push_config, api_key, approval, assistant, checkpoint, data_source, execution, mcp_server,
-    membership, memory, message, model_connection, profile, session, session_event, skill,
-    skill_file, tenant, tool_call_log, user, webhook_delivery, webhook_secret,
+    membership, memory, message, model_connection, profile, remote_agent, session, session_event,
+    skill, skill_file, tenant, tool_call_log, user, webhook_delivery, webhook_secret,
 };
 use agentry_schema::ids::TenantId;
 pub use agentry_schema::policy::{SandboxPolicy, StdioMcpRole, TenantPolicy};
@@ -363,6 +363,7 @@ where
         mcp_server,
         assistant,
         model_connection,
+        remote_agent,
         data_source,
         profile,
         skill_file,

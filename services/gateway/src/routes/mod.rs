@@ -26,6 +26,7 @@ pub mod memories;
 pub mod model_connections;
 pub mod page;
 pub mod profiles;
+pub mod remote_agents;
 pub mod resource;
 pub mod sessions;
 pub mod skills;
@@ -45,6 +46,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .configure(agents::configure)
             .configure(profiles::configure)
             .configure(model_connections::configure)
+            .configure(remote_agents::configure)
             .configure(data_sources::configure)
             .configure(files::configure)
             .configure(skills::configure)
