@@ -211,6 +211,24 @@ async fn register(ctx: &Ctx, key: &str, body: Value) -> crate::ctx::Resp {
     .await
 }
 
+/// A registration whose card fails a check: 422 `validation_error`, `details.card` naming
+/// the check, the message saying why.
+async fn refused(ctx: &Ctx, key: &str, id: &str, url: String, check: &str, says: &str) {
+    let r = register(ctx, key, json!({"id": id, "url": url})).await;
+    assert_eq!(
+        (r.status, r.code()),
+        (422, "validation_error"),
+        "{}",
+        r.body
+    );
+    assert_eq!(r.body["details"]["card"], check, "{}", r.body);
+    assert!(
+        r.body["message"].as_str().unwrap().contains(says),
+        "{}",
+        r.body
+    );
+}
+
 /// Registration over REST: the card checked, the credential sealed and never shown, the
 /// network rule, a tenant admin's right, another tenant's ids.
 pub async fn registration(ctx: &Ctx, remote: &RemoteAgent) {
@@ -290,63 +308,36 @@ pub async fn registration(ctx: &Ctx, remote: &RemoteAgent) {
         assert_eq!((r.status, r.code()), (404, "not_found"), "{}", r.body);
     }
     // A card that fails the checks: 422, saying why.
-    let r = register(
+    refused(
         ctx,
         &t.admin.key,
-        json!({"id": "old", "url": format!("{}/v03", remote.base)}),
+        "old",
+        format!("{}/v03", remote.base),
+        "invalid_card",
+        "A2A v1.0",
     )
     .await;
-    assert_eq!(
-        (r.status, r.code()),
-        (422, "validation_error"),
-        "{}",
-        r.body
-    );
-    assert_eq!(r.body["details"]["card"], "invalid_card", "{}", r.body);
-    assert!(
-        r.body["message"].as_str().unwrap().contains("A2A v1.0"),
-        "{}",
-        r.body
-    );
     // No card there at all.
-    let r = register(
+    refused(
         ctx,
         &t.admin.key,
-        json!({"id": "nothing", "url": format!("{}/nothing-here", remote.base)}),
+        "nothing",
+        format!("{}/nothing-here", remote.base),
+        "unreachable",
+        "404",
     )
     .await;
-    assert_eq!(
-        (r.status, r.code()),
-        (422, "validation_error"),
-        "{}",
-        r.body
-    );
-    assert_eq!(r.body["details"]["card"], "unreachable", "{}", r.body);
-    assert!(
-        r.body["message"].as_str().unwrap().contains("404"),
-        "{}",
-        r.body
-    );
     // A private (loopback) address the platform does not allow: refused before any request.
     let port = remote.base.rsplit(':').next().unwrap();
-    let r = register(
+    refused(
         ctx,
         &t.admin.key,
-        json!({"id": "private", "url": format!("http://127.0.0.1:{port}")}),
+        "private",
+        format!("http://127.0.0.1:{port}"),
+        "refused",
+        "loopback",
     )
     .await;
-    assert_eq!(
-        (r.status, r.code()),
-        (422, "validation_error"),
-        "{}",
-        r.body
-    );
-    assert_eq!(r.body["details"]["card"], "refused", "{}", r.body);
-    assert!(
-        r.body["message"].as_str().unwrap().contains("loopback"),
-        "{}",
-        r.body
-    );
     // Not a URL; a bad id; a header the client sets itself.
     for (bad, field) in [
         (json!({"id": "x", "url": "ftp://127.0.0.2/"}), "url"),
