@@ -532,6 +532,8 @@ impl ChildJob {
                 session_id: self.parent.session_id,
                 run_id: child_id,
                 tool_call_id: self.call_id.clone(),
+                reuse: None,
+                progress: progress.clone(),
                 sink: sink.clone(),
                 run_clock: Arc::new(agentry_tools::tool::PauseClock::default()),
                 asked_human: asked_human.clone(),
