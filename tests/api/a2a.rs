@@ -30,11 +30,11 @@ pub async fn sdk_client(ctx: &Ctx) {
         "a2a_client.py",
         &[
             ("AGENTRY_BASE", &base),
-            ("AGENTRY_TENANT", &t.id),
-            ("AGENTRY_KEY", &t.member.key),
-            ("AGENTRY_MEMBER2_KEY", &t.member2.key),
-            ("AGENTRY_OTHER_TENANT", &other.id),
-            ("AGENTRY_OTHER_KEY", &other.member.key),
+            ("AGENTRY_TENANT", t.id.as_str()),
+            ("AGENTRY_KEY", t.member.key.as_str()),
+            ("AGENTRY_MEMBER2_KEY", t.member2.key.as_str()),
+            ("AGENTRY_OTHER_TENANT", other.id.as_str()),
+            ("AGENTRY_OTHER_KEY", other.member.key.as_str()),
         ],
     )
     .await;
@@ -439,32 +439,19 @@ pub async fn sdk_client(ctx: &Ctx) {
 pub async fn push_notifications(ctx: &Ctx) {
     let t = ctx.tenant().await;
     let other = ctx.tenant().await;
-    let script =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/api/a2a_push_client.py");
-    let out = tokio::process::Command::new(crate::openai_compat::python())
-        .arg(&script)
-        .env("AGENTRY_BASE", ctx.url(""))
-        .env("AGENTRY_TENANT", &t.id)
-        .env("AGENTRY_KEY", &t.member.key)
-        .env("AGENTRY_ADMIN_KEY", &t.admin.key)
-        .env("AGENTRY_MEMBER2_KEY", &t.member2.key)
-        .env("AGENTRY_OTHER_TENANT", &other.id)
-        .env("AGENTRY_OTHER_KEY", &other.member.key)
-        .env("NO_PROXY", "127.0.0.1")
-        .output()
-        .await
-        .expect("run the a2a push client");
-    assert!(
-        out.status.success(),
-        "the a2a push client failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let r: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "the client printed no JSON ({e}): {}",
-            String::from_utf8_lossy(&out.stdout)
-        )
-    });
+    let r = crate::ctx::run_client(
+        "a2a_push_client.py",
+        &[
+            ("AGENTRY_BASE", ctx.url("").as_str()),
+            ("AGENTRY_TENANT", t.id.as_str()),
+            ("AGENTRY_KEY", t.member.key.as_str()),
+            ("AGENTRY_ADMIN_KEY", t.admin.key.as_str()),
+            ("AGENTRY_MEMBER2_KEY", t.member2.key.as_str()),
+            ("AGENTRY_OTHER_TENANT", other.id.as_str()),
+            ("AGENTRY_OTHER_KEY", other.member.key.as_str()),
+        ],
+    )
+    .await;
 
     // The secret: a tenant admin's to read, stable, in the Standard Webhooks format.
     assert_eq!(r["secret_status"], 200, "{r}");

@@ -74,7 +74,7 @@ impl RemoteAgent {
     pub async fn start(host: &str) -> RemoteAgent {
         let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../../tests/api/a2a_remote_agent.py");
-        let mut child = tokio::process::Command::new(crate::openai_compat::python())
+        let mut child = tokio::process::Command::new(crate::ctx::python())
             .arg(script)
             .env("REMOTE_HOST", host)
             .env("REMOTE_TOKEN", REMOTE_TOKEN)
