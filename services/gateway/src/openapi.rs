@@ -444,7 +444,7 @@ impl Modify for PathParameterRules {
                 .pattern(Some(pattern))
                 .build()
         };
-        // `agentry_schema::ids::AssistantId` (and `ProfileId` and `SkillName`, the same slug) and `McpServerName`.
+        // `agentry_schema::ids::AssistantId` (and `ProfileId`, `RemoteAgentId` and `SkillName`, the same slug) and `McpServerName`.
         let assistant = slug("^[a-z0-9][a-z0-9_-]*$");
         let mcp_name = slug("^(?!.*__)[A-Za-z0-9_-]+$");
         // `agentry_schema::roles::Grant`: admin, member or a custom role's name.
@@ -469,9 +469,8 @@ impl Modify for PathParameterRules {
                 }
                 let schema = match p.name.as_str() {
                     n if UUID_PATH_PARAMETERS.contains(&n) => uuid.clone(),
-                    "agent_id" | "profile_id" | "connection_id" | "source_id" | "skill" => {
-                        assistant.clone()
-                    }
+                    "agent_id" | "profile_id" | "connection_id" | "source_id" | "skill"
+                    | "remote_agent_id" => assistant.clone(),
                     "name" => mcp_name.clone(),
                     "role" => role.clone(),
                     "response_id" => response_id.clone(),
@@ -588,7 +587,7 @@ mod tests {
                     let schema = &p["schema"];
                     match name {
                         "agent_id" | "profile_id" | "connection_id" | "source_id" | "skill"
-                        | "name" | "role" | "response_id" => {
+                        | "remote_agent_id" | "name" | "role" | "response_id" => {
                             assert!(schema["pattern"].is_string(), "{method} {path} {name}")
                         }
                         // `GET /files/{path}`: a workspace-relative file path, slashes allowed.

@@ -43,7 +43,7 @@ pub struct AppState {
     /// Outbound webhooks (A2A push notifications): the outbox and its delivery worker.
     pub webhooks: Arc<crate::webhooks::Webhooks>,
     /// The A2A tasks this process watches for their push notifications.
-    pub push_watchers: crate::protocols::a2a::push::Watchers,
+    pub push_watchers: crate::webhooks::Watchers,
 }
 
 impl AppState {

@@ -23,14 +23,14 @@
 //!   `tools.allowed_networks`): checked when a URL is configured ([`Webhooks::check_url`]) and on
 //!   every attempt, the connection pinned to the addresses checked; redirects are not followed.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agentry_builtin::BuiltinConfig;
 use agentry_builtin::net_guard::{self, GuardedResolver};
 use agentry_schema::error::ErrorCode;
-use agentry_schema::ids::TenantId;
+use agentry_schema::ids::{RunId, TenantId};
 use agentry_sealing::SecretBox;
 use agentry_store::webhooks::{self as outbox, Delivery, NewDelivery, Outcome};
 use agentry_store::{PlatformScope, TenantScope};
@@ -416,5 +416,26 @@ mod tests {
                 "after {failed} failures: {d}"
             );
         }
+    }
+}
+
+/// The A2A tasks this process watches for their push notifications (one watcher per task,
+/// whatever its number of configs). Here, below both the state and the A2A adapter.
+#[derive(Default, Clone)]
+pub struct Watchers(Arc<Mutex<HashSet<RunId>>>);
+
+impl Watchers {
+    pub(crate) fn start(&self, task: RunId) -> bool {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(task)
+    }
+
+    pub(crate) fn stop(&self, task: RunId) {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&task);
     }
 }

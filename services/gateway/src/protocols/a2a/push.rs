@@ -12,9 +12,6 @@
 //! ([`crate::webhooks`]), which signs, sends, retries and keeps them. The run never waits for a
 //! receiver.
 
-use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
-
 use agentry_schema::ids::{RunId, SessionId};
 use agentry_store::a2a_push::{self, NewPushConfig, PushConfig};
 use agentry_store::{TenantScope, events};
@@ -36,26 +33,6 @@ const SOURCE: &str = "a2a_push";
 const MAX_CONFIGS: u64 = 100;
 /// The longest config id a client may choose.
 const MAX_ID: usize = 128;
-
-/// The tasks this process watches (one watcher per task, whatever its number of configs).
-#[derive(Default, Clone)]
-pub struct Watchers(Arc<Mutex<HashSet<RunId>>>);
-
-impl Watchers {
-    fn start(&self, task: RunId) -> bool {
-        self.0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(task)
-    }
-
-    fn stop(&self, task: RunId) {
-        self.0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&task);
-    }
-}
 
 /// A config as a client sent it, checked.
 pub(super) struct Wanted {
